@@ -1,0 +1,240 @@
+package v1alpha1
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// crdDir holds the CRDs that `make generate` writes from this package.
+const crdDir = "../../config/crd"
+
+func loadCRD(t *testing.T, file string) *apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(crdDir, file))
+	if err != nil {
+		t.Fatalf("read CRD (run `make generate`): %v", err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(b, &crd); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return &crd
+}
+
+// schemaAt walks a dotted path from the root of the v1alpha1 schema; "[]" steps
+// into the items of a list, as in "spec.endpoints[].weight".
+func schemaAt(t *testing.T, crd *apiextensionsv1.CustomResourceDefinition, path string) apiextensionsv1.JSONSchemaProps {
+	t.Helper()
+	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Schema == nil {
+		t.Fatalf("%s: want exactly one version with a schema", crd.Name)
+	}
+	s := *crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+	for _, part := range strings.Split(path, ".") {
+		name, list := strings.CutSuffix(part, "[]")
+		p, ok := s.Properties[name]
+		if !ok {
+			t.Fatalf("%s: no property %q on the way to %q", crd.Name, name, path)
+		}
+		s = p
+		if list {
+			if s.Items == nil || s.Items.Schema == nil {
+				t.Fatalf("%s: %q is not a list", crd.Name, name)
+			}
+			s = *s.Items.Schema
+		}
+	}
+	return s
+}
+
+func TestCRDNames(t *testing.T) {
+	for _, tc := range []struct {
+		file, kind, plural, shortName string
+	}{
+		{"poise.dev_upstreams.yaml", "Upstream", "upstreams", "ups"},
+		{"poise.dev_localities.yaml", "Locality", "localities", "loc"},
+		{"poise.dev_endpointsets.yaml", "EndpointSet", "endpointsets", "eps"},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			crd := loadCRD(t, tc.file)
+			if got, want := crd.Name, tc.plural+"."+GroupVersion.Group; got != want {
+				t.Errorf("name = %q, want %q", got, want)
+			}
+			if crd.Spec.Group != GroupVersion.Group || crd.Spec.Names.Kind != tc.kind || crd.Spec.Names.ListKind != tc.kind+"List" {
+				t.Errorf("group/kind = %s/%s (list %s), want %s/%s", crd.Spec.Group, crd.Spec.Names.Kind, crd.Spec.Names.ListKind, GroupVersion.Group, tc.kind)
+			}
+			if crd.Spec.Scope != apiextensionsv1.NamespaceScoped {
+				t.Errorf("scope = %s, want Namespaced", crd.Spec.Scope)
+			}
+			if !slices.Equal(crd.Spec.Names.ShortNames, []string{tc.shortName}) {
+				t.Errorf("shortNames = %v, want [%s]", crd.Spec.Names.ShortNames, tc.shortName)
+			}
+			if !slices.Contains(crd.Spec.Names.Categories, "poise") {
+				t.Errorf("categories = %v, want poise", crd.Spec.Names.Categories)
+			}
+			v := crd.Spec.Versions[0]
+			if v.Name != GroupVersion.Version || !v.Served || !v.Storage {
+				t.Errorf("version %s served=%v storage=%v, want %s served and stored", v.Name, v.Served, v.Storage, GroupVersion.Version)
+			}
+			if v.Subresources == nil || v.Subresources.Status == nil {
+				t.Errorf("no status subresource")
+			}
+			if len(v.AdditionalPrinterColumns) == 0 {
+				t.Errorf("no printer columns")
+			}
+		})
+	}
+}
+
+// TestCRDDefaults checks that each schema default is the documented value and that
+// the Go Default() methods produce the same value for objects read without an
+// apiserver.
+func TestCRDDefaults(t *testing.T) {
+	ups := &Upstream{}
+	ups.Default()
+	loc := &Locality{}
+	loc.Default()
+	eps := &EndpointSet{Spec: EndpointSetSpec{Endpoints: []Endpoint{{}}}, Status: EndpointSetStatus{Health: []EndpointHealth{{}}}}
+	eps.Default()
+
+	const (
+		upstreams    = "poise.dev_upstreams.yaml"
+		localities   = "poise.dev_localities.yaml"
+		endpointsets = "poise.dev_endpointsets.yaml"
+	)
+	for _, tc := range []struct {
+		file, path string
+		want       string // the default as compact JSON
+		goDefault  any    // what Default() sets
+	}{
+		{upstreams, "spec", `{}`, nil},
+		{upstreams, "spec.overprovisioningFactor", `140`, ups.Spec.OverprovisioningFactor},
+		{upstreams, "spec.panicThreshold", `50`, ups.Spec.PanicThreshold},
+		{upstreams, "spec.panicMode", `"UseAll"`, ups.Spec.PanicMode},
+		{upstreams, "spec.drainingCapacity", `"Exclude"`, ups.Spec.DrainingCapacity},
+		{upstreams, "spec.healthAdjustment", `"ControlPlane"`, ups.Spec.HealthAdjustment},
+		{upstreams, "spec.loadBalancing", `"RoundRobin"`, ups.Spec.LoadBalancing},
+		{upstreams, "spec.connectTimeout", `"5s"`, ups.Spec.ConnectTimeout},
+		{upstreams, "spec.protocol", `"HTTP2"`, ups.Spec.Protocol},
+		{localities, "spec.priority", `0`, loc.Spec.Priority},
+		{localities, "spec.weight", `1`, loc.Spec.Weight},
+		{endpointsets, "spec.locality", `{}`, nil},
+		{endpointsets, "spec.endpoints[].weight", `1`, eps.Spec.Endpoints[0].Weight},
+		{endpointsets, "spec.endpoints[].adminState", `"Ready"`, eps.Spec.Endpoints[0].AdminState},
+		{endpointsets, "status.health[].probe", `"Unknown"`, eps.Status.Health[0].Probe},
+		{endpointsets, "status.health[].circuit", `"Closed"`, eps.Status.Health[0].Circuit},
+	} {
+		t.Run(tc.file+"/"+tc.path, func(t *testing.T) {
+			s := schemaAt(t, loadCRD(t, tc.file), tc.path)
+			if s.Default == nil {
+				t.Fatalf("no default, want %s", tc.want)
+			}
+			if got := string(s.Default.Raw); got != tc.want {
+				t.Errorf("schema default = %s, want %s", got, tc.want)
+			}
+			if tc.goDefault == nil {
+				return
+			}
+			b, err := json.Marshal(tc.goDefault)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(b) != tc.want {
+				t.Errorf("Default() sets %s, want %s (keep the Default* constants and the kubebuilder:default markers in step)", b, tc.want)
+			}
+		})
+	}
+}
+
+func TestCRDBounds(t *testing.T) {
+	for _, tc := range []struct {
+		file, path string
+		min, max   float64
+	}{
+		{"poise.dev_upstreams.yaml", "spec.overprovisioningFactor", 1, 1000},
+		{"poise.dev_upstreams.yaml", "spec.panicThreshold", 0, 100},
+		{"poise.dev_localities.yaml", "spec.priority", 0, float64(MaxPriority)},
+		{"poise.dev_localities.yaml", "spec.weight", float64(MinWeight), 4294967295},
+		{"poise.dev_endpointsets.yaml", "spec.priority", 0, float64(MaxPriority)},
+		{"poise.dev_endpointsets.yaml", "spec.endpoints[].weight", float64(MinWeight), 4294967295},
+		{"poise.dev_endpointsets.yaml", "spec.endpoints[].port", 1, 65535},
+	} {
+		t.Run(tc.file+"/"+tc.path, func(t *testing.T) {
+			s := schemaAt(t, loadCRD(t, tc.file), tc.path)
+			if s.Minimum == nil || *s.Minimum != tc.min {
+				t.Errorf("minimum = %v, want %v", s.Minimum, tc.min)
+			}
+			if s.Maximum == nil || *s.Maximum != tc.max {
+				t.Errorf("maximum = %v, want %v", s.Maximum, tc.max)
+			}
+		})
+	}
+	if MaxWeight != 4294967295 || MaxPriority != 127 {
+		t.Errorf("MaxWeight = %d, MaxPriority = %d; the schema says 4294967295 and 127", MaxWeight, MaxPriority)
+	}
+	s := schemaAt(t, loadCRD(t, "poise.dev_endpointsets.yaml"), "spec")
+	if e := s.Properties["endpoints"]; e.MaxItems == nil || *e.MaxItems != MaxEndpointsPerSet {
+		t.Errorf("spec.endpoints maxItems = %v, want %d", e.MaxItems, MaxEndpointsPerSet)
+	}
+}
+
+// TestCRDListMaps checks the lists the apiserver keeps duplicate-free by key.
+func TestCRDListMaps(t *testing.T) {
+	for _, tc := range []struct {
+		file, path string
+		keys       []string
+	}{
+		{"poise.dev_endpointsets.yaml", "spec.endpoints", []string{"address", "port"}},
+		{"poise.dev_endpointsets.yaml", "status.health", []string{"address", "port"}},
+		{"poise.dev_upstreams.yaml", "status.conditions", []string{"type"}},
+		{"poise.dev_localities.yaml", "status.conditions", []string{"type"}},
+		{"poise.dev_endpointsets.yaml", "status.conditions", []string{"type"}},
+	} {
+		t.Run(tc.file+"/"+tc.path, func(t *testing.T) {
+			s := schemaAt(t, loadCRD(t, tc.file), tc.path)
+			if s.XListType == nil || *s.XListType != "map" {
+				t.Errorf("x-kubernetes-list-type = %v, want map", s.XListType)
+			}
+			if !slices.Equal(s.XListMapKeys, tc.keys) {
+				t.Errorf("x-kubernetes-list-map-keys = %v, want %v", s.XListMapKeys, tc.keys)
+			}
+			// A map key must be required (or defaulted) in every item.
+			for _, k := range tc.keys {
+				if !slices.Contains(s.Items.Schema.Required, k) {
+					t.Errorf("list map key %q is not required", k)
+				}
+			}
+		})
+	}
+}
+
+// TestCRDValidationRules checks that the CEL rules are in place. Their behaviour is
+// exercised against a real apiserver by the envtest suites.
+func TestCRDValidationRules(t *testing.T) {
+	for _, tc := range []struct {
+		file, path, ruleHas string
+	}{
+		{"poise.dev_upstreams.yaml", "spec.connectTimeout", "duration(self)"},
+		{"poise.dev_upstreams.yaml", "spec.endpointsFrom.service.port", "type(self) == int"},
+		{"poise.dev_endpointsets.yaml", "spec.endpoints[].address", "isIP(self)"},
+	} {
+		t.Run(tc.file+"/"+tc.path, func(t *testing.T) {
+			s := schemaAt(t, loadCRD(t, tc.file), tc.path)
+			for _, r := range s.XValidations {
+				if strings.Contains(r.Rule, tc.ruleHas) {
+					if r.Message == "" {
+						t.Errorf("rule %q has no message", r.Rule)
+					}
+					return
+				}
+			}
+			t.Errorf("no x-kubernetes-validations rule containing %q in %v", tc.ruleHas, s.XValidations)
+		})
+	}
+}

@@ -1,0 +1,86 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The apiserver applies the kubebuilder:default markers. Objects read without an
+// apiserver (manifest files, unit tests) get the same defaults from these methods.
+// Default fills only unset fields and never changes a set one.
+
+// Default fills the unset fields of the Upstream's spec with their defaults.
+func (u *Upstream) Default() { u.Spec.Default() }
+
+// Default fills the unset fields of the spec with their defaults.
+func (s *UpstreamSpec) Default() {
+	if s.OverprovisioningFactor == nil {
+		s.OverprovisioningFactor = ptr(DefaultOverprovisioningFactor)
+	}
+	if s.PanicThreshold == nil {
+		s.PanicThreshold = ptr(DefaultPanicThreshold)
+	}
+	if s.PanicMode == "" {
+		s.PanicMode = DefaultPanicMode
+	}
+	if s.DrainingCapacity == "" {
+		s.DrainingCapacity = DefaultDrainingCapacity
+	}
+	if s.HealthAdjustment == "" {
+		s.HealthAdjustment = DefaultHealthAdjustment
+	}
+	if s.LoadBalancing == "" {
+		s.LoadBalancing = DefaultLoadBalancing
+	}
+	if s.ConnectTimeout == nil {
+		s.ConnectTimeout = &metav1.Duration{Duration: DefaultConnectTimeout}
+	}
+	if s.Protocol == "" {
+		s.Protocol = DefaultProtocol
+	}
+}
+
+// Default fills the unset fields of the Locality's spec with their defaults.
+func (l *Locality) Default() { l.Spec.Default() }
+
+// Default fills the unset fields of the spec with their defaults.
+func (s *LocalitySpec) Default() {
+	if s.Priority == nil {
+		s.Priority = ptr(DefaultLocalityPriority)
+	}
+	if s.Weight == nil {
+		s.Weight = ptr(DefaultLocalityWeight)
+	}
+}
+
+// Default fills the unset fields of the EndpointSet's spec and status with their
+// defaults. spec.priority has no default: when absent it comes from a Locality.
+func (e *EndpointSet) Default() {
+	for i := range e.Spec.Endpoints {
+		e.Spec.Endpoints[i].Default()
+	}
+	for i := range e.Status.Health {
+		e.Status.Health[i].Default()
+	}
+}
+
+// Default fills the unset fields of the endpoint with their defaults.
+func (ep *Endpoint) Default() {
+	if ep.Weight == nil {
+		ep.Weight = ptr(DefaultEndpointWeight)
+	}
+	if ep.AdminState == "" {
+		ep.AdminState = DefaultAdminState
+	}
+}
+
+// Default fills the unset fields of the health entry with their defaults.
+func (h *EndpointHealth) Default() {
+	if h.Probe == "" {
+		h.Probe = DefaultProbeState
+	}
+	if h.Circuit == "" {
+		h.Circuit = DefaultCircuitState
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,300 @@
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// PanicMode says what an upstream does when every priority is in panic.
+// +kubebuilder:validation:Enum=UseAll;FailClosed
+type PanicMode string
+
+const (
+	// PanicModeUseAll routes to every configured Ready endpoint, ignoring health.
+	PanicModeUseAll PanicMode = "UseAll"
+	// PanicModeFailClosed drops the traffic of a priority in panic.
+	PanicModeFailClosed PanicMode = "FailClosed"
+)
+
+// DrainingCapacity says whether Draining endpoints count as configured capacity.
+// +kubebuilder:validation:Enum=Exclude;Include
+type DrainingCapacity string
+
+const (
+	// DrainingCapacityExclude leaves Draining endpoints out of configured capacity.
+	DrainingCapacityExclude DrainingCapacity = "Exclude"
+	// DrainingCapacityInclude counts Draining endpoints as configured (never eligible)
+	// capacity, so draining lowers a locality's availability.
+	DrainingCapacityInclude DrainingCapacity = "Include"
+)
+
+// HealthAdjustment says who applies health to priority and locality shares.
+// +kubebuilder:validation:Enum=ControlPlane;Proxy
+type HealthAdjustment string
+
+const (
+	// HealthAdjustmentControlPlane publishes health-adjusted locality weights computed
+	// by the control plane.
+	HealthAdjustmentControlPlane HealthAdjustment = "ControlPlane"
+	// HealthAdjustmentProxy publishes configured weights and health, and lets the
+	// proxy adjust shares itself.
+	HealthAdjustmentProxy HealthAdjustment = "Proxy"
+)
+
+// LoadBalancingPolicy is the endpoint-picking policy inside a locality.
+// +kubebuilder:validation:Enum=RoundRobin;LeastRequest;Random;RingHash;Maglev
+type LoadBalancingPolicy string
+
+const (
+	LoadBalancingRoundRobin   LoadBalancingPolicy = "RoundRobin"
+	LoadBalancingLeastRequest LoadBalancingPolicy = "LeastRequest"
+	LoadBalancingRandom       LoadBalancingPolicy = "Random"
+	LoadBalancingRingHash     LoadBalancingPolicy = "RingHash"
+	LoadBalancingMaglev       LoadBalancingPolicy = "Maglev"
+)
+
+// Protocol is the protocol the proxy speaks to an upstream's endpoints.
+// +kubebuilder:validation:Enum=HTTP1;HTTP2;GRPC;TCP
+type Protocol string
+
+const (
+	ProtocolHTTP1 Protocol = "HTTP1"
+	ProtocolHTTP2 Protocol = "HTTP2"
+	ProtocolGRPC  Protocol = "GRPC"
+	ProtocolTCP   Protocol = "TCP"
+)
+
+// Outcome is the routing outcome of an upstream's last computation.
+// +kubebuilder:validation:Enum=Routable;NoCapacity;PanicRejected
+type Outcome string
+
+const (
+	// OutcomeRoutable: the priority loads sum to 1000000.
+	OutcomeRoutable Outcome = "Routable"
+	// OutcomeNoCapacity: no endpoint can take traffic.
+	OutcomeNoCapacity Outcome = "NoCapacity"
+	// OutcomePanicRejected: every priority is in panic under FailClosed; all
+	// traffic is dropped.
+	OutcomePanicRejected Outcome = "PanicRejected"
+)
+
+// Defaults of UpstreamSpec. The kubebuilder:default markers must repeat them.
+const (
+	DefaultOverprovisioningFactor int32 = 140
+	DefaultPanicThreshold         int32 = 50
+	DefaultPanicMode                    = PanicModeUseAll
+	DefaultDrainingCapacity             = DrainingCapacityExclude
+	DefaultHealthAdjustment             = HealthAdjustmentControlPlane
+	DefaultLoadBalancing                = LoadBalancingRoundRobin
+	DefaultConnectTimeout               = 5 * time.Second
+	DefaultProtocol                     = ProtocolHTTP2
+)
+
+// UpstreamSpec is the desired state of an Upstream.
+type UpstreamSpec struct {
+	// overprovisioningFactor is Envoy's overprovisioning factor as an integer percent:
+	// 140 means 1.4, so a locality keeps its full share while at least 5/7 of its
+	// configured weight is selectable.
+	// +optional
+	// +kubebuilder:default=140
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	OverprovisioningFactor *int32 `json:"overprovisioningFactor,omitempty"`
+
+	// panicThreshold is an integer percent: a priority whose eligible weight falls
+	// below this share of its configured weight is in panic. 0 disables panic.
+	// +optional
+	// +kubebuilder:default=50
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	PanicThreshold *int32 `json:"panicThreshold,omitempty"`
+
+	// panicMode says what happens in panic: UseAll routes to every Ready endpoint
+	// regardless of health; FailClosed drops the traffic.
+	// +optional
+	// +kubebuilder:default=UseAll
+	PanicMode PanicMode `json:"panicMode,omitempty"`
+
+	// drainingCapacity says whether Draining endpoints count as configured capacity
+	// (Include) or not (Exclude).
+	// +optional
+	// +kubebuilder:default=Exclude
+	DrainingCapacity DrainingCapacity `json:"drainingCapacity,omitempty"`
+
+	// healthAdjustment says who applies health to locality shares: the control plane
+	// (published weights are health-adjusted) or the proxy.
+	// +optional
+	// +kubebuilder:default=ControlPlane
+	HealthAdjustment HealthAdjustment `json:"healthAdjustment,omitempty"`
+
+	// loadBalancing is the endpoint-picking policy inside a locality.
+	// +optional
+	// +kubebuilder:default=RoundRobin
+	LoadBalancing LoadBalancingPolicy `json:"loadBalancing,omitempty"`
+
+	// connectTimeout is the proxy's TCP connect timeout, above 0s and at most 1h.
+	// +optional
+	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('1h')",message="connectTimeout must be above 0s and at most 1h"
+	ConnectTimeout *metav1.Duration `json:"connectTimeout,omitempty"`
+
+	// protocol is the protocol the proxy speaks to the endpoints.
+	// +optional
+	// +kubebuilder:default=HTTP2
+	Protocol Protocol `json:"protocol,omitempty"`
+
+	// endpointsFrom imports endpoints from another source in addition to the
+	// EndpointSets that name this Upstream.
+	// +optional
+	EndpointsFrom *EndpointsFrom `json:"endpointsFrom,omitempty"`
+}
+
+// EndpointsFrom names where an Upstream imports endpoints from.
+type EndpointsFrom struct {
+	// service imports the EndpointSlices of a Kubernetes Service in the same
+	// namespace. An endpoint's locality comes from the topology.kubernetes.io/region
+	// and topology.kubernetes.io/zone labels of its node; ready becomes Ready,
+	// serving and terminating becomes Draining, anything else Unavailable.
+	// +required
+	Service ServiceReference `json:"service"`
+}
+
+// ServiceReference names a port of a Kubernetes Service in the same namespace.
+type ServiceReference struct {
+	// name is the Service's name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// port is the Service port, by number (1-65535) or by name.
+	// +required
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="port must be a number in 1-65535 or a port name (at most 15 lowercase letters, digits and single hyphens, with at least one letter)"
+	Port intstr.IntOrString `json:"port"`
+}
+
+// PriorityStatus is the computed state of one priority of an Upstream. Every figure
+// is in millionths: 1000000 is 100 %.
+type PriorityStatus struct {
+	// priority is the priority, 0 the most preferred.
+	Priority int32 `json:"priority"`
+	// health is the priority's health in millionths (the share of its configured
+	// weight that is eligible, times the overprovisioning factor, capped at 1000000).
+	Health int64 `json:"health"`
+	// load is the share of the upstream's traffic sent to this priority, in millionths.
+	Load int64 `json:"load"`
+	// inPanic is true when the priority is in panic.
+	InPanic bool `json:"inPanic"`
+	// droppedMillionths is the share of the upstream's traffic this priority drops,
+	// in millionths.
+	// +optional
+	DroppedMillionths int64 `json:"droppedMillionths,omitempty"`
+}
+
+// LocalityStatus is the computed state of one locality of an Upstream. Every figure
+// is in millionths: 1000000 is 100 %.
+type LocalityStatus struct {
+	// priority is the locality's priority.
+	Priority int32 `json:"priority"`
+
+	LocalityID `json:",inline"`
+
+	// localityWeight is the configured locality weight (not in millionths).
+	LocalityWeight int64 `json:"localityWeight"`
+	// availability is the share of the locality's configured weight that is
+	// selectable, times the overprovisioning factor, capped at 1000000, in millionths.
+	Availability int64 `json:"availability"`
+	// effectiveWeight is localityWeight times availability (so its unit is
+	// weight-millionths).
+	EffectiveWeight int64 `json:"effectiveWeight"`
+	// traffic is the share of the upstream's traffic sent to this locality, in
+	// millionths.
+	Traffic int64 `json:"traffic"`
+}
+
+// UpstreamStatus is the observed state of an Upstream.
+type UpstreamStatus struct {
+	// observedGeneration is the generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// revision is the topology revision whose computation this status shows and
+	// that was published to xDS.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+
+	// conditions are Accepted and Programmed.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// outcome is Routable, NoCapacity or PanicRejected.
+	// +optional
+	Outcome Outcome `json:"outcome,omitempty"`
+
+	// droppedMillionths is the share of the upstream's traffic dropped, in millionths.
+	// +optional
+	DroppedMillionths int64 `json:"droppedMillionths,omitempty"`
+
+	// priorities holds each priority's health and load, in ascending priority.
+	// Figures are in millionths.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	Priorities []PriorityStatus `json:"priorities,omitempty"`
+
+	// localities holds each locality's availability, effective weight and traffic,
+	// sorted by (priority, region, zone, subZone). Figures are in millionths.
+	// +optional
+	// +listType=atomic
+	Localities []LocalityStatus `json:"localities,omitempty"`
+}
+
+// Upstream is one Envoy cluster: its load-balancing parameters and, optionally, a
+// Kubernetes Service to import endpoints from. Locality and EndpointSet objects in
+// the same namespace name it in spec.upstream.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=ups,categories=poise
+// +kubebuilder:printcolumn:name="Protocol",type=string,JSONPath=`.spec.protocol`
+// +kubebuilder:printcolumn:name="LB",type=string,JSONPath=`.spec.loadBalancing`
+// +kubebuilder:printcolumn:name="Outcome",type=string,JSONPath=`.status.outcome`
+// +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.revision`
+// +kubebuilder:printcolumn:name="Accepted",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].status`
+// +kubebuilder:printcolumn:name="Programmed",type=string,JSONPath=`.status.conditions[?(@.type=="Programmed")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Upstream struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired state of the Upstream.
+	// +optional
+	// +kubebuilder:default={}
+	Spec UpstreamSpec `json:"spec,omitempty"`
+
+	// status is the observed state of the Upstream.
+	// +optional
+	Status UpstreamStatus `json:"status,omitempty"`
+}
+
+// UpstreamList is a list of Upstreams.
+//
+// +kubebuilder:object:root=true
+type UpstreamList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Upstream `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Upstream{}, &UpstreamList{})
+}

@@ -1,0 +1,409 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"poise.dev/poise/pkg/explain"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+const examples = "../../examples"
+
+// runCLI runs the command line in-process.
+func runCLI(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// checkNoCrash fails if stderr mentions "panic" or "goroutine" anywhere
+// but in the field names panicThreshold and panicMode.
+func checkNoCrash(t *testing.T, stderr string) {
+	t.Helper()
+	rest := strings.NewReplacer("panicThreshold", "", "panicMode", "").Replace(stderr)
+	for _, s := range []string{"panic", "goroutine"} {
+		if strings.Contains(rest, s) {
+			t.Errorf("stderr contains %q:\n%s", s, stderr)
+		}
+	}
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd/controlplane -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (run go test ./cmd/controlplane -update after checking the change):\n%s", path, diff(string(want), got))
+	}
+}
+
+// diff shows the first differing line of two texts.
+func diff(want, got string) string {
+	wl, gl := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < len(wl) || i < len(gl); i++ {
+		var w, g string
+		if i < len(wl) {
+			w = wl[i]
+		}
+		if i < len(gl) {
+			g = gl[i]
+		}
+		if w != g {
+			return "line " + strconv.Itoa(i+1) + ":\n want: " + w + "\n  got: " + g
+		}
+	}
+	return "(identical lines; trailing difference)"
+}
+
+func TestGolden(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"explain", []string{"explain", "-f", examples}},
+		{"explain-json", []string{"explain", "-f", examples, "-o", "json"}},
+		{"explain-checkout-simulate", []string{"explain", "-f", examples, "--upstream", "shop/checkout", "--simulate", "20000", "--seed", "7"}},
+		{"validate", []string{"validate", "-f", examples}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(tc.args...)
+			if code != exitOK {
+				t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+			}
+			if stderr != "" {
+				t.Errorf("unexpected stderr:\n%s", stderr)
+			}
+			golden(t, tc.name, stdout)
+		})
+	}
+}
+
+// TestDeterministic: the same input gives byte-identical output, so the
+// golden files are meaningful.
+func TestDeterministic(t *testing.T) {
+	for _, args := range [][]string{
+		{"explain", "-f", examples, "-o", "json", "--simulate", "1000", "--seed", "3"},
+		{"explain", "-f", examples},
+	} {
+		_, first, _ := runCLI(args...)
+		for i := 0; i < 3; i++ {
+			if _, again, _ := runCLI(args...); again != first {
+				t.Fatalf("%v: output changed between runs", args)
+			}
+		}
+	}
+	// Files given one by one, in either order, explain the same topology.
+	_, a, _ := runCLI("explain", "-f", examples+"/catalog.yaml", "-f", examples+"/checkout.yaml")
+	_, b, _ := runCLI("explain", "-f", examples+"/checkout.yaml,"+examples+"/catalog.yaml")
+	_, c, _ := runCLI("explain", "-f", examples)
+	if a != b || a != c {
+		t.Errorf("explain depends on how the files are given")
+	}
+}
+
+func TestExplainJSON(t *testing.T) {
+	code, stdout, stderr := runCLI("explain", "-f", examples, "-o", "json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	dec.DisallowUnknownFields()
+	var rep explain.Report
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatalf("JSON does not decode into explain.Report: %v", err)
+	}
+	if rep.Revision != 1 {
+		t.Errorf("revision %d, want 1", rep.Revision)
+	}
+	if len(rep.Upstreams) < 2 {
+		t.Fatalf("%d upstreams, want at least 2", len(rep.Upstreams))
+	}
+	routable := 0
+	for _, u := range rep.Upstreams {
+		if u.Outcome != "Routable" {
+			continue
+		}
+		routable++
+		var sum, load, traffic uint64
+		for _, p := range u.Priorities {
+			load += p.Load
+			for _, l := range p.Localities {
+				traffic += l.Traffic
+				var inLocality uint64
+				for _, e := range l.Endpoints {
+					sum += e.Share
+					inLocality += e.Share
+					if !e.Selectable && e.Share != 0 {
+						t.Errorf("%s/%s %s:%d: not selectable but share %d", u.Namespace, u.Name, e.Address, e.Port, e.Share)
+					}
+				}
+				if inLocality != l.Traffic {
+					t.Errorf("%s/%s locality %s/%s: endpoint shares sum to %d, traffic %d", u.Namespace, u.Name, l.Region, l.Zone, inLocality, l.Traffic)
+				}
+			}
+		}
+		if sum+u.DroppedMillionths != 1_000_000 {
+			t.Errorf("%s/%s: endpoint shares %d + dropped %d = %d, want 1000000", u.Namespace, u.Name, sum, u.DroppedMillionths, sum+u.DroppedMillionths)
+		}
+		if load != 1_000_000 {
+			t.Errorf("%s/%s: priority loads sum to %d, want 1000000", u.Namespace, u.Name, load)
+		}
+	}
+	if routable == 0 {
+		t.Error("no Routable upstream in the examples")
+	}
+
+	// The JSON and the text describe the same report.
+	_, text, _ := runCLI("explain", "-f", examples)
+	var buf bytes.Buffer
+	if err := explain.WriteText(&buf, rep); err != nil {
+		t.Fatal(err)
+	}
+	if buf.String() != text {
+		t.Error("text rendered from the decoded JSON differs from `explain` text output")
+	}
+}
+
+func TestSimulateJSON(t *testing.T) {
+	code, stdout, stderr := runCLI("explain", "-f", examples, "--upstream", "shop/checkout", "-o", "json", "--simulate", "20000", "--seed", "7")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep explain.Report
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Upstreams) != 1 || rep.Upstreams[0].Name != "checkout" || rep.Upstreams[0].Namespace != "shop" {
+		t.Fatalf("upstreams = %+v, want only shop/checkout", rep.Upstreams)
+	}
+	u := rep.Upstreams[0]
+	if u.Simulation == nil || u.Simulation.Picks != 20000 || u.Simulation.Seed != 7 {
+		t.Fatalf("simulation = %+v", u.Simulation)
+	}
+	total := u.Simulation.Dropped
+	for _, p := range u.Priorities {
+		for _, l := range p.Localities {
+			if l.Observed == nil {
+				t.Fatal("locality without observed count")
+			}
+			var eps uint64
+			for _, e := range l.Endpoints {
+				if e.Observed == nil {
+					t.Fatal("endpoint without observed count")
+				}
+				if !e.Selectable && *e.Observed != 0 {
+					t.Errorf("%s:%d is not selectable but was picked %d times", e.Address, e.Port, *e.Observed)
+				}
+				eps += *e.Observed
+			}
+			if eps != *l.Observed {
+				t.Errorf("locality %s: endpoints observed %d, locality %d", l.Zone, eps, *l.Observed)
+			}
+			total += *l.Observed
+		}
+	}
+	if total != 20000 {
+		t.Errorf("observed picks sum to %d, want 20000", total)
+	}
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	code, stdout, stderr := runCLI("version")
+	if code != exitOK || !strings.HasPrefix(stdout, "controlplane dev (go") || stderr != "" {
+		t.Errorf("version: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	for _, h := range []string{"help", "-h", "--help"} {
+		code, stdout, _ := runCLI(h)
+		if code != exitOK || !strings.Contains(stdout, "usage: controlplane") {
+			t.Errorf("%s: exit %d, stdout %q", h, code, stdout)
+		}
+	}
+}
+
+func TestValidateWarnsAboutOrphans(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "orphan.yaml", locality("l", "missing", 0, "eu", 1))
+	code, stdout, stderr := runCLI("validate", "-f", dir)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	want := "valid: 1 object(s), 0 upstream(s), 0 endpoint(s)\nwarning: Locality shop/l names an upstream that does not exist; it is ignored until it does\n"
+	if stdout != want {
+		t.Errorf("stdout:\n%s\nwant:\n%s", stdout, want)
+	}
+}
+
+func write(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func upstream(name string) string {
+	return "apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: " + name + ", namespace: shop}\n"
+}
+
+func locality(name, up string, prio int, zone string, weight int) string {
+	return "apiVersion: poise.dev/v1alpha1\nkind: Locality\nmetadata: {name: " + name + ", namespace: shop}\n" +
+		"spec: {upstream: " + up + ", priority: " + strconv.Itoa(prio) + ", region: eu, zone: " + zone + ", weight: " + strconv.Itoa(weight) + "}\n"
+}
+
+func endpointSet(name, up, zone, endpoints string) string {
+	return "apiVersion: poise.dev/v1alpha1\nkind: EndpointSet\nmetadata: {name: " + name + ", namespace: shop}\n" +
+		"spec:\n  upstream: " + up + "\n  locality: {region: eu, zone: " + zone + "}\n  endpoints: " + endpoints + "\n"
+}
+
+func TestErrors(t *testing.T) {
+	dir := t.TempDir()
+	invalid := write(t, dir, "invalid.yaml", upstream("web")+"---\n"+
+		endpointSet("web-a", "web", "a", "[{address: 10.0.0.1, port: 80, weight: 0}]"))
+	unknownField := write(t, dir, "typo.yaml", upstream("web")+"spec: {protcol: GRPC}\n")
+	// Two Locality objects for the same group with different weights, in two files.
+	conflict := filepath.Join(dir, "conflict")
+	if err := os.Mkdir(conflict, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	first := write(t, conflict, "a.yaml", upstream("web")+"---\n"+locality("web-a1", "web", 1, "a", 2)+"---\n"+
+		endpointSet("web-a", "web", "a", "[{address: 10.0.0.1, port: 80}]"))
+	second := write(t, conflict, "b.yaml", "# the same group again\n"+locality("web-a2", "web", 1, "a", 3))
+	duplicate := write(t, dir, "dup.yaml", upstream("web")+"---\n"+
+		endpointSet("web-a", "web", "a", "[{address: 10.0.0.1, port: 80}]")+"---\n"+
+		endpointSet("web-b", "web", "b", "[{address: 10.0.0.1, port: 80}]"))
+	valid := write(t, dir, "valid.yaml", upstream("web"))
+	missing := filepath.Join(dir, "does-not-exist.yaml")
+
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr []string // each must appear in stderr
+	}{
+		{"no args", nil, exitUsage, []string{"usage: controlplane"}},
+		{"unknown command", []string{"serve-all"}, exitUsage, []string{`unknown command "serve-all"`, "usage: controlplane"}},
+		{"explain without -f", []string{"explain"}, exitInvalid, []string{"-f PATH is required"}},
+		{"validate without -f", []string{"validate"}, exitInvalid, []string{"-f PATH is required"}},
+		{"empty -f", []string{"validate", "-f", ""}, exitInvalid, []string{"-f PATH is required"}},
+		{"bad -o", []string{"explain", "-f", examples, "-o", "yaml"}, exitUsage, []string{`-o "yaml": want text or json`}},
+		{"unknown flag", []string{"explain", "--frobnicate"}, exitUsage, []string{"flag provided but not defined: -frobnicate"}},
+		{"positional argument", []string{"explain", "-f", examples, "extra.yaml"}, exitUsage, []string{`unexpected argument "extra.yaml"`}},
+		{"bad --simulate", []string{"explain", "-f", examples, "--simulate", "-1"}, exitUsage, []string{"invalid value"}},
+		{"too many picks", []string{"explain", "-f", examples, "--simulate", "1000000001"}, exitUsage, []string{"at most 1000000000 picks"}},
+		{"nonexistent file", []string{"validate", "-f", missing}, exitInvalid, []string{missing, "no such file"}},
+		{"nonexistent file explain", []string{"explain", "-f", valid, "-f", missing}, exitInvalid, []string{missing}},
+		{"invalid manifest", []string{"validate", "-f", invalid}, exitInvalid,
+			[]string{"invalid manifests", invalid + ": document 2 (EndpointSet shop/web-a): spec.endpoints[0].weight: Invalid value: 0"}},
+		{"invalid manifest explain", []string{"explain", "-f", invalid}, exitInvalid,
+			[]string{invalid, "document 2", "EndpointSet shop/web-a", "spec.endpoints[0].weight"}},
+		{"unknown field", []string{"validate", "-f", unknownField}, exitInvalid,
+			[]string{unknownField + ": document 1 (Upstream shop/web)", "spec.protcol: unknown field"}},
+		{"inconsistent topology", []string{"validate", "-f", conflict}, exitInvalid, []string{
+			"the topology is rejected",
+			"upstream shop/web: InconsistentTopology",
+			"involves Locality shop/web-a1 (" + first + " document 2)",
+			"involves Locality shop/web-a2 (" + second + " document 1)",
+		}},
+		{"inconsistent topology explain", []string{"explain", "-f", conflict, "-o", "json"}, exitInvalid,
+			[]string{"InconsistentTopology", "Locality shop/web-a1", first, "Locality shop/web-a2", second}},
+		{"duplicate endpoint across sets", []string{"validate", "-f", duplicate}, exitInvalid,
+			[]string{"DuplicateEndpoint", "EndpointSet shop/web-a (" + duplicate + " document 2)", "EndpointSet shop/web-b (" + duplicate + " document 3)"}},
+		{"unknown upstream", []string{"explain", "-f", examples, "--upstream", "shop/nope"}, exitInvalid, []string{"--upstream shop/nope: no such upstream"}},
+		{"unknown upstream, default namespace", []string{"explain", "-f", examples, "--upstream", "checkout"}, exitInvalid, []string{"--upstream default/checkout: no such upstream"}},
+		{"malformed --upstream", []string{"explain", "-f", examples, "--upstream", "a/b/c"}, exitUsage, []string{`"a/b/c": want NAMESPACE/NAME`}},
+		{"empty namespace in --upstream", []string{"explain", "-f", examples, "--upstream", "/checkout"}, exitUsage, []string{"want NAMESPACE/NAME"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(tc.args...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr)
+			}
+			for _, s := range tc.stderr {
+				if !strings.Contains(stderr, s) {
+					t.Errorf("stderr lacks %q:\n%s", s, stderr)
+				}
+			}
+			if stdout != "" {
+				t.Errorf("stdout should be empty on failure, got:\n%s", stdout)
+			}
+			checkNoCrash(t, stderr)
+		})
+	}
+}
+
+// TestBinary builds the real command and runs it, checking exit codes as a
+// shell sees them.
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool in PATH")
+	}
+	bin := filepath.Join(t.TempDir(), "controlplane")
+	build := exec.Command(goTool, "build", "-ldflags", "-X main.version=v0.0.0-test", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	invalid := write(t, t.TempDir(), "bad.yaml", upstream("web")+"spec: {panicThreshold: 101}\n")
+	tests := []struct {
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{[]string{"explain", "-f", examples}, 0, "Upstream shop/checkout", ""},
+		{[]string{"version"}, 0, "controlplane v0.0.0-test", ""},
+		{[]string{"validate", "-f", invalid}, 1, "", invalid + ": document 1 (Upstream shop/web): spec.panicThreshold"},
+		{[]string{"bogus"}, 2, "", "unknown command"},
+	}
+	for _, tc := range tests {
+		cmd := exec.Command(bin, tc.args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			code = exitErr.ExitCode()
+		} else if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if code != tc.code {
+			t.Errorf("%v: exit %d, want %d; stderr:\n%s", tc.args, code, tc.code, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), tc.stdout) {
+			t.Errorf("%v: stdout lacks %q:\n%s", tc.args, tc.stdout, stdout.String())
+		}
+		if !strings.Contains(stderr.String(), tc.stderr) {
+			t.Errorf("%v: stderr lacks %q:\n%s", tc.args, tc.stderr, stderr.String())
+		}
+		checkNoCrash(t, stderr.String())
+	}
+}

@@ -1,0 +1,303 @@
+package convert
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/weights"
+)
+
+const defaultNamespace = "default"
+
+var (
+	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+)
+
+// Key returns the object's namespaced key, with the namespace defaulted as
+// kubectl does.
+func Key(ns, name string) topology.Key {
+	if ns == "" {
+		ns = defaultNamespace
+	}
+	return topology.Key{Namespace: ns, Name: name}
+}
+
+func validateMeta(m metav1.ObjectMeta) field.ErrorList {
+	var errs field.ErrorList
+	p := field.NewPath("metadata", "name")
+	switch {
+	case m.Name == "":
+		errs = append(errs, field.Required(p, "every object needs a name"))
+	case len(m.Name) > 253 || !dnsSubdomain.MatchString(m.Name):
+		errs = append(errs, field.Invalid(p, m.Name, "must be a lowercase RFC 1123 subdomain"))
+	}
+	// An empty namespace is defaulted; any other must be a namespace name.
+	if ns := m.Namespace; ns != "" && (len(ns) > 63 || !dnsLabel.MatchString(ns)) {
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "namespace"), ns, "must be a lowercase RFC 1123 label"))
+	}
+	return errs
+}
+
+func inRange(errs field.ErrorList, p *field.Path, v, lo, hi int64) field.ErrorList {
+	if v < lo || v > hi {
+		errs = append(errs, field.Invalid(p, v, fmt.Sprintf("must be between %d and %d", lo, hi)))
+	}
+	return errs
+}
+
+func oneOf[T ~string](errs field.ErrorList, p *field.Path, v T, allowed ...T) field.ErrorList {
+	for _, a := range allowed {
+		if v == a {
+			return errs
+		}
+	}
+	vals := make([]string, len(allowed))
+	for i, a := range allowed {
+		vals[i] = string(a)
+	}
+	return append(errs, field.NotSupported(p, string(v), vals))
+}
+
+func validateLocalityID(errs field.ErrorList, p *field.Path, l v1alpha1.LocalityID) field.ErrorList {
+	for _, f := range []struct{ name, v string }{{"region", l.Region}, {"zone", l.Zone}, {"subZone", l.SubZone}} {
+		// The schema's maxLength counts characters, not bytes.
+		if utf8.RuneCountInString(f.v) > 128 {
+			errs = append(errs, field.TooLong(p.Child(f.name), f.v, 128))
+		}
+	}
+	return errs
+}
+
+func validateUpstreamRef(errs field.ErrorList, p *field.Path, name string) field.ErrorList {
+	if name == "" {
+		return append(errs, field.Required(p, "names the Upstream in the same namespace"))
+	}
+	if len(name) > 253 || !dnsSubdomain.MatchString(name) {
+		return append(errs, field.Invalid(p, name, "must be an Upstream name (lowercase RFC 1123 subdomain)"))
+	}
+	return errs
+}
+
+// Upstream validates and converts an Upstream, applying the CRD defaults.
+func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
+	u := in.DeepCopy()
+	u.Default()
+	s := u.Spec
+	sp := field.NewPath("spec")
+	errs := validateMeta(u.ObjectMeta)
+	errs = inRange(errs, sp.Child("overprovisioningFactor"), int64(*s.OverprovisioningFactor), 1, 1000)
+	errs = inRange(errs, sp.Child("panicThreshold"), int64(*s.PanicThreshold), 0, 100)
+	errs = oneOf(errs, sp.Child("panicMode"), s.PanicMode, v1alpha1.PanicModeUseAll, v1alpha1.PanicModeFailClosed)
+	errs = oneOf(errs, sp.Child("drainingCapacity"), s.DrainingCapacity, v1alpha1.DrainingCapacityExclude, v1alpha1.DrainingCapacityInclude)
+	errs = oneOf(errs, sp.Child("healthAdjustment"), s.HealthAdjustment, v1alpha1.HealthAdjustmentControlPlane, v1alpha1.HealthAdjustmentProxy)
+	errs = oneOf(errs, sp.Child("loadBalancing"), s.LoadBalancing, v1alpha1.LoadBalancingRoundRobin, v1alpha1.LoadBalancingLeastRequest,
+		v1alpha1.LoadBalancingRandom, v1alpha1.LoadBalancingRingHash, v1alpha1.LoadBalancingMaglev)
+	errs = oneOf(errs, sp.Child("protocol"), s.Protocol, v1alpha1.ProtocolHTTP1, v1alpha1.ProtocolHTTP2, v1alpha1.ProtocolGRPC, v1alpha1.ProtocolTCP)
+	if d := s.ConnectTimeout.Duration; d <= 0 || d > time.Hour {
+		errs = append(errs, field.Invalid(sp.Child("connectTimeout"), s.ConnectTimeout.Duration.String(), "must be greater than 0s and at most 1h"))
+	}
+	var svc *topology.ServiceRef
+	if s.EndpointsFrom != nil {
+		p := sp.Child("endpointsFrom", "service")
+		ref := s.EndpointsFrom.Service
+		if ref.Name == "" || len(ref.Name) > 63 || !dnsLabel.MatchString(ref.Name) {
+			errs = append(errs, field.Invalid(p.Child("name"), ref.Name, "must be a Service name (lowercase RFC 1123 label)"))
+		}
+		switch ref.Port.Type {
+		case intstr.Int:
+			errs = inRange(errs, p.Child("port"), int64(ref.Port.IntVal), 1, 65535)
+		default:
+			if !isPortName(ref.Port.StrVal) {
+				errs = append(errs, field.Invalid(p.Child("port"), ref.Port.StrVal, "must be a port number 1..65535 or a port name"))
+			}
+		}
+		svc = &topology.ServiceRef{Name: ref.Name, Port: ref.Port.String()}
+	}
+	if len(errs) > 0 {
+		return topology.Upstream{}, errs
+	}
+	pm := weights.UseAll
+	if s.PanicMode == v1alpha1.PanicModeFailClosed {
+		pm = weights.FailClosed
+	}
+	dc := weights.ExcludeDraining
+	if s.DrainingCapacity == v1alpha1.DrainingCapacityInclude {
+		dc = weights.IncludeDraining
+	}
+	return topology.Upstream{
+		Key: Key(u.Namespace, u.Name),
+		Policy: weights.Policy{
+			OverprovisioningFactor: uint32(*s.OverprovisioningFactor),
+			PanicThreshold:         uint32(*s.PanicThreshold),
+			PanicMode:              pm,
+			DrainingCapacity:       dc,
+		},
+		HealthAdjustment: topology.HealthAdjustment(s.HealthAdjustment),
+		LoadBalancing:    string(s.LoadBalancing),
+		ConnectTimeout:   s.ConnectTimeout.Duration,
+		Protocol:         string(s.Protocol),
+		Service:          svc,
+	}, nil
+}
+
+// Locality validates and converts a Locality, applying the CRD defaults.
+func Locality(in *v1alpha1.Locality) (topology.Locality, field.ErrorList) {
+	l := in.DeepCopy()
+	l.Default()
+	sp := field.NewPath("spec")
+	errs := validateMeta(l.ObjectMeta)
+	errs = validateUpstreamRef(errs, sp.Child("upstream"), l.Spec.Upstream)
+	errs = inRange(errs, sp.Child("priority"), int64(*l.Spec.Priority), 0, int64(v1alpha1.MaxPriority))
+	errs = inRange(errs, sp.Child("weight"), *l.Spec.Weight, v1alpha1.MinWeight, v1alpha1.MaxWeight)
+	errs = validateLocalityID(errs, sp, l.Spec.LocalityID)
+	if len(errs) > 0 {
+		return topology.Locality{}, errs
+	}
+	return topology.Locality{
+		Key:      Key(l.Namespace, l.Name),
+		Upstream: l.Spec.Upstream,
+		Priority: uint32(*l.Spec.Priority),
+		Locality: locality(l.Spec.LocalityID),
+		Weight:   uint64(*l.Spec.Weight),
+	}, nil
+}
+
+func locality(l v1alpha1.LocalityID) weights.Locality {
+	return weights.Locality{Region: l.Region, Zone: l.Zone, SubZone: l.SubZone}
+}
+
+var (
+	adminStates = map[v1alpha1.AdminState]weights.AdminState{
+		v1alpha1.AdminStateReady: weights.Ready, v1alpha1.AdminStateDraining: weights.Draining, v1alpha1.AdminStateUnavailable: weights.Unavailable,
+	}
+	probeStates = map[v1alpha1.ProbeState]weights.ProbeHealth{
+		v1alpha1.ProbeHealthy: weights.ProbeHealthy, v1alpha1.ProbeUnhealthy: weights.ProbeUnhealthy, v1alpha1.ProbeUnknown: weights.ProbeUnknown,
+	}
+	circuitStates = map[v1alpha1.CircuitState]weights.CircuitState{
+		v1alpha1.CircuitClosed: weights.CircuitClosed, v1alpha1.CircuitOpen: weights.CircuitOpen,
+	}
+)
+
+type addrPort struct {
+	addr string
+	port int32
+}
+
+// EndpointSet validates and converts an EndpointSet, applying the CRD
+// defaults. Health reported in its status is attached to the endpoints it
+// names, with the set's status as the origin; health for an address that is
+// not in the spec is an error, as it would silently do nothing.
+func EndpointSet(in *v1alpha1.EndpointSet) (topology.EndpointSet, field.ErrorList) {
+	s := in.DeepCopy()
+	s.Default()
+	sp := field.NewPath("spec")
+	errs := validateMeta(s.ObjectMeta)
+	errs = validateUpstreamRef(errs, sp.Child("upstream"), s.Spec.Upstream)
+	errs = validateLocalityID(errs, sp.Child("locality"), s.Spec.Locality)
+	var prio *uint32
+	if s.Spec.Priority != nil {
+		errs = inRange(errs, sp.Child("priority"), int64(*s.Spec.Priority), 0, int64(v1alpha1.MaxPriority))
+		p := uint32(*s.Spec.Priority)
+		prio = &p
+	}
+	if n := len(s.Spec.Endpoints); n > v1alpha1.MaxEndpointsPerSet {
+		errs = append(errs, field.TooMany(sp.Child("endpoints"), n, v1alpha1.MaxEndpointsPerSet))
+	}
+	key := Key(s.Namespace, s.Name)
+	out := topology.EndpointSet{
+		Key: key, Kind: topology.KindEndpointSet, Upstream: s.Spec.Upstream,
+		Locality: locality(s.Spec.Locality), Priority: prio,
+	}
+	seen := map[addrPort]int{}
+	for i, e := range s.Spec.Endpoints {
+		p := sp.Child("endpoints").Index(i)
+		errs = validateAddress(errs, p.Child("address"), e.Address)
+		errs = inRange(errs, p.Child("port"), int64(e.Port), 1, 65535)
+		errs = inRange(errs, p.Child("weight"), *e.Weight, v1alpha1.MinWeight, v1alpha1.MaxWeight)
+		admin, ok := adminStates[e.AdminState]
+		if !ok {
+			errs = oneOf(errs, p.Child("adminState"), e.AdminState, v1alpha1.AdminStateReady, v1alpha1.AdminStateDraining, v1alpha1.AdminStateUnavailable)
+		}
+		k := addrPort{e.Address, e.Port}
+		if j, dup := seen[k]; dup {
+			errs = append(errs, field.Duplicate(p, fmt.Sprintf("%s port %d (also endpoints[%d])", e.Address, e.Port, j)))
+		}
+		seen[k] = i
+		out.Endpoints = append(out.Endpoints, topology.Endpoint{
+			Address: e.Address, Port: uint32(e.Port), Weight: uint64(*e.Weight), Admin: admin,
+		})
+	}
+	origin := fmt.Sprintf("EndpointSet %s status", key)
+	hp := field.NewPath("status", "health")
+	healthSeen := map[addrPort]bool{}
+	for i, h := range s.Status.Health {
+		p := hp.Index(i)
+		k := addrPort{h.Address, h.Port}
+		j, ok := seen[k]
+		switch {
+		case !ok:
+			errs = append(errs, field.NotFound(p, fmt.Sprintf("%s port %d is not in spec.endpoints", h.Address, h.Port)))
+			continue
+		case healthSeen[k]:
+			errs = append(errs, field.Duplicate(p, fmt.Sprintf("%s port %d", h.Address, h.Port)))
+			continue
+		}
+		healthSeen[k] = true
+		probe, pok := probeStates[h.Probe]
+		if !pok {
+			errs = oneOf(errs, p.Child("probe"), h.Probe, v1alpha1.ProbeHealthy, v1alpha1.ProbeUnhealthy, v1alpha1.ProbeUnknown)
+		}
+		circuit, cok := circuitStates[h.Circuit]
+		if !cok {
+			errs = oneOf(errs, p.Child("circuit"), h.Circuit, v1alpha1.CircuitClosed, v1alpha1.CircuitOpen)
+		}
+		if j < len(out.Endpoints) {
+			out.Endpoints[j].Health = topology.Health{
+				Probe: probe, ProbeOrigin: origin,
+				Circuit: circuit, CircuitOrigin: origin,
+				Ejected: h.OutlierEjected, OutlierOrigin: origin,
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return topology.EndpointSet{}, errs
+	}
+	return out, nil
+}
+
+func validateAddress(errs field.ErrorList, p *field.Path, a string) field.ErrorList {
+	switch {
+	case a == "":
+		return append(errs, field.Required(p, "an IP address or DNS name"))
+	case len(a) > 253:
+		return append(errs, field.TooLong(p, a, 253))
+	case !isIP(a) && !dnsSubdomain.MatchString(a):
+		return append(errs, field.Invalid(p, a, "address must be an IP address or a lowercase DNS name (RFC 1123 subdomain)"))
+	}
+	return errs
+}
+
+// isIP is CEL's isIP(): an IPv4 or IPv6 address without a zone and not
+// IPv4-mapped.
+func isIP(s string) bool {
+	a, err := netip.ParseAddr(s)
+	return err == nil && a.Zone() == "" && !a.Is4In6()
+}
+
+// isPortName is the CRD rule for a named port: at most 15 lowercase letters,
+// digits and single hyphens, with at least one letter, starting and ending
+// alphanumeric.
+func isPortName(s string) bool {
+	return len(s) <= 15 && dnsLabel.MatchString(s) && strings.ContainsAny(s, "abcdefghijklmnopqrstuvwxyz") && !strings.Contains(s, "--")
+}

@@ -1,0 +1,207 @@
+package explain
+
+import (
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/weights"
+)
+
+// Report is the explanation of a snapshot. Its JSON field names are a
+// stable interface documented in docs/explain.md.
+type Report struct {
+	Revision  uint64     `json:"revision"`
+	Upstreams []Upstream `json:"upstreams"`
+	// Orphans are objects whose upstream does not exist.
+	Orphans []string `json:"orphans,omitempty"`
+}
+
+// Upstream explains one upstream. Figures named *Millionths, health,
+// availability, load, share and traffic are millionths (1000000 = 100 %).
+type Upstream struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Policy    Policy `json:"policy"`
+	// SplitBy says whose math the published split follows: "ControlPlane"
+	// (these figures, exactly) or "Proxy" (Envoy applies its own math to
+	// the published topology; these figures are what the control plane would do).
+	SplitBy                     string      `json:"splitBy"`
+	Outcome                     string      `json:"outcome"`
+	NormalizedTotalAvailability uint64      `json:"normalizedTotalAvailability"`
+	TotalPanic                  bool        `json:"totalPanic"`
+	DroppedMillionths           uint64      `json:"droppedMillionths"`
+	Priorities                  []Priority  `json:"priorities"`
+	Simulation                  *Simulation `json:"simulation,omitempty"`
+}
+
+// Policy is the upstream's computation knobs.
+type Policy struct {
+	OverprovisioningFactor uint32 `json:"overprovisioningFactor"`
+	PanicThreshold         uint32 `json:"panicThreshold"`
+	PanicMode              string `json:"panicMode"`
+	DrainingCapacity       string `json:"drainingCapacity"`
+	HealthAdjustment       string `json:"healthAdjustment"`
+}
+
+// Priority is stage 1 for one priority.
+type Priority struct {
+	Priority            uint32     `json:"priority"`
+	ConfiguredWeight    uint64     `json:"configuredWeight"`
+	EligibleWeight      uint64     `json:"eligibleWeight"`
+	PanicEligibleWeight uint64     `json:"panicEligibleWeight"`
+	Health              uint64     `json:"health"`
+	Load                uint64     `json:"load"`
+	InPanic             bool       `json:"inPanic"`
+	DroppedMillionths   uint64     `json:"droppedMillionths"`
+	Localities          []Locality `json:"localities"`
+}
+
+// Locality is stage 2 for one (priority, locality) group.
+type Locality struct {
+	Region         string `json:"region"`
+	Zone           string `json:"zone"`
+	SubZone        string `json:"subZone"`
+	LocalityWeight uint64 `json:"localityWeight"`
+	// LocalityFrom names the Locality objects that set priority and weight;
+	// empty when the defaults apply.
+	LocalityFrom     []string `json:"localityFrom"`
+	ConfiguredWeight uint64   `json:"configuredWeight"`
+	SelectableWeight uint64   `json:"selectableWeight"`
+	Availability     uint64   `json:"availability"`
+	EffectiveWeight  uint64   `json:"effectiveWeight"`
+	ShareInPriority  uint64   `json:"shareInPriority"`
+	Traffic          uint64   `json:"traffic"`
+	// Observed is the number of simulated picks, present with --simulate.
+	Observed  *uint64    `json:"observed,omitempty"`
+	Endpoints []Endpoint `json:"endpoints"`
+}
+
+// Endpoint is stage 3 for one endpoint.
+type Endpoint struct {
+	Address        string `json:"address"`
+	Port           uint32 `json:"port"`
+	Weight         uint64 `json:"weight"`
+	AdminState     string `json:"adminState"`
+	Probe          string `json:"probe"`
+	Circuit        string `json:"circuit"`
+	OutlierEjected bool   `json:"outlierEjected"`
+	Scope          string `json:"scope"`
+	Configured     bool   `json:"configured"`
+	Eligible       bool   `json:"eligible"`
+	PanicEligible  bool   `json:"panicEligible"`
+	Selectable     bool   `json:"selectable"`
+	// Reason is "Eligible" or the first failing reason.
+	Reason string `json:"reason"`
+	// ReasonFrom is the origin of the signal behind Reason, when known.
+	ReasonFrom string `json:"reasonFrom,omitempty"`
+	Share      uint64 `json:"share"`
+	// From names the object the endpoint came from.
+	From string `json:"from"`
+	// Observed is the number of simulated picks, present with --simulate.
+	Observed *uint64 `json:"observed,omitempty"`
+}
+
+// Build explains every upstream of a snapshot, or only those keys when given.
+func Build(s *topology.Snapshot, only ...topology.Key) Report {
+	rep := Report{Revision: s.Revision, Upstreams: []Upstream{}}
+	for _, u := range s.Upstreams() {
+		if len(only) > 0 && !contains(only, u.Upstream.Key) {
+			continue
+		}
+		rep.Upstreams = append(rep.Upstreams, BuildUpstream(u))
+	}
+	for _, o := range s.Orphans() {
+		rep.Orphans = append(rep.Orphans, o.String())
+	}
+	return rep
+}
+
+func contains(keys []topology.Key, k topology.Key) bool {
+	for _, x := range keys {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// BuildUpstream explains one upstream.
+func BuildUpstream(u *topology.UpstreamState) Upstream {
+	r := u.Result
+	p := u.Upstream.Policy
+	out := Upstream{
+		Namespace: u.Upstream.Key.Namespace,
+		Name:      u.Upstream.Key.Name,
+		Policy: Policy{
+			OverprovisioningFactor: p.OverprovisioningFactor,
+			PanicThreshold:         p.PanicThreshold,
+			PanicMode:              p.PanicMode.String(),
+			DrainingCapacity:       p.DrainingCapacity.String(),
+			HealthAdjustment:       string(u.Upstream.HealthAdjustment),
+		},
+		SplitBy:                     string(u.Upstream.HealthAdjustment),
+		Outcome:                     r.Outcome.String(),
+		NormalizedTotalAvailability: r.NTA,
+		TotalPanic:                  r.TotalPanic,
+		DroppedMillionths:           r.DroppedMillionths,
+		Priorities:                  []Priority{},
+	}
+	if out.SplitBy == "" {
+		out.SplitBy = string(topology.ControlPlane)
+	}
+	gi := 0
+	for _, pr := range r.Priorities {
+		xp := Priority{
+			Priority: pr.Priority, ConfiguredWeight: pr.ConfiguredWeight, EligibleWeight: pr.EligibleWeight,
+			PanicEligibleWeight: pr.PanicEligibleWeight, Health: pr.Health, Load: pr.Load,
+			InPanic: pr.InPanic, DroppedMillionths: pr.Dropped, Localities: []Locality{},
+		}
+		for _, l := range r.Localities[pr.FirstLocality : pr.FirstLocality+pr.LocalityCount] {
+			xl := Locality{
+				Region: l.Locality.Region, Zone: l.Locality.Zone, SubZone: l.Locality.SubZone,
+				LocalityWeight: l.LocalityWeight, LocalityFrom: []string{},
+				ConfiguredWeight: l.ConfiguredWeight, SelectableWeight: l.SelectableWeight,
+				Availability: l.Availability, EffectiveWeight: l.EffectiveWeight,
+				ShareInPriority: l.ShareInPriority, Traffic: l.Traffic, Endpoints: []Endpoint{},
+			}
+			// Groups and result localities are both in canonical order; groups
+			// may also hold Locality objects without endpoints, which we skip.
+			for gi < len(u.Groups) && (u.Groups[gi].Priority != l.Priority || u.Groups[gi].Locality != l.Locality) {
+				gi++
+			}
+			if gi < len(u.Groups) {
+				for _, k := range u.Groups[gi].LocalityObjects {
+					xl.LocalityFrom = append(xl.LocalityFrom, "Locality "+k.String())
+				}
+			}
+			for i := l.FirstEndpoint; i < l.FirstEndpoint+l.EndpointCount; i++ {
+				er, e, origin := u.EndpointResult(i)
+				xl.Endpoints = append(xl.Endpoints, Endpoint{
+					Address: e.Address, Port: e.Port, Weight: e.Weight,
+					AdminState: e.Admin.String(), Probe: e.Probe.String(), Circuit: e.Circuit.String(),
+					OutlierEjected: e.Ejected, Scope: e.Scope.String(),
+					Configured: er.Configured, Eligible: er.Eligible, PanicEligible: er.PanicEligible,
+					Selectable: er.Selectable, Reason: er.Reason.String(),
+					ReasonFrom: reasonOrigin(er.Reason, origin), Share: er.Share, From: origin.Set.String(),
+				})
+			}
+			xp.Localities = append(xp.Localities, xl)
+		}
+		out.Priorities = append(out.Priorities, xp)
+	}
+	return out
+}
+
+func reasonOrigin(r weights.Reason, o topology.Origin) string {
+	switch r {
+	case weights.ReasonProbeUnhealthy:
+		return o.Health.ProbeOrigin
+	case weights.ReasonCircuitOpen:
+		return o.Health.CircuitOrigin
+	case weights.ReasonOutlierEjected:
+		return o.Health.OutlierOrigin
+	case weights.ReasonOutOfScope:
+		return o.Health.ScopeOrigin
+	case weights.ReasonUnavailable, weights.ReasonDraining:
+		return o.Set.String() + " spec"
+	}
+	return ""
+}

@@ -1,0 +1,138 @@
+package explain
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Percent formats millionths as a percentage with four decimals, exactly
+// (integer arithmetic, no rounding): 259259 → "25.9259%".
+func Percent(m uint64) string {
+	return fmt.Sprintf("%d.%04d%%", m/10_000, m%10_000)
+}
+
+// WriteText prints a report as a worked example a person can follow.
+func WriteText(w io.Writer, rep Report) error {
+	tw := &textWriter{w: w}
+	tw.printf("Topology revision %d: %d upstream(s)\n", rep.Revision, len(rep.Upstreams))
+	for _, u := range rep.Upstreams {
+		tw.printf("\n")
+		writeUpstream(tw, u)
+	}
+	if len(rep.Orphans) > 0 {
+		tw.printf("\nObjects whose upstream does not exist (ignored until it does):\n")
+		for _, o := range rep.Orphans {
+			tw.printf("  %s\n", o)
+		}
+	}
+	return tw.err
+}
+
+type textWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (t *textWriter) printf(format string, a ...any) {
+	if t.err == nil {
+		_, t.err = fmt.Fprintf(t.w, format, a...)
+	}
+}
+
+func writeUpstream(tw *textWriter, u Upstream) {
+	p := u.Policy
+	tw.printf("Upstream %s/%s\n", u.Namespace, u.Name)
+	tw.printf("  policy: overprovisioning factor %d%%, panic threshold %d%% (%s), draining capacity %s, health adjustment %s\n",
+		p.OverprovisioningFactor, p.PanicThreshold, p.PanicMode, p.DrainingCapacity, p.HealthAdjustment)
+	if u.SplitBy == "Proxy" {
+		tw.printf("  note: healthAdjustment Proxy publishes the source topology; the split clients carry out is the proxy's own math, not the figures below\n")
+	}
+	tw.printf("  outcome: %s; normalized total availability %s", u.Outcome, Percent(u.NormalizedTotalAvailability))
+	if u.TotalPanic {
+		tw.printf("; TOTAL PANIC (%s)", p.PanicMode)
+	}
+	if u.DroppedMillionths > 0 {
+		tw.printf("; dropped %s", Percent(u.DroppedMillionths))
+	}
+	tw.printf("\n")
+	if s := u.Simulation; s != nil {
+		tw.printf("  simulated %d picks with seed %d: %d dropped (%s)\n", s.Picks, s.Seed, s.Dropped, observedPercent(s.Dropped, s.Picks))
+	}
+	if len(u.Priorities) == 0 {
+		tw.printf("  no endpoints\n")
+	}
+	for _, pr := range u.Priorities {
+		tw.printf("\n  Priority %d: configured weight %d, eligible %d, panic-eligible %d\n",
+			pr.Priority, pr.ConfiguredWeight, pr.EligibleWeight, pr.PanicEligibleWeight)
+		if pr.ConfiguredWeight > 0 {
+			tw.printf("    health = min(100%%, %d%% × %d / %d) = %s\n",
+				p.OverprovisioningFactor, pr.EligibleWeight, pr.ConfiguredWeight, Percent(pr.Health))
+		} else {
+			tw.printf("    nothing configured: takes no part in priority load\n")
+		}
+		state := "not in panic"
+		if pr.InPanic {
+			state = fmt.Sprintf("IN PANIC (eligible %d × 100 < threshold %d × %d)", pr.EligibleWeight, p.PanicThreshold, pr.ConfiguredWeight)
+		}
+		tw.printf("    load = %s, %s", Percent(pr.Load), state)
+		if pr.DroppedMillionths > 0 {
+			tw.printf(", dropped %s (FailClosed)", Percent(pr.DroppedMillionths))
+		}
+		tw.printf("\n")
+		for _, l := range pr.Localities {
+			writeLocality(tw, p.OverprovisioningFactor, u.Simulation, l)
+		}
+	}
+}
+
+func writeLocality(tw *textWriter, opf uint32, sim *Simulation, l Locality) {
+	from := "default weight, no Locality object"
+	if len(l.LocalityFrom) > 0 {
+		from = strings.Join(l.LocalityFrom, ", ")
+	}
+	tw.printf("\n    Locality region=%q zone=%q subZone=%q: weight %d (%s)\n", l.Region, l.Zone, l.SubZone, l.LocalityWeight, from)
+	tw.printf("      configured weight %d, selectable weight %d\n", l.ConfiguredWeight, l.SelectableWeight)
+	if l.ConfiguredWeight > 0 {
+		tw.printf("      availability = min(100%%, %d%% × %d / %d) = %s\n", opf, l.SelectableWeight, l.ConfiguredWeight, Percent(l.Availability))
+	}
+	tw.printf("      effective weight = %d × %d = %d\n", l.LocalityWeight, l.Availability, l.EffectiveWeight)
+	tw.printf("      share in priority %s, traffic %s (%d millionths)", Percent(l.ShareInPriority), Percent(l.Traffic), l.Traffic)
+	if l.Observed != nil && sim != nil {
+		tw.printf(", observed %s (%d picks)", observedPercent(*l.Observed, sim.Picks), *l.Observed)
+	}
+	tw.printf("\n")
+	for _, e := range l.Endpoints {
+		status := "eligible"
+		if !e.Eligible {
+			status = e.Reason
+			if e.ReasonFrom != "" {
+				status += " (from " + e.ReasonFrom + ")"
+			}
+		}
+		if e.Selectable && !e.Eligible {
+			status += ", selectable in panic"
+		}
+		tw.printf("        %-24s weight %-5d %-11s share %9s", hostPort(e.Address, e.Port), e.Weight, e.AdminState, Percent(e.Share))
+		if e.Observed != nil && sim != nil {
+			tw.printf("  observed %9s", observedPercent(*e.Observed, sim.Picks))
+		}
+		tw.printf("  %s", status)
+		tw.printf("\n")
+	}
+}
+
+func hostPort(addr string, port uint32) string {
+	if strings.Contains(addr, ":") {
+		return fmt.Sprintf("[%s]:%d", addr, port)
+	}
+	return fmt.Sprintf("%s:%d", addr, port)
+}
+
+// observedPercent is count/total as a percentage with four decimals (integer math).
+func observedPercent(count, total uint64) string {
+	if total == 0 {
+		return Percent(0)
+	}
+	return Percent(count * 1_000_000 / total)
+}

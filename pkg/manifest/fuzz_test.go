@@ -1,0 +1,102 @@
+package manifest_test
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/manifest"
+	"poise.dev/poise/pkg/topology"
+)
+
+var fuzzSeeds = []string{
+	"",
+	"---\n",
+	"# only a comment\n",
+	"null\n",
+	"~\n",
+	"[]\n",
+	"{}\n",
+	"\ufeff" + upstreamX,
+	"\x00",
+	"--- {a: 1}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u}\nspec: {protocol: GRPC, protocol: TCP}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u}\nspec: {overprovisioningFactor: 1e400}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u}\nspec: {panicThreshold: -9223372036854775809}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u}\nspec: {connectTimeout: 9999999999h, endpointsFrom: {service: {name: s, port: x--y}}}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u}\nspec: {endpointsFrom: {service: {name: s, port: 0}}}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u}\nspec: {endpointsFrom: {}}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u, namespace: n}\nspec: null\nstatus: {outcome: Routable}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Locality\nmetadata: {name: l}\nspec: {upstream: u, priority: 127, weight: 4294967295, region: \"\u00fc\"}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: EndpointSet\nmetadata: {name: s}\nspec:\n  upstream: u\n  priority: 127\n  endpoints:\n  - {address: \"::1\", port: 65535, weight: 4294967295}\n  - {address: a.b, port: 1, weight: 4294967295, adminState: Draining}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: EndpointSet\nmetadata: {name: s}\nspec: {upstream: u, endpoints: [{address: 1.1.1.1, port: 1}, {address: 1.1.1.1, port: 1}]}\nstatus: {health: [{address: 1.1.1.1, port: 1}, {address: 1.1.1.1, port: 1}, {address: 2.2.2.2, port: 2}]}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: EndpointSet\nmetadata: {name: s}\nspec: {upstream: u, endpoints: [null, 1, {}]}\nstatus: {health: [null]}\n",
+	"a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n",
+	"base: &base {upstream: u, priority: 1}\napiVersion: poise.dev/v1alpha1\nkind: Locality\nmetadata: {name: l}\nspec:\n  <<: *base\n  weight: 3\n",
+	strings.Repeat("[", 200) + strings.Repeat("]", 200) + "\n",
+	"apiVersion: !!binary cG9pc2UuZGV2L3YxYWxwaGEx\nkind: Upstream\nmetadata: {name: u}\n",
+	"? [complex, key]\n: value\n",
+	"1: a\n\"1\": b\n",
+	"kind: Upstream\napiVersion: poise.dev/v1alpha1\nmetadata:\n\tname: u\n",
+	`{"apiVersion": "poise.dev/v1alpha1", "kind": "EndpointSet", "metadata": {"name": "s"}, "spec": {"upstream": "u", "endpoints": [{"address": "10.0.0.1", "port": 80, "weight": 2}]}}`,
+	upstreamX + "---\n" + localityX + "---\n" + setX,
+	upstreamX + "---\n" + upstreamX,
+}
+
+func FuzzDecode(f *testing.F) {
+	examples, err := filepath.Glob("../../examples/*.yaml")
+	if err != nil || len(examples) == 0 {
+		f.Fatalf("no example manifests: %v", err)
+	}
+	var all []string
+	for _, p := range examples {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		all = append(all, string(b))
+	}
+	f.Add([]byte(strings.Join(all, "\n---\n")))
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		set, err := manifest.Decode("fuzz.yaml", data)
+		if err != nil {
+			if set != nil {
+				t.Fatal("Decode returned a set with an error")
+			}
+			var errs manifest.Errors
+			if !errors.As(err, &errs) || len(errs) == 0 {
+				t.Fatalf("Decode error %T is not a non-empty manifest.Errors: %v", err, err)
+			}
+			for _, e := range errs {
+				if e.File != "fuzz.yaml" || e.Document < 1 || e.Detail == "" {
+					t.Fatalf("malformed error %+v", *e)
+				}
+			}
+			return
+		}
+		if set.Batch.Len() != len(set.Objects) {
+			t.Fatalf("batch touches %d objects, set lists %d", set.Batch.Len(), len(set.Objects))
+		}
+		snap, err := topology.NewDirectory().Apply(set.Batch)
+		if err != nil {
+			var be *topology.BatchError
+			if !errors.As(err, &be) || len(be.Problems) == 0 {
+				t.Fatalf("Apply error %T is not a BatchError: %v", err, err)
+			}
+			return
+		}
+		// The offline explain path must not panic on anything Apply accepts.
+		rep := explain.Build(snap)
+		if err := explain.WriteText(io.Discard, rep); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -1,0 +1,362 @@
+package manifest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	yamlv3 "go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/convert"
+	"poise.dev/poise/pkg/topology"
+)
+
+// Error is one problem in one document of one file.
+type Error struct {
+	File     string
+	Document int    // 1-based position among the file's documents
+	Object   string // "Kind namespace/name", when known
+	Field    string // field path, when known
+	Detail   string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: document %d", e.File, e.Document)
+	if e.Object != "" {
+		fmt.Fprintf(&b, " (%s)", e.Object)
+	}
+	if e.Field != "" {
+		fmt.Fprintf(&b, ": %s", e.Field)
+	}
+	fmt.Fprintf(&b, ": %s", e.Detail)
+	return b.String()
+}
+
+// Errors is every problem found in a set of files, in file and document order.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	msgs := make([]string, len(es))
+	for i, e := range es {
+		msgs[i] = e.Error()
+	}
+	return strings.Join(msgs, "\n")
+}
+
+// Unwrap exposes each problem to errors.As.
+func (es Errors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
+// Object is one decoded object and where it came from.
+type Object struct {
+	File     string
+	Document int
+	Kind     string
+	Key      topology.Key
+}
+
+func (o Object) String() string { return o.Kind + " " + o.Key.String() }
+
+// Set is the content of a set of manifest files as one topology batch.
+type Set struct {
+	Batch   topology.Batch
+	Objects []Object
+}
+
+// Load reads files and directories (recursively: *.yaml, *.yml, *.json) in
+// a stable order and returns their objects as one batch. All problems are
+// collected; any problem returns a nil Set.
+func Load(paths ...string) (*Set, error) {
+	files, err := expand(paths)
+	if err != nil {
+		return nil, err
+	}
+	set := &Set{}
+	var errs Errors
+	seen := map[string]Object{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("read manifest: %w", err)
+		}
+		errs = append(errs, decodeInto(set, seen, f, data)...)
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return set, nil
+}
+
+// Decode reads one file's content; name is used in messages.
+func Decode(name string, data []byte) (*Set, error) {
+	set := &Set{}
+	if errs := decodeInto(set, map[string]Object{}, name, data); len(errs) > 0 {
+		return nil, errs
+	}
+	return set, nil
+}
+
+func expand(paths []string) ([]string, error) {
+	if len(paths) == 0 {
+		return nil, errors.New("no manifest paths given")
+	}
+	var files []string
+	for _, p := range paths {
+		info, err := os.Stat(p)
+		if err != nil {
+			return nil, fmt.Errorf("manifest path: %w", err)
+		}
+		if !info.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		var found []string
+		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !d.IsDir() && IsManifest(path) {
+				found = append(found, path)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("manifest directory %s: %w", p, err)
+		}
+		slices.Sort(found)
+		files = append(files, found...)
+	}
+	return files, nil
+}
+
+// IsManifest reports whether a file name is one Load reads from a directory.
+func IsManifest(path string) bool {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+type typeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+}
+
+func decodeInto(set *Set, seen map[string]Object, file string, data []byte) Errors {
+	var errs Errors
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for doc := 1; ; doc++ {
+		raw, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			errs = append(errs, &Error{File: file, Document: doc, Detail: fmt.Sprintf("cannot split YAML documents: %v", err)})
+			break
+		}
+		if isEmptyDocument(raw) {
+			doc--
+			continue
+		}
+		if e := decodeDocument(set, seen, file, doc, raw); e != nil {
+			errs = append(errs, e...)
+		}
+	}
+	return errs
+}
+
+func isEmptyDocument(raw []byte) bool {
+	for _, line := range bytes.Split(raw, []byte("\n")) {
+		t := bytes.TrimSpace(line)
+		if len(t) > 0 && t[0] != '#' && !bytes.Equal(t, []byte("---")) {
+			return false
+		}
+	}
+	return true
+}
+
+func decodeDocument(set *Set, seen map[string]Object, file string, doc int, raw []byte) Errors {
+	fail := func(object, fieldPath, detail string) Errors {
+		return Errors{{File: file, Document: doc, Object: object, Field: fieldPath, Detail: detail}}
+	}
+	// The strict conversion rejects a key repeated in one mapping, as
+	// kubectl does; the lenient one would silently keep the last value.
+	js, dupErr := yaml.YAMLToJSONStrict(raw)
+	if dupErr != nil {
+		var err error
+		if js, err = yaml.YAMLToJSON(raw); err != nil {
+			return fail("", "", fmt.Sprintf("not valid YAML: %v", err))
+		}
+	}
+	var tm typeMeta
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(js, &tm); err != nil {
+		return fail("", "", fmt.Sprintf("not a Kubernetes object: %v", err))
+	}
+	ns := tm.Metadata.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	object := fmt.Sprintf("%s %s/%s", tm.Kind, ns, tm.Metadata.Name)
+	switch {
+	case tm.APIVersion == "" || tm.Kind == "":
+		return fail("", "", "apiVersion and kind are required")
+	case tm.APIVersion != v1alpha1.GroupVersion.String():
+		return fail(object, "apiVersion", fmt.Sprintf("unsupported apiVersion %q: want %s", tm.APIVersion, v1alpha1.GroupVersion))
+	}
+
+	if dupErr != nil {
+		return duplicateKeys(file, doc, object, raw, dupErr)
+	}
+
+	var (
+		ferrs field.ErrorList
+		key   topology.Key
+	)
+	strict := func(obj any) Errors {
+		strictErrs, err := sigsjson.UnmarshalStrict(js, obj)
+		if err != nil {
+			return fail(object, "", fmt.Sprintf("cannot decode: %v", err))
+		}
+		var out Errors
+		for _, se := range strictErrs {
+			out = append(out, strictError(file, doc, object, se))
+		}
+		return out
+	}
+	switch tm.Kind {
+	case "Upstream":
+		var obj v1alpha1.Upstream
+		if e := strict(&obj); e != nil {
+			return e
+		}
+		var u topology.Upstream
+		u, ferrs = convert.Upstream(&obj)
+		key = u.Key
+		if len(ferrs) == 0 {
+			set.Batch.PutUpstream(u)
+		}
+	case "Locality":
+		var obj v1alpha1.Locality
+		if e := strict(&obj); e != nil {
+			return e
+		}
+		var l topology.Locality
+		l, ferrs = convert.Locality(&obj)
+		key = l.Key
+		if len(ferrs) == 0 {
+			set.Batch.PutLocality(l)
+		}
+	case "EndpointSet":
+		var obj v1alpha1.EndpointSet
+		if e := strict(&obj); e != nil {
+			return e
+		}
+		var s topology.EndpointSet
+		s, ferrs = convert.EndpointSet(&obj)
+		key = s.Key
+		if len(ferrs) == 0 {
+			set.Batch.PutEndpointSet(s)
+		}
+	default:
+		return fail(object, "kind", fmt.Sprintf("unknown kind %q: want Upstream, Locality or EndpointSet", tm.Kind))
+	}
+	if len(ferrs) > 0 {
+		var out Errors
+		for _, fe := range ferrs {
+			out = append(out, &Error{File: file, Document: doc, Object: object, Field: fe.Field, Detail: fe.ErrorBody()})
+		}
+		return out
+	}
+	o := Object{File: file, Document: doc, Kind: tm.Kind, Key: key}
+	id := o.String()
+	if prev, dup := seen[id]; dup {
+		return fail(object, "metadata.name", fmt.Sprintf("%s is also defined in %s document %d", id, prev.File, prev.Document))
+	}
+	seen[id] = o
+	set.Objects = append(set.Objects, o)
+	return nil
+}
+
+// duplicateKeys reports each key repeated in one mapping of a document with
+// its field path. cause is the YAML decoder's error, reported as is when the
+// keys cannot be located.
+func duplicateKeys(file string, doc int, object string, raw []byte, cause error) Errors {
+	var errs Errors
+	var root yamlv3.Node
+	if yamlv3.Unmarshal(raw, &root) == nil {
+		var walk func(n *yamlv3.Node, path string)
+		walk = func(n *yamlv3.Node, path string) {
+			switch n.Kind {
+			case yamlv3.DocumentNode:
+				for _, c := range n.Content {
+					walk(c, path)
+				}
+			case yamlv3.SequenceNode:
+				for i, c := range n.Content {
+					walk(c, fmt.Sprintf("%s[%d]", path, i))
+				}
+			case yamlv3.MappingNode:
+				first := map[string]int{}
+				for i := 0; i+1 < len(n.Content); i += 2 {
+					k := n.Content[i]
+					if k.Kind != yamlv3.ScalarNode || k.Tag == "!!merge" {
+						continue
+					}
+					p := k.Value
+					if path != "" {
+						p = path + "." + k.Value
+					}
+					if line, dup := first[k.Value]; dup {
+						errs = append(errs, &Error{File: file, Document: doc, Object: object, Field: p,
+							Detail: fmt.Sprintf("duplicate field: set on line %d and again on line %d", line, k.Line)})
+					} else {
+						first[k.Value] = k.Line
+					}
+					walk(n.Content[i+1], p)
+				}
+			}
+		}
+		walk(&root, "")
+	}
+	if len(errs) == 0 {
+		errs = Errors{{File: file, Document: doc, Object: object,
+			Detail: "duplicate field: " + strings.Join(strings.Fields(cause.Error()), " ")}}
+	}
+	return errs
+}
+
+// strictError turns `unknown field "spec.x"` into Field "spec.x", Detail
+// "unknown field", so every error has the same shape.
+func strictError(file string, doc int, object string, se error) *Error {
+	msg := se.Error()
+	if path, ok := strings.CutPrefix(msg, "unknown field "); ok {
+		if p, err := strconv.Unquote(path); err == nil {
+			return &Error{File: file, Document: doc, Object: object, Field: p, Detail: "unknown field"}
+		}
+	}
+	return &Error{File: file, Document: doc, Object: object, Detail: msg}
+}

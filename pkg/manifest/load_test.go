@@ -1,0 +1,478 @@
+package manifest_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"poise.dev/poise/pkg/manifest"
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/weights"
+)
+
+const (
+	upstreamX = `apiVersion: poise.dev/v1alpha1
+kind: Upstream
+metadata:
+  name: x
+  namespace: shop
+spec:
+  protocol: GRPC
+`
+	localityX = `apiVersion: poise.dev/v1alpha1
+kind: Locality
+metadata:
+  name: x-eu
+  namespace: shop
+spec:
+  upstream: x
+  region: eu
+  weight: 2
+`
+	setX = `apiVersion: poise.dev/v1alpha1
+kind: EndpointSet
+metadata:
+  name: x-eu
+  namespace: shop
+spec:
+  upstream: x
+  locality: {region: eu}
+  endpoints:
+  - {address: 10.0.0.1, port: 80}
+  - {address: 10.0.0.2, port: 80, weight: 3}
+`
+)
+
+// writeFiles writes name → content under dir, creating subdirectories.
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// wantErr is one expected manifest.Error; File is relative to the test's
+// directory, and Detail need only be contained in the actual detail.
+type wantErr struct {
+	File     string
+	Document int
+	Object   string
+	Field    string
+	Detail   string
+}
+
+func docs(ds ...string) string { return strings.Join(ds, "---\n") }
+
+func TestLoadErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		files map[string]string
+		load  []string // relative to the test directory; default: the directory
+		want  []wantErr
+	}{
+		{
+			name:  "unknown kind",
+			files: map[string]string{"a.yaml": docs(upstreamX, "apiVersion: poise.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c, namespace: shop}\n")},
+			want:  []wantErr{{"a.yaml", 2, "Cluster shop/c", "kind", `unknown kind "Cluster": want Upstream, Locality or EndpointSet`}},
+		},
+		{
+			name:  "wrong apiVersion",
+			files: map[string]string{"a.yaml": strings.Replace(upstreamX, "poise.dev/v1alpha1", "poise.dev/v1", 1)},
+			want:  []wantErr{{"a.yaml", 1, "Upstream shop/x", "apiVersion", `unsupported apiVersion "poise.dev/v1": want poise.dev/v1alpha1`}},
+		},
+		{
+			name:  "core apiVersion",
+			files: map[string]string{"a.yaml": "apiVersion: v1\nkind: Service\nmetadata: {name: web}\n"},
+			want:  []wantErr{{"a.yaml", 1, "Service default/web", "apiVersion", `unsupported apiVersion "v1"`}},
+		},
+		{
+			name:  "unknown field",
+			files: map[string]string{"a.yaml": docs(upstreamX, localityX, strings.Replace(setX, "port: 80, weight: 3", "port: 80, wieght: 3", 1))},
+			want:  []wantErr{{"a.yaml", 3, "EndpointSet shop/x-eu", "spec.endpoints[1].wieght", "unknown field"}},
+		},
+		{
+			name:  "unknown field case mismatch",
+			files: map[string]string{"a.yaml": strings.Replace(upstreamX, "protocol:", "Protocol:", 1)},
+			want:  []wantErr{{"a.yaml", 1, "Upstream shop/x", "spec.Protocol", "unknown field"}},
+		},
+		{
+			name:  "unknown top-level field",
+			files: map[string]string{"a.yaml": upstreamX + "extra: 1\n"},
+			want:  []wantErr{{"a.yaml", 1, "Upstream shop/x", "extra", "unknown field"}},
+		},
+		{
+			name:  "duplicate field",
+			files: map[string]string{"a.yaml": upstreamX + "  protocol: HTTP1\n"},
+			want:  []wantErr{{"a.yaml", 1, "Upstream shop/x", "spec.protocol", "duplicate field: set on line 7 and again on line 8"}},
+		},
+		{
+			name:  "duplicate field in a list item",
+			files: map[string]string{"a.yaml": docs(upstreamX, strings.Replace(setX, "port: 80, weight: 3", "port: 80, port: 81", 1))},
+			want:  []wantErr{{"a.yaml", 2, "EndpointSet shop/x-eu", "spec.endpoints[1].port", "duplicate field"}},
+		},
+		{
+			name:  "duplicate field in JSON",
+			files: map[string]string{"a.json": `{"apiVersion": "poise.dev/v1alpha1", "kind": "Upstream", "metadata": {"name": "x", "name": "y"}}`},
+			want:  []wantErr{{"a.json", 1, "Upstream default/y", "metadata.name", "duplicate field"}},
+		},
+		{
+			name:  "invalid value",
+			files: map[string]string{"a.yaml": docs(upstreamX, strings.Replace(setX, "weight: 3", "weight: 0", 1))},
+			want:  []wantErr{{"a.yaml", 2, "EndpointSet shop/x-eu", "spec.endpoints[1].weight", "Invalid value: 0: must be between 1 and 4294967295"}},
+		},
+		{
+			name:  "invalid enum",
+			files: map[string]string{"a.yaml": strings.Replace(upstreamX, "GRPC", "HTTP3", 1)},
+			want:  []wantErr{{"a.yaml", 1, "Upstream shop/x", "spec.protocol", `Unsupported value: "HTTP3"`}},
+		},
+		{
+			name:  "wrong type",
+			files: map[string]string{"a.yaml": upstreamX + "  overprovisioningFactor: lots\n"},
+			want:  []wantErr{{"a.yaml", 1, "Upstream shop/x", "", "cannot decode"}},
+		},
+		{
+			name:  "bad duration",
+			files: map[string]string{"a.yaml": upstreamX + "  connectTimeout: 5 seconds\n"},
+			want:  []wantErr{{"a.yaml", 1, "Upstream shop/x", "", "cannot decode"}},
+		},
+		{
+			name:  "health for an endpoint not in spec",
+			files: map[string]string{"a.yaml": setX + "status:\n  health:\n  - {address: 10.0.0.9, port: 80, probe: Unhealthy}\n"},
+			want:  []wantErr{{"a.yaml", 1, "EndpointSet shop/x-eu", "status.health[0]", "10.0.0.9 port 80 is not in spec.endpoints"}},
+		},
+		{
+			name: "same object in two files",
+			files: map[string]string{
+				"a.yaml": docs(localityX, upstreamX),
+				"b.yaml": docs(setX, upstreamX),
+			},
+			want: []wantErr{{"b.yaml", 2, "Upstream shop/x", "metadata.name", "Upstream shop/x is also defined in a.yaml document 2"}},
+		},
+		{
+			name:  "same object twice in one file, namespace defaulted",
+			files: map[string]string{"a.yaml": docs(strings.Replace(upstreamX, "  namespace: shop\n", "", 1), strings.Replace(upstreamX, "shop", "default", 1))},
+			want:  []wantErr{{"a.yaml", 2, "Upstream default/x", "metadata.name", "also defined in a.yaml document 1"}},
+		},
+		{
+			name:  "same name, different kinds is fine; same kind different namespace is fine",
+			files: map[string]string{"a.yaml": docs(localityX, setX, upstreamX, strings.Replace(upstreamX, "shop", "other", 1)), "b.yaml": "kind: Upstream\n"},
+			want:  []wantErr{{"b.yaml", 1, "", "", "apiVersion and kind are required"}},
+		},
+		{
+			name:  "malformed YAML",
+			files: map[string]string{"a.yaml": docs(upstreamX, "apiVersion: poise.dev/v1alpha1\nkind: Locality\nspec: [upstream: x\n", localityX)},
+			want:  []wantErr{{"a.yaml", 2, "", "", "not valid YAML"}},
+		},
+		{
+			name:  "tab indentation",
+			files: map[string]string{"a.yaml": "apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata:\n\tname: x\n"},
+			want:  []wantErr{{"a.yaml", 1, "", "", "not valid YAML"}},
+		},
+		{
+			name:  "missing apiVersion",
+			files: map[string]string{"a.yaml": strings.Replace(upstreamX, "apiVersion: poise.dev/v1alpha1\n", "", 1)},
+			want:  []wantErr{{"a.yaml", 1, "", "", "apiVersion and kind are required"}},
+		},
+		{
+			name:  "missing kind",
+			files: map[string]string{"a.yaml": strings.Replace(upstreamX, "kind: Upstream\n", "", 1)},
+			want:  []wantErr{{"a.yaml", 1, "", "", "apiVersion and kind are required"}},
+		},
+		{
+			name:  "not an object",
+			files: map[string]string{"a.yaml": "- just\n- a list\n"},
+			want:  []wantErr{{"a.yaml", 1, "", "", "not a Kubernetes object"}},
+		},
+		{
+			name:  "missing name",
+			files: map[string]string{"a.yaml": strings.Replace(upstreamX, "  name: x\n", "", 1)},
+			want:  []wantErr{{"a.yaml", 1, "Upstream shop/", "metadata.name", "Required value"}},
+		},
+		{
+			name:  "invalid namespace",
+			files: map[string]string{"a.yaml": strings.Replace(upstreamX, "namespace: shop", "namespace: Shop", 1)},
+			want:  []wantErr{{"a.yaml", 1, "Upstream Shop/x", "metadata.namespace", "Invalid value"}},
+		},
+		{
+			name: "document numbers skip empty and comment-only documents",
+			files: map[string]string{"a.yaml": "---\n# a comment\n---\n" + upstreamX + "--- # trailing comment\n# only a comment\n---\n\n---\n" +
+				strings.Replace(localityX, "weight: 2", "weight: -2", 1)},
+			want: []wantErr{{"a.yaml", 2, "Locality shop/x-eu", "spec.weight", "Invalid value: -2"}},
+		},
+		{
+			name: "every error is reported, in file and document order",
+			files: map[string]string{
+				"b.yaml": docs(
+					strings.Replace(upstreamX, "GRPC", "SPDY", 1)+"  overprovisioningFactor: 0\n",
+					strings.Replace(setX, "port: 80, weight: 3", "port: 70000, weight: 0", 1),
+					"kind: Locality\n",
+				),
+				"a.yaml":  docs(localityX, localityX+"  prio: 1\n  colour: red\n"),
+				"c/d.yml": strings.Replace(upstreamX, "v1alpha1", "v1beta1", 1),
+			},
+			want: []wantErr{
+				{"a.yaml", 2, "Locality shop/x-eu", "spec.colour", "unknown field"},
+				{"a.yaml", 2, "Locality shop/x-eu", "spec.prio", "unknown field"},
+				{"b.yaml", 1, "Upstream shop/x", "spec.overprovisioningFactor", "Invalid value: 0"},
+				{"b.yaml", 1, "Upstream shop/x", "spec.protocol", `Unsupported value: "SPDY"`},
+				{"b.yaml", 2, "EndpointSet shop/x-eu", "spec.endpoints[1].port", "Invalid value: 70000"},
+				{"b.yaml", 2, "EndpointSet shop/x-eu", "spec.endpoints[1].weight", "Invalid value: 0"},
+				{"b.yaml", 3, "", "", "apiVersion and kind are required"},
+				{"c/d.yml", 1, "Upstream shop/x", "apiVersion", "unsupported apiVersion"},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFiles(t, dir, tc.files)
+			paths := []string{dir}
+			if tc.load != nil {
+				paths = nil
+				for _, p := range tc.load {
+					paths = append(paths, filepath.Join(dir, p))
+				}
+			}
+			set, err := manifest.Load(paths...)
+			if err == nil {
+				t.Fatalf("Load succeeded with %d objects, want errors", len(set.Objects))
+			}
+			if set != nil {
+				t.Errorf("Load returned a set with its error")
+			}
+			var errs manifest.Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("error %T %v is not manifest.Errors", err, err)
+			}
+			msg := err.Error()
+			if len(errs) != len(tc.want) {
+				t.Fatalf("got %d errors, want %d:\n%s", len(errs), len(tc.want), msg)
+			}
+			for i, w := range tc.want {
+				g := errs[i]
+				file := filepath.Join(dir, filepath.FromSlash(w.File))
+				w.Detail = strings.ReplaceAll(w.Detail, " in a.yaml ", " in "+filepath.Join(dir, "a.yaml")+" ")
+				if g.File != file || g.Document != w.Document || g.Object != w.Object || g.Field != w.Field || !strings.Contains(g.Detail, w.Detail) {
+					t.Errorf("error %d:\n got %+v\nwant %+v (detail contained)", i, *g, w)
+				}
+				// The message names file, document, object and field.
+				line := strings.Split(msg, "\n")[i]
+				for _, part := range []string{file + ": ", "document " + strconv.Itoa(w.Document), w.Object, w.Field} {
+					if !strings.Contains(line, part) {
+						t.Errorf("message %q lacks %q", line, part)
+					}
+				}
+				var one *manifest.Error
+				if !errors.As(err, &one) {
+					t.Errorf("errors.As(*manifest.Error) failed")
+				}
+			}
+			if strings.Contains(msg, "panic") {
+				t.Errorf("message mentions panic: %s", msg)
+			}
+		})
+	}
+}
+
+func TestLoadPathErrors(t *testing.T) {
+	if _, err := manifest.Load(); err == nil {
+		t.Error("Load() without paths succeeded")
+	}
+	missing := filepath.Join(t.TempDir(), "nope.yaml")
+	_, err := manifest.Load(missing)
+	if err == nil || !strings.Contains(err.Error(), "nope.yaml") {
+		t.Errorf("Load(missing) = %v, want an error naming the file", err)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load(missing) = %v, want it to wrap os.ErrNotExist", err)
+	}
+}
+
+func TestLoadSkipsEmptyDocuments(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"a.yaml":        "# header comment\n---\n---\n" + upstreamX + "---\n# nothing here\n   # indented comment\n--- # separator with a comment\n\n---\n" + localityX + "---\n",
+		"empty.yaml":    "",
+		"comments.yaml": "# just a comment\n",
+		"blank.yml":     "\n\n   \n",
+	})
+	set, err := manifest.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := filepath.Join(dir, "a.yaml")
+	want := []manifest.Object{
+		{File: a, Document: 1, Kind: "Upstream", Key: topology.Key{Namespace: "shop", Name: "x"}},
+		{File: a, Document: 2, Kind: "Locality", Key: topology.Key{Namespace: "shop", Name: "x-eu"}},
+	}
+	if !slices.Equal(set.Objects, want) {
+		t.Errorf("objects:\n got %+v\nwant %+v", set.Objects, want)
+	}
+	if set.Batch.Len() != 2 {
+		t.Errorf("batch touches %d objects, want 2", set.Batch.Len())
+	}
+}
+
+func TestLoadDirectory(t *testing.T) {
+	dir := t.TempDir()
+	obj := func(kind, name string) string {
+		return "apiVersion: poise.dev/v1alpha1\nkind: " + kind + "\nmetadata: {name: " + name + "}\nspec: {upstream: u}\n"
+	}
+	writeFiles(t, dir, map[string]string{
+		"b.yaml":                "apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u}\n",
+		"a.yml":                 obj("Locality", "l-a"),
+		"a/x.yaml":              obj("EndpointSet", "s-ax"),
+		"a-b.yaml":              obj("Locality", "l-ab"),
+		"sub/deeper/c.json":     `{"apiVersion": "poise.dev/v1alpha1", "kind": "EndpointSet", "metadata": {"name": "s-c"}, "spec": {"upstream": "u"}}`,
+		"sub/UPPER.YAML":        obj("Locality", "l-upper"),
+		"notes.txt":             "this is not YAML: [",
+		"README.md":             "# not a manifest\n",
+		"sub/script.sh":         "#!/bin/sh\n",
+		"sub/deeper/x.yaml.bak": "kind: Broken\n",
+	})
+	set, err := manifest.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files, names []string
+	for _, o := range set.Objects {
+		rel, _ := filepath.Rel(dir, o.File)
+		files = append(files, filepath.ToSlash(rel))
+		names = append(names, o.String())
+	}
+	wantFiles := []string{"a-b.yaml", "a.yml", "a/x.yaml", "b.yaml", "sub/UPPER.YAML", "sub/deeper/c.json"}
+	if !slices.Equal(files, wantFiles) {
+		t.Errorf("files in load order = %q, want %q", files, wantFiles)
+	}
+	wantNames := []string{"Locality default/l-ab", "Locality default/l-a", "EndpointSet default/s-ax", "Upstream default/u", "Locality default/l-upper", "EndpointSet default/s-c"}
+	if !slices.Equal(names, wantNames) {
+		t.Errorf("objects = %q, want %q", names, wantNames)
+	}
+
+	// Explicit files are read in the order given, even a non-manifest name.
+	explicit := filepath.Join(dir, "explicit.txt")
+	writeFiles(t, dir, map[string]string{"explicit.txt": obj("Locality", "l-txt")})
+	set, err = manifest.Load(filepath.Join(dir, "b.yaml"), explicit, filepath.Join(dir, "a.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = names[:0]
+	for _, o := range set.Objects {
+		names = append(names, o.String())
+	}
+	if want := []string{"Upstream default/u", "Locality default/l-txt", "Locality default/l-a"}; !slices.Equal(names, want) {
+		t.Errorf("explicit files: objects = %q, want %q", names, want)
+	}
+}
+
+func TestIsManifest(t *testing.T) {
+	for name, want := range map[string]bool{
+		"a.yaml": true, "a.yml": true, "a.json": true, "A.YAML": true, "dir/b.Yml": true,
+		"a.txt": false, "a.yaml.bak": false, "yaml": false, "a": false, "a.jsonl": false,
+	} {
+		if got := manifest.IsManifest(name); got != want {
+			t.Errorf("IsManifest(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestDecodeMatchesLoad(t *testing.T) {
+	set, err := manifest.Decode("inline.yaml", []byte(docs(upstreamX, localityX, setX)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(set.Objects) != 3 || set.Objects[2].File != "inline.yaml" || set.Objects[2].Document != 3 {
+		t.Fatalf("objects = %+v", set.Objects)
+	}
+	snap, err := topology.NewDirectory().Apply(set.Batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := snap.Upstream(topology.Key{Namespace: "shop", Name: "x"})
+	if u == nil {
+		t.Fatal("upstream shop/x missing")
+	}
+	if u.Upstream.Protocol != "GRPC" || len(u.Endpoints) != 2 || u.Endpoints[1].Weight != 3 || u.Endpoints[0].LocalityWeight != 2 {
+		t.Errorf("upstream state = %+v", u)
+	}
+
+	_, err = manifest.Decode("inline.yaml", []byte(docs(upstreamX, upstreamX)))
+	if err == nil || !strings.Contains(err.Error(), "inline.yaml: document 2 (Upstream shop/x): metadata.name: Upstream shop/x is also defined in inline.yaml document 1") {
+		t.Errorf("duplicate in Decode: %v", err)
+	}
+}
+
+// TestExamples checks that examples/ loads, applies, and shows every
+// feature the examples are meant to demonstrate.
+func TestExamples(t *testing.T) {
+	set, err := manifest.Load("../../examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := topology.NewDirectory().Apply(set.Batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Orphans()) != 0 {
+		t.Errorf("orphans: %v", snap.Orphans())
+	}
+	ups := snap.Upstreams()
+	if len(ups) < 2 {
+		t.Errorf("%d upstreams, want at least 2", len(ups))
+	}
+	regions := map[string]bool{}
+	priorities := map[uint32]bool{}
+	var draining, unhealthy, spill int
+	for _, u := range ups {
+		for _, e := range u.Endpoints {
+			regions[e.Locality.Region] = true
+			priorities[e.Priority] = true
+			if e.Admin == weights.Draining {
+				draining++
+			}
+			if e.Probe == weights.ProbeUnhealthy {
+				unhealthy++
+			}
+		}
+		r := u.Result
+		if r.Outcome == weights.Routable && len(r.Priorities) > 0 && r.Priorities[0].Priority == 0 && r.Priorities[0].Load < weights.Million {
+			spill++
+		}
+	}
+	if len(regions) < 2 {
+		t.Errorf("regions %v, want at least 2", regions)
+	}
+	if len(priorities) < 2 {
+		t.Errorf("priorities %v, want at least 2", priorities)
+	}
+	if draining == 0 {
+		t.Error("no Draining endpoint")
+	}
+	if unhealthy == 0 {
+		t.Error("no probe-Unhealthy endpoint")
+	}
+	if spill == 0 {
+		t.Error("no upstream spills over from priority 0 (load < 1000000)")
+	}
+	// Every example object is in the set exactly once.
+	seen := map[string]bool{}
+	for _, o := range set.Objects {
+		if seen[o.String()] {
+			t.Errorf("%s twice", o)
+		}
+		seen[o.String()] = true
+	}
+	if set.Batch.Len() != len(set.Objects) {
+		t.Errorf("batch has %d objects, set lists %d", set.Batch.Len(), len(set.Objects))
+	}
+}

@@ -1,0 +1,290 @@
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"poise.dev/poise/pkg/weights"
+)
+
+func upstream(name string) Upstream {
+	return Upstream{Key: Key{"default", name}, Policy: weights.DefaultPolicy(), HealthAdjustment: ControlPlane}
+}
+
+func set(name, up, region string, n int, unhealthy int) EndpointSet {
+	s := EndpointSet{Key: Key{"default", name}, Upstream: up, Locality: weights.Locality{Region: region}}
+	for i := 0; i < n; i++ {
+		e := Endpoint{Address: fmt.Sprintf("10.0.%s.%d", name, i), Port: 80, Weight: 1}
+		if i < unhealthy {
+			e.Health.Probe = weights.ProbeUnhealthy
+			e.Health.ProbeOrigin = "test"
+		}
+		s.Endpoints = append(s.Endpoints, e)
+	}
+	return s
+}
+
+func locality(name, up, region string, prio uint32, w uint64) Locality {
+	return Locality{Key: Key{"default", name}, Upstream: up, Priority: prio, Locality: weights.Locality{Region: region}, Weight: w}
+}
+
+func mustApply(t *testing.T, d *Directory, b Batch) *Snapshot {
+	t.Helper()
+	s, err := d.Apply(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestApplyComputesSeedExample(t *testing.T) {
+	d := NewDirectory()
+	var b Batch
+	b.PutUpstream(upstream("api"))
+	b.PutLocality(locality("x", "api", "x", 0, 1))
+	b.PutLocality(locality("y", "api", "y", 0, 2))
+	b.PutEndpointSet(set("x", "api", "x", 2, 1))
+	b.PutEndpointSet(set("y", "api", "y", 2, 0))
+	s := mustApply(t, d, b)
+	if s.Revision != 1 || d.Current() != s {
+		t.Fatalf("revision %d, current %p, applied %p", s.Revision, d.Current(), s)
+	}
+	u := s.Upstream(Key{"default", "api"})
+	got := []uint64{u.Result.Localities[0].Traffic, u.Result.Localities[1].Traffic}
+	if got[0] != 259_259 || got[1] != 740_741 {
+		t.Fatalf("traffic %v, want [259259 740741]", got)
+	}
+	if len(u.Groups) != 2 || u.Groups[1].LocalityWeight != 2 || u.Groups[1].LocalityObjects[0].Name != "y" {
+		t.Fatalf("groups %+v", u.Groups)
+	}
+}
+
+func TestDefaultsWithoutLocalityObject(t *testing.T) {
+	d := NewDirectory()
+	var b Batch
+	b.PutUpstream(upstream("api"))
+	b.PutEndpointSet(set("a", "api", "r1", 3, 0))
+	u := mustApply(t, d, b).Upstream(Key{"default", "api"})
+	g := u.Groups[0]
+	if g.Priority != 0 || g.LocalityWeight != 1 || len(g.LocalityObjects) != 0 {
+		t.Fatalf("group %+v, want priority 0 weight 1 defaulted", g)
+	}
+}
+
+func TestInvalidBatchKeepsLastGoodSnapshot(t *testing.T) {
+	d := NewDirectory()
+	var good Batch
+	good.PutUpstream(upstream("api"))
+	good.PutEndpointSet(set("a", "api", "r1", 3, 0))
+	before := mustApply(t, d, good)
+
+	tests := []struct {
+		name    string
+		batch   func() Batch
+		want    error
+		objects []string
+	}{
+		{"conflicting localities", func() Batch {
+			var b Batch
+			b.PutLocality(locality("l1", "api", "r1", 0, 1))
+			b.PutLocality(locality("l2", "api", "r1", 0, 5))
+			return b
+		}, weights.ErrInconsistentTopology, []string{"Locality default/l1", "Locality default/l2"}},
+		{"ambiguous priority", func() Batch {
+			var b Batch
+			b.PutLocality(locality("l1", "api", "r1", 0, 1))
+			b.PutLocality(locality("l2", "api", "r1", 1, 1))
+			return b
+		}, weights.ErrInconsistentTopology, []string{"EndpointSet default/a", "Locality default/l1", "Locality default/l2"}},
+		{"duplicate endpoint across sets", func() Batch {
+			var b Batch
+			s := set("b", "api", "r2", 1, 0)
+			s.Endpoints[0].Address = "10.0.a.0"
+			b.PutEndpointSet(s)
+			return b
+		}, weights.ErrDuplicateEndpoint, []string{"EndpointSet default/a", "EndpointSet default/b"}},
+		{"zero weight", func() Batch {
+			var b Batch
+			s := set("a", "api", "r1", 3, 0)
+			s.Endpoints[2].Weight = 0
+			b.PutEndpointSet(s)
+			return b
+		}, weights.ErrInvalidWeight, []string{"EndpointSet default/a"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := d.Apply(tc.batch())
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err %v, want %v", err, tc.want)
+			}
+			var be *BatchError
+			if !errors.As(err, &be) {
+				t.Fatalf("err %T is not a *BatchError", err)
+			}
+			for _, o := range tc.objects {
+				found := false
+				for _, ref := range be.Problems[0].Objects {
+					found = found || ref.String() == o
+				}
+				if !found {
+					t.Errorf("problem %v does not name %s", be.Problems[0], o)
+				}
+			}
+			if s != before || d.Current() != before {
+				t.Fatalf("snapshot changed after a rejected batch")
+			}
+		})
+	}
+	// the rejected batches left nothing behind: a good batch still applies on the old state
+	var b Batch
+	b.PutLocality(locality("l1", "api", "r1", 0, 3))
+	after := mustApply(t, d, b)
+	if after.Revision != before.Revision+1 {
+		t.Fatalf("revision %d after %d", after.Revision, before.Revision)
+	}
+}
+
+func TestNoOpBatchKeepsRevision(t *testing.T) {
+	d := NewDirectory()
+	var b Batch
+	b.PutUpstream(upstream("api"))
+	b.PutEndpointSet(set("a", "api", "r1", 3, 0))
+	s1 := mustApply(t, d, b)
+	s2 := mustApply(t, d, b)
+	if s1 != s2 || s2.Revision != 1 {
+		t.Fatalf("re-applying the same batch published revision %d", s2.Revision)
+	}
+}
+
+func TestEndpointChangeTouchesOnlyItsUpstream(t *testing.T) {
+	d := NewDirectory()
+	var b Batch
+	for i := 0; i < 5; i++ {
+		name := fmt.Sprintf("u%d", i)
+		b.PutUpstream(upstream(name))
+		b.PutEndpointSet(set(name, name, "r1", 4, 0))
+	}
+	s1 := mustApply(t, d, b)
+	var flip Batch
+	flip.PutEndpointSet(set("u2", "u2", "r1", 4, 2))
+	s2 := mustApply(t, d, flip)
+	for i, u := range s2.Upstreams() {
+		shared := u == s1.Upstreams()[i]
+		if (i == 2) == shared {
+			t.Errorf("upstream %s shared=%v", u.Upstream.Key, shared)
+		}
+	}
+	u2 := s2.Upstream(Key{"default", "u2"})
+	if u2.Revision != 2 || u2.ClusterRevision != 1 {
+		t.Fatalf("u2 revision %d cluster revision %d, want 2 and 1", u2.Revision, u2.ClusterRevision)
+	}
+	if s1.Upstream(Key{"default", "u2"}).Result.Localities[0].Availability != weights.Million {
+		t.Fatalf("old snapshot was modified")
+	}
+}
+
+func TestOrphansAndLateUpstream(t *testing.T) {
+	d := NewDirectory()
+	var b Batch
+	b.PutEndpointSet(set("a", "api", "r1", 2, 0))
+	s := mustApply(t, d, b)
+	if len(s.Orphans()) != 1 || s.Orphans()[0].String() != "EndpointSet default/a" {
+		t.Fatalf("orphans %v", s.Orphans())
+	}
+	var b2 Batch
+	b2.PutUpstream(upstream("api"))
+	s = mustApply(t, d, b2)
+	if len(s.Orphans()) != 0 || len(s.Upstream(Key{"default", "api"}).Endpoints) != 2 {
+		t.Fatalf("orphans %v after the upstream arrived", s.Orphans())
+	}
+	var b3 Batch
+	b3.DeleteUpstream(Key{"default", "api"})
+	s = mustApply(t, d, b3)
+	if len(s.Upstreams()) != 0 || len(s.Orphans()) != 1 {
+		t.Fatalf("after delete: %d upstreams, orphans %v", len(s.Upstreams()), s.Orphans())
+	}
+}
+
+func TestMovingASetBetweenUpstreams(t *testing.T) {
+	d := NewDirectory()
+	var b Batch
+	b.PutUpstream(upstream("a"))
+	b.PutUpstream(upstream("b"))
+	b.PutEndpointSet(set("s", "a", "r1", 2, 0))
+	mustApply(t, d, b)
+	var mv Batch
+	mv.PutEndpointSet(set("s", "b", "r1", 2, 0))
+	s := mustApply(t, d, mv)
+	if n := len(s.Upstream(Key{"default", "a"}).Endpoints); n != 0 {
+		t.Fatalf("a still has %d endpoints", n)
+	}
+	if n := len(s.Upstream(Key{"default", "b"}).Endpoints); n != 2 {
+		t.Fatalf("b has %d endpoints", n)
+	}
+}
+
+// Readers racing a writer must only ever see complete batches: every batch
+// here moves all endpoints of both upstreams to the same health state.
+func TestConcurrentReadersSeeWholeBatches(t *testing.T) {
+	d := NewDirectory()
+	apply := func(unhealthy int) {
+		var b Batch
+		b.PutUpstream(upstream("a"))
+		b.PutUpstream(upstream("b"))
+		b.PutEndpointSet(set("a", "a", "r1", 10, unhealthy))
+		b.PutEndpointSet(set("b", "b", "r1", 10, unhealthy))
+		if _, err := d.Apply(b); err != nil {
+			t.Error(err)
+		}
+	}
+	apply(0)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for r := 0; r < 4; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			last := uint64(0)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				s := d.Current()
+				if s.Revision < last {
+					t.Errorf("revision went back from %d to %d", last, s.Revision)
+				}
+				last = s.Revision
+				a, b := s.Upstream(Key{"default", "a"}), s.Upstream(Key{"default", "b"})
+				if a.Result.Priorities[0].EligibleWeight != b.Result.Priorities[0].EligibleWeight {
+					t.Errorf("revision %d: half-applied batch", s.Revision)
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < 300; i++ {
+		apply(i % 7)
+	}
+	close(stop)
+	wg.Wait()
+}
+
+func TestChangedWakesReaders(t *testing.T) {
+	d := NewDirectory()
+	ch := d.Changed()
+	var b Batch
+	b.PutUpstream(upstream("a"))
+	mustApply(t, d, b)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("Changed not closed after a publish")
+	}
+	if d.Current().Revision != 1 {
+		t.Fatal("wrong revision")
+	}
+}

@@ -1,0 +1,59 @@
+package topology
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Problem is one reason a batch was rejected: the upstream it broke, every
+// object involved, and the cause, which matches a pkg/weights sentinel
+// (weights.ErrInconsistentTopology, ErrDuplicateEndpoint, ...) via errors.Is.
+type Problem struct {
+	Upstream Key
+	Objects  []ObjectRef
+	Err      error
+}
+
+func (p Problem) Error() string {
+	names := make([]string, len(p.Objects))
+	for i, o := range p.Objects {
+		names[i] = o.String()
+	}
+	return fmt.Sprintf("upstream %s: %v (objects: %s)", p.Upstream, p.Err, strings.Join(names, ", "))
+}
+
+func (p Problem) Unwrap() error { return p.Err }
+
+// BatchError rejects a whole batch; the previous snapshot stays current.
+type BatchError struct {
+	Problems []Problem
+}
+
+func (e *BatchError) Error() string {
+	msgs := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		msgs[i] = p.Error()
+	}
+	return "batch rejected: " + strings.Join(msgs, "; ")
+}
+
+// Unwrap lets errors.Is and errors.As see every problem.
+func (e *BatchError) Unwrap() []error {
+	out := make([]error, len(e.Problems))
+	for i, p := range e.Problems {
+		out[i] = p
+	}
+	return out
+}
+
+// Involves reports whether an object is named by any problem.
+func (e *BatchError) Involves(ref ObjectRef) bool {
+	for _, p := range e.Problems {
+		for _, o := range p.Objects {
+			if o == ref {
+				return true
+			}
+		}
+	}
+	return false
+}

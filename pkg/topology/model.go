@@ -1,0 +1,105 @@
+package topology
+
+import (
+	"time"
+
+	"poise.dev/poise/pkg/weights"
+)
+
+// Key names a namespaced object.
+type Key struct {
+	Namespace string
+	Name      string
+}
+
+func (k Key) String() string { return k.Namespace + "/" + k.Name }
+
+// Compare orders keys by namespace, then name.
+func (k Key) Compare(o Key) int {
+	switch {
+	case k.Namespace < o.Namespace:
+		return -1
+	case k.Namespace > o.Namespace:
+		return 1
+	case k.Name < o.Name:
+		return -1
+	case k.Name > o.Name:
+		return 1
+	}
+	return 0
+}
+
+// HealthAdjustment says who applies health to the published weights.
+type HealthAdjustment string
+
+const (
+	// ControlPlane: the control plane computes exact shares; proxies replay them.
+	ControlPlane HealthAdjustment = "ControlPlane"
+	// Proxy: the source topology is published as is; the proxy does its own math.
+	Proxy HealthAdjustment = "Proxy"
+)
+
+// Upstream is one Envoy cluster and the knobs of its computation.
+type Upstream struct {
+	Key              Key
+	Policy           weights.Policy
+	HealthAdjustment HealthAdjustment
+	LoadBalancing    string // RoundRobin, LeastRequest, Random, RingHash, Maglev
+	ConnectTimeout   time.Duration
+	Protocol         string // HTTP1, HTTP2, GRPC, TCP
+	// Service, when set, imports the endpoints of a Kubernetes Service.
+	Service *ServiceRef
+}
+
+// ServiceRef names a Service in the upstream's namespace and one of its ports.
+type ServiceRef struct {
+	Name string
+	Port string // a port name or number
+}
+
+// Locality is one Locality object: the priority and weight of an
+// (upstream, region, zone, subZone) group.
+type Locality struct {
+	Key      Key
+	Upstream string // an Upstream name in Key.Namespace
+	Priority uint32
+	Locality weights.Locality
+	Weight   uint64
+}
+
+// EndpointSet is the endpoints of one upstream in one locality, from an
+// EndpointSet object or imported from a Service's EndpointSlices.
+type EndpointSet struct {
+	Key      Key
+	Kind     string // the kind of the object it came from, for messages
+	Upstream string // an Upstream name in Key.Namespace
+	Locality weights.Locality
+	// Priority, when set, chooses the priority; otherwise the matching
+	// Locality object does, and without one the group is priority 0.
+	Priority  *uint32
+	Endpoints []Endpoint
+}
+
+// Endpoint is one address in an EndpointSet with its admin state and its
+// independent health signals.
+type Endpoint struct {
+	Address string
+	Port    uint32
+	Weight  uint64
+	Admin   weights.AdminState
+	Health  Health
+}
+
+// Health keeps each signal with the origin that reported it, so explain and
+// status can say who made an endpoint ineligible. An empty origin means the
+// signal was never reported and holds its default.
+type Health struct {
+	Probe         weights.ProbeHealth
+	ProbeOrigin   string
+	Circuit       weights.CircuitState
+	CircuitOrigin string
+	Ejected       bool
+	OutlierOrigin string
+	Scope         weights.Scope
+	ScopeOrigin   string
+}

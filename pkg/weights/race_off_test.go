@@ -1,0 +1,5 @@
+//go:build !race
+
+package weights
+
+const raceEnabled = false
