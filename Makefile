@@ -14,8 +14,8 @@ build: ## Build bin/controlplane.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/controlplane ./cmd/controlplane
 
 .PHONY: run
-run: ## Explain the bundled examples (the xDS server arrives with a later release).
-	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/controlplane explain -f examples
+run: ## Serve the bundled examples over xDS on 127.0.0.1 (admin on :19000), watching them for changes.
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/controlplane serve -f examples
 
 .PHONY: test
 test: ## Run every test with the race detector (fuzz targets run their seed corpus).

@@ -26,6 +26,8 @@ const (
 const usage = `usage: controlplane <command> [flags]
 
 commands:
+  serve     -f PATH... [--xds-address ADDR] [--admin-address ADDR] [--tls-cert F --tls-key F [--tls-client-ca F]]
+            serve the manifests over xDS (ADS) and watch them for changes
   explain   -f PATH... [--upstream NS/NAME] [-o text|json] [--simulate N --seed S]
             show the whole priority → locality → endpoint derivation
   validate  -f PATH...   check manifests as the control plane would, without serving
@@ -42,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runExplain(args[1:], stdout, stderr)
 	case "validate":
 		return runValidate(args[1:], stdout, stderr)
+	case "serve":
+		return runServe(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "controlplane %s (%s)\n", version, runtime.Version())
 		return exitOK
@@ -86,31 +90,23 @@ func load(files paths, stderr io.Writer) (*topology.Snapshot, *manifest.Set, boo
 	}
 	snap, err := topology.NewDirectory().Apply(set.Batch)
 	if err != nil {
-		fmt.Fprintf(stderr, "error: the topology is rejected:\n%s\n", indent(describeBatchError(err, set)))
+		fmt.Fprintf(stderr, "error: the topology is rejected:\n%s\n", indent(describeProblems(set.Locate(err))))
 		return nil, nil, false
 	}
 	return snap, set, true
 }
 
-// describeBatchError names, for each problem, the files that hold the objects involved.
-func describeBatchError(err error, set *manifest.Set) string {
+// describeProblems prints one line per problem of a rejected batch.
+func describeProblems(err error) string {
 	var be *topology.BatchError
 	if !errors.As(err, &be) {
 		return err.Error()
 	}
-	where := map[string]manifest.Object{}
-	for _, o := range set.Objects {
-		where[o.String()] = o
-	}
 	var b strings.Builder
 	for _, p := range be.Problems {
 		fmt.Fprintf(&b, "upstream %s: %v\n", p.Upstream, p.Err)
-		for _, ref := range p.Objects {
-			if o, ok := where[ref.String()]; ok {
-				fmt.Fprintf(&b, "  involves %s (%s document %d)\n", ref, o.File, o.Document)
-			} else {
-				fmt.Fprintf(&b, "  involves %s\n", ref)
-			}
+		for i := range p.Objects {
+			fmt.Fprintf(&b, "  involves %s\n", p.Involved(i))
 		}
 	}
 	return strings.TrimRight(b.String(), "\n")
@@ -172,7 +168,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	var keys []topology.Key
 	if *only != "" {
-		k, err := parseKey(*only)
+		k, err := topology.ParseKey(*only)
 		if err != nil {
 			fmt.Fprintf(stderr, "error: --upstream: %v\n", err)
 			return exitUsage
@@ -204,15 +200,4 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	return exitOK
-}
-
-func parseKey(s string) (topology.Key, error) {
-	ns, name, found := strings.Cut(s, "/")
-	if !found {
-		return topology.Key{Namespace: "default", Name: s}, nil
-	}
-	if ns == "" || name == "" || strings.Contains(name, "/") {
-		return topology.Key{}, fmt.Errorf("%q: want NAMESPACE/NAME", s)
-	}
-	return topology.Key{Namespace: ns, Name: name}, nil
 }

@@ -360,3 +360,27 @@ func strictError(file string, doc int, object string, se error) *Error {
 	}
 	return &Error{File: file, Document: doc, Object: object, Detail: msg}
 }
+
+// Locate adds to a topology rejection the file and document of every object
+// it involves, so a person can go straight to the lines to fix.
+func (s *Set) Locate(err error) error {
+	var be *topology.BatchError
+	if !errors.As(err, &be) {
+		return err
+	}
+	where := make(map[string]Object, len(s.Objects))
+	for _, o := range s.Objects {
+		where[o.String()] = o
+	}
+	located := &topology.BatchError{Problems: slices.Clone(be.Problems)}
+	for i, p := range located.Problems {
+		locs := make([]string, len(p.Objects))
+		for j, ref := range p.Objects {
+			if o, ok := where[ref.String()]; ok {
+				locs[j] = fmt.Sprintf("%s document %d", o.File, o.Document)
+			}
+		}
+		located.Problems[i].Locations = locs
+	}
+	return located
+}

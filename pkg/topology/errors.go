@@ -11,13 +11,24 @@ import (
 type Problem struct {
 	Upstream Key
 	Objects  []ObjectRef
-	Err      error
+	// Locations, when a source knows them, say where each object is defined
+	// ("file document 3"), index for index with Objects; "" when unknown.
+	Locations []string
+	Err       error
+}
+
+// Involved names object i with its location when known.
+func (p Problem) Involved(i int) string {
+	if i < len(p.Locations) && p.Locations[i] != "" {
+		return p.Objects[i].String() + " (" + p.Locations[i] + ")"
+	}
+	return p.Objects[i].String()
 }
 
 func (p Problem) Error() string {
 	names := make([]string, len(p.Objects))
-	for i, o := range p.Objects {
-		names[i] = o.String()
+	for i := range p.Objects {
+		names[i] = p.Involved(i)
 	}
 	return fmt.Sprintf("upstream %s: %v (objects: %s)", p.Upstream, p.Err, strings.Join(names, ", "))
 }

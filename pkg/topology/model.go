@@ -1,6 +1,8 @@
 package topology
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"poise.dev/poise/pkg/weights"
@@ -13,6 +15,21 @@ type Key struct {
 }
 
 func (k Key) String() string { return k.Namespace + "/" + k.Name }
+
+// ParseKey reads NAMESPACE/NAME, or NAME alone in namespace default.
+func ParseKey(s string) (Key, error) {
+	ns, name, found := strings.Cut(s, "/")
+	if !found {
+		if s == "" {
+			return Key{}, fmt.Errorf("empty name: want NAMESPACE/NAME")
+		}
+		return Key{Namespace: "default", Name: s}, nil
+	}
+	if ns == "" || name == "" || strings.Contains(name, "/") {
+		return Key{}, fmt.Errorf("%q: want NAMESPACE/NAME", s)
+	}
+	return Key{Namespace: ns, Name: name}, nil
+}
 
 // Compare orders keys by namespace, then name.
 func (k Key) Compare(o Key) int {

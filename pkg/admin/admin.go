@@ -1,0 +1,83 @@
+package admin
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/pprof"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/xds/server"
+)
+
+// Sources are what the admin port reads; each is called per request.
+type Sources struct {
+	// Ready reports whether the first snapshot has been published, and why not.
+	Ready func() (bool, string)
+	// Snapshot is the current topology snapshot.
+	Snapshot func() *topology.Snapshot
+	// Clients lists the connected xDS clients.
+	Clients func() []server.Client
+	Metrics *metrics.Metrics
+}
+
+// Handler returns the admin mux.
+func Handler(s Sources) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if ok, why := s.Ready(); !ok {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	if s.Metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("GET /debug/explain", func(w http.ResponseWriter, r *http.Request) {
+		snap := s.Snapshot()
+		var keys []topology.Key
+		if q := r.URL.Query().Get("upstream"); q != "" {
+			k, err := topology.ParseKey(q)
+			if err != nil {
+				writeJSONError(w, http.StatusBadRequest, err.Error())
+				return
+			}
+			if snap.Upstream(k) == nil {
+				writeJSONError(w, http.StatusNotFound, fmt.Sprintf("upstream %s not found in revision %d", k, snap.Revision))
+				return
+			}
+			keys = append(keys, k)
+		}
+		writeJSON(w, explain.Build(snap, keys...))
+	})
+	mux.HandleFunc("GET /debug/clients", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]any{"clients": s.Clients()})
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeJSONError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}

@@ -1,0 +1,81 @@
+package admin
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/weights"
+	"poise.dev/poise/pkg/xds/server"
+)
+
+func TestAdminEndpoints(t *testing.T) {
+	d := topology.NewDirectory()
+	var b topology.Batch
+	b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "web"}, Policy: weights.DefaultPolicy()})
+	b.PutEndpointSet(topology.EndpointSet{Key: topology.Key{Namespace: "shop", Name: "web-a"}, Upstream: "web",
+		Endpoints: []topology.Endpoint{{Address: "10.0.0.1", Port: 80, Weight: 1}}})
+	if _, err := d.Apply(b); err != nil {
+		t.Fatal(err)
+	}
+	ready := false
+	m := metrics.New()
+	m.Revision.Set(1)
+	srv := httptest.NewServer(Handler(Sources{
+		Ready: func() (bool, string) {
+			if !ready {
+				return false, "no snapshot published yet"
+			}
+			return true, ""
+		},
+		Snapshot: d.Current,
+		Clients:  func() []server.Client { return []server.Client{{Stream: 1, NodeID: "n1", Kind: server.KindGRPC}} },
+		Metrics:  m,
+	}))
+	defer srv.Close()
+
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, tc := range []struct {
+		path string
+		code int
+		want string
+	}{
+		{"/healthz", 200, "ok"},
+		{"/readyz", 503, "no snapshot published yet"},
+		{"/metrics", 200, "poise_topology_revision 1"},
+		{"/debug/explain?upstream=shop/web", 200, `"name": "web"`},
+		{"/debug/explain?upstream=shop/nope", 404, "not found in revision 1"},
+		{"/debug/explain?upstream=a/b/c", 400, "want NAMESPACE/NAME"},
+		{"/debug/clients", 200, `"nodeId": "n1"`},
+		{"/debug/pprof/", 200, "goroutine"},
+	} {
+		code, body := get(tc.path)
+		if code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("GET %s = %d %q, want %d containing %q", tc.path, code, body, tc.code, tc.want)
+		}
+	}
+	ready = true
+	if code, _ := get("/readyz"); code != 200 {
+		t.Errorf("readyz = %d once ready", code)
+	}
+	_, body := get("/debug/explain")
+	var rep explain.Report
+	if err := json.Unmarshal([]byte(body), &rep); err != nil || len(rep.Upstreams) != 1 || rep.Upstreams[0].Priorities[0].Load != weights.Million {
+		t.Errorf("explain JSON: %v %+v", err, rep)
+	}
+}

@@ -1,0 +1,158 @@
+package files
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"poise.dev/poise/pkg/manifest"
+	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/topology"
+)
+
+const sourceName = "files"
+
+// Source loads and watches manifest files.
+type Source struct {
+	Paths    []string
+	Dir      *topology.Directory
+	Debounce time.Duration // coalesces bursts of file events; 0 means 100ms
+	Log      *slog.Logger
+	Metrics  *metrics.Metrics
+
+	mu      sync.Mutex
+	applied map[string]manifest.Object // what the directory holds from us, by "Kind ns/name"
+}
+
+// Load reads every manifest and applies them as one batch, deleting objects
+// that are no longer in any file. On any error nothing is applied.
+func (s *Source) Load() (*topology.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set, err := manifest.Load(s.Paths...)
+	if err != nil {
+		s.count("rejected")
+		return nil, err
+	}
+	seen := make(map[string]manifest.Object, len(set.Objects))
+	for _, o := range set.Objects {
+		seen[o.String()] = o
+	}
+	for id, o := range s.applied {
+		if _, ok := seen[id]; ok {
+			continue
+		}
+		switch o.Kind {
+		case topology.KindUpstream:
+			set.Batch.DeleteUpstream(o.Key)
+		case topology.KindLocality:
+			set.Batch.DeleteLocality(o.Key)
+		case topology.KindEndpointSet:
+			set.Batch.DeleteEndpointSet(o.Key)
+		}
+	}
+	snap, err := s.Dir.Apply(set.Batch)
+	if err != nil {
+		s.count("rejected")
+		return nil, set.Locate(err)
+	}
+	s.applied = seen
+	s.count("applied")
+	if s.Metrics != nil {
+		s.Metrics.Revision.Set(float64(snap.Revision))
+	}
+	return snap, nil
+}
+
+func (s *Source) count(result string) {
+	if s.Metrics != nil {
+		s.Metrics.SourceBatches.WithLabelValues(sourceName, result).Inc()
+	}
+}
+
+// Run watches the paths and reloads after each burst of changes until ctx
+// is done. A refused change is logged and counted; the directory keeps its
+// last good state.
+func (s *Source) Run(ctx context.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch manifests: %w", err)
+	}
+	defer w.Close()
+	for _, p := range s.Paths {
+		if err := s.watch(w, p); err != nil {
+			return err
+		}
+	}
+	debounce := s.Debounce
+	if debounce <= 0 {
+		debounce = 100 * time.Millisecond
+	}
+	log := s.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var timer <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if ev.Has(fsnotify.Create) {
+				if info, err := os.Stat(ev.Name); err == nil && info.IsDir() {
+					_ = s.watch(w, ev.Name)
+				}
+			}
+			if timer == nil {
+				timer = time.After(debounce)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			log.Warn("manifest watch error", "error", err)
+		case <-timer:
+			timer = nil
+			start := time.Now()
+			snap, err := s.Load()
+			if err != nil {
+				log.Error("manifest change refused; the last good topology keeps serving", "reason", err)
+				continue
+			}
+			log.Info("manifest change applied", "revision", snap.Revision, "took", time.Since(start))
+		}
+	}
+}
+
+// watch adds a directory and its subdirectories, or a file's directory (so
+// an editor that replaces the file by renaming keeps being seen).
+func (s *Source) watch(w *fsnotify.Watcher, p string) error {
+	info, err := os.Stat(p)
+	if err != nil {
+		return fmt.Errorf("watch manifests: %w", err)
+	}
+	if !info.IsDir() {
+		return w.Add(filepath.Dir(p))
+	}
+	return filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if err := w.Add(path); err != nil {
+				return fmt.Errorf("watch %s: %w", path, err)
+			}
+		}
+		return nil
+	})
+}

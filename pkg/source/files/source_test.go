@@ -1,0 +1,135 @@
+package files
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/topology"
+)
+
+const upstreamYAML = `apiVersion: poise.dev/v1alpha1
+kind: Upstream
+metadata: {name: web, namespace: shop}
+`
+
+func setYAML(name, weight string) string {
+	return `apiVersion: poise.dev/v1alpha1
+kind: EndpointSet
+metadata: {name: ` + name + `, namespace: shop}
+spec:
+  upstream: web
+  locality: {region: r1, zone: ` + name + `}
+  endpoints:
+  - {address: 10.0.0.1, port: 80, weight: ` + weight + `}
+`
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path+".tmp", []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFor polls the directory until cond holds.
+func waitFor(t *testing.T, d *topology.Directory, what string, cond func(*topology.Snapshot) bool) *topology.Snapshot {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if s := d.Current(); cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s (revision %d)", what, d.Current().Revision)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func endpointWeight(s *topology.Snapshot) uint64 {
+	u := s.Upstream(topology.Key{Namespace: "shop", Name: "web"})
+	if u == nil || len(u.Endpoints) == 0 {
+		return 0
+	}
+	return u.Endpoints[0].Weight
+}
+
+func TestWatchAppliesChangesAndRefusesBadOnes(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "upstream.yaml"), upstreamYAML)
+	write(t, filepath.Join(dir, "a.yaml"), setYAML("a", "1"))
+	m := metrics.New()
+	d := topology.NewDirectory()
+	src := &Source{Paths: []string{dir}, Dir: d, Debounce: 10 * time.Millisecond, Metrics: m}
+	if _, err := src.Load(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond) // let the watcher start
+
+	// an edit is applied as one batch
+	write(t, filepath.Join(dir, "a.yaml"), setYAML("a", "5"))
+	good := waitFor(t, d, "weight 5", func(s *topology.Snapshot) bool { return endpointWeight(s) == 5 })
+
+	// an invalid edit is refused and counted; the snapshot stays
+	write(t, filepath.Join(dir, "a.yaml"), setYAML("a", "0"))
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(m.SourceBatches.WithLabelValues("files", "rejected")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("invalid edit was not refused")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if d.Current() != good {
+		t.Fatal("a refused edit changed the snapshot")
+	}
+
+	// a new file in a new subdirectory is seen; a conflicting one is refused
+	sub := filepath.Join(dir, "more")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	write(t, filepath.Join(dir, "a.yaml"), setYAML("a", "7"))
+	write(t, filepath.Join(sub, "b.yaml"), setYAML("b", "2")) // same address as a: DuplicateEndpoint
+	before := testutil.ToFloat64(m.SourceBatches.WithLabelValues("files", "rejected"))
+	for testutil.ToFloat64(m.SourceBatches.WithLabelValues("files", "rejected")) == before {
+		if time.Now().After(deadline) {
+			t.Fatal("duplicate endpoint was not refused")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if d.Current() != good {
+		t.Fatal("a refused edit changed the snapshot")
+	}
+
+	// removing the offending file applies the rest; removing a file deletes its objects
+	if err := os.Remove(filepath.Join(sub, "b.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, d, "weight 7", func(s *topology.Snapshot) bool { return endpointWeight(s) == 7 })
+	if err := os.Remove(filepath.Join(dir, "a.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, d, "set removed", func(s *topology.Snapshot) bool {
+		u := s.Upstream(topology.Key{Namespace: "shop", Name: "web"})
+		return u != nil && len(u.Endpoints) == 0
+	})
+}

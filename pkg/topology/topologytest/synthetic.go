@@ -1,0 +1,54 @@
+// Package topologytest builds synthetic topologies for benchmarks and tests
+// of the packages that consume topology snapshots.
+package topologytest
+
+import (
+	"fmt"
+
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/weights"
+)
+
+// Regions are the three localities every synthetic upstream spreads over.
+var Regions = []string{"eu-west", "eu-central", "us-east"}
+
+// Batch is n upstreams in namespace "bench", each with 20 endpoints over
+// three localities (7, 7 and 6, weights 1..3): 5,000 upstreams make the
+// 100k-endpoint topology of the benchmarks.
+func Batch(n int) topology.Batch {
+	var b topology.Batch
+	for u := range n {
+		b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "bench", Name: UpstreamName(u)}, Policy: weights.DefaultPolicy(),
+			HealthAdjustment: topology.ControlPlane, LoadBalancing: "RoundRobin", Protocol: "HTTP2"})
+		for r := range Regions {
+			b.PutEndpointSet(Set(u, r, nil))
+		}
+	}
+	return b
+}
+
+// UpstreamName is the name of synthetic upstream u.
+func UpstreamName(u int) string { return fmt.Sprintf("svc-%04d", u) }
+
+// Set is the endpoint set of upstream u in region r; the endpoints whose
+// indexes are in unhealthy report probe Unhealthy.
+func Set(u, r int, unhealthy map[int]bool) topology.EndpointSet {
+	name := UpstreamName(u)
+	s := topology.EndpointSet{
+		Key:      topology.Key{Namespace: "bench", Name: fmt.Sprintf("%s-%s", name, Regions[r])},
+		Upstream: name, Locality: weights.Locality{Region: Regions[r]},
+	}
+	n := 7
+	if r == 2 {
+		n = 6
+	}
+	for i := range n {
+		e := topology.Endpoint{Address: fmt.Sprintf("10.%d.%d.%d", u/250, u%250, r*10+i), Port: 8080, Weight: uint64(1 + i%3)}
+		if unhealthy[i] {
+			e.Health.Probe = weights.ProbeUnhealthy
+			e.Health.ProbeOrigin = "bench"
+		}
+		s.Endpoints = append(s.Endpoints, e)
+	}
+	return s
+}

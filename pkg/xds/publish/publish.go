@@ -1,0 +1,361 @@
+package publish
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xds/xdscache"
+)
+
+// NewInstanceID returns a random identifier for this process; versions are
+// prefixed with it so they never repeat across restarts or replicas.
+func NewInstanceID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		// crypto/rand does not fail on supported platforms; a clock is a fallback.
+		return strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// Stats describes one publication, for metrics and logs.
+type Stats struct {
+	Revision uint64
+	Version  string
+	// Upstreams translated, and of those how many only for their endpoints.
+	Upstreams, EndpointOnly int
+	// Changes per type URL: resources put or deleted.
+	Changes  map[string]int
+	Duration time.Duration
+}
+
+// Publisher publishes topology snapshots to a cache. Publish calls are
+// serialized; it keeps what it last published to translate only what changed.
+type Publisher struct {
+	mu       sync.Mutex
+	cache    xdscache.Publisher
+	instance string
+	log      *slog.Logger
+
+	last     *topology.Snapshot
+	upstream map[topology.Key]*published
+	// OnPublish, when set, is called after each publication.
+	OnPublish func(Stats)
+	// OnReject, when set, is called when a snapshot cannot be published.
+	OnReject func(rev uint64, err error)
+}
+
+// published is what was last published for one upstream.
+type published struct {
+	state     *topology.UpstreamState
+	cluster   *xdscache.Entry
+	endpoints [translate.NumRenderings]*xdscache.Entry
+	listener  *xdscache.Entry
+	route     *xdscache.Entry
+}
+
+// New returns a Publisher writing to c with version prefix instance.
+func New(c xdscache.Publisher, instance string, log *slog.Logger) *Publisher {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Publisher{cache: c, instance: instance, log: log, upstream: map[topology.Key]*published{}}
+}
+
+// Version is the version string of a topology revision.
+func (p *Publisher) Version(rev uint64) string {
+	return p.instance + "-" + strconv.FormatUint(rev, 10)
+}
+
+// LastRevision is the last revision published, 0 before the first.
+func (p *Publisher) LastRevision() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.last == nil {
+		return 0
+	}
+	return p.last.Revision
+}
+
+// Published reports whether any snapshot has been published.
+func (p *Publisher) Published() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last != nil
+}
+
+// Run publishes the directory's current snapshot, then every newer one,
+// until ctx is done. A slow publication skips straight to the newest revision.
+func (p *Publisher) Run(ctx context.Context, d *topology.Directory) error {
+	for {
+		changed := d.Changed()
+		if _, err := p.Publish(d.Current()); err != nil {
+			p.log.Error("snapshot not published; the last good one keeps serving", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+// Publish translates what changed between the last published snapshot and
+// s, and applies it to the cache as one update. On any error nothing is
+// published and the last good publication keeps serving.
+func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	start := time.Now()
+	st := Stats{Revision: s.Revision, Version: p.Version(s.Revision), Changes: map[string]int{}}
+	if p.last != nil && p.last.Revision >= s.Revision && p.last != s {
+		return st, nil // an older or equal revision: already covered
+	}
+	if p.last == s {
+		return st, nil
+	}
+	var (
+		changes []xdscache.Change
+		next    = map[topology.Key]*published{}
+		gone    []topology.Key
+	)
+	put := func(view int, typeURL string, old, e *xdscache.Entry) {
+		if old == e {
+			return
+		}
+		changes = append(changes, xdscache.Change{View: view, TypeURL: typeURL, Name: e.Name, Entry: e})
+		st.Changes[typeURL]++
+	}
+	del := func(view int, typeURL string, e *xdscache.Entry) {
+		if e != nil {
+			changes = append(changes, xdscache.Change{View: view, TypeURL: typeURL, Name: e.Name})
+			st.Changes[typeURL]++
+		}
+	}
+	var prevList []*topology.UpstreamState
+	if p.last != nil {
+		prevList = p.last.Upstreams()
+	}
+	err := diff(prevList, s.Upstreams(), func(old, cur *topology.UpstreamState) error {
+		var prev *published
+		if old != nil {
+			prev = p.upstream[old.Upstream.Key]
+		}
+		if cur == nil {
+			gone = append(gone, old.Upstream.Key)
+			for v := range translate.NumRenderings {
+				del(int(v), resource.ClusterType, prev.cluster)
+				del(int(v), resource.EndpointType, prev.endpoints[v])
+				del(int(v), resource.RouteType, prev.route)
+			}
+			del(int(translate.PerEndpoint), resource.ListenerType, prev.listener)
+			return nil
+		}
+		pub, err := p.translate(prev, cur, st.Version)
+		if err != nil {
+			return err
+		}
+		// an endpoint-only change keeps the references it had (a CLA is named after its cluster)
+		if prev == nil || pub.cluster != prev.cluster || pub.listener != prev.listener || pub.route != prev.route {
+			if err := pub.consistent(); err != nil {
+				return fmt.Errorf("upstream %s: %w", cur.Upstream.Key, err)
+			}
+		}
+		next[cur.Upstream.Key] = pub
+		st.Upstreams++
+		if prev != nil && prev.cluster == pub.cluster && prev.listener == pub.listener && prev.route == pub.route {
+			st.EndpointOnly++
+		}
+		var was published
+		if prev != nil {
+			was = *prev
+		}
+		for v := range translate.NumRenderings {
+			put(int(v), resource.ClusterType, was.cluster, pub.cluster)
+			put(int(v), resource.EndpointType, was.endpoints[v], pub.endpoints[v])
+			put(int(v), resource.RouteType, was.route, pub.route)
+		}
+		// API listeners are for proxyless gRPC; an Envoy would reject them.
+		put(int(translate.PerEndpoint), resource.ListenerType, was.listener, pub.listener)
+		return nil
+	})
+	if err != nil {
+		if p.OnReject != nil {
+			p.OnReject(s.Revision, err)
+		}
+		return st, fmt.Errorf("revision %d: %w", s.Revision, err)
+	}
+	for k, pub := range next {
+		p.upstream[k] = pub
+	}
+	for _, k := range gone {
+		delete(p.upstream, k)
+	}
+	p.cache.Apply(xdscache.Update{Version: st.Version, Changes: changes})
+	p.last = s
+	st.Duration = time.Since(start)
+	if p.OnPublish != nil {
+		p.OnPublish(st)
+	}
+	p.log.Debug("published", "revision", st.Revision, "version", st.Version, "upstreams", st.Upstreams,
+		"endpointOnly", st.EndpointOnly, "changes", len(changes), "duration", st.Duration)
+	return st, nil
+}
+
+// diff calls fn for every upstream that differs between two key-sorted
+// lists: (nil, cur) added, (old, nil) removed, (old, cur) changed. States
+// are immutable and shared while unchanged, so a pointer compare suffices.
+func diff(prev, cur []*topology.UpstreamState, fn func(old, cur *topology.UpstreamState) error) error {
+	i, j := 0, 0
+	for i < len(prev) || j < len(cur) {
+		var c int
+		switch {
+		case i == len(prev):
+			c = 1
+		case j == len(cur):
+			c = -1
+		default:
+			c = prev[i].Upstream.Key.Compare(cur[j].Upstream.Key)
+		}
+		var err error
+		switch {
+		case c < 0:
+			err = fn(prev[i], nil)
+			i++
+		case c > 0:
+			err = fn(nil, cur[j])
+			j++
+		default:
+			if prev[i] != cur[j] {
+				err = fn(prev[i], cur[j])
+			}
+			i++
+			j++
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// translate builds the entries of one upstream, reusing a previous entry
+// (and its version) wherever the marshalled bytes did not change. An
+// upstream whose Upstream object did not change is translated only for its
+// endpoints; a cluster change always re-sends the endpoints too.
+func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, version string) (*published, error) {
+	pub := &published{state: cur}
+	clusterChanged := prev == nil || prev.state.ClusterRevision != cur.ClusterRevision
+	if clusterChanged {
+		c, err := translate.Cluster(cur)
+		if err != nil {
+			return nil, err
+		}
+		l, err := translate.Listener(cur)
+		if err != nil {
+			return nil, err
+		}
+		r, err := translate.Route(cur)
+		if err != nil {
+			return nil, err
+		}
+		if pub.cluster, err = reuse(prev.get(resource.ClusterType, 0), c, version, false); err != nil {
+			return nil, err
+		}
+		if pub.listener, err = reuse(prev.get(resource.ListenerType, 0), l, version, false); err != nil {
+			return nil, err
+		}
+		if pub.route, err = reuse(prev.get(resource.RouteType, 0), r, version, false); err != nil {
+			return nil, err
+		}
+	} else {
+		pub.cluster, pub.listener, pub.route = prev.cluster, prev.listener, prev.route
+	}
+	for v := range translate.NumRenderings {
+		cla, err := translate.Endpoints(cur, v)
+		if err != nil {
+			return nil, err
+		}
+		// a changed cluster makes clients re-fetch its endpoints: always send them
+		if pub.endpoints[v], err = reuse(prev.get(resource.EndpointType, v), cla, version, clusterChanged); err != nil {
+			return nil, err
+		}
+	}
+	return pub, nil
+}
+
+// consistent checks the references between one upstream's resources in
+// every view. An upstream's resources refer only to each other, so checking
+// each changed upstream keeps the whole publication coherent at a cost that
+// grows with the change.
+func (p *published) consistent() error {
+	for v := range translate.NumRenderings {
+		view := map[string][]*xdscache.Entry{
+			resource.ClusterType:  {p.cluster},
+			resource.EndpointType: {p.endpoints[v]},
+			resource.RouteType:    {p.route},
+		}
+		if v == translate.PerEndpoint {
+			view[resource.ListenerType] = []*xdscache.Entry{p.listener}
+		}
+		if err := Consistent(view); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *published) get(typeURL string, v translate.Rendering) *xdscache.Entry {
+	if p == nil {
+		return nil
+	}
+	switch typeURL {
+	case resource.ClusterType:
+		return p.cluster
+	case resource.EndpointType:
+		return p.endpoints[v]
+	case resource.ListenerType:
+		return p.listener
+	case resource.RouteType:
+		return p.route
+	}
+	return nil
+}
+
+type named interface {
+	proto.Message
+	GetName() string
+}
+
+func reuse(old *xdscache.Entry, m proto.Message, version string, force bool) (*xdscache.Entry, error) {
+	e, err := xdscache.NewEntry(resourceName(m), version, m)
+	if err != nil {
+		return nil, err
+	}
+	if old != nil && !force && bytes.Equal(old.Any.GetValue(), e.Any.GetValue()) {
+		return old, nil
+	}
+	return e, nil
+}
+
+func resourceName(m proto.Message) string {
+	if n, ok := m.(named); ok {
+		return n.GetName()
+	}
+	if n, ok := m.(interface{ GetClusterName() string }); ok {
+		return n.GetClusterName()
+	}
+	return ""
+}

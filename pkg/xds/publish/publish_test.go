@@ -1,0 +1,111 @@
+package publish_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/topology/topologytest"
+	"poise.dev/poise/pkg/xds/publish"
+	"poise.dev/poise/pkg/xds/translate"
+)
+
+func apply(t *testing.T, d *topology.Directory, b topology.Batch) *topology.Snapshot {
+	t.Helper()
+	s, err := d.Apply(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestPublishGrowsWithTheChange(t *testing.T) {
+	d := topology.NewDirectory()
+	c := newCache()
+	p := publish.New(c, "inst", nil)
+	st, err := p.Publish(apply(t, d, topologytest.Batch(10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 10 clusters, CLAs and routes in each of the two views; listeners only for gRPC
+	if st.Version != "inst-1" || st.Upstreams != 10 || st.Changes[resource.ClusterType] != 20 ||
+		st.Changes[resource.EndpointType] != 20 || st.Changes[resource.ListenerType] != 10 || st.Changes[resource.RouteType] != 20 {
+		t.Fatalf("first publication: %+v", st)
+	}
+	if len(c.Resources(int(translate.Weighted))[resource.ListenerType]) != 0 {
+		t.Fatal("Envoy's view holds API listeners")
+	}
+	for v := range translate.NumRenderings {
+		if err := publish.Consistent(c.Resources(int(v))); err != nil {
+			t.Fatalf("view %d: %v", v, err)
+		}
+	}
+	clusterBefore := c.Resources(0)[resource.ClusterType][3]
+
+	// an endpoint flip: only that upstream's two CLAs
+	var flip topology.Batch
+	flip.PutEndpointSet(topologytest.Set(3, 1, map[int]bool{2: true}))
+	st, err = p.Publish(apply(t, d, flip))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Upstreams != 1 || st.EndpointOnly != 1 || len(st.Changes) != 1 || st.Changes[resource.EndpointType] != 2 {
+		t.Fatalf("endpoint flip published %+v", st)
+	}
+	if c.Resources(0)[resource.ClusterType][3] != clusterBefore {
+		t.Fatal("an endpoint flip replaced a cluster entry")
+	}
+
+	// a change of the Upstream object: its cluster, and always its endpoints again
+	up := d.Current().Upstream(topology.Key{Namespace: "bench", Name: topologytest.UpstreamName(3)}).Upstream
+	up.ConnectTimeout = 2 * time.Second
+	var b topology.Batch
+	b.PutUpstream(up)
+	st, err = p.Publish(apply(t, d, b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Upstreams != 1 || st.EndpointOnly != 0 || st.Changes[resource.ClusterType] != 2 || st.Changes[resource.EndpointType] != 2 {
+		t.Fatalf("cluster change published %+v", st)
+	}
+	if st.Changes[resource.ListenerType] != 0 || st.Changes[resource.RouteType] != 0 {
+		t.Fatalf("an unchanged listener or route was re-published: %+v", st)
+	}
+
+	// deleting an upstream deletes all of its resources
+	var del topology.Batch
+	del.DeleteUpstream(up.Key)
+	st, err = p.Publish(apply(t, d, del))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Changes[resource.ClusterType] != 2 || st.Changes[resource.EndpointType] != 2 || st.Changes[resource.ListenerType] != 1 || st.Changes[resource.RouteType] != 2 {
+		t.Fatalf("deletion published %+v", st)
+	}
+	for v := range translate.NumRenderings {
+		res := c.Resources(int(v))
+		if len(res[resource.ClusterType]) != 9 || len(res[resource.EndpointType]) != 9 {
+			t.Fatalf("view %d holds %d clusters, %d CLAs after a deletion", v, len(res[resource.ClusterType]), len(res[resource.EndpointType]))
+		}
+		if err := publish.Consistent(res); err != nil {
+			t.Fatalf("view %d: %v", v, err)
+		}
+	}
+
+	// an older snapshot is never published over a newer one
+	if st, _ := p.Publish(topology.NewDirectory().Current()); st.Upstreams != 0 || p.LastRevision() != 4 {
+		t.Fatalf("an older revision was published: %+v, last %d", st, p.LastRevision())
+	}
+}
+
+func TestVersionsCarryTheInstance(t *testing.T) {
+	a, b := publish.NewInstanceID(), publish.NewInstanceID()
+	if a == b || len(a) != 16 {
+		t.Fatalf("instance ids %q and %q", a, b)
+	}
+	if v := publish.New(newCache(), a, nil).Version(7); v != a+"-7" {
+		t.Fatalf("version %q", v)
+	}
+}

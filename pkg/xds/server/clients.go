@@ -1,0 +1,283 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xds/xdscache"
+)
+
+// Client kinds.
+const (
+	KindEnvoy   = "envoy"
+	KindGRPC    = "grpc"
+	KindUnknown = "unknown"
+)
+
+// ClientKind tells an Envoy from a proxyless gRPC client by what the node says.
+func ClientKind(n *core.Node) string {
+	ua := strings.ToLower(n.GetUserAgentName())
+	switch {
+	case ua == "envoy":
+		return KindEnvoy
+	case strings.HasPrefix(ua, "grpc"):
+		return KindGRPC
+	case slices.Contains(n.GetClientFeatures(), translate.FeatureNoOverprovisioning):
+		return KindGRPC
+	}
+	return KindUnknown
+}
+
+// Client is one connected xDS stream as /debug/clients shows it.
+type Client struct {
+	Stream    int64                 `json:"stream"`
+	Protocol  string                `json:"protocol"` // sotw or delta
+	NodeID    string                `json:"nodeId"`
+	Cluster   string                `json:"cluster"`
+	UserAgent string                `json:"userAgent"`
+	Kind      string                `json:"kind"`
+	Rendering string                `json:"rendering"`
+	Features  []string              `json:"features"`
+	Connected time.Time             `json:"connected"`
+	Types     map[string]*TypeState `json:"types"`
+}
+
+// TypeState is what one client was sent and answered for one xDS type.
+type TypeState struct {
+	LastSentVersion  string `json:"lastSentVersion"`
+	LastSentNonce    string `json:"lastSentNonce"`
+	LastSentCount    int    `json:"lastSentResources"`
+	LastAckedVersion string `json:"lastAckedVersion"`
+	Pushes           uint64 `json:"pushes"`
+	NACKs            uint64 `json:"nacks"`
+	LastNACK         *NACK  `json:"lastNack,omitempty"`
+}
+
+// NACK is a rejected response and the client's reason.
+type NACK struct {
+	Version string    `json:"version"` // the version the client rejected
+	Nonce   string    `json:"nonce"`
+	Error   string    `json:"error"`
+	At      time.Time `json:"at"`
+}
+
+// Clients is the registry of connected clients. It implements
+// go-control-plane's server callbacks.
+type Clients struct {
+	mu sync.Mutex
+	// SotW and Delta streams are numbered independently, each from 1, so a
+	// stream is known by its protocol and id.
+	streams map[streamKey]*Client
+	metrics *metrics.Metrics
+	log     *slog.Logger
+	now     func() time.Time
+}
+
+type streamKey struct {
+	protocol string
+	id       int64
+}
+
+// NewClients returns an empty registry recording into m (which may be nil).
+func NewClients(m *metrics.Metrics, log *slog.Logger) *Clients {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Clients{streams: map[streamKey]*Client{}, metrics: m, log: log, now: time.Now}
+}
+
+// List returns a copy of every connected client, by stream id.
+func (c *Clients) List() []Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Client, 0, len(c.streams))
+	for _, cl := range c.streams {
+		cp := *cl
+		cp.Types = map[string]*TypeState{}
+		for t, ts := range cl.Types {
+			s := *ts
+			if ts.LastNACK != nil {
+				n := *ts.LastNACK
+				s.LastNACK = &n
+			}
+			cp.Types[t] = &s
+		}
+		cp.Features = slices.Clone(cl.Features)
+		out = append(out, cp)
+	}
+	slices.SortFunc(out, func(a, b Client) int {
+		if a.Protocol != b.Protocol {
+			return strings.Compare(a.Protocol, b.Protocol)
+		}
+		return cmp.Compare(a.Stream, b.Stream)
+	})
+	return out
+}
+
+// NACKCount is the number of NACKs received for a type across all streams
+// since they connected.
+func (c *Clients) NACKCount(typeURL string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n uint64
+	for _, cl := range c.streams {
+		if ts := cl.Types[xdscache.ShortType(typeURL)]; ts != nil {
+			n += ts.NACKs
+		}
+	}
+	return n
+}
+
+func (c *Clients) open(k streamKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.streams[k] = &Client{Stream: k.id, Protocol: k.protocol, Kind: KindUnknown, Connected: c.now(), Types: map[string]*TypeState{}}
+	c.gauge(KindUnknown, 1)
+}
+
+func (c *Clients) closed(k streamKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl, ok := c.streams[k]; ok {
+		c.gauge(cl.Kind, -1)
+		delete(c.streams, k)
+	}
+}
+
+func (c *Clients) gauge(kind string, delta float64) {
+	if c.metrics != nil {
+		c.metrics.ConnectedClients.WithLabelValues(kind).Add(delta)
+	}
+}
+
+// identify records the node on a stream's first request that carries it.
+func (c *Clients) identify(cl *Client, n *core.Node) {
+	if n == nil || cl.NodeID != "" || n.GetId() == "" {
+		return
+	}
+	kind := ClientKind(n)
+	if kind != cl.Kind {
+		c.gauge(cl.Kind, -1)
+		c.gauge(kind, 1)
+	}
+	cl.NodeID, cl.Cluster, cl.UserAgent, cl.Kind = n.GetId(), n.GetCluster(), n.GetUserAgentName(), kind
+	cl.Features = slices.Clone(n.GetClientFeatures())
+	cl.Rendering = translate.RenderingFor(n).String()
+}
+
+func (cl *Client) typeState(typeURL string) *TypeState {
+	t := xdscache.ShortType(typeURL)
+	ts := cl.Types[t]
+	if ts == nil {
+		ts = &TypeState{}
+		cl.Types[t] = ts
+	}
+	return ts
+}
+
+// request records an ACK or a NACK. A NACK is logged with the client's
+// error detail and counted; the cache does not re-send the rejected version.
+func (c *Clients) request(k streamKey, n *core.Node, typeURL, version, nonce string, errDetail string, isNACK bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.streams[k]
+	if cl == nil {
+		return
+	}
+	c.identify(cl, n)
+	if nonce == "" {
+		return // a first request: neither ACK nor NACK
+	}
+	ts := cl.typeState(typeURL)
+	if isNACK {
+		ts.NACKs++
+		rejected := ""
+		if nonce == ts.LastSentNonce {
+			rejected = ts.LastSentVersion
+		}
+		ts.LastNACK = &NACK{Version: rejected, Nonce: nonce, Error: errDetail, At: c.now()}
+		if c.metrics != nil {
+			c.metrics.NACKs.WithLabelValues(xdscache.ShortType(typeURL)).Inc()
+		}
+		c.log.Warn("xDS client rejected a response (NACK); it keeps its last accepted config",
+			"node", cl.NodeID, "kind", cl.Kind, "type", xdscache.ShortType(typeURL),
+			"rejectedVersion", rejected, "acceptedVersion", version, "error", errDetail)
+		return
+	}
+	if nonce == ts.LastSentNonce {
+		ts.LastAckedVersion = version
+	}
+}
+
+func (c *Clients) response(k streamKey, typeURL, version, nonce string, count int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.streams[k]
+	if cl == nil {
+		return
+	}
+	ts := cl.typeState(typeURL)
+	ts.LastSentVersion, ts.LastSentNonce, ts.LastSentCount = version, nonce, count
+	ts.Pushes++
+	if c.metrics != nil {
+		c.metrics.Pushes.WithLabelValues(xdscache.ShortType(typeURL)).Inc()
+	}
+}
+
+// go-control-plane callbacks.
+
+func (c *Clients) OnStreamOpen(_ context.Context, id int64, _ string) error {
+	c.open(streamKey{"sotw", id})
+	return nil
+}
+
+func (c *Clients) OnStreamClosed(id int64, _ *core.Node) { c.closed(streamKey{"sotw", id}) }
+
+func (c *Clients) OnStreamRequest(id int64, r *discovery.DiscoveryRequest) error {
+	c.request(streamKey{"sotw", id}, r.GetNode(), r.GetTypeUrl(), r.GetVersionInfo(), r.GetResponseNonce(), r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil)
+	return nil
+}
+
+func (c *Clients) OnStreamResponse(_ context.Context, id int64, req *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
+	c.response(streamKey{"sotw", id}, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce(), len(r.GetResources()))
+}
+
+func (c *Clients) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error { return nil }
+
+func (c *Clients) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.DiscoveryResponse) {}
+
+func (c *Clients) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
+	c.open(streamKey{"delta", id})
+	return nil
+}
+
+func (c *Clients) OnDeltaStreamClosed(id int64, _ *core.Node) { c.closed(streamKey{"delta", id}) }
+
+func (c *Clients) OnStreamDeltaRequest(id int64, r *discovery.DeltaDiscoveryRequest) error {
+	// A delta request names no version: an ACK accepts the one sent with its
+	// nonce; a NACK keeps the last accepted one, which is not this.
+	version := ""
+	c.mu.Lock()
+	if cl := c.streams[streamKey{"delta", id}]; cl != nil && r.GetResponseNonce() != "" && r.GetErrorDetail() == nil {
+		if ts := cl.Types[xdscache.ShortType(r.GetTypeUrl())]; ts != nil && ts.LastSentNonce == r.GetResponseNonce() {
+			version = ts.LastSentVersion
+		}
+	}
+	c.mu.Unlock()
+	c.request(streamKey{"delta", id}, r.GetNode(), r.GetTypeUrl(), version, r.GetResponseNonce(), r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil)
+	return nil
+}
+
+func (c *Clients) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
+	c.response(streamKey{"delta", id}, r.GetTypeUrl(), r.GetSystemVersionInfo(), r.GetNonce(), len(r.GetResources())+len(r.GetRemovedResources()))
+}

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	gcp "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
+	xds "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+)
+
+// TLS configures serving xDS over TLS; with ClientCAFile, clients must
+// present a certificate signed by it (mTLS).
+type TLS struct {
+	CertFile, KeyFile, ClientCAFile string
+}
+
+// Config is how the xDS server listens.
+type Config struct {
+	TLS *TLS
+	// Keepalive: how often the server pings an idle client and how long it
+	// waits for the answer. Zero means 30s and 10s.
+	KeepaliveTime, KeepaliveTimeout time.Duration
+}
+
+// New builds a gRPC server that serves ADS (SotW and Delta) and the
+// per-type discovery services from cache, recording clients in clients.
+func New(ctx context.Context, cache gcp.Cache, clients *Clients, cfg Config) (*grpc.Server, error) {
+	kt, kto := cfg.KeepaliveTime, cfg.KeepaliveTimeout
+	if kt == 0 {
+		kt = 30 * time.Second
+	}
+	if kto == 0 {
+		kto = 10 * time.Second
+	}
+	opts := []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(1 << 20),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: kt, Timeout: kto}),
+		// Envoy pings every few seconds when configured to; do not punish it.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+	}
+	if cfg.TLS != nil {
+		creds, err := serverTLS(*cfg.TLS)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.Creds(creds))
+	}
+	g := grpc.NewServer(opts...)
+	// Ordered ADS sends a stream's responses in the order the cache produces
+	// them: clusters before their endpoints, listeners before their routes.
+	x := xds.NewServer(ctx, cache, clients, sotw.WithOrderedADS())
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, x)
+	endpointservice.RegisterEndpointDiscoveryServiceServer(g, x)
+	clusterservice.RegisterClusterDiscoveryServiceServer(g, x)
+	routeservice.RegisterRouteDiscoveryServiceServer(g, x)
+	listenerservice.RegisterListenerDiscoveryServiceServer(g, x)
+	return g, nil
+}
+
+func serverTLS(t TLS) (credentials.TransportCredentials, error) {
+	if t.CertFile == "" || t.KeyFile == "" {
+		return nil, errors.New("xds TLS: both a certificate and a key file are required")
+	}
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("xds TLS: load %s and %s: %w", t.CertFile, t.KeyFile, err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if t.ClientCAFile != "" {
+		pem, err := os.ReadFile(t.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("xds mTLS: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("xds mTLS: %s holds no PEM certificate", t.ClientCAFile)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// Serve serves g on lis until ctx is done, then stops gracefully (bounded).
+func Serve(ctx context.Context, g *grpc.Server, lis net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(time.Second):
+		g.Stop() // xDS streams never end by themselves
+	}
+	return nil
+}

@@ -1,0 +1,24 @@
+package translate
+
+import "poise.dev/poise/pkg/topology"
+
+// ClusterName is the CDS and EDS name of an upstream: "namespace/name".
+func ClusterName(k topology.Key) string { return k.Namespace + "/" + k.Name }
+
+// RouteName is the RDS name of an upstream's route configuration.
+func RouteName(k topology.Key) string { return k.Namespace + "/" + k.Name }
+
+// ListenerName is the LDS name of an upstream's API listener, which is what
+// a gRPC client dials: xds:///name.namespace.
+func ListenerName(k topology.Key) string { return k.Name + "." + k.Namespace }
+
+// PrioritySuffix marks a locality flattened into EDS priority 0 from a later
+// source priority whose (region, zone, subZone) is already taken there:
+// its sub_zone becomes "<subZone>~p<priority>", repeated until the name is
+// free (a source sub_zone may itself end in "~p1"). Envoy would merge equal
+// entries and gRPC would reject them; the suffix keeps them distinct.
+const PrioritySuffix = "~p"
+
+// EndpointSuffix separates a sub_zone from the endpoint address in the
+// per-endpoint rendering: "<subZone>~ep~<address>:<port>".
+const EndpointSuffix = "~ep~"
