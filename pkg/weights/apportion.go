@@ -91,44 +91,40 @@ func (s byRemainder) Less(i, j int) bool {
 }
 func (s byRemainder) Swap(i, j int) { s.a.order[i], s.a.order[j] = s.a.order[j], s.a.order[i] }
 
-// canonicalSorter orders input indexes by (priority, region, zone, subZone, address, port).
-type canonicalSorter struct{ c *Calculator }
+// groupSorter orders group ids by (priority, region, zone, subZone).
+type groupSorter struct{ c *Calculator }
 
-func (s *canonicalSorter) Len() int { return len(s.c.order) }
-func (s *canonicalSorter) Swap(i, j int) {
-	s.c.order[i], s.c.order[j] = s.c.order[j], s.c.order[i]
+func (s *groupSorter) Len() int { return len(s.c.groupOrder) }
+func (s *groupSorter) Swap(i, j int) {
+	s.c.groupOrder[i], s.c.groupOrder[j] = s.c.groupOrder[j], s.c.groupOrder[i]
 }
-func (s *canonicalSorter) Less(i, j int) bool {
-	a, b := &s.c.eps[s.c.order[i]], &s.c.eps[s.c.order[j]]
-	if a.Priority != b.Priority {
-		return a.Priority < b.Priority
+func (s *groupSorter) Less(i, j int) bool {
+	a, b := &s.c.groups[s.c.groupOrder[i]], &s.c.groups[s.c.groupOrder[j]]
+	if a.priority != b.priority {
+		return a.priority < b.priority
 	}
-	if c := a.Locality.Compare(b.Locality); c != 0 {
-		return c < 0
-	}
+	return a.locality.Compare(b.locality) < 0
+}
+
+// runSorter orders order[lo:hi] by (address, port), ties by input index.
+type runSorter struct {
+	c      *Calculator
+	lo, hi int
+}
+
+func (s *runSorter) Len() int { return s.hi - s.lo }
+func (s *runSorter) Swap(i, j int) {
+	o := s.c.order
+	o[s.lo+i], o[s.lo+j] = o[s.lo+j], o[s.lo+i]
+}
+func (s *runSorter) Less(i, j int) bool {
+	x, y := s.c.order[s.lo+i], s.c.order[s.lo+j]
+	a, b := &s.c.eps[x], &s.c.eps[y]
 	if a.Address != b.Address {
 		return a.Address < b.Address
 	}
 	if a.Port != b.Port {
 		return a.Port < b.Port
 	}
-	return s.c.order[i] < s.c.order[j]
-}
-
-// addressSorter orders input indexes by (address, port).
-type addressSorter struct{ c *Calculator }
-
-func (s *addressSorter) Len() int { return len(s.c.byAddr) }
-func (s *addressSorter) Swap(i, j int) {
-	s.c.byAddr[i], s.c.byAddr[j] = s.c.byAddr[j], s.c.byAddr[i]
-}
-func (s *addressSorter) Less(i, j int) bool {
-	a, b := &s.c.eps[s.c.byAddr[i]], &s.c.eps[s.c.byAddr[j]]
-	if a.Address != b.Address {
-		return a.Address < b.Address
-	}
-	if a.Port != b.Port {
-		return a.Port < b.Port
-	}
-	return s.c.byAddr[i] < s.c.byAddr[j]
+	return x < y
 }

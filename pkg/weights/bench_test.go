@@ -73,7 +73,7 @@ func flipped(in []Endpoint) []Endpoint {
 	return out
 }
 
-var benchSizes = []int{10, 1000, 100_000}
+var benchSizes = []int{10, 1000, 10_000, 100_000}
 
 func BenchmarkCompute(b *testing.B) {
 	for _, n := range benchSizes {

@@ -9,21 +9,41 @@ import (
 // Calculator reused at a stable candidate count allocates nothing. It is not
 // safe for concurrent use; the Result it returns is valid until its next Compute.
 type Calculator struct {
-	eps    []Endpoint
-	order  []int32 // input indexes in canonical order
-	byAddr []int32 // input indexes by (address, port), for duplicate detection
+	eps   []Endpoint
+	order []int32 // input indexes in canonical order
 
-	canon  canonicalSorter
-	addr   addressSorter
-	split  apportioner
-	result Result
+	// Grouping by hash keeps the sort to the few distinct groups and the
+	// small runs inside each, so its memory access stays local: sorting all
+	// endpoints at once by their strings is cache-bound at 100k endpoints.
+	groupOf    map[groupKey]int32 // reused: clear keeps its table
+	groups     []groupKey
+	groupSize  []int32
+	groupOrder []int32           // group ids in canonical order
+	groupStart []int32           // by group id: first position in order
+	epGroup    []int32           // by input index
+	seen       map[addrKey]int32 // address:port → input index, for duplicates
+
+	groupSort groupSorter
+	runSort   runSorter
+	split     apportioner
+	result    Result
+}
+
+type groupKey struct {
+	priority uint32
+	locality Locality
+}
+
+type addrKey struct {
+	address string
+	port    uint32
 }
 
 // NewCalculator returns a Calculator with empty scratch.
 func NewCalculator() *Calculator {
-	c := &Calculator{}
-	c.canon.c = c
-	c.addr.c = c
+	c := &Calculator{groupOf: map[groupKey]int32{}, seen: map[addrKey]int32{}}
+	c.groupSort.c = c
+	c.runSort.c = c
 	return c
 }
 
@@ -145,35 +165,75 @@ func eligibility(e *Endpoint, p Policy) (configured, eligible, panicEligible boo
 	return configured, eligible, panicEligible, reason
 }
 
+// sortCanonical puts the input indexes in canonical order: groups by
+// (priority, locality), then endpoints by (address, port) inside each.
 func (c *Calculator) sortCanonical() {
 	n := len(c.eps)
-	c.order = growIndexes(c.order, n)
-	c.byAddr = growIndexes(c.byAddr, n)
-	sort.Sort(&c.canon)
-	sort.Sort(&c.addr)
+	clear(c.groupOf)
+	c.groups, c.groupSize = c.groups[:0], c.groupSize[:0]
+	c.epGroup = growTo(c.epGroup, n)
+	for i := range c.eps {
+		k := groupKey{c.eps[i].Priority, c.eps[i].Locality}
+		g, ok := c.groupOf[k]
+		if !ok {
+			g = int32(len(c.groups))
+			c.groupOf[k] = g
+			c.groups = append(c.groups, k)
+			c.groupSize = append(c.groupSize, 0)
+		}
+		c.epGroup[i] = g
+		c.groupSize[g]++
+	}
+	ng := len(c.groups)
+	c.groupOrder = growTo(c.groupOrder, ng)
+	for g := range c.groupOrder {
+		c.groupOrder[g] = int32(g)
+	}
+	sort.Sort(&c.groupSort)
+	c.groupStart = growTo(c.groupStart, ng)
+	pos := int32(0)
+	for _, g := range c.groupOrder {
+		c.groupStart[g] = pos
+		pos += c.groupSize[g]
+	}
+	c.order = growTo(c.order, n)
+	for i := range c.eps {
+		g := c.epGroup[i]
+		c.order[c.groupStart[g]] = int32(i)
+		c.groupStart[g]++
+	}
+	// inside each group: by (address, port), ties by input index
+	start := 0
+	for _, g := range c.groupOrder {
+		end := start + int(c.groupSize[g])
+		c.runSort.lo, c.runSort.hi = start, end
+		sort.Sort(&c.runSort)
+		start = end
+	}
 }
 
-func growIndexes(s []int32, n int) []int32 {
+func growTo(s []int32, n int) []int32 {
 	if cap(s) < n {
-		s = make([]int32, n)
+		return make([]int32, n)
 	}
-	s = s[:n]
-	for i := range s {
-		s[i] = int32(i)
-	}
-	return s
+	return s[:n]
 }
 
+// checkDuplicates finds one address:port twice, reporting the pair that
+// comes first in canonical order so a permuted input reports the same pair.
 func (c *Calculator) checkDuplicates() error {
-	for k := 1; k < len(c.byAddr); k++ {
-		a, b := &c.eps[c.byAddr[k-1]], &c.eps[c.byAddr[k]]
-		if a.Address == b.Address && a.Port == b.Port {
-			i, j := int(c.byAddr[k-1]), int(c.byAddr[k])
+	clear(c.seen)
+	for _, idx := range c.order {
+		e := &c.eps[idx]
+		k := addrKey{e.Address, e.Port}
+		if first, dup := c.seen[k]; dup {
+			i, j := int(first), int(idx)
 			if i > j {
 				i, j = j, i
 			}
-			return &DuplicateEndpointError{Address: a.Address, Port: a.Port, Indexes: [2]int{i, j}}
+			return &DuplicateEndpointError{Address: e.Address, Port: e.Port, Indexes: [2]int{i, j}}
 		}
+		c.seen[k] = idx
 	}
 	return nil
 }
