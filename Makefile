@@ -5,6 +5,7 @@ GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 BIN      := bin
+IMAGE    ?= ghcr.io/poise-dev/poise:$(VERSION)
 PKGS     := ./...
 
 .DEFAULT_GOAL := build
@@ -18,8 +19,25 @@ run: ## Serve the bundled examples over xDS on 127.0.0.1 (admin on :19000), watc
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/controlplane serve -f examples
 
 .PHONY: test
-test: ## Run every test with the race detector (fuzz targets run their seed corpus).
-	$(GO) test -race -count=1 $(PKGS)
+test: ## Run every test with the race detector (fuzz targets run their seed corpus); builds the test apiserver, etcd and helm once.
+	@assets=$$(bash hack/test-binaries.sh) && helm=$$(bash hack/helm.sh) && \
+	KUBEBUILDER_ASSETS="$$assets" HELM="$$helm" $(GO) test -race -count=1 -timeout 30m $(PKGS)
+
+.PHONY: test-binaries
+test-binaries: ## Build (once per machine) the real kube-apiserver and etcd the envtest suites use, linked into bin/k8s.
+	bash hack/test-binaries.sh
+
+.PHONY: helm
+helm: ## Build (once per machine) helm from the Go module proxy, linked to bin/helm.
+	bash hack/helm.sh
+
+.PHONY: chart-golden
+chart-golden: ## Regenerate the chart's golden renderings in test/chart/testdata.
+	@helm=$$(bash hack/helm.sh) && HELM="$$helm" $(GO) test -count=1 ./test/chart -update
+
+.PHONY: image
+image: ## Build the container image $(IMAGE) (needs a Docker engine).
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 .PHONY: lint
 lint: ## gofmt and go vet must be clean.
@@ -40,7 +58,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 clean:
 	rm -rf $(BIN)
 
-# ---- BEGIN code generation (api/v1alpha1 → deepcopy + config/crd) ----------------
+# ---- BEGIN code generation (api/v1alpha1 → deepcopy + config/crd + chart CRDs) ----
 #
 # controller-gen is pinned and run through the Go module proxy; `go run pkg@version`
 # caches the built binary, so only the first run downloads and compiles it
@@ -48,28 +66,38 @@ clean:
 CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 
 CRD_DIR := config/crd
+RBAC_DIR := config/rbac
+# The Helm chart ships byte-identical copies of the CRDs (helm installs crds/).
+CHART_CRD_DIR := charts/poise/crds
 
 .PHONY: generate
-generate: ## Regenerate api/v1alpha1/zz_generated.deepcopy.go and config/crd/*.yaml.
-	@mkdir -p $(CRD_DIR)
-	rm -f $(CRD_DIR)/poise.dev_*.yaml
+generate: ## Regenerate api/v1alpha1/zz_generated.deepcopy.go, config/crd/*.yaml, config/rbac/role.yaml and charts/poise/crds.
+	@mkdir -p $(CRD_DIR) $(RBAC_DIR) $(CHART_CRD_DIR)
+	rm -f $(CRD_DIR)/poise.dev_*.yaml $(RBAC_DIR)/role.yaml $(CHART_CRD_DIR)/poise.dev_*.yaml
 	$(CONTROLLER_GEN) \
 		object:headerFile=hack/boilerplate.go.txt \
 		crd \
 		paths=./api/... \
 		output:crd:artifacts:config=$(CRD_DIR)
+	$(CONTROLLER_GEN) \
+		rbac:roleName=poise-controlplane \
+		paths=./pkg/source/kube/... \
+		output:rbac:artifacts:config=$(RBAC_DIR)
+	cp $(CRD_DIR)/poise.dev_*.yaml $(CHART_CRD_DIR)/
 
 # verify-generate regenerates into the working tree and fails if anything under
-# api/ or config/crd changed. It compares against a snapshot taken just before, not
-# against git, so it works in a fresh clone, with no commits, and with uncommitted
-# edits. On failure the regenerated files are left in place for inspection.
+# api/, config/crd, config/rbac or charts/poise/crds changed. It compares against
+# a snapshot taken just before, not against git, so it works in a fresh clone,
+# with no commits, and with uncommitted edits. On failure the regenerated files are left in place for inspection.
 .PHONY: verify-generate
 verify-generate: ## Fail if generated code or CRDs are out of date.
 	@set -e; snap=$$(mktemp -d); trap 'rm -rf "$$snap"' EXIT; \
-	mkdir -p "$$snap/config" $(CRD_DIR); \
-	cp -R api "$$snap/api"; cp -R $(CRD_DIR) "$$snap/$(CRD_DIR)"; \
+	mkdir -p "$$snap/config" "$$snap/charts/poise" $(CRD_DIR) $(RBAC_DIR) $(CHART_CRD_DIR); \
+	cp -R api "$$snap/api"; cp -R $(CRD_DIR) "$$snap/$(CRD_DIR)"; cp -R $(RBAC_DIR) "$$snap/$(RBAC_DIR)"; \
+	cp -R $(CHART_CRD_DIR) "$$snap/$(CHART_CRD_DIR)"; \
 	$(MAKE) --no-print-directory generate; \
-	if ! diff -ru "$$snap/api" api || ! diff -ru "$$snap/$(CRD_DIR)" $(CRD_DIR); then \
+	if ! diff -ru "$$snap/api" api || ! diff -ru "$$snap/$(CRD_DIR)" $(CRD_DIR) || ! diff -ru "$$snap/$(RBAC_DIR)" $(RBAC_DIR) \
+		|| ! diff -ru "$$snap/$(CHART_CRD_DIR)" $(CHART_CRD_DIR); then \
 		echo ""; \
 		echo "verify-generate: generated files are out of date (see diff above)."; \
 		echo "verify-generate: run 'make generate' and commit the result."; \

@@ -28,6 +28,8 @@ const usage = `usage: controlplane <command> [flags]
 commands:
   serve     -f PATH... [--xds-address ADDR] [--admin-address ADDR] [--tls-cert F --tls-key F [--tls-client-ca F]]
             serve the manifests over xDS (ADS) and watch them for changes
+  serve     --source=kubernetes [--kubeconfig F] [--namespace NS] [--leader-election-namespace NS] ...
+            serve Upstream, Locality and EndpointSet objects (and imported Services) from the cluster
   explain   -f PATH... [--upstream NS/NAME] [-o text|json] [--simulate N --seed S]
             show the whole priority → locality → endpoint derivation
   validate  -f PATH...   check manifests as the control plane would, without serving

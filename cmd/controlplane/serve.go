@@ -2,28 +2,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-
-	"poise.dev/poise/pkg/admin"
-	"poise.dev/poise/pkg/metrics"
-	"poise.dev/poise/pkg/source/files"
-	"poise.dev/poise/pkg/topology"
-	"poise.dev/poise/pkg/xds/publish"
+	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/xds/server"
-	"poise.dev/poise/pkg/xds/translate"
-	"poise.dev/poise/pkg/xds/xdscache"
 )
 
 func runServe(args []string, stdout, stderr io.Writer) int {
@@ -38,6 +26,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	debounce := fs.Duration("debounce", 100*time.Millisecond, "coalesce manifest changes arriving within this interval")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
+	source := fs.String("source", "files", "where the topology comes from: files (-f) or kubernetes")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for --source=kubernetes; empty means in-cluster")
+	namespace := fs.String("namespace", "", "with --source=kubernetes, watch only this namespace (empty: all)")
+	leNamespace := fs.String("leader-election-namespace", "", "namespace of the Lease that elects the status writer (default: the pod's own)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -46,8 +38,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return exitUsage
 	}
-	if len(manifestPaths) == 0 {
+	switch {
+	case *source != "files" && *source != "kubernetes":
+		fmt.Fprintf(stderr, "error: --source %q: want files or kubernetes\n", *source)
+		return exitUsage
+	case *source == "files" && len(manifestPaths) == 0:
 		fmt.Fprintln(stderr, "error: -f PATH is required (a manifest file or directory)")
+		return exitUsage
+	case *source == "kubernetes" && len(manifestPaths) > 0:
+		fmt.Fprintln(stderr, "error: -f is for --source=files; with --source=kubernetes the topology comes from the cluster")
 		return exitUsage
 	}
 	var tlsCfg *server.TLS
@@ -56,9 +55,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err = serve(ctx, serveConfig{
-		paths: manifestPaths, xdsAddr: *xdsAddr, adminAddr: *adminAddr, tls: tlsCfg, debounce: *debounce,
-		log: log, stdout: stdout,
+	err = controlplane.Run(ctx, controlplane.Config{
+		Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace,
+		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, TLS: tlsCfg, Debounce: *debounce,
+		Log: log, Out: stdout, Version: version,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
@@ -80,119 +80,4 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
-}
-
-type serveConfig struct {
-	paths              []string
-	xdsAddr, adminAddr string
-	tls                *server.TLS
-	debounce           time.Duration
-	log                *slog.Logger
-	stdout             io.Writer
-}
-
-// serve runs the control plane on manifest files until ctx is done.
-func serve(ctx context.Context, cfg serveConfig) error {
-	log := cfg.log
-	m := metrics.New()
-	dir := topology.NewDirectory()
-	src := &files.Source{Paths: cfg.paths, Dir: dir, Debounce: cfg.debounce, Log: log, Metrics: m}
-	if _, err := src.Load(); err != nil {
-		return fmt.Errorf("initial manifests are invalid; nothing to serve:\n%s", indent(err.Error()))
-	}
-
-	instance := publish.NewInstanceID()
-	cache := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
-	pub := publish.New(cache, instance, log)
-	pub.OnPublish = func(st publish.Stats) {
-		m.SnapshotBuilds.WithLabelValues("published").Inc()
-		m.SnapshotDuration.Observe(st.Duration.Seconds())
-		m.PublishedRevision.Set(float64(st.Revision))
-		for t, n := range st.Changes {
-			m.ResourceChanges.WithLabelValues(xdscache.ShortType(t)).Add(float64(n))
-		}
-	}
-	pub.OnReject = func(rev uint64, err error) {
-		m.SnapshotBuilds.WithLabelValues("rejected").Inc()
-		log.Error("translation refused; the last good snapshot keeps serving", "revision", rev, "error", err)
-	}
-	clients := server.NewClients(m, log)
-
-	grpcServer, err := server.New(ctx, cache, clients, server.Config{TLS: cfg.tls})
-	if err != nil {
-		return err
-	}
-	xdsLis, err := net.Listen("tcp", cfg.xdsAddr)
-	if err != nil {
-		return fmt.Errorf("xds listener: %w", err)
-	}
-	adminLis, err := net.Listen("tcp", cfg.adminAddr)
-	if err != nil {
-		xdsLis.Close()
-		return fmt.Errorf("admin listener: %w", err)
-	}
-	adminSrv := &http.Server{
-		Handler: admin.Handler(admin.Sources{
-			Ready: func() (bool, string) {
-				if !pub.Published() {
-					return false, "no snapshot published yet"
-				}
-				return true, ""
-			},
-			Snapshot: dir.Current,
-			Clients:  clients.List,
-			Metrics:  m,
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-
-	fmt.Fprintf(cfg.stdout, "poise control plane %s (instance %s)\n", version, instance)
-	fmt.Fprintf(cfg.stdout, "  xDS (ADS, SotW and Delta): %s%s\n", xdsLis.Addr(), tlsNote(cfg.tls))
-	fmt.Fprintf(cfg.stdout, "  admin:                     http://%s (/readyz /metrics /debug/explain /debug/clients)\n", adminLis.Addr())
-	fmt.Fprintf(cfg.stdout, "  watching:                  %v\n", cfg.paths)
-	log.Info("serving", "xds", xdsLis.Addr().String(), "admin", adminLis.Addr().String(), "instance", instance)
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, 4)
-	run := func(name string, f func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("%s: %w", name, err)
-				cancel()
-			}
-		}()
-	}
-	run("publisher", func() error { return pub.Run(ctx, dir) })
-	run("xds server", func() error { return server.Serve(ctx, grpcServer, xdsLis) })
-	run("admin server", func() error {
-		go func() {
-			<-ctx.Done()
-			shutdown, done := context.WithTimeout(context.Background(), 2*time.Second)
-			defer done()
-			_ = adminSrv.Shutdown(shutdown)
-		}()
-		return adminSrv.Serve(adminLis)
-	})
-	run("manifest watcher", func() error { return src.Run(ctx) })
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		return err
-	}
-	log.Info("stopped")
-	return nil
-}
-
-func tlsNote(t *server.TLS) string {
-	switch {
-	case t == nil:
-		return " (plaintext)"
-	case t.ClientCAFile != "":
-		return " (mTLS)"
-	}
-	return " (TLS)"
 }

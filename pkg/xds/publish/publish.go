@@ -55,6 +55,8 @@ type Publisher struct {
 	OnPublish func(Stats)
 	// OnReject, when set, is called when a snapshot cannot be published.
 	OnReject func(rev uint64, err error)
+
+	changed chan struct{} // closed after each publication
 }
 
 // published is what was last published for one upstream.
@@ -71,7 +73,7 @@ func New(c xdscache.Publisher, instance string, log *slog.Logger) *Publisher {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Publisher{cache: c, instance: instance, log: log, upstream: map[topology.Key]*published{}}
+	return &Publisher{cache: c, instance: instance, log: log, upstream: map[topology.Key]*published{}, changed: make(chan struct{})}
 }
 
 // Version is the version string of a topology revision.
@@ -87,6 +89,13 @@ func (p *Publisher) LastRevision() uint64 {
 		return 0
 	}
 	return p.last.Revision
+}
+
+// Changed returns a channel closed by the next publication.
+func (p *Publisher) Changed() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.changed
 }
 
 // Published reports whether any snapshot has been published.
@@ -205,6 +214,8 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 	}
 	p.cache.Apply(xdscache.Update{Version: st.Version, Changes: changes})
 	p.last = s
+	close(p.changed)
+	p.changed = make(chan struct{})
 	st.Duration = time.Since(start)
 	if p.OnPublish != nil {
 		p.OnPublish(st)

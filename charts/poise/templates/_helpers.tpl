@@ -1,0 +1,80 @@
+{{/*
+Name of the chart, or nameOverride.
+*/}}
+{{- define "poise.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name: fullnameOverride, or the release name (plus the chart name unless
+the release name already contains it). Truncated to 63 characters.
+*/}}
+{{- define "poise.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart name and version, for the helm.sh/chart label.
+*/}}
+{{- define "poise.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "poise.labels" -}}
+helm.sh/chart: {{ include "poise.chart" . }}
+{{ include "poise.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: controlplane
+app.kubernetes.io/part-of: poise
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Selector labels: stable across upgrades (Deployment selectors are immutable).
+*/}}
+{{- define "poise.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "poise.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Name of the ServiceAccount.
+*/}}
+{{- define "poise.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "poise.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Image reference: repository:tag, the tag defaulting to the chart's appVersion.
+*/}}
+{{- define "poise.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/*
+Fail early on inconsistent TLS values.
+*/}}
+{{- define "poise.validateTLS" -}}
+{{- if and .Values.tls.clientCA (not .Values.tls.enabled) }}
+{{- fail "tls.clientCA (mTLS) needs tls.enabled=true and tls.secretName" }}
+{{- end }}
+{{- if .Values.tls.enabled }}
+{{- $_ := required "tls.secretName is required when tls.enabled is true (a kubernetes.io/tls Secret with tls.crt and tls.key, and ca.crt for tls.clientCA)" .Values.tls.secretName }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,213 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"poise.dev/poise/pkg/admin"
+	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/source/files"
+	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/xds/publish"
+	"poise.dev/poise/pkg/xds/server"
+	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xds/xdscache"
+)
+
+// Config is one control-plane process.
+type Config struct {
+	Source                                         string // "files" (default) or "kubernetes"
+	Paths                                          []string
+	Kubeconfig, Namespace, LeaderElectionNamespace string
+	RestConfig                                     *rest.Config // overrides Kubeconfig
+	LeaderElectionID                               string
+	LeaseDuration, RenewDeadline, RetryPeriod      time.Duration
+	XDSAddress, AdminAddress                       string
+	TLS                                            *server.TLS
+	Debounce                                       time.Duration
+	Log                                            *slog.Logger
+	Out                                            io.Writer // where the start-up banner goes; nil for none
+	Version                                        string
+	// Started, when set, is called once both ports listen.
+	Started func(Addrs)
+}
+
+// Addrs are where a running control plane listens.
+type Addrs struct {
+	XDS, Admin, Instance string
+}
+
+// Run runs the control plane until ctx is done: the source fills the
+// topology, the publisher publishes it, the xDS and admin servers serve it.
+func Run(ctx context.Context, cfg Config) error {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	out := cfg.Out
+	if out == nil {
+		out = io.Discard
+	}
+	m := metrics.New()
+	dir := topology.NewDirectory()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	instance := publish.NewInstanceID()
+	cache := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
+	pub := publish.New(cache, instance, log)
+	pub.OnPublish = func(st publish.Stats) {
+		m.SnapshotBuilds.WithLabelValues("published").Inc()
+		m.SnapshotDuration.Observe(st.Duration.Seconds())
+		m.PublishedRevision.Set(float64(st.Revision))
+		for t, n := range st.Changes {
+			m.ResourceChanges.WithLabelValues(xdscache.ShortType(t)).Add(float64(n))
+		}
+	}
+	pub.OnReject = func(rev uint64, err error) {
+		m.SnapshotBuilds.WithLabelValues("rejected").Inc()
+		log.Error("translation refused; the last good snapshot keeps serving", "revision", rev, "error", err)
+	}
+	clients := server.NewClients(m, log)
+
+	// The source fills the directory before anything is served, so the first
+	// publication is the whole topology.
+	var runSource func() error
+	switch cfg.Source {
+	case "kubernetes":
+		// controller-runtime's packages log through its process-wide logger
+		ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+		rc := cfg.RestConfig
+		if rc == nil {
+			var err error
+			if rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig); err != nil {
+				return fmt.Errorf("kubernetes client configuration: %w", err)
+			}
+		}
+		replica, err := kube.NewReplica(rc, dir, kube.Options{
+			Namespace: cfg.Namespace, LeaderElectionNamespace: cfg.LeaderElectionNamespace, LeaderElectionID: cfg.LeaderElectionID,
+			LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
+			Debounce: cfg.Debounce, Log: log, Metrics: m,
+			Published: pub.LastRevision, PublishedChanged: pub.Changed,
+		})
+		if err != nil {
+			return err
+		}
+		errc, err := replica.Start(ctx)
+		if err != nil {
+			return err
+		}
+		runSource = func() error {
+			select {
+			case err := <-errc:
+				return err
+			case <-ctx.Done():
+				return <-errc
+			}
+		}
+	default:
+		src := &files.Source{Paths: cfg.Paths, Dir: dir, Debounce: cfg.Debounce, Log: log, Metrics: m}
+		if _, err := src.Load(); err != nil {
+			return fmt.Errorf("initial manifests are invalid; nothing to serve:\n%s", "  "+strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		}
+		runSource = func() error { return src.Run(ctx) }
+	}
+
+	grpcServer, err := server.New(ctx, cache, clients, server.Config{TLS: cfg.TLS})
+	if err != nil {
+		return err
+	}
+	xdsLis, err := net.Listen("tcp", cfg.XDSAddress)
+	if err != nil {
+		return fmt.Errorf("xds listener: %w", err)
+	}
+	adminLis, err := net.Listen("tcp", cfg.AdminAddress)
+	if err != nil {
+		xdsLis.Close()
+		return fmt.Errorf("admin listener: %w", err)
+	}
+	adminSrv := &http.Server{
+		Handler: admin.Handler(admin.Sources{
+			Ready: func() (bool, string) {
+				if !pub.Published() {
+					return false, "no snapshot published yet"
+				}
+				return true, ""
+			},
+			Snapshot: dir.Current,
+			Clients:  clients.List,
+			Metrics:  m,
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+
+	fmt.Fprintf(out, "poise control plane %s (instance %s)\n", cfg.Version, instance)
+	fmt.Fprintf(out, "  xDS (ADS, SotW and Delta): %s%s\n", xdsLis.Addr(), tlsNote(cfg.TLS))
+	fmt.Fprintf(out, "  admin:                     http://%s (/readyz /metrics /debug/explain /debug/clients)\n", adminLis.Addr())
+	if cfg.Source == "kubernetes" {
+		fmt.Fprintf(out, "  source:                    kubernetes (namespace %q)\n", cfg.Namespace)
+	} else {
+		fmt.Fprintf(out, "  watching:                  %v\n", cfg.Paths)
+	}
+	log.Info("serving", "xds", xdsLis.Addr().String(), "admin", adminLis.Addr().String(), "instance", instance)
+	if cfg.Started != nil {
+		cfg.Started(Addrs{XDS: xdsLis.Addr().String(), Admin: adminLis.Addr().String(), Instance: instance})
+	}
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	run("publisher", func() error { return pub.Run(ctx, dir) })
+	run("xds server", func() error { return server.Serve(ctx, grpcServer, xdsLis) })
+	run("admin server", func() error {
+		go func() {
+			<-ctx.Done()
+			shutdown, done := context.WithTimeout(context.Background(), 2*time.Second)
+			defer done()
+			_ = adminSrv.Shutdown(shutdown)
+		}()
+		return adminSrv.Serve(adminLis)
+	})
+	run(cfg.Source+" source", runSource)
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func tlsNote(t *server.TLS) string {
+	switch {
+	case t == nil:
+		return " (plaintext)"
+	case t.ClientCAFile != "":
+		return " (mTLS)"
+	}
+	return " (TLS)"
+}

@@ -1,0 +1,92 @@
+package kube
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// elector runs the status writer while this replica holds the Lease and
+// competes again after losing it. Losing the Lease (an apiserver too slow to
+// renew it, say) only pauses status writing: xDS serving, which every
+// replica does, never depends on it.
+type elector struct {
+	cfg                       *rest.Config
+	namespace, name, identity string
+	lease, renew, retry       time.Duration
+	run                       func(context.Context) error
+	log                       *slog.Logger
+}
+
+// NeedLeaderElection: the elector does its own election.
+func (e *elector) NeedLeaderElection() bool { return false }
+
+func (e *elector) Start(ctx context.Context) error {
+	cs, err := kubernetes.NewForConfig(e.cfg)
+	if err != nil {
+		return fmt.Errorf("leader election client: %w", err)
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: e.namespace, Name: e.name},
+		Client:     cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: e.identity},
+	}
+	for ctx.Err() == nil {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: lock, Name: e.name, ReleaseOnCancel: true,
+			LeaseDuration: e.lease, RenewDeadline: e.renew, RetryPeriod: e.retry,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(lctx context.Context) {
+					if err := e.run(lctx); err != nil {
+						e.log.Error("status writer stopped", "error", err)
+					}
+				},
+				OnStoppedLeading: func() {
+					if ctx.Err() == nil {
+						e.log.Warn("lost the status-writer lease; xDS keeps serving, competing again", "lease", e.namespace+"/"+e.name)
+					}
+				},
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("leader election: %w", err)
+		}
+		le.Run(ctx)
+	}
+	return nil
+}
+
+// electionNamespace is where the Lease lives: the flag, else the watched
+// namespace, else the pod's own.
+func electionNamespace(flag, watched string) (string, error) {
+	switch {
+	case flag != "":
+		return flag, nil
+	case watched != "":
+		return watched, nil
+	}
+	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err == nil && strings.TrimSpace(string(b)) != "" {
+		return strings.TrimSpace(string(b)), nil
+	}
+	return "", errors.New("cannot tell where the status-writer Lease lives: set --leader-election-namespace (or --namespace)")
+}
+
+func newIdentity() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return host + "_" + hex.EncodeToString(b[:])
+}

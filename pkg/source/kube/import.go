@@ -1,0 +1,240 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/weights"
+)
+
+// Node labels that place an imported endpoint.
+const (
+	LabelRegion = "topology.kubernetes.io/region"
+	LabelZone   = "topology.kubernetes.io/zone"
+)
+
+// upstreamGone deletes an Upstream and everything it imported.
+func (s *Source) upstreamGone(k topology.Key) []op {
+	ops := []op{{ref: topology.ObjectRef{Kind: topology.KindUpstream, Key: k}, upstream: k, apply: func(b *topology.Batch) { b.DeleteUpstream(k) }}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, set := range s.imported[k] {
+		ops = append(ops, op{ref: topology.ObjectRef{Kind: KindService, Key: set}, upstream: k, apply: func(b *topology.Batch) { b.DeleteEndpointSet(set) }})
+	}
+	delete(s.imported, k)
+	delete(s.refs, k)
+	s.forgetImporter(k)
+	return ops
+}
+
+func (s *Source) forgetImporter(up topology.Key) {
+	for svc, ups := range s.importers {
+		delete(ups, up)
+		if len(ups) == 0 {
+			delete(s.importers, svc)
+		}
+	}
+}
+
+// importFor turns the Service an Upstream imports into endpoint sets, one
+// per (region, zone), and deletes the sets it imported before that are gone.
+// A missing Service or port imports nothing; the status writer says why.
+func (s *Source) importFor(ctx context.Context, u topology.Upstream) ([]op, error) {
+	var sets []topology.EndpointSet
+	ref := ""
+	if u.Service != nil {
+		var err error
+		if sets, ref, err = s.serviceSets(ctx, u); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forgetImporter(u.Key)
+	// the status writer's ResolvedRefs condition follows the reference even
+	// when the topology does not change (a Service with no endpoints yet)
+	if s.refs[u.Key] != ref {
+		if ref == "" {
+			delete(s.refs, u.Key)
+		} else {
+			s.refs[u.Key] = ref
+		}
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+	if u.Service != nil {
+		svc := topology.Key{Namespace: u.Key.Namespace, Name: u.Service.Name}
+		if s.importers[svc] == nil {
+			s.importers[svc] = map[topology.Key]struct{}{}
+		}
+		s.importers[svc][u.Key] = struct{}{}
+	}
+	var ops []op
+	now := map[topology.Key]bool{}
+	for _, set := range sets {
+		now[set.Key] = true
+		ops = append(ops, op{ref: topology.ObjectRef{Kind: KindService, Key: set.Key}, upstream: u.Key, apply: func(b *topology.Batch) { b.PutEndpointSet(set) }})
+	}
+	for _, old := range s.imported[u.Key] {
+		if !now[old] {
+			ops = append(ops, op{ref: topology.ObjectRef{Kind: KindService, Key: old}, upstream: u.Key, apply: func(b *topology.Batch) { b.DeleteEndpointSet(old) }})
+		}
+	}
+	keys := make([]topology.Key, 0, len(now))
+	for k := range now {
+		keys = append(keys, k)
+	}
+	s.imported[u.Key] = keys
+	return ops, nil
+}
+
+// ServicePort finds the Service port an Upstream names (by name or number).
+func ServicePort(svc *corev1.Service, port string) (corev1.ServicePort, bool) {
+	n, numeric := strconv.Atoi(port)
+	for _, p := range svc.Spec.Ports {
+		if (numeric == nil && int(p.Port) == n) || (numeric != nil && p.Name == port) {
+			return p, true
+		}
+	}
+	return corev1.ServicePort{}, false
+}
+
+// AdminState maps EndpointSlice conditions: ready → Ready, serving and
+// terminating → Draining, anything else → Unavailable. Unset ready and
+// serving mean ready, as the EndpointSlice API asks consumers to read them.
+func AdminState(c discoveryv1.EndpointConditions) weights.AdminState {
+	ready := c.Ready == nil || *c.Ready
+	serving := c.Serving == nil || *c.Serving
+	terminating := c.Terminating != nil && *c.Terminating
+	switch {
+	case ready && !terminating:
+		return weights.Ready
+	case serving && terminating:
+		return weights.Draining
+	}
+	return weights.Unavailable
+}
+
+// serviceSets reads the endpoint sets an Upstream imports, and how its
+// Service reference resolved (ReasonServiceNotFound, ReasonPortNotFound or
+// ReasonResolved).
+func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) ([]topology.EndpointSet, string, error) {
+	var svc corev1.Service
+	err := s.Reader.Get(ctx, types.NamespacedName{Namespace: u.Key.Namespace, Name: u.Service.Name}, &svc)
+	if apierrors.IsNotFound(err) {
+		return nil, ReasonServiceNotFound, nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("service %s/%s: %w", u.Key.Namespace, u.Service.Name, err)
+	}
+	sp, ok := ServicePort(&svc, u.Service.Port)
+	if !ok {
+		return nil, ReasonPortNotFound, nil
+	}
+	var slices_ discoveryv1.EndpointSliceList
+	if err := s.Reader.List(ctx, &slices_, client.InNamespace(u.Key.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: u.Service.Name}); err != nil {
+		return nil, "", fmt.Errorf("endpointslices of %s/%s: %w", u.Key.Namespace, u.Service.Name, err)
+	}
+	type locKey struct{ region, zone string }
+	byLoc := map[locKey]map[string]topology.Endpoint{}
+	nodes := map[string]*corev1.Node{}
+	for _, sl := range slices_.Items {
+		if sl.AddressType == discoveryv1.AddressTypeFQDN {
+			continue
+		}
+		var port *int32
+		for _, p := range sl.Ports {
+			if p.Name != nil && *p.Name == sp.Name && p.Port != nil {
+				port = p.Port
+			}
+		}
+		if port == nil {
+			continue
+		}
+		for _, ep := range sl.Endpoints {
+			var region, zone string
+			if ep.NodeName != nil {
+				n, err := s.node(ctx, nodes, *ep.NodeName)
+				if err != nil {
+					return nil, "", err
+				}
+				if n != nil {
+					region, zone = n.Labels[LabelRegion], n.Labels[LabelZone]
+				}
+			}
+			if ep.Zone != nil && *ep.Zone != "" {
+				zone = *ep.Zone
+			}
+			lk := locKey{region, zone}
+			if byLoc[lk] == nil {
+				byLoc[lk] = map[string]topology.Endpoint{}
+			}
+			admin := AdminState(ep.Conditions)
+			for _, a := range ep.Addresses {
+				if _, err := netip.ParseAddr(a); err != nil {
+					continue
+				}
+				id := a + ":" + strconv.Itoa(int(*port))
+				// an address may sit in two slices while they are rewritten: keep the readier
+				if old, ok := byLoc[lk][id]; ok && old.Admin <= admin {
+					continue
+				}
+				byLoc[lk][id] = topology.Endpoint{Address: a, Port: uint32(*port), Weight: 1, Admin: admin}
+			}
+		}
+	}
+	var out []topology.EndpointSet
+	for lk, eps := range byLoc {
+		set := topology.EndpointSet{
+			Key:      topology.Key{Namespace: u.Key.Namespace, Name: ImportedSetName(u.Key.Name, u.Service.Name, lk.region, lk.zone)},
+			Kind:     KindService,
+			Upstream: u.Key.Name,
+			Locality: weights.Locality{Region: lk.region, Zone: lk.zone},
+		}
+		for _, e := range eps {
+			set.Endpoints = append(set.Endpoints, e)
+		}
+		slices.SortFunc(set.Endpoints, func(a, b topology.Endpoint) int {
+			if c := cmpString(a.Address, b.Address); c != 0 {
+				return c
+			}
+			return int(a.Port) - int(b.Port)
+		})
+		out = append(out, set)
+	}
+	return out, ReasonResolved, nil
+}
+
+// ImportedSetName names the endpoints of one (region, zone) that an Upstream
+// imports from a Service. The colons keep it apart from any object name.
+func ImportedSetName(upstream, service, region, zone string) string {
+	return upstream + ":" + service + ":" + region + ":" + zone
+}
+
+func (s *Source) node(ctx context.Context, seen map[string]*corev1.Node, name string) (*corev1.Node, error) {
+	if n, ok := seen[name]; ok {
+		return n, nil
+	}
+	var n corev1.Node
+	err := s.Reader.Get(ctx, types.NamespacedName{Name: name}, &n)
+	if apierrors.IsNotFound(err) {
+		seen[name] = nil
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
+	seen[name] = &n
+	return &n, nil
+}

@@ -1,0 +1,162 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/topology"
+)
+
+// Options configure the Kubernetes source of one replica.
+type Options struct {
+	// Namespace limits the source to one namespace; "" watches all.
+	Namespace string
+	// LeaderElectionNamespace and LeaderElectionID name the Lease that
+	// elects the status writer.
+	LeaderElectionNamespace, LeaderElectionID string
+	// LeaseDuration, RenewDeadline, RetryPeriod tune the election; zero means
+	// controller-runtime's defaults (15s, 10s, 2s).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	Debounce                                  time.Duration
+	Log                                       *slog.Logger
+	Metrics                                   *metrics.Metrics
+	// Published and PublishedChanged tell the status writer what xDS carries.
+	Published        func() uint64
+	PublishedChanged func() <-chan struct{}
+}
+
+// Scheme holds the kinds the source reads.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Replica is one control-plane replica's Kubernetes side: a manager whose
+// informers feed the Directory on every replica, and whose status writer
+// runs only on the elected leader.
+type Replica struct {
+	Manager manager.Manager
+	Source  *Source
+	Status  *StatusWriter
+}
+
+// NewReplica builds the manager, the source and the status writer.
+func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica, error) {
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	copts := cache.Options{
+		// managedFields are large and never read: keep them out of memory
+		DefaultTransform: cache.TransformStripManagedFields(),
+	}
+	if o.Namespace != "" {
+		copts.DefaultNamespaces = map[string]cache.Config{o.Namespace: {}}
+		copts.ByObject = map[client.Object]cache.ByObject{&corev1.Node{}: {}}
+	}
+	id := o.LeaderElectionID
+	if id == "" {
+		id = "poise-status-writer"
+	}
+	ns, err := electionNamespace(o.LeaderElectionNamespace, o.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	// The manager runs no election of its own: every replica's informers and
+	// source run always, and the elector below gates only the status writer.
+	mopts := manager.Options{
+		Scheme:                 scheme,
+		Cache:                  copts,
+		Logger:                 logr.FromSlogHandler(log.Handler()),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	}
+	lease, renew, retry := 15*time.Second, 10*time.Second, 2*time.Second
+	if o.LeaseDuration > 0 {
+		lease, renew, retry = o.LeaseDuration, o.RenewDeadline, o.RetryPeriod
+	}
+	m, err := manager.New(cfg, mopts)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes manager: %w", err)
+	}
+	src := &Source{Reader: m.GetCache(), Dir: dir, Debounce: o.Debounce, Log: log, Metrics: o.Metrics}
+	sw := &StatusWriter{Client: m.GetClient(), Dir: dir, Source: src, Published: o.Published, Changed: o.PublishedChanged, Log: log}
+	if err := m.Add(src); err != nil {
+		return nil, err
+	}
+	el := &elector{cfg: cfg, namespace: ns, name: id, identity: newIdentity(), lease: lease, renew: renew, retry: retry, run: sw.Start, log: log}
+	if err := m.Add(el); err != nil {
+		return nil, err
+	}
+	return &Replica{Manager: m, Source: src, Status: sw}, nil
+}
+
+// Start registers the informers, starts the manager, and returns once the
+// caches are synced and the first batch (everything that exists) is applied.
+// The manager runs until ctx is done; its error arrives on the channel.
+func (r *Replica) Start(ctx context.Context) (<-chan error, error) {
+	if err := r.Source.Register(ctx, r.Manager.GetCache()); err != nil {
+		return nil, err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- r.Manager.Start(ctx) }()
+	if !r.Manager.GetCache().WaitForCacheSync(ctx) {
+		select {
+		case err := <-errc:
+			return nil, fmt.Errorf("kubernetes caches did not sync: %w", err)
+		default:
+			return nil, fmt.Errorf("kubernetes caches did not sync")
+		}
+	}
+	if err := r.Source.InitialSync(ctx); err != nil {
+		return nil, err
+	}
+	return errc, nil
+}
+
+// InitialSync applies every object that exists as one batch.
+func (s *Source) InitialSync(ctx context.Context) error {
+	var ups v1alpha1.UpstreamList
+	var locs v1alpha1.LocalityList
+	var sets v1alpha1.EndpointSetList
+	for _, l := range []client.ObjectList{&ups, &locs, &sets} {
+		if err := s.Reader.List(ctx, l); err != nil {
+			return fmt.Errorf("initial list: %w", err)
+		}
+	}
+	for i := range ups.Items {
+		s.mark(topology.KindUpstream, &ups.Items[i])
+	}
+	for i := range locs.Items {
+		s.mark(topology.KindLocality, &locs.Items[i])
+	}
+	for i := range sets.Items {
+		s.mark(topology.KindEndpointSet, &sets.Items[i])
+	}
+	s.sync(ctx)
+	return nil
+}

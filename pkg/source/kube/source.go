@@ -1,0 +1,441 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/convert"
+	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/topology"
+)
+
+const sourceName = "kubernetes"
+
+// KindService names the endpoint sets imported from a Service's EndpointSlices.
+const KindService = "Service"
+
+// +kubebuilder:rbac:groups=poise.dev,resources=upstreams;localities;endpointsets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=services;nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+
+// Source feeds a Directory from the cluster. All replicas run it.
+type Source struct {
+	Reader   client.Reader // the informer cache
+	Dir      *topology.Directory
+	Debounce time.Duration // coalesce events arriving within this interval; 0 means 50ms
+	Log      *slog.Logger
+	Metrics  *metrics.Metrics
+
+	syncMu   sync.Mutex // one batch at a time
+	mu       sync.Mutex
+	dirty    map[topology.ObjectRef]struct{}
+	kick     chan struct{}
+	rejected map[topology.ObjectRef]Rejection
+	// imported: the endpoint sets each Upstream imported from its Service
+	imported map[topology.Key][]topology.Key
+	// importers: which Upstreams import a Service (namespace/name)
+	importers map[topology.Key]map[topology.Key]struct{}
+	// refs: how each importing Upstream's Service reference resolved at the
+	// last read (a ReasonServiceNotFound, ReasonPortNotFound or ReasonResolved)
+	refs    map[topology.Key]string
+	changed chan struct{} // closed when rejections or refs change
+}
+
+// Rejection is why an object is not in the topology (its last accepted
+// version, if any, still is).
+type Rejection struct {
+	Reason  string // a v1alpha1 Reason*
+	Message string
+}
+
+func (s *Source) init() {
+	if s.dirty == nil {
+		s.dirty = map[topology.ObjectRef]struct{}{}
+		s.kick = make(chan struct{}, 1)
+		s.rejected = map[topology.ObjectRef]Rejection{}
+		s.imported = map[topology.Key][]topology.Key{}
+		s.importers = map[topology.Key]map[topology.Key]struct{}{}
+		s.refs = map[topology.Key]string{}
+		s.changed = make(chan struct{})
+		if s.Log == nil {
+			s.Log = slog.New(slog.DiscardHandler)
+		}
+	}
+}
+
+// Register adds event handlers to the informers of every kind the source reads.
+func (s *Source) Register(ctx context.Context, c cache.Cache) error {
+	s.mu.Lock()
+	s.init()
+	s.mu.Unlock()
+	for _, k := range []struct {
+		obj  client.Object
+		kind string
+	}{
+		{&v1alpha1.Upstream{}, topology.KindUpstream},
+		{&v1alpha1.Locality{}, topology.KindLocality},
+		{&v1alpha1.EndpointSet{}, topology.KindEndpointSet},
+		{&corev1.Service{}, "Service"},
+		{&discoveryv1.EndpointSlice{}, "EndpointSlice"},
+		{&corev1.Node{}, "Node"},
+	} {
+		inf, err := c.GetInformer(ctx, k.obj)
+		if err != nil {
+			return fmt.Errorf("informer for %s: %w", k.kind, err)
+		}
+		kind := k.kind
+		mark := func(obj any) {
+			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if o, ok := obj.(client.Object); ok {
+				s.mark(kind, o)
+			}
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    mark,
+			UpdateFunc: func(_, n any) { mark(n) },
+			DeleteFunc: mark,
+		}); err != nil {
+			return fmt.Errorf("event handler for %s: %w", k.kind, err)
+		}
+	}
+	return nil
+}
+
+// mark records a changed object; the Run loop picks it up after the debounce.
+func (s *Source) mark(kind string, o client.Object) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := topology.Key{Namespace: o.GetNamespace(), Name: o.GetName()}
+	switch kind {
+	case "Service":
+		for up := range s.importers[key] {
+			s.dirty[topology.ObjectRef{Kind: topology.KindUpstream, Key: up}] = struct{}{}
+		}
+	case "EndpointSlice":
+		svc := topology.Key{Namespace: o.GetNamespace(), Name: o.GetLabels()[discoveryv1.LabelServiceName]}
+		for up := range s.importers[svc] {
+			s.dirty[topology.ObjectRef{Kind: topology.KindUpstream, Key: up}] = struct{}{}
+		}
+	case "Node":
+		// a node's region labels place imported endpoints
+		for _, ups := range s.importers {
+			for up := range ups {
+				s.dirty[topology.ObjectRef{Kind: topology.KindUpstream, Key: up}] = struct{}{}
+			}
+		}
+	default:
+		s.dirty[topology.ObjectRef{Kind: kind, Key: key}] = struct{}{}
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Rejections returns the objects currently set aside and why.
+func (s *Source) Rejections() map[topology.ObjectRef]Rejection {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.rejected)
+}
+
+// RejectionsChanged is closed the next time the set of rejections changes,
+// or an Upstream's Service reference resolves differently (a Service or
+// port appearing changes a status condition even when it imports nothing).
+func (s *Source) RejectionsChanged() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.init()
+	return s.changed
+}
+
+// NeedLeaderElection: every replica feeds its own Directory and serves xDS.
+func (s *Source) NeedLeaderElection() bool { return false }
+
+// Start runs the batching loop until ctx is done (a controller-runtime Runnable).
+func (s *Source) Start(ctx context.Context) error {
+	s.mu.Lock()
+	s.init()
+	s.mu.Unlock()
+	debounce := s.Debounce
+	if debounce <= 0 {
+		debounce = 50 * time.Millisecond
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.kick:
+		}
+		// coalesce: whatever else arrives within the debounce joins this batch
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(debounce):
+		}
+		s.sync(ctx)
+	}
+}
+
+// op is one object's change in a batch.
+type op struct {
+	ref      topology.ObjectRef
+	upstream topology.Key // the upstream it belongs to, for falling back on unnamed problems
+	apply    func(*topology.Batch)
+}
+
+// sync turns the dirty objects into one batch and applies it. Objects the
+// Directory refuses are set aside and the rest is applied without them.
+func (s *Source) sync(ctx context.Context) {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.mu.Lock()
+	dirty := s.dirty
+	s.dirty = map[topology.ObjectRef]struct{}{}
+	// set-aside objects are tried again with every batch: a change elsewhere may resolve them
+	for ref := range s.rejected {
+		if ref.Kind != KindService {
+			dirty[ref] = struct{}{}
+		}
+	}
+	s.mu.Unlock()
+
+	refs := make([]topology.ObjectRef, 0, len(dirty))
+	for ref := range dirty {
+		refs = append(refs, ref)
+	}
+	slices.SortFunc(refs, func(a, b topology.ObjectRef) int {
+		if c := cmpString(a.Kind, b.Kind); c != 0 {
+			return c
+		}
+		return a.Key.Compare(b.Key)
+	})
+	var ops []op
+	rejected := map[topology.ObjectRef]Rejection{}
+	resolved := map[topology.ObjectRef]bool{}
+	for _, ref := range refs {
+		o, rej, err := s.read(ctx, ref)
+		if err != nil {
+			s.Log.Error("reading object failed; will retry", "object", ref.String(), "error", err)
+			s.mark(ref.Kind, &metaOnly{ns: ref.Key.Namespace, name: ref.Key.Name})
+			continue
+		}
+		if rej != nil {
+			rejected[ref] = *rej
+			continue
+		}
+		resolved[ref] = true
+		ops = append(ops, o...)
+	}
+
+	for {
+		var b topology.Batch
+		for _, o := range ops {
+			o.apply(&b)
+		}
+		snap, err := s.Dir.Apply(b)
+		if err == nil {
+			if s.Metrics != nil {
+				s.Metrics.SourceBatches.WithLabelValues(sourceName, "applied").Inc()
+				s.Metrics.Revision.Set(float64(snap.Revision))
+			}
+			break
+		}
+		if s.Metrics != nil {
+			s.Metrics.SourceBatches.WithLabelValues(sourceName, "rejected").Inc()
+		}
+		var be *topology.BatchError
+		if !errors.As(err, &be) {
+			s.Log.Error("topology batch refused", "error", err)
+			break
+		}
+		before := len(ops)
+		ops = s.setAside(ops, be, rejected)
+		if len(ops) == before {
+			s.Log.Error("topology batch refused and nothing in it could be set aside", "error", err)
+			break
+		}
+	}
+	for ref := range rejected {
+		delete(resolved, ref)
+	}
+	s.mu.Lock()
+	changedRejections := false
+	for ref := range resolved {
+		if _, was := s.rejected[ref]; was {
+			delete(s.rejected, ref)
+			changedRejections = true
+		}
+	}
+	for ref, r := range rejected {
+		if old, was := s.rejected[ref]; !was || old != r {
+			s.Log.Warn("object not accepted; its last accepted version (if any) keeps serving", "object", ref.String(), "reason", r.Reason, "message", r.Message)
+			changedRejections = true
+		}
+		s.rejected[ref] = r
+	}
+	if changedRejections {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+	s.mu.Unlock()
+}
+
+// setAside removes from ops every object a problem names (or, when it names
+// none of them, every op of the broken upstream) and records why.
+func (s *Source) setAside(ops []op, be *topology.BatchError, rejected map[topology.ObjectRef]Rejection) []op {
+	drop := map[topology.ObjectRef]bool{}
+	for _, p := range be.Problems {
+		reason := reasonOf(p.Err)
+		names := make([]string, len(p.Objects))
+		for i, o := range p.Objects {
+			names[i] = o.String()
+		}
+		named := false
+		for _, o := range ops {
+			if slices.Contains(p.Objects, o.ref) {
+				drop[o.ref], named = true, true
+			}
+		}
+		if !named {
+			for _, o := range ops {
+				if o.upstream == p.Upstream {
+					drop[o.ref] = true
+				}
+			}
+		}
+		for _, ref := range p.Objects {
+			rejected[importOwner(ref, ops)] = Rejection{Reason: reason, Message: fmt.Sprintf("%v (involves %s)", p.Err, joinOthers(names, ref.String()))}
+		}
+		if !named {
+			for ref := range drop {
+				rejected[ref] = Rejection{Reason: reason, Message: p.Err.Error()}
+			}
+		}
+	}
+	out := ops[:0:0]
+	for _, o := range ops {
+		if !drop[o.ref] {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// importOwner maps an imported endpoint set to the Upstream whose import it
+// is, so the status lands on an object a person can see.
+func importOwner(ref topology.ObjectRef, ops []op) topology.ObjectRef {
+	if ref.Kind != KindService {
+		return ref
+	}
+	for _, o := range ops {
+		if o.ref == ref {
+			return topology.ObjectRef{Kind: topology.KindUpstream, Key: o.upstream}
+		}
+	}
+	return ref
+}
+
+func joinOthers(names []string, self string) string {
+	var others []string
+	for _, n := range names {
+		if n != self {
+			others = append(others, n)
+		}
+	}
+	if len(others) == 0 {
+		return self
+	}
+	out := others[0]
+	for _, n := range others[1:] {
+		out += ", " + n
+	}
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// metaOnly lets a failed read be marked dirty again.
+type metaOnly struct {
+	client.Object
+	ns, name string
+}
+
+func (m *metaOnly) GetNamespace() string         { return m.ns }
+func (m *metaOnly) GetName() string              { return m.name }
+func (m *metaOnly) GetLabels() map[string]string { return nil }
+
+// read turns one dirty object into batch operations, or a rejection when
+// the object itself is invalid.
+func (s *Source) read(ctx context.Context, ref topology.ObjectRef) ([]op, *Rejection, error) {
+	nn := types.NamespacedName{Namespace: ref.Key.Namespace, Name: ref.Key.Name}
+	switch ref.Kind {
+	case topology.KindUpstream:
+		var obj v1alpha1.Upstream
+		if err := s.Reader.Get(ctx, nn, &obj); apierrors.IsNotFound(err) {
+			return s.upstreamGone(ref.Key), nil, nil
+		} else if err != nil {
+			return nil, nil, err
+		}
+		u, errs := convert.Upstream(&obj)
+		if len(errs) > 0 {
+			return nil, &Rejection{Reason: v1alpha1.ReasonInvalid, Message: errs.ToAggregate().Error()}, nil
+		}
+		ops := []op{{ref: ref, upstream: u.Key, apply: func(b *topology.Batch) { b.PutUpstream(u) }}}
+		imp, err := s.importFor(ctx, u)
+		if err != nil {
+			return nil, nil, err
+		}
+		return append(ops, imp...), nil, nil
+	case topology.KindLocality:
+		var obj v1alpha1.Locality
+		if err := s.Reader.Get(ctx, nn, &obj); apierrors.IsNotFound(err) {
+			return []op{{ref: ref, apply: func(b *topology.Batch) { b.DeleteLocality(ref.Key) }}}, nil, nil
+		} else if err != nil {
+			return nil, nil, err
+		}
+		l, errs := convert.Locality(&obj)
+		if len(errs) > 0 {
+			return nil, &Rejection{Reason: v1alpha1.ReasonInvalid, Message: errs.ToAggregate().Error()}, nil
+		}
+		return []op{{ref: ref, upstream: topology.Key{Namespace: l.Key.Namespace, Name: l.Upstream}, apply: func(b *topology.Batch) { b.PutLocality(l) }}}, nil, nil
+	case topology.KindEndpointSet:
+		var obj v1alpha1.EndpointSet
+		if err := s.Reader.Get(ctx, nn, &obj); apierrors.IsNotFound(err) {
+			return []op{{ref: ref, apply: func(b *topology.Batch) { b.DeleteEndpointSet(ref.Key) }}}, nil, nil
+		} else if err != nil {
+			return nil, nil, err
+		}
+		es, errs := convert.EndpointSet(&obj)
+		if len(errs) > 0 {
+			return nil, &Rejection{Reason: v1alpha1.ReasonInvalid, Message: errs.ToAggregate().Error()}, nil
+		}
+		return []op{{ref: ref, upstream: topology.Key{Namespace: es.Key.Namespace, Name: es.Upstream}, apply: func(b *topology.Batch) { b.PutEndpointSet(es) }}}, nil, nil
+	}
+	return nil, nil, nil
+}

@@ -1,0 +1,602 @@
+package chart_test
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden.yaml from the current chart")
+
+const (
+	chartDir = "../../charts/poise"
+	crdDir   = "../../config/crd"
+	roleFile = "../../config/rbac/role.yaml"
+)
+
+// helm returns the helm binary built by hack/helm.sh. A missing HELM fails
+// the test: a chart that is never rendered is not tested.
+func helm(t *testing.T) string {
+	t.Helper()
+	if os.Getenv("POISE_SKIP_HELM") == "1" {
+		t.Skip("POISE_SKIP_HELM=1: the Helm chart is not rendered or checked")
+	}
+	bin := os.Getenv("HELM")
+	if bin == "" {
+		t.Fatal("HELM is not set: run `make test`, or `HELM=$(bash hack/helm.sh) go test ./test/chart` " +
+			"(hack/helm.sh builds helm v3.22.0 from the Go module proxy once per machine); " +
+			"POISE_SKIP_HELM=1 skips the chart tests")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("HELM=%s: %v (run hack/helm.sh)", bin, err)
+	}
+	return bin
+}
+
+func runHelm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(helm(t), args...)
+	// Keep helm away from the user's repositories, plugins and caches.
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+	)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("helm %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String(), err
+}
+
+// renderCase is one `helm template` of the chart.
+type renderCase struct {
+	name       string // golden file testdata/<name>.golden.yaml
+	release    string
+	namespace  string
+	valuesFile string // empty: the chart's defaults
+}
+
+var cases = []renderCase{
+	{name: "default", release: "poise", namespace: "poise-system"},
+	{name: "custom", release: "edge", namespace: "mesh", valuesFile: "testdata/values-custom.yaml"},
+}
+
+func (c renderCase) render(t *testing.T) string {
+	t.Helper()
+	args := []string{"template", c.release, chartDir, "--namespace", c.namespace}
+	if c.valuesFile != "" {
+		args = append(args, "--values", c.valuesFile)
+	}
+	out, err := runHelm(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestLint(t *testing.T) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := []string{"lint", chartDir, "--strict", "--namespace", c.namespace}
+			if c.valuesFile != "" {
+				args = append(args, "--values", c.valuesFile)
+			}
+			if out, err := runHelm(t, args...); err != nil {
+				t.Fatal(err)
+			} else if !strings.Contains(out, "0 chart(s) failed") {
+				t.Fatalf("helm lint:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestGolden(t *testing.T) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := c.render(t)
+			path := filepath.Join("testdata", c.name+".golden.yaml")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run `go test ./test/chart -update` to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("helm template differs from %s (if the change is intended, run `make chart-golden` or `go test ./test/chart -update`):\n%s",
+					path, firstDiff(string(want), got))
+			}
+		})
+	}
+}
+
+// firstDiff shows the first differing line with a little context.
+func firstDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < max(len(w), len(g)); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			from := max(0, i-3)
+			return fmt.Sprintf("line %d:\n  context:\n    %s\n  want: %q\n  got:  %q",
+				i+1, strings.Join(g[from:i], "\n    "), wl, gl)
+		}
+	}
+	return "(only trailing differences)"
+}
+
+// obj is one rendered object, as unstructured maps.
+type obj map[string]any
+
+func (o obj) kind() string { s, _ := o["kind"].(string); return s }
+func (o obj) name() string { return str(o, "metadata", "name") }
+
+// get follows keys (string for maps, int for lists) and returns nil when any
+// step is missing.
+func get(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				if o, isObj := v.(obj); isObj {
+					m, ok = o, true
+				}
+			}
+			if !ok {
+				return nil
+			}
+			v = m[k]
+		case int:
+			l, ok := v.([]any)
+			if !ok || k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+func str(v any, path ...any) string { s, _ := get(v, path...).(string); return s }
+
+func strs(v any, path ...any) []string {
+	var out []string
+	l, _ := get(v, path...).([]any)
+	for _, e := range l {
+		s, _ := e.(string)
+		out = append(out, s)
+	}
+	return out
+}
+
+var docSep = regexp.MustCompile(`(?m)^---\s*$`)
+
+func parse(t *testing.T, rendered string) []obj {
+	t.Helper()
+	var objs []obj
+	for _, doc := range docSep.Split(rendered, -1) {
+		var o obj
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatalf("rendered YAML does not parse: %v\n%s", err, doc)
+		}
+		if len(o) == 0 {
+			continue // comments only
+		}
+		objs = append(objs, o)
+	}
+	return objs
+}
+
+func byKind(objs []obj, kind string) []obj {
+	var out []obj
+	for _, o := range objs {
+		if o.kind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func one(t *testing.T, objs []obj, kind string) obj {
+	t.Helper()
+	l := byKind(objs, kind)
+	if len(l) != 1 {
+		t.Fatalf("want exactly one %s, got %d", kind, len(l))
+	}
+	return l[0]
+}
+
+func TestObjects(t *testing.T) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			objs := parse(t, c.render(t))
+
+			want := map[string]int{
+				"Deployment": 1, "Service": 2, "ServiceAccount": 1,
+				"ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
+				"PodDisruptionBudget": 1,
+			}
+			got := map[string]int{}
+			for _, o := range objs {
+				got[o.kind()]++
+			}
+			for kind, n := range want {
+				if got[kind] != n {
+					t.Errorf("%s: want %d, got %d", kind, n, got[kind])
+				}
+			}
+			for kind := range got {
+				if _, ok := want[kind]; !ok {
+					t.Errorf("unexpected kind %s rendered", kind)
+				}
+			}
+			for _, o := range objs {
+				ns := str(o, "metadata", "namespace")
+				switch o.kind() {
+				case "ClusterRole", "ClusterRoleBinding":
+					if ns != "" {
+						t.Errorf("%s %s: cluster-scoped object has namespace %q", o.kind(), o.name(), ns)
+					}
+				default:
+					if ns != c.namespace {
+						t.Errorf("%s %s: namespace %q, want the release namespace %q", o.kind(), o.name(), ns, c.namespace)
+					}
+				}
+			}
+
+			checkDeployment(t, c, one(t, objs, "Deployment"))
+			checkWiring(t, objs)
+		})
+	}
+}
+
+func checkDeployment(t *testing.T, c renderCase, d obj) {
+	t.Helper()
+	pod := get(d, "spec", "template", "spec")
+	ctr := get(pod, "containers", 0)
+	if ctr == nil {
+		t.Fatal("Deployment has no container")
+	}
+
+	// Pod and container security: the restricted Pod Security Standard.
+	if get(pod, "securityContext", "runAsNonRoot") != true {
+		t.Error("pod securityContext.runAsNonRoot is not true")
+	}
+	if str(pod, "securityContext", "seccompProfile", "type") != "RuntimeDefault" {
+		t.Error("pod seccompProfile is not RuntimeDefault")
+	}
+	sc := get(ctr, "securityContext")
+	for field, want := range map[string]any{
+		"runAsNonRoot": true, "readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false, "privileged": false,
+	} {
+		if got := get(sc, field); got != want {
+			t.Errorf("container securityContext.%s = %v, want %v", field, got, want)
+		}
+	}
+	if drop := strs(sc, "capabilities", "drop"); !slices.Equal(drop, []string{"ALL"}) {
+		t.Errorf("container capabilities.drop = %v, want [ALL]", drop)
+	}
+	if add := get(sc, "capabilities", "add"); add != nil {
+		t.Errorf("container adds capabilities %v", add)
+	}
+	if str(sc, "seccompProfile", "type") != "RuntimeDefault" {
+		t.Error("container seccompProfile is not RuntimeDefault")
+	}
+
+	// Probes on the admin port.
+	ports := map[string]float64{}
+	for i := 0; get(ctr, "ports", i) != nil; i++ {
+		ports[str(ctr, "ports", i, "name")], _ = get(ctr, "ports", i, "containerPort").(float64)
+	}
+	if ports["xds"] != 18000 || ports["admin"] != 19000 {
+		t.Errorf("container ports = %v, want xds 18000 and admin 19000", ports)
+	}
+	for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
+		if got := str(ctr, probe, "httpGet", "path"); got != path {
+			t.Errorf("%s path = %q, want %q", probe, got, path)
+		}
+		if got := get(ctr, probe, "httpGet", "port"); got != "admin" {
+			t.Errorf("%s port = %v, want the admin port", probe, got)
+		}
+	}
+	if get(ctr, "resources", "requests", "cpu") == nil || get(ctr, "resources", "requests", "memory") == nil {
+		t.Error("container has no cpu and memory requests")
+	}
+
+	// The command line.
+	args := strs(ctr, "args")
+	for _, a := range []string{
+		"serve", "--source=kubernetes", "--xds-address=0.0.0.0:18000", "--admin-address=0.0.0.0:19000",
+		"--leader-election-namespace=" + c.namespace,
+	} {
+		if !slices.Contains(args, a) {
+			t.Errorf("args %v lack %s", args, a)
+		}
+	}
+	if args[0] != "serve" {
+		t.Errorf("args %v: first must be serve", args)
+	}
+	replicas, _ := get(d, "spec", "replicas").(float64)
+	mounts := get(ctr, "volumeMounts")
+	switch c.name {
+	case "default":
+		if replicas != 2 {
+			t.Errorf("replicas = %v, want 2", replicas)
+		}
+		if !slices.Contains(args, "--log-format=json") {
+			t.Errorf("args %v lack --log-format=json", args)
+		}
+		for _, a := range args {
+			if strings.HasPrefix(a, "--tls") || strings.HasPrefix(a, "--namespace") {
+				t.Errorf("default args carry %s", a)
+			}
+		}
+		if mounts != nil {
+			t.Errorf("default container mounts %v", mounts)
+		}
+		if get(pod, "topologySpreadConstraints", 0, "topologyKey") != "kubernetes.io/hostname" {
+			t.Error("replicas are not spread across nodes")
+		}
+		if get(pod, "affinity", "podAntiAffinity") == nil {
+			t.Error("no pod anti-affinity across nodes")
+		}
+	case "custom":
+		if replicas != 3 {
+			t.Errorf("replicas = %v, want 3", replicas)
+		}
+		for _, a := range []string{
+			"--namespace=shop", "--tls-cert=/etc/poise/tls/tls.crt", "--tls-key=/etc/poise/tls/tls.key",
+			"--tls-client-ca=/etc/poise/tls/ca.crt", "--debounce=250ms",
+		} {
+			if !slices.Contains(args, a) {
+				t.Errorf("args %v lack %s", args, a)
+			}
+		}
+		if str(mounts, 0, "mountPath") != "/etc/poise/tls" || get(mounts, 0, "readOnly") != true {
+			t.Errorf("TLS secret is not mounted read-only at /etc/poise/tls: %v", mounts)
+		}
+		if str(pod, "volumes", 0, "secret", "secretName") != "poise-xds-tls" {
+			t.Errorf("volumes = %v, want secret poise-xds-tls", get(pod, "volumes"))
+		}
+		if str(pod, "nodeSelector", "kubernetes.io/os") != "linux" {
+			t.Errorf("nodeSelector = %v", get(pod, "nodeSelector"))
+		}
+		if str(ctr, "image") != "registry.example.com/platform/poise:v0.1.0-rc.1" {
+			t.Errorf("image = %s", str(ctr, "image"))
+		}
+	}
+}
+
+// checkWiring: Services, the PDB and the Deployment select the pods; the
+// bindings name the roles and the ServiceAccount the pods run as.
+func checkWiring(t *testing.T, objs []obj) {
+	t.Helper()
+	d := one(t, objs, "Deployment")
+	podLabels, _ := get(d, "spec", "template", "metadata", "labels").(map[string]any)
+	selects := func(what string, sel any) {
+		m, _ := sel.(map[string]any)
+		if len(m) == 0 {
+			t.Errorf("%s: empty selector", what)
+		}
+		for k, v := range m {
+			if podLabels[k] != v {
+				t.Errorf("%s: selector %s=%v does not match the pods (%v)", what, k, v, podLabels)
+			}
+		}
+	}
+	selects("Deployment", get(d, "spec", "selector", "matchLabels"))
+	selects("PodDisruptionBudget", get(one(t, objs, "PodDisruptionBudget"), "spec", "selector", "matchLabels"))
+	for _, s := range byKind(objs, "Service") {
+		selects("Service "+s.name(), get(s, "spec", "selector"))
+		for _, target := range []string{str(s, "spec", "ports", 0, "targetPort")} {
+			if target != "xds" && target != "admin" {
+				t.Errorf("Service %s targets port %q", s.name(), target)
+			}
+		}
+	}
+	sa := str(d, "spec", "template", "spec", "serviceAccountName")
+	if sa != one(t, objs, "ServiceAccount").name() {
+		t.Errorf("pods run as %q, not the chart's ServiceAccount", sa)
+	}
+	for _, pair := range [][2]string{{"ClusterRoleBinding", "ClusterRole"}, {"RoleBinding", "Role"}} {
+		b, r := one(t, objs, pair[0]), one(t, objs, pair[1])
+		if str(b, "roleRef", "kind") != pair[1] || str(b, "roleRef", "name") != r.name() {
+			t.Errorf("%s %s refers to %v, want %s %s", pair[0], b.name(), get(b, "roleRef"), pair[1], r.name())
+		}
+		if str(b, "subjects", 0, "name") != sa || get(b, "subjects", 1) != nil {
+			t.Errorf("%s %s subjects = %v, want only ServiceAccount %s", pair[0], b.name(), get(b, "subjects"), sa)
+		}
+	}
+}
+
+// grant is one (apiGroup, resource, verb) an RBAC rule allows.
+type grant struct{ group, resource, verb string }
+
+// String is group/resource, the core group spelled "core".
+func (g grant) String() string {
+	if g.group == "" {
+		return "core/" + g.resource
+	}
+	return g.group + "/" + g.resource
+}
+
+func grants(t *testing.T, role any) []grant {
+	t.Helper()
+	var out []grant
+	rules, _ := get(role, "rules").([]any)
+	for _, r := range rules {
+		if get(r, "nonResourceURLs") != nil || get(r, "resourceNames") != nil {
+			t.Errorf("unexpected rule shape %v", r)
+		}
+		for _, g := range strs(r, "apiGroups") {
+			for _, res := range strs(r, "resources") {
+				for _, v := range strs(r, "verbs") {
+					out = append(out, grant{g, res, v})
+				}
+			}
+		}
+	}
+	return out
+}
+
+var readVerbs = []string{"get", "list", "watch"}
+
+func TestRBAC(t *testing.T) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			objs := parse(t, c.render(t))
+			cluster := grants(t, one(t, objs, "ClusterRole"))
+			ns := grants(t, one(t, objs, "Role"))
+
+			// Cluster-wide: read the topology, write only status of our kinds.
+			for _, g := range cluster {
+				if g.group == "*" || g.resource == "*" || g.verb == "*" {
+					t.Errorf("ClusterRole has a wildcard: %+v", g)
+				}
+				if g.resource == "leases" || g.group == "coordination.k8s.io" {
+					t.Errorf("ClusterRole grants leases (%+v): the election belongs in the namespaced Role", g)
+				}
+				if slices.Contains(readVerbs, g.verb) {
+					continue
+				}
+				if g.group != "poise.dev" || !strings.HasSuffix(g.resource, "/status") {
+					t.Errorf("ClusterRole grants write verb %q on %s: only */status of poise.dev kinds may be written",
+						g.verb, g)
+				}
+			}
+
+			// Namespaced: the election's Lease, and the Events it records on it.
+			sawLease := false
+			for _, g := range ns {
+				switch {
+				case g.group == "coordination.k8s.io" && g.resource == "leases":
+					sawLease = true
+				case g.group == "" && g.resource == "events" && (g.verb == "create" || g.verb == "patch"):
+				default:
+					t.Errorf("Role grants %q on %s: it is for the leader-election Lease (and its Events) only", g.verb, g)
+				}
+			}
+			if !sawLease {
+				t.Error("Role does not grant leases: leader election cannot work")
+			}
+
+			// Together they are exactly the generated least-privilege role.
+			raw, err := os.ReadFile(roleFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var generated obj
+			if err := yaml.Unmarshal(raw, &generated); err != nil {
+				t.Fatal(err)
+			}
+			want := set(grants(t, generated))
+			got := set(append(cluster, ns...))
+			if !slices.Equal(got, want) {
+				t.Errorf("ClusterRole + Role grant\n  %v\nbut %s (generated from the kubebuilder markers) grants\n  %v\nupdate charts/poise/templates/clusterrole.yaml and role.yaml",
+					got, roleFile, want)
+			}
+		})
+	}
+}
+
+func set(gs []grant) []string {
+	var out []string
+	for _, g := range gs {
+		out = append(out, g.String()+":"+g.verb)
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// TestCRDsMatchGenerated: charts/poise/crds is a byte-identical copy of
+// config/crd, kept so by `make generate`.
+func TestCRDsMatchGenerated(t *testing.T) {
+	list := func(dir string) []string {
+		m, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range m {
+			m[i] = filepath.Base(m[i])
+		}
+		return m
+	}
+	gen, chart := list(crdDir), list(filepath.Join(chartDir, "crds"))
+	if len(gen) == 0 {
+		t.Fatalf("no CRDs in %s", crdDir)
+	}
+	if !slices.Equal(gen, chart) {
+		t.Fatalf("CRD files differ: config/crd has %v, charts/poise/crds has %v; run `make generate`", gen, chart)
+	}
+	for _, name := range gen {
+		a, err := os.ReadFile(filepath.Join(crdDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(chartDir, "crds", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("charts/poise/crds/%s differs from config/crd/%s; run `make generate`", name, name)
+		}
+	}
+}
+
+// TestInvalidValues: inconsistent TLS values fail at render time with a
+// message that says what to set.
+func TestInvalidValues(t *testing.T) {
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"tls.enabled=true"}, "tls.secretName is required"},
+		{[]string{"tls.clientCA=true"}, "tls.clientCA (mTLS) needs tls.enabled=true"},
+	} {
+		t.Run(strings.Join(tc.set, ","), func(t *testing.T) {
+			args := []string{"template", "poise", chartDir}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			_, err := runHelm(t, args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want an error containing %q, got %v", tc.want, err)
+			}
+		})
+	}
+}
+
+// TestSingleReplicaHasNoPDB: a PDB with minAvailable 1 over one replica would
+// block every node drain.
+func TestSingleReplicaHasNoPDB(t *testing.T) {
+	out, err := runHelm(t, "template", "poise", chartDir, "--set", "replicaCount=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(byKind(parse(t, out), "PodDisruptionBudget")); n != 0 {
+		t.Errorf("replicaCount=1 renders %d PodDisruptionBudget(s)", n)
+	}
+}

@@ -1,0 +1,188 @@
+package kube_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"poise.dev/poise/api/v1alpha1"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func upstreamWith(ns string, f func(*v1alpha1.UpstreamSpec)) *v1alpha1.Upstream {
+	u := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{GenerateName: "u-", Namespace: ns}}
+	f(&u.Spec)
+	return u
+}
+
+func localityWith(ns string, f func(*v1alpha1.LocalitySpec)) *v1alpha1.Locality {
+	l := &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{GenerateName: "l-", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "echo"}}
+	f(&l.Spec)
+	return l
+}
+
+func endpointSetWith(ns string, f func(*v1alpha1.EndpointSetSpec)) *v1alpha1.EndpointSet {
+	s := &v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{GenerateName: "s-", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{
+		Upstream: "echo",
+		Endpoints: []v1alpha1.Endpoint{
+			{Address: "10.0.0.1", Port: 8080},
+		},
+	}}
+	f(&s.Spec)
+	return s
+}
+
+// TestAdmission: the CRD schema and CEL rules turn bad objects away at the
+// real apiserver, naming the field, and the apiserver applies the defaults.
+func TestAdmission(t *testing.T) {
+	ns := namespace(t)
+	svc := func(port intstr.IntOrString) *v1alpha1.EndpointsFrom {
+		return &v1alpha1.EndpointsFrom{Service: v1alpha1.ServiceReference{Name: "echo", Port: port}}
+	}
+	for _, tc := range []struct {
+		name  string
+		obj   client.Object
+		field string // the message must name it
+		also  string // and say this
+	}{
+		{"overprovisioningFactor 0", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.OverprovisioningFactor = ptr(int32(0)) }), "spec.overprovisioningFactor", "greater than or equal to 1"},
+		{"overprovisioningFactor 1001", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.OverprovisioningFactor = ptr(int32(1001)) }), "spec.overprovisioningFactor", "less than or equal to 1000"},
+		{"panicThreshold 101", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.PanicThreshold = ptr(int32(101)) }), "spec.panicThreshold", "less than or equal to 100"},
+		{"panicMode not in the enum", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.PanicMode = "Sometimes" }), "spec.panicMode", `"UseAll"`},
+		{"connectTimeout 0s", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.ConnectTimeout = &metav1.Duration{} }), "spec.connectTimeout", "above 0s and at most 1h"},
+		{"connectTimeout 2h", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.ConnectTimeout = &metav1.Duration{Duration: 2 * time.Hour} }), "spec.connectTimeout", "above 0s and at most 1h"},
+		{"service port 0", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = svc(intstr.FromInt32(0)) }), "spec.endpointsFrom.service.port", "1-65535"},
+		{"service port 70000", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = svc(intstr.FromInt32(70000)) }), "spec.endpointsFrom.service.port", "1-65535"},
+		{`service port "8080" (a string of digits)`, upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = svc(intstr.FromString("8080")) }), "spec.endpointsFrom.service.port", "at least one letter"},
+		{"locality weight 0", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = ptr(int64(0)) }), "spec.weight", "greater than or equal to 1"},
+		{"locality weight 4294967296", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = ptr(int64(4294967296)) }), "spec.weight", "less than or equal to 4294967295"},
+		{"locality priority 128", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Priority = ptr(int32(128)) }), "spec.priority", "less than or equal to 127"},
+		{"locality upstream Bad_Name", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Upstream = "Bad_Name" }), "spec.upstream", "should match"},
+		{"endpoint set upstream Bad_Name", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Upstream = "Bad_Name" }), "spec.upstream", "should match"},
+		{"endpoint set priority 128", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Priority = ptr(int32(128)) }), "spec.priority", "less than or equal to 127"},
+		{"endpoint port 0", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Port = 0 }), "spec.endpoints[0].port", "greater than or equal to 1"},
+		{"endpoint weight 0", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Weight = ptr(int64(0)) }), "spec.endpoints[0].weight", "greater than or equal to 1"},
+		{"endpoint adminState not in the enum", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].AdminState = "Maintenance" }), "spec.endpoints[0].adminState", `"Draining"`},
+		{"duplicate address and port in one set", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
+			s.Endpoints = append(s.Endpoints, v1alpha1.Endpoint{Address: "10.0.0.1", Port: 8080, Weight: ptr(int64(2))})
+		}), "spec.endpoints[1]", "Duplicate value"},
+		{`address "10.0.0.1:80"`, endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "10.0.0.1:80" }), "spec.endpoints[0].address", "IP address or a lowercase DNS name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := k8s.Create(t.Context(), tc.obj)
+			if err == nil {
+				t.Fatalf("the apiserver accepted %s %s", tc.obj.GetObjectKind().GroupVersionKind().Kind, tc.obj.GetName())
+			}
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("want an Invalid error, got %v", err)
+			}
+			if !strings.Contains(err.Error(), tc.field) || !strings.Contains(err.Error(), tc.also) {
+				t.Fatalf("the rejection does not name %s (and say %q):\n%v", tc.field, tc.also, err)
+			}
+			t.Logf("rejected: %v", err)
+		})
+	}
+
+	// the boundaries themselves are accepted
+	for _, tc := range []struct {
+		name string
+		obj  client.Object
+	}{
+		{"overprovisioningFactor 1, panicThreshold 0, connectTimeout 1h", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.OverprovisioningFactor, s.PanicThreshold, s.ConnectTimeout = ptr(int32(1)), ptr(int32(0)), &metav1.Duration{Duration: time.Hour}
+		})},
+		{"overprovisioningFactor 1000, panicThreshold 100, service port 65535", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.OverprovisioningFactor, s.PanicThreshold, s.EndpointsFrom = ptr(int32(1000)), ptr(int32(100)), svc(intstr.FromInt32(65535))
+		})},
+		{"named service port", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = svc(intstr.FromString("grpc-web")) })},
+		{"locality weight 4294967295, priority 127", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight, s.Priority = ptr(int64(4294967295)), ptr(int32(127)) })},
+		{"endpoint weight 4294967295, port 65535, DNS name", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
+			s.Endpoints[0] = v1alpha1.Endpoint{Address: "echo.shop.svc.cluster.local", Port: 65535, Weight: ptr(int64(4294967295))}
+		})},
+		{"same address on two ports", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
+			s.Endpoints = append(s.Endpoints, v1alpha1.Endpoint{Address: "10.0.0.1", Port: 8081})
+		})},
+	} {
+		t.Run("accepts "+tc.name, func(t *testing.T) {
+			if err := k8s.Create(t.Context(), tc.obj); err != nil {
+				t.Fatalf("rejected: %v", err)
+			}
+		})
+	}
+
+	t.Run("defaults", func(t *testing.T) {
+		u := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "empty", Namespace: ns}}
+		if err := k8s.Create(t.Context(), u); err != nil {
+			t.Fatal(err)
+		}
+		var got v1alpha1.Upstream
+		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(u), &got); err != nil {
+			t.Fatal(err)
+		}
+		s := got.Spec
+		for _, c := range []struct {
+			field     string
+			got, want any
+		}{
+			{"overprovisioningFactor", deref(s.OverprovisioningFactor), v1alpha1.DefaultOverprovisioningFactor},
+			{"panicThreshold", deref(s.PanicThreshold), v1alpha1.DefaultPanicThreshold},
+			{"panicMode", s.PanicMode, v1alpha1.PanicModeUseAll},
+			{"drainingCapacity", s.DrainingCapacity, v1alpha1.DrainingCapacityExclude},
+			{"healthAdjustment", s.HealthAdjustment, v1alpha1.HealthAdjustmentControlPlane},
+			{"loadBalancing", s.LoadBalancing, v1alpha1.LoadBalancingRoundRobin},
+			{"protocol", s.Protocol, v1alpha1.ProtocolHTTP2},
+			{"connectTimeout", deref(s.ConnectTimeout).Duration, 5 * time.Second},
+		} {
+			if c.got != c.want {
+				t.Errorf("Upstream spec.%s defaulted to %v, want %v", c.field, c.got, c.want)
+			}
+		}
+		// the Go defaults (for objects read without an apiserver) agree
+		var local v1alpha1.Upstream
+		local.Default()
+		if local.Spec.OverprovisioningFactor == nil || *local.Spec.OverprovisioningFactor != *s.OverprovisioningFactor ||
+			local.Spec.ConnectTimeout.Duration != s.ConnectTimeout.Duration || local.Spec.PanicMode != s.PanicMode {
+			t.Errorf("Upstream.Default() gives %+v, the apiserver %+v", local.Spec, s)
+		}
+
+		l := &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "empty"}}
+		if err := k8s.Create(t.Context(), l); err != nil {
+			t.Fatal(err)
+		}
+		if deref(l.Spec.Priority) != 0 || deref(l.Spec.Weight) != 1 {
+			t.Errorf("Locality defaults: priority %v weight %v, want 0 and 1", l.Spec.Priority, l.Spec.Weight)
+		}
+
+		es := &v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{
+			Upstream: "empty", Endpoints: []v1alpha1.Endpoint{{Address: "10.0.0.1", Port: 8080}},
+		}}
+		if err := k8s.Create(t.Context(), es); err != nil {
+			t.Fatal(err)
+		}
+		var gotES v1alpha1.EndpointSet
+		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(es), &gotES); err != nil {
+			t.Fatal(err)
+		}
+		ep := gotES.Spec.Endpoints[0]
+		if deref(ep.Weight) != 1 || ep.AdminState != v1alpha1.AdminStateReady {
+			t.Errorf("endpoint defaults: weight %v adminState %q, want 1 and Ready", ep.Weight, ep.AdminState)
+		}
+		if gotES.Spec.Priority != nil {
+			t.Errorf("EndpointSet spec.priority defaulted to %d; it must stay unset so the Locality decides", *gotES.Spec.Priority)
+		}
+	})
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

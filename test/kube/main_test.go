@@ -1,0 +1,159 @@
+package kube_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/source/kube"
+)
+
+// One apiserver and etcd for the whole binary: they take seconds to start.
+// Each test works in its own namespace.
+var (
+	restConfig *rest.Config
+	k8s        client.Client
+	// skipReason is set when POISE_SKIP_ENVTEST=1 opted out of the suite.
+	skipReason string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	switch {
+	case os.Getenv("POISE_SKIP_ENVTEST") == "1":
+		skipReason = "POISE_SKIP_ENVTEST=1: the envtest suites (real kube-apiserver and etcd) are switched off"
+		return m.Run()
+	case assets == "":
+		fmt.Fprintln(os.Stderr, "test/kube: KUBEBUILDER_ASSETS is not set. These suites run a real kube-apiserver and etcd:\n"+
+			"  run `make test`, or\n"+
+			"  KUBEBUILDER_ASSETS=$(bash hack/test-binaries.sh) go test ./test/kube\n"+
+			"(hack/test-binaries.sh builds them once per machine; POISE_SKIP_ENVTEST=1 skips these suites on purpose)")
+		return 1
+	}
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
+			fmt.Fprintf(os.Stderr, "test/kube: KUBEBUILDER_ASSETS=%s has no %s (%v): run `bash hack/test-binaries.sh`\n", assets, bin, err)
+			return 1
+		}
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+	}
+	start := time.Now()
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "test/kube: starting kube-apiserver and etcd from %s: %v\n", assets, err)
+		return 1
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "test/kube: stopping envtest: %v\n", err)
+		}
+	}()
+	fmt.Fprintf(os.Stderr, "test/kube: kube-apiserver and etcd up in %v\n", time.Since(start).Round(time.Millisecond))
+	scheme, err := kube.Scheme()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	restConfig = cfg
+	testCfg := rest.CopyConfig(cfg)
+	testCfg.Timeout = 30 * time.Second // no API call of the tests' own hangs
+	if k8s, err = client.New(testCfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// envtest waits until the CRDs are served per group-version; the
+	// aggregated discovery the REST mapper reads can lag behind that
+	if err := waitServed(); err != nil {
+		fmt.Fprintf(os.Stderr, "test/kube: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// waitServed waits until the client can list every kind of the CRDs.
+func waitServed() error {
+	deadline := time.Now().Add(30 * time.Second)
+	for _, l := range []client.ObjectList{&v1alpha1.UpstreamList{}, &v1alpha1.LocalityList{}, &v1alpha1.EndpointSetList{}} {
+		for {
+			err := k8s.List(context.Background(), l, client.Limit(1))
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the CRDs of config/crd are not served after 30s: %w", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// needEnv skips only when the suite was switched off explicitly.
+func needEnv(t *testing.T) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+}
+
+var nsCounter atomic.Int64
+
+// namespace creates a namespace of the test's own.
+func namespace(t *testing.T) string {
+	t.Helper()
+	needEnv(t)
+	base := strings.ToLower(t.Name())
+	base = strings.Map(func(r rune) rune {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			return r
+		}
+		return '-'
+	}, base)
+	if len(base) > 40 {
+		base = base[:40]
+	}
+	name := fmt.Sprintf("%s-%d", strings.Trim(base, "-"), nsCounter.Add(1))
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	return name
+}
+
+// eventually polls f until it reports done or the timeout passes, and
+// returns how long it took. On timeout the test fails with f's last word.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for {
+		ok, detail := f()
+		if ok {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %s", what, timeout, detail)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
