@@ -1,7 +1,10 @@
 package weights
 
 import (
+	"cmp"
+	"hash/maphash"
 	"math/bits"
+	"slices"
 	"sort"
 )
 
@@ -18,10 +21,14 @@ type Calculator struct {
 	groupOf    map[groupKey]int32 // reused: clear keeps its table
 	groups     []groupKey
 	groupSize  []int32
-	groupOrder []int32           // group ids in canonical order
-	groupStart []int32           // by group id: first position in order
-	epGroup    []int32           // by input index
-	seen       map[addrKey]int32 // address:port → input index, for duplicates
+	groupOrder []int32 // group ids in canonical order
+	groupStart []int32 // by group id: first position in order
+	epGroup    []int32 // by input index
+	// duplicates: (hash of address:port, canonical position), sorted: a
+	// compact array sorts with local memory access where a map of 100k
+	// string keys would miss the cache on every probe
+	addrs []addrHash
+	seed  maphash.Seed
 
 	groupSort groupSorter
 	runSort   runSorter
@@ -34,14 +41,14 @@ type groupKey struct {
 	locality Locality
 }
 
-type addrKey struct {
-	address string
-	port    uint32
+type addrHash struct {
+	hash uint64
+	pos  int32 // position in canonical order
 }
 
 // NewCalculator returns a Calculator with empty scratch.
 func NewCalculator() *Calculator {
-	c := &Calculator{groupOf: map[groupKey]int32{}, seen: map[addrKey]int32{}}
+	c := &Calculator{groupOf: map[groupKey]int32{}, seed: maphash.MakeSeed()}
 	c.groupSort.c = c
 	c.runSort.c = c
 	return c
@@ -219,23 +226,55 @@ func growTo(s []int32, n int) []int32 {
 	return s[:n]
 }
 
-// checkDuplicates finds one address:port twice, reporting the pair that
-// comes first in canonical order so a permuted input reports the same pair.
+// checkDuplicates finds one address:port twice. Of all duplicates it
+// reports the one met first in canonical order, so the error does not
+// depend on input order (nor on the hash seed).
 func (c *Calculator) checkDuplicates() error {
-	clear(c.seen)
-	for _, idx := range c.order {
-		e := &c.eps[idx]
-		k := addrKey{e.Address, e.Port}
-		if first, dup := c.seen[k]; dup {
-			i, j := int(first), int(idx)
-			if i > j {
-				i, j = j, i
-			}
-			return &DuplicateEndpointError{Address: e.Address, Port: e.Port, Indexes: [2]int{i, j}}
-		}
-		c.seen[k] = idx
+	n := len(c.order)
+	if cap(c.addrs) < n {
+		c.addrs = make([]addrHash, n)
 	}
-	return nil
+	c.addrs = c.addrs[:n]
+	for pos, idx := range c.order {
+		e := &c.eps[idx]
+		c.addrs[pos] = addrHash{hash: maphash.String(c.seed, e.Address) ^ uint64(e.Port)*0x9e3779b97f4a7c15, pos: int32(pos)}
+	}
+	slices.SortFunc(c.addrs, func(a, b addrHash) int {
+		if a.hash != b.hash {
+			return cmp.Compare(a.hash, b.hash)
+		}
+		return cmp.Compare(a.pos, b.pos)
+	})
+	first, second := int32(-1), int32(-1)
+	for lo := 0; lo < n; {
+		hi := lo + 1
+		for hi < n && c.addrs[hi].hash == c.addrs[lo].hash {
+			hi++
+		}
+		// a run shares a hash; it holds duplicates only if the keys are equal
+		for j := lo + 1; j < hi; j++ {
+			b := &c.eps[c.order[c.addrs[j].pos]]
+			for i := lo; i < j; i++ {
+				a := &c.eps[c.order[c.addrs[i].pos]]
+				if a.Address == b.Address && a.Port == b.Port {
+					if second < 0 || c.addrs[j].pos < second {
+						first, second = c.addrs[i].pos, c.addrs[j].pos
+					}
+					break
+				}
+			}
+		}
+		lo = hi
+	}
+	if second < 0 {
+		return nil
+	}
+	i, j := int(c.order[first]), int(c.order[second])
+	if i > j {
+		i, j = j, i
+	}
+	e := &c.eps[c.order[second]]
+	return &DuplicateEndpointError{Address: e.Address, Port: e.Port, Indexes: [2]int{i, j}}
 }
 
 // group walks the canonical order once, classifying endpoints and summing
