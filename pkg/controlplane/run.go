@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"poise.dev/poise/pkg/admin"
@@ -90,8 +91,10 @@ func Run(ctx context.Context, cfg Config) error {
 	var runSource func() error
 	switch cfg.Source {
 	case "kubernetes":
-		// controller-runtime's packages log through its process-wide logger
+		// controller-runtime's and client-go's packages log through
+		// process-wide loggers; send both to ours
 		ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+		klog.SetLogger(logr.FromSlogHandler(log.Handler()))
 		rc := cfg.RestConfig
 		if rc == nil {
 			var err error
