@@ -53,6 +53,18 @@ type Addrs struct {
 	XDS, Admin, Instance string
 }
 
+// libraryLogs is set once per process: controller-runtime and client-go log
+// through process-wide loggers, and setting them again while another Run in
+// the same process (a test's second replica) is logging would race.
+var libraryLogs sync.Once
+
+func routeLibraryLogs(log *slog.Logger) {
+	libraryLogs.Do(func() {
+		ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+		klog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	})
+}
+
 // Run runs the control plane until ctx is done: the source fills the
 // topology, the publisher publishes it, the xDS and admin servers serve it.
 func Run(ctx context.Context, cfg Config) error {
@@ -91,10 +103,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var runSource func() error
 	switch cfg.Source {
 	case "kubernetes":
-		// controller-runtime's and client-go's packages log through
-		// process-wide loggers; send both to ours
-		ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
-		klog.SetLogger(logr.FromSlogHandler(log.Handler()))
+		routeLibraryLogs(log)
 		rc := cfg.RestConfig
 		if rc == nil {
 			var err error

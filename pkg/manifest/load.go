@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,7 +81,9 @@ type Set struct {
 	Objects []Object
 }
 
-// Load reads files and directories (recursively: *.yaml, *.yml, *.json) in
+// Load reads files and directories (the *.yaml, *.yml and *.json files
+// directly in a directory, not its subdirectories, as `kubectl apply -f DIR`
+// does) in
 // a stable order and returns their objects as one batch. All problems are
 // collected; any problem returns a nil Set.
 func Load(paths ...string) (*Set, error) {
@@ -129,18 +130,15 @@ func expand(paths []string) ([]string, error) {
 			files = append(files, p)
 			continue
 		}
-		var found []string
-		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if !d.IsDir() && IsManifest(path) {
-				found = append(found, path)
-			}
-			return nil
-		})
+		entries, err := os.ReadDir(p)
 		if err != nil {
 			return nil, fmt.Errorf("manifest directory %s: %w", p, err)
+		}
+		var found []string
+		for _, d := range entries {
+			if !d.IsDir() && IsManifest(d.Name()) {
+				found = append(found, filepath.Join(p, d.Name()))
+			}
 		}
 		slices.Sort(found)
 		files = append(files, found...)

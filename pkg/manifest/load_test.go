@@ -217,8 +217,8 @@ func TestLoadErrors(t *testing.T) {
 					strings.Replace(setX, "port: 80, weight: 3", "port: 70000, weight: 0", 1),
 					"kind: Locality\n",
 				),
-				"a.yaml":  docs(localityX, localityX+"  prio: 1\n  colour: red\n"),
-				"c/d.yml": strings.Replace(upstreamX, "v1alpha1", "v1beta1", 1),
+				"a.yaml": docs(localityX, localityX+"  prio: 1\n  colour: red\n"),
+				"c.yml":  strings.Replace(upstreamX, "v1alpha1", "v1beta1", 1),
 			},
 			want: []wantErr{
 				{"a.yaml", 2, "Locality shop/x-eu", "spec.colour", "unknown field"},
@@ -228,7 +228,7 @@ func TestLoadErrors(t *testing.T) {
 				{"b.yaml", 2, "EndpointSet shop/x-eu", "spec.endpoints[1].port", "Invalid value: 70000"},
 				{"b.yaml", 2, "EndpointSet shop/x-eu", "spec.endpoints[1].weight", "Invalid value: 0"},
 				{"b.yaml", 3, "", "", "apiVersion and kind are required"},
-				{"c/d.yml", 1, "Upstream shop/x", "apiVersion", "unsupported apiVersion"},
+				{"c.yml", 1, "Upstream shop/x", "apiVersion", "unsupported apiVersion"},
 			},
 		},
 	}
@@ -344,17 +344,21 @@ func TestLoadDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if sub, err := manifest.Load(filepath.Join(dir, "sub")); err != nil || len(sub.Objects) != 1 {
+		t.Errorf("loading a subdirectory itself: %v, %+v", err, sub)
+	}
 	var files, names []string
 	for _, o := range set.Objects {
 		rel, _ := filepath.Rel(dir, o.File)
 		files = append(files, filepath.ToSlash(rel))
 		names = append(names, o.String())
 	}
-	wantFiles := []string{"a-b.yaml", "a.yml", "a/x.yaml", "b.yaml", "sub/UPPER.YAML", "sub/deeper/c.json"}
+	// like kubectl apply -f DIR: the directory's own files, not its subdirectories
+	wantFiles := []string{"a-b.yaml", "a.yml", "b.yaml"}
 	if !slices.Equal(files, wantFiles) {
 		t.Errorf("files in load order = %q, want %q", files, wantFiles)
 	}
-	wantNames := []string{"Locality default/l-ab", "Locality default/l-a", "EndpointSet default/s-ax", "Upstream default/u", "Locality default/l-upper", "EndpointSet default/s-c"}
+	wantNames := []string{"Locality default/l-ab", "Locality default/l-a", "Upstream default/u"}
 	if !slices.Equal(names, wantNames) {
 		t.Errorf("objects = %q, want %q", names, wantNames)
 	}

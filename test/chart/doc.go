@@ -1,6 +1,11 @@
 // Package chart holds the tests of the Helm chart in charts/poise: helm lint,
 // golden renderings of `helm template` for the default and a customized set
 // of values (regenerated with `go test ./test/chart -update`), and checks of
-// what the rendered objects grant and how the pods run. The helm binary is
-// the one hack/helm.sh builds; `make test` passes it in HELM.
+// what the rendered objects grant and how the pods run. TestInstall runs the
+// real `helm install` of both into the real kube-apiserver and etcd of the
+// envtest suites (KUBEBUILDER_ASSETS) with no CRDs preinstalled, checks every
+// object and CRD on the server, and validates the walkthrough in
+// examples/kubernetes and the kind suite's values there (server-side apply,
+// dry run). The helm binary is the one hack/helm.sh builds; `make test`
+// passes it in HELM and the apiserver in KUBEBUILDER_ASSETS.
 package chart

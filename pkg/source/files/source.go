@@ -3,7 +3,6 @@ package files
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -104,14 +103,9 @@ func (s *Source) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-w.Events:
+		case _, ok := <-w.Events:
 			if !ok {
 				return nil
-			}
-			if ev.Has(fsnotify.Create) {
-				if info, err := os.Stat(ev.Name); err == nil && info.IsDir() {
-					_ = s.watch(w, ev.Name)
-				}
 			}
 			if timer == nil {
 				timer = time.After(debounce)
@@ -134,25 +128,19 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 }
 
-// watch adds a directory and its subdirectories, or a file's directory (so
-// an editor that replaces the file by renaming keeps being seen).
+// watch adds a directory, or a file's directory (so an editor that
+// replaces the file by renaming keeps being seen). Like loading, it does not
+// descend into subdirectories.
 func (s *Source) watch(w *fsnotify.Watcher, p string) error {
 	info, err := os.Stat(p)
 	if err != nil {
 		return fmt.Errorf("watch manifests: %w", err)
 	}
 	if !info.IsDir() {
-		return w.Add(filepath.Dir(p))
+		p = filepath.Dir(p)
 	}
-	return filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if err := w.Add(path); err != nil {
-				return fmt.Errorf("watch %s: %w", path, err)
-			}
-		}
-		return nil
-	})
+	if err := w.Add(p); err != nil {
+		return fmt.Errorf("watch %s: %w", p, err)
+	}
+	return nil
 }
