@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -206,7 +207,7 @@ func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) ([]topolo
 			set.Endpoints = append(set.Endpoints, e)
 		}
 		slices.SortFunc(set.Endpoints, func(a, b topology.Endpoint) int {
-			if c := cmpString(a.Address, b.Address); c != 0 {
+			if c := strings.Compare(a.Address, b.Address); c != 0 {
 				return c
 			}
 			return int(a.Port) - int(b.Port)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -149,6 +150,17 @@ func (s *Source) mark(kind string, o client.Object) {
 	}
 }
 
+// retry marks an object whose read failed, so the next batch reads it again.
+func (s *Source) retry(ref topology.ObjectRef) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dirty[ref] = struct{}{}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
 // Rejections returns the objects currently set aside and why.
 func (s *Source) Rejections() map[topology.ObjectRef]Rejection {
 	s.mu.Lock()
@@ -222,7 +234,7 @@ func (s *Source) sync(ctx context.Context) {
 		refs = append(refs, ref)
 	}
 	slices.SortFunc(refs, func(a, b topology.ObjectRef) int {
-		if c := cmpString(a.Kind, b.Kind); c != 0 {
+		if c := strings.Compare(a.Kind, b.Kind); c != 0 {
 			return c
 		}
 		return a.Key.Compare(b.Key)
@@ -234,7 +246,7 @@ func (s *Source) sync(ctx context.Context) {
 		o, rej, err := s.read(ctx, ref)
 		if err != nil {
 			s.Log.Error("reading object failed; will retry", "object", ref.String(), "error", err)
-			s.mark(ref.Kind, &metaOnly{ns: ref.Key.Namespace, name: ref.Key.Name})
+			s.retry(ref)
 			continue
 		}
 		if rej != nil {
@@ -369,26 +381,6 @@ func joinOthers(names []string, self string) string {
 	}
 	return out
 }
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// metaOnly lets a failed read be marked dirty again.
-type metaOnly struct {
-	client.Object
-	ns, name string
-}
-
-func (m *metaOnly) GetNamespace() string         { return m.ns }
-func (m *metaOnly) GetName() string              { return m.name }
-func (m *metaOnly) GetLabels() map[string]string { return nil }
 
 // read turns one dirty object into batch operations, or a rejection when
 // the object itself is invalid.
