@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/test/splitcheck"
 )
 
 const (
@@ -26,7 +27,7 @@ type topology struct {
 	unhealthy map[int]bool
 }
 
-func (tp topology) write(t *testing.T, dir string, b []*backend) {
+func (tp topology) write(t *testing.T, dir string, b []*splitcheck.Backend) {
 	t.Helper()
 	type ep struct {
 		i, weight int
@@ -54,12 +55,12 @@ func (tp topology) write(t *testing.T, dir string, b []*backend) {
 	for _, s := range sets {
 		fmt.Fprintf(&y, "---\napiVersion: poise.dev/v1alpha1\nkind: EndpointSet\nmetadata: {name: %s, namespace: e2e}\nspec:\n  upstream: echo\n  locality: {region: %s, zone: %s}\n  endpoints:\n", s.name, s.region, s.zone)
 		for _, e := range s.eps {
-			fmt.Fprintf(&y, "  - {address: 127.0.0.1, port: %d, weight: %d}\n", b[e.i].port, e.weight)
+			fmt.Fprintf(&y, "  - {address: 127.0.0.1, port: %d, weight: %d}\n", b[e.i].Port, e.weight)
 		}
 		var health []string
 		for _, e := range s.eps {
 			if tp.unhealthy[e.i] {
-				health = append(health, fmt.Sprintf("  - {address: 127.0.0.1, port: %d, probe: Unhealthy}\n", b[e.i].port))
+				health = append(health, fmt.Sprintf("  - {address: 127.0.0.1, port: %d, probe: Unhealthy}\n", b[e.i].Port))
 			}
 		}
 		if len(health) > 0 {
@@ -94,7 +95,7 @@ func unhealthy(idx ...int) map[int]bool {
 // through a served topology phase by phase and compares what it does with
 // what explain computed.
 func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
-	backends := startBackends(t, 8)
+	backends := splitcheck.StartBackends(t, "127.0.0.1", 8)
 	dir := t.TempDir()
 	manifests := filepath.Join(dir, "manifests")
 	if err := os.Mkdir(manifests, 0o755); err != nil {
@@ -103,12 +104,12 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 	topology{panicMode: "UseAll"}.write(t, manifests, backends)
 	xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
 	cp := startControlPlane(t, manifests, xdsAddr, adminAddr)
-	conn := newXDSClient(t, xdsAddr, node, listener)
+	conn := splitcheck.NewXDSClient(t, xdsAddr, node, listener)
 
 	var versions []string // every EDS version the client ACKed, across restarts
 	// apply writes a topology, waits until the client ACKs its revision and
 	// reports how long that took; then measures the split.
-	apply := func(phase string, tp topology) expectation {
+	apply := func(phase string, tp topology) splitcheck.Expectation {
 		t.Helper()
 		start := time.Now()
 		if tp.panicMode != "" || tp.unhealthy != nil {
@@ -119,7 +120,7 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			getJSON(t, cp.adminURL+"/debug/explain?upstream=e2e/echo", &served)
-			if served.Revision >= want.revision || time.Now().After(deadline) {
+			if served.Revision >= want.Revision || time.Now().After(deadline) {
 				break
 			}
 			time.Sleep(5 * time.Millisecond)
@@ -131,9 +132,9 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 		versions = append(versions, v)
 		var live explain.Report
 		getJSON(t, cp.adminURL+"/debug/explain?upstream=e2e/echo", &live)
-		want = expectationOf(t, live)
-		warm(t, conn, want)
-		checkSplit(t, phase, send(t, conn, rpcs), want)
+		want = splitcheck.ExpectationOf(t, live)
+		splitcheck.Warm(t, conn, want)
+		splitcheck.CheckSplit(t, phase, splitcheck.Send(conn, rpcs), want)
 		return want
 	}
 
@@ -150,7 +151,7 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 	// 3. priority spill-over: eu-west-a's weight-3 endpoint fails, priority 0
 	//    health drops to 80 % and 20 % spills to us-east.
 	want = apply("3 priority spill-over", topology{panicMode: "UseAll", unhealthy: unhealthy(1)})
-	if want.share[backends[4].addr] == 0 {
+	if want.Share[backends[4].Addr] == 0 {
 		t.Fatalf("phase 3 computed no spill to priority 1: %+v", want)
 	}
 
@@ -158,7 +159,7 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 	//    (1 of 7 and 1 of 6 eligible); traffic goes to every Ready endpoint,
 	//    split between priorities by their Ready weight.
 	want = apply("4 panic UseAll", topology{panicMode: "UseAll", unhealthy: unhealthy(0, 1, 2, 4, 5, 6)})
-	if want.share[backends[0].addr] == 0 || want.share[backends[6].addr] == 0 {
+	if want.Share[backends[0].Addr] == 0 || want.Share[backends[6].Addr] == 0 {
 		t.Fatalf("phase 4 computed no panic routing to unhealthy endpoints: %+v", want)
 	}
 
@@ -166,7 +167,7 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 	//    not (3 of 6): priority 0's load is dropped.
 	failClosed := topology{panicMode: "FailClosed", unhealthy: unhealthy(0, 1, 2, 4, 5, 7)}
 	want = apply("5 FailClosed drops", failClosed)
-	if want.dropped == 0 {
+	if want.Dropped == 0 {
 		t.Fatalf("phase 5 computed no drop: %+v", want)
 	}
 
@@ -190,7 +191,7 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 	if got := cp.metric(t, "poise_xds_published_revision"); got != revBefore {
 		t.Fatalf("published revision moved from %v to %v after an invalid edit", revBefore, got)
 	}
-	checkSplit(t, "6 invalid edit", send(t, conn, rpcs), want)
+	splitcheck.CheckSplit(t, "6 invalid edit", splitcheck.Send(conn, rpcs), want)
 	if err := os.Remove(bad); err != nil {
 		t.Fatal(err)
 	}
@@ -200,8 +201,8 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 	//    versions that never repeat the old ones.
 	before := cp.ackedEDS(t, node)
 	cp.stop(t)
-	down := send(t, conn, 2_000)
-	checkSplit(t, "7a control plane down", down, want)
+	down := splitcheck.Send(conn, 2_000)
+	splitcheck.CheckSplit(t, "7a control plane down", down, want)
 	start = time.Now()
 	cp = startControlPlane(t, manifests, xdsAddr, adminAddr)
 	var live explain.Report
@@ -216,7 +217,7 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 	if prefix(after) == prefix(before) {
 		t.Fatalf("instance prefix %q did not change across a restart", prefix(after))
 	}
-	checkSplit(t, "7b after restart", send(t, conn, rpcs), expectationOf(t, live))
+	splitcheck.CheckSplit(t, "7b after restart", splitcheck.Send(conn, rpcs), splitcheck.ExpectationOf(t, live))
 }
 
 func prefix(version string) string {
@@ -227,9 +228,9 @@ func prefix(version string) string {
 	return version[:i]
 }
 
-func expectShare(t *testing.T, e expectation, b *backend, want uint64) {
+func expectShare(t *testing.T, e splitcheck.Expectation, b *splitcheck.Backend, want uint64) {
 	t.Helper()
-	if got := e.share[b.addr]; got != want {
-		t.Fatalf("explain gives %s a share of %d, want %d", b.addr, got, want)
+	if got := e.Share[b.Addr]; got != want {
+		t.Fatalf("explain gives %s a share of %d, want %d", b.Addr, got, want)
 	}
 }

@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,15 +16,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/xds"
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/test/splitcheck"
 )
 
 // rpcs is how many RPCs a split check sends.
@@ -234,224 +227,22 @@ func (p *plane) waitAcked(t *testing.T, node string, revision uint64) time.Durat
 // ---- backends and the xDS client ----
 
 // backend is a real gRPC server that names itself in a response header.
-type backend struct {
-	healthpb.UnimplementedHealthServer
-	host string
-	addr string
-	port int32
-}
-
-func (b *backend) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	if err := grpc.SetHeader(ctx, metadata.Pairs("x-backend", b.addr)); err != nil {
-		return nil, err
-	}
-	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
-}
-
-func startBackends(t *testing.T, host string, n int) []*backend {
+// measure warms the client up to the splitcheck.Expectation and checks the split of rpcs RPCs.
+func measure(t *testing.T, phase string, conn *grpc.ClientConn, want splitcheck.Expectation) {
 	t.Helper()
-	var out []*backend
-	for range n {
-		lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := grpc.NewServer()
-		b := &backend{host: host, addr: lis.Addr().String(), port: int32(lis.Addr().(*net.TCPAddr).Port)}
-		healthpb.RegisterHealthServer(srv, b)
-		go srv.Serve(lis)
-		t.Cleanup(srv.Stop)
-		out = append(out, b)
-	}
-	return out
-}
-
-// newXDSClient dials xds:///listener through grpc-go's own xDS resolver,
-// isolated per call with its own bootstrap.
-func newXDSClient(t *testing.T, xdsAddr, node, listener string) *grpc.ClientConn {
-	t.Helper()
-	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":"passthrough:///%s","channel_creds":[{"type":"insecure"}]}],"node":{"id":%q,"cluster":"kube"}}`, xdsAddr, node)
-	r, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient("xds:///"+listener, grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	conn.Connect()
-	return conn
-}
-
-// tally is what a batch of RPCs observed.
-type tally struct {
-	total   int
-	dropped int
-	by      map[string]int // backend address → RPCs it served
-	other   []error
-}
-
-// send makes n RPCs over 8 workers and counts who served each.
-func send(conn *grpc.ClientConn, n int) tally {
-	client := healthpb.NewHealthClient(conn)
-	res := tally{total: n, by: map[string]int{}}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	per := n / 8
-	for w := range 8 {
-		count := per
-		if w == 7 {
-			count = n - 7*per
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			local := map[string]int{}
-			dropped := 0
-			var other []error
-			for range count {
-				var md metadata.MD
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&md))
-				cancel()
-				switch {
-				case err == nil && len(md.Get("x-backend")) == 1:
-					local[md.Get("x-backend")[0]]++
-				case status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "dropped"):
-					dropped++
-				default:
-					other = append(other, err)
-				}
-			}
-			mu.Lock()
-			for k, v := range local {
-				res.by[k] += v
-			}
-			res.dropped += dropped
-			res.other = append(res.other, other...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return res
-}
-
-// expectation is the split explain computed: millionths per backend and dropped.
-type expectation struct {
-	revision uint64
-	share    map[string]uint64
-	dropped  uint64
-}
-
-func expectationOf(rep explain.Report) expectation {
-	u := rep.Upstreams[0]
-	e := expectation{revision: rep.Revision, share: map[string]uint64{}, dropped: u.DroppedMillionths}
-	if u.Outcome == "PanicRejected" {
-		e.dropped = 1_000_000
-	}
-	for _, p := range u.Priorities {
-		for _, l := range p.Localities {
-			for _, ep := range l.Endpoints {
-				e.share[net.JoinHostPort(ep.Address, fmt.Sprint(ep.Port))] = ep.Share
-			}
-		}
-	}
-	return e
-}
-
-// warm sends RPCs until every backend with a share has served one and no
-// backend without one serves any more, so the measured split is not skewed
-// by connections still being made or an update still arriving.
-func warm(t *testing.T, conn *grpc.ClientConn, want expectation) {
-	t.Helper()
-	eventually(t, 20*time.Second, "every backend with a share serves, and none without", func() (bool, string) {
-		res := send(conn, 400)
-		var missing, extra []string
-		for addr, s := range want.share {
-			if s > 0 && res.by[addr] == 0 {
-				missing = append(missing, addr)
-			}
-		}
-		for addr, n := range res.by {
-			if want.share[addr] == 0 && n > 0 {
-				extra = append(extra, addr)
-			}
-		}
-		return len(missing) == 0 && len(extra) == 0 && len(res.other) == 0,
-			fmt.Sprintf("not serving: %v; serving without a share: %v; failures: %d %v", missing, extra, len(res.other), firstErr(res.other))
-	})
-}
-
-func firstErr(errs []error) error {
-	if len(errs) == 0 {
-		return nil
-	}
-	return errs[0]
-}
-
-// checkSplit requires every cell (each backend, and the dropped fraction)
-// within 4.5 standard deviations of its binomial expectation; a cell whose
-// share is 0 must see nothing.
-func checkSplit(t *testing.T, phase string, got tally, want expectation) {
-	t.Helper()
-	if len(got.other) > 0 {
-		t.Fatalf("%s: %d RPCs failed unexpectedly, first: %v", phase, len(got.other), got.other[0])
-	}
-	n := float64(got.total)
-	type cell struct {
-		name     string
-		observed int
-		p        float64
-	}
-	var cells []cell
-	for addr, s := range want.share {
-		cells = append(cells, cell{addr, got.by[addr], float64(s) / 1e6})
-	}
-	for addr, c := range got.by {
-		if _, ok := want.share[addr]; !ok {
-			cells = append(cells, cell{addr + " (not in the topology)", c, 0})
-		}
-	}
-	cells = append(cells, cell{"dropped", got.dropped, float64(want.dropped) / 1e6})
-	sort.Slice(cells, func(i, j int) bool { return cells[i].name < cells[j].name })
-	var report strings.Builder
-	worst := 0.0
-	for _, c := range cells {
-		mean := n * c.p
-		sd := math.Sqrt(n * c.p * (1 - c.p))
-		z := 0.0
-		if sd > 0 {
-			z = (float64(c.observed) - mean) / sd
-		}
-		fmt.Fprintf(&report, "  %-28s expected %7.4f%%  observed %7.4f%% (%6d)  z=%+.2f\n", c.name, 100*c.p, 100*float64(c.observed)/n, c.observed, z)
-		if c.p == 0 && c.observed > 0 {
-			t.Errorf("%s: %s has share 0 but served %d RPCs", phase, c.name, c.observed)
-		}
-		if math.Abs(z) > 4.5 {
-			t.Errorf("%s: %s is %.2f standard deviations from its computed share", phase, c.name, z)
-		}
-		worst = max(worst, math.Abs(z))
-	}
-	t.Logf("%s: %d RPCs, largest |z| = %.2f\n%s", phase, got.total, worst, report.String())
-}
-
-// measure warms the client up to the expectation and checks the split of rpcs RPCs.
-func measure(t *testing.T, phase string, conn *grpc.ClientConn, want expectation) {
-	t.Helper()
-	warm(t, conn, want)
+	splitcheck.Warm(t, conn, want)
 	start := time.Now()
-	got := send(conn, rpcs)
-	checkSplit(t, phase, got, want)
+	got := splitcheck.Send(conn, rpcs)
+	splitcheck.CheckSplit(t, phase, got, want)
 	t.Logf("%s: %d RPCs took %v", phase, rpcs, time.Since(start).Round(time.Millisecond))
 }
 
 // endpointOf finds an endpoint in an explained upstream.
-func endpointOf(u explain.Upstream, b *backend) (explain.Endpoint, bool) {
+func endpointOf(u explain.Upstream, b *splitcheck.Backend) (explain.Endpoint, bool) {
 	for _, p := range u.Priorities {
 		for _, l := range p.Localities {
 			for _, ep := range l.Endpoints {
-				if net.JoinHostPort(ep.Address, fmt.Sprint(ep.Port)) == b.addr {
+				if net.JoinHostPort(ep.Address, fmt.Sprint(ep.Port)) == b.Addr {
 					return ep, true
 				}
 			}

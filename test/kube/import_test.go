@@ -27,31 +27,32 @@ import (
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/test/splitcheck"
 )
 
 // importedBackends are addresses an EndpointSlice may carry (the apiserver
 // refuses loopback ones) that nothing ever dials: TEST-NET-2, reserved for
 // documentation. The suite reads what is published for them from the xDS
 // server itself (a raw ADS stream on loopback) instead of sending RPCs.
-func importedBackends(n int) []*backend {
-	var out []*backend
+func importedBackends(n int) []*splitcheck.Backend {
+	var out []*splitcheck.Backend
 	for i := range n {
 		host := fmt.Sprintf("198.51.100.%d", 10+i)
-		out = append(out, &backend{host: host, port: 9090, addr: net.JoinHostPort(host, "9090")})
+		out = append(out, &splitcheck.Backend{Host: host, Port: 9090, Addr: net.JoinHostPort(host, "9090")})
 	}
 	return out
 }
 
 // slice is the EndpointSlice the endpointslice controller would write for
 // one backend (one port per slice, since every backend listens on its own).
-func slice(ns, svc string, i int, b *backend, at discoveryv1.AddressType, node string, c discoveryv1.EndpointConditions) *discoveryv1.EndpointSlice {
+func slice(ns, svc string, i int, b *splitcheck.Backend, at discoveryv1.AddressType, node string, c discoveryv1.EndpointConditions) *discoveryv1.EndpointSlice {
 	return &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", svc, i), Namespace: ns, Labels: map[string]string{
 			discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "poise-test",
 		}},
 		AddressType: at,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr("grpc"), Port: ptr(b.port), Protocol: ptr(corev1.ProtocolTCP)}},
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{b.host}, NodeName: ptr(node), Conditions: c}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr("grpc"), Port: ptr(b.Port), Protocol: ptr(corev1.ProtocolTCP)}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{b.Host}, NodeName: ptr(node), Conditions: c}},
 	}
 }
 
@@ -134,7 +135,7 @@ func TestImportedService(t *testing.T) {
 		zone     string
 		weight   uint64
 		from     []string
-		backends []*backend
+		backends []*splitcheck.Backend
 	}{
 		{"eu-west-a", 3, []string{"Locality " + ns + "/eu-west-a"}, b[:2]},
 		{"eu-west-b", 1, []string{}, b[2:]},
@@ -149,7 +150,7 @@ func TestImportedService(t *testing.T) {
 		}
 		var wantAddrs []string
 		for _, bk := range want.backends {
-			wantAddrs = append(wantAddrs, bk.addr)
+			wantAddrs = append(wantAddrs, bk.Addr)
 		}
 		slices.Sort(got)
 		slices.Sort(wantAddrs)
@@ -161,7 +162,7 @@ func TestImportedService(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	prev := expectationOf(rep)
+	prev := splitcheck.ExpectationOf(t, rep)
 	waitPublished(t, p.addrs.XDS, ns+"/echo", "5a imported, all ready", prev)
 	eventually(t, 10*time.Second, "ResolvedRefs=True on echo", func() (bool, string) {
 		c := resolvedRefs(t, ns, "echo")
@@ -190,7 +191,7 @@ func TestImportedService(t *testing.T) {
 			ep, ok := endpointOf(u, b[1])
 			return ok && ep.AdminState == tc.admin && (tc.admin == "Ready") == (ep.Share > 0), fmt.Sprintf("%+v", ep)
 		})
-		cur := expectationOf(rep)
+		cur := splitcheck.ExpectationOf(t, rep)
 		waitPublished(t, p.addrs.XDS, ns+"/echo", tc.phase, cur)
 		t.Logf("%s: explain shows %s %v, and the published EDS carries the new split %v after the EndpointSlice update",
 			tc.phase, tc.admin, took.Round(time.Millisecond), time.Since(changed).Round(time.Millisecond))
@@ -235,10 +236,10 @@ func TestImportedService(t *testing.T) {
 // waitPublished reads the cluster's ClusterLoadAssignment as a proxyless gRPC
 // node receives it (one locality per endpoint, weighted by its share) until
 // it carries exactly the expected shares.
-func waitPublished(t *testing.T, xdsAddr, cluster, phase string, want expectation) {
+func waitPublished(t *testing.T, xdsAddr, cluster, phase string, want splitcheck.Expectation) {
 	t.Helper()
 	wantWeights := map[string]uint32{}
-	for addr, s := range want.share {
+	for addr, s := range want.Share {
 		if s > 0 {
 			wantWeights[addr] = uint32(s)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/test/splitcheck"
 )
 
 // pinger sends RPCs one after another until halted, and counts every
@@ -85,15 +86,15 @@ func leaseHolder(t *testing.T, ns string) string {
 // a failed RPC.
 func TestLeaderHandover(t *testing.T) {
 	ns := namespace(t)
-	b := startBackends(t, "127.0.0.1", 3)
+	b := splitcheck.StartBackends(t, "127.0.0.1", 3)
 	objs := []client.Object{
 		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{Protocol: v1alpha1.ProtocolGRPC}},
 		&v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "echo", Weight: ptr(int64(3)), LocalityID: v1alpha1.LocalityID{Zone: "a"}}},
 		&v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "echo", Weight: ptr(int64(1)), LocalityID: v1alpha1.LocalityID{Zone: "b"}}},
 		&v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{Upstream: "echo", Locality: v1alpha1.LocalityID{Zone: "a"},
-			Endpoints: []v1alpha1.Endpoint{{Address: b[0].host, Port: b[0].port}, {Address: b[1].host, Port: b[1].port}}}},
+			Endpoints: []v1alpha1.Endpoint{{Address: b[0].Host, Port: b[0].Port}, {Address: b[1].Host, Port: b[1].Port}}}},
 		&v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{Upstream: "echo", Locality: v1alpha1.LocalityID{Zone: "b"},
-			Endpoints: []v1alpha1.Endpoint{{Address: b[2].host, Port: b[2].port}}}},
+			Endpoints: []v1alpha1.Endpoint{{Address: b[2].Host, Port: b[2].Port}}}},
 	}
 	for _, o := range objs {
 		if err := k8s.Create(t.Context(), o); err != nil {
@@ -113,13 +114,13 @@ func TestLeaderHandover(t *testing.T) {
 	t.Logf("6 leader: plane %s leads (Lease holder %s), plane %s follows", leader.name, holder, follower.name)
 
 	const node = "follower-client"
-	conn := newXDSClient(t, follower.addrs.XDS, node, "echo."+ns)
+	conn := splitcheck.NewXDSClient(t, follower.addrs.XDS, node, "echo."+ns)
 	rep, err := follower.explainOf(ns, "echo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	follower.waitAcked(t, node, rep.Revision)
-	measure(t, "6a follower serves", conn, expectationOf(rep))
+	measure(t, "6a follower serves", conn, splitcheck.ExpectationOf(t, rep))
 	ping := startPinger(conn)
 	pingStart := time.Now()
 
@@ -134,7 +135,7 @@ func TestLeaderHandover(t *testing.T) {
 	t.Logf("6b change under the old leader: the follower's client ACKed revision %d %v after the status patch", rep.Revision, time.Since(patched).Round(time.Millisecond))
 	u, _ := waitStatus(t, leader, ns, "echo")
 	t.Logf("6b change under the old leader: plane %s wrote status revision %d %v after the patch", leader.name, u.Status.Revision, time.Since(patched).Round(time.Millisecond))
-	warm(t, conn, expectationOf(rep))
+	splitcheck.Warm(t, conn, splitcheck.ExpectationOf(t, rep))
 
 	// the leader goes away
 	cancelled := time.Now()
@@ -188,7 +189,7 @@ func TestLeaderHandover(t *testing.T) {
 	})
 	t.Logf("6d change under the new leader: plane %s wrote Upstream and Locality status %v after the update (waited %v for it)",
 		follower.name, time.Since(changed).Round(time.Millisecond), took.Round(time.Millisecond))
-	warm(t, conn, expectationOf(rep))
+	splitcheck.Warm(t, conn, splitcheck.ExpectationOf(t, rep))
 	// keep the RPCs going a while past the handover
 	if rest := 3*time.Second - time.Since(pingStart); rest > 0 {
 		time.Sleep(rest)
@@ -202,5 +203,5 @@ func TestLeaderHandover(t *testing.T) {
 	if ok < 100 {
 		t.Errorf("only %d RPCs went through during the handover", ok)
 	}
-	measure(t, "6e after the handover", conn, expectationOf(rep))
+	measure(t, "6e after the handover", conn, splitcheck.ExpectationOf(t, rep))
 }

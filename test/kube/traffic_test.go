@@ -13,12 +13,13 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/test/splitcheck"
 )
 
 // echoTopology creates Upstream echo over five backends: priority 0 is
 // eu-west (zones a and b, locality weights 3 and 2, mixed endpoint
 // weights), priority 1 is us-east-a.
-func echoTopology(t *testing.T, ns string, b []*backend) {
+func echoTopology(t *testing.T, ns string, b []*splitcheck.Backend) {
 	t.Helper()
 	objs := []client.Object{
 		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{Protocol: v1alpha1.ProtocolGRPC}},
@@ -49,7 +50,7 @@ func echoTopology(t *testing.T, ns string, b []*backend) {
 			Upstream: "echo", Locality: v1alpha1.LocalityID{Region: s.zone[:7], Zone: s.zone},
 		}}
 		for _, e := range s.eps {
-			set.Spec.Endpoints = append(set.Spec.Endpoints, v1alpha1.Endpoint{Address: b[e.i].host, Port: b[e.i].port, Weight: ptr(e.weight)})
+			set.Spec.Endpoints = append(set.Spec.Endpoints, v1alpha1.Endpoint{Address: b[e.i].Host, Port: b[e.i].Port, Weight: ptr(e.weight)})
 		}
 		objs = append(objs, set)
 	}
@@ -75,8 +76,8 @@ func setHealth(t *testing.T, ns, set string, health ...v1alpha1.EndpointHealth) 
 	}
 }
 
-func unhealthy(b *backend) v1alpha1.EndpointHealth {
-	return v1alpha1.EndpointHealth{Address: b.host, Port: b.port, Probe: v1alpha1.ProbeUnhealthy}
+func unhealthy(b *splitcheck.Backend) v1alpha1.EndpointHealth {
+	return v1alpha1.EndpointHealth{Address: b.Host, Port: b.Port, Probe: v1alpha1.ProbeUnhealthy}
 }
 
 // statusMatches compares an Upstream's status with the explain report of the
@@ -154,12 +155,12 @@ func accepted(t *testing.T, obj client.Object) *metav1.Condition {
 	return meta.FindStatusCondition(conds, v1alpha1.ConditionAccepted)
 }
 
-func sameShares(a, b expectation) bool {
-	if len(a.share) != len(b.share) || a.dropped != b.dropped {
+func sameShares(a, b splitcheck.Expectation) bool {
+	if len(a.Share) != len(b.Share) || a.Dropped != b.Dropped {
 		return false
 	}
-	for k, v := range a.share {
-		if b.share[k] != v {
+	for k, v := range a.Share {
+		if b.Share[k] != v {
 			return false
 		}
 	}
@@ -173,13 +174,13 @@ func sameShares(a, b expectation) bool {
 // anything else.
 func TestTraffic(t *testing.T) {
 	ns := namespace(t)
-	b := startBackends(t, "127.0.0.1", 7)
+	b := splitcheck.StartBackends(t, "127.0.0.1", 7)
 	echoTopology(t, ns, b)
 	start := time.Now()
 	p := startPlane(t, ns, "solo")
 	t.Logf("control plane ready %v after start", time.Since(start).Round(time.Millisecond))
 	const node = "traffic-client"
-	conn := newXDSClient(t, p.addrs.XDS, node, "echo."+ns)
+	conn := splitcheck.NewXDSClient(t, p.addrs.XDS, node, "echo."+ns)
 
 	// 1. the split: priority 0 takes everything, 3:2 between zones, 1:3 and 2:1 inside.
 	rep, _ := p.waitExplain(t, ns, "echo", "echo has five endpoints", func(u explain.Upstream) (bool, string) {
@@ -191,9 +192,9 @@ func TestTraffic(t *testing.T) {
 		}
 		return n == 5, fmt.Sprintf("%d endpoints", n)
 	})
-	want := expectationOf(rep)
-	if got := want.share[b[1].addr]; got != 450_000 {
-		t.Fatalf("explain gives %s a share of %d, want 450000", b[1].addr, got)
+	want := splitcheck.ExpectationOf(t, rep)
+	if got := want.Share[b[1].Addr]; got != 450_000 {
+		t.Fatalf("explain gives %s a share of %d, want 450000", b[1].Addr, got)
 	}
 	took := p.waitAcked(t, node, rep.Revision)
 	t.Logf("1 split: client ACKed revision %d %v after asking", rep.Revision, took.Round(time.Millisecond))
@@ -226,8 +227,8 @@ func TestTraffic(t *testing.T) {
 	t.Logf("2 health: explain shows the probe %v after the status patch", took.Round(time.Millisecond))
 	p.waitAcked(t, node, rep.Revision)
 	t.Logf("2 health: client ACKed revision %d %v after the status patch", rep.Revision, time.Since(patched).Round(time.Millisecond))
-	health := expectationOf(rep)
-	if health.share[b[4].addr] == 0 {
+	health := splitcheck.ExpectationOf(t, rep)
+	if health.Share[b[4].Addr] == 0 {
 		t.Fatalf("no spill to priority 1 after the health change: %+v", health)
 	}
 	ep, _ := endpointOf(rep.Upstreams[0], b[1])
@@ -236,9 +237,9 @@ func TestTraffic(t *testing.T) {
 	}
 	u, _ = waitStatus(t, p, ns, "echo")
 	t.Logf("2 health: Upstream status follows (revision %d, priority 0 health %d) %v after the status patch", u.Status.Revision, u.Status.Priorities[0].Health, time.Since(patched).Round(time.Millisecond))
-	warm(t, conn, health)
+	splitcheck.Warm(t, conn, health)
 	t.Logf("2 health: the client's RPCs follow the new split %v after the status patch", time.Since(patched).Round(time.Millisecond))
-	checkSplit(t, "2 health", send(conn, rpcs), health)
+	splitcheck.CheckSplit(t, "2 health", splitcheck.Send(conn, rpcs), health)
 	echoRevision := u.Status.Revision
 	// the prober's write never touched the spec, and the status writer's
 	// conditions never clobbered the prober's health
@@ -261,7 +262,7 @@ func TestTraffic(t *testing.T) {
 	other := []client.Object{
 		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: ns}},
 		&v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{
-			Upstream: "other", Endpoints: []v1alpha1.Endpoint{{Address: b[5].host, Port: b[5].port}, {Address: b[6].host, Port: b[6].port}},
+			Upstream: "other", Endpoints: []v1alpha1.Endpoint{{Address: b[5].Host, Port: b[5].Port}, {Address: b[6].Host, Port: b[6].Port}},
 		}},
 	}
 	for _, o := range other {
@@ -310,8 +311,8 @@ func TestTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sameShares(expectationOf(echoBefore), expectationOf(echoDuring)) {
-		t.Fatalf("the conflicting Locality moved echo's split:\nbefore %+v\nduring %+v", expectationOf(echoBefore), expectationOf(echoDuring))
+	if !sameShares(splitcheck.ExpectationOf(t, echoBefore), splitcheck.ExpectationOf(t, echoDuring)) {
+		t.Fatalf("the conflicting Locality moved echo's split:\nbefore %+v\nduring %+v", splitcheck.ExpectationOf(t, echoBefore), splitcheck.ExpectationOf(t, echoDuring))
 	}
 	if got := echoDuring.Upstreams[0].Priorities[0].Localities[0].LocalityFrom; !slices.Equal(got, []string{"Locality " + ns + "/eu-west-a"}) {
 		t.Errorf("eu-west-a takes its weight from %v, want the first Locality alone", got)
@@ -327,7 +328,7 @@ func TestTraffic(t *testing.T) {
 	if c := meta.FindStatusCondition(echoStatus.Status.Conditions, v1alpha1.ConditionAccepted); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Upstream echo itself is not Accepted during the conflict: %+v", c)
 	}
-	checkSplit(t, "3 conflict", send(conn, rpcs), health)
+	splitcheck.CheckSplit(t, "3 conflict", splitcheck.Send(conn, rpcs), health)
 
 	// deleting the contradiction clears the condition
 	if err := k8s.Delete(t.Context(), dup); err != nil {
@@ -344,7 +345,7 @@ func TestTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sameShares(expectationOf(echoBefore), expectationOf(echoAfter)) {
+	if !sameShares(splitcheck.ExpectationOf(t, echoBefore), splitcheck.ExpectationOf(t, echoAfter)) {
 		t.Fatalf("deleting the conflicting Locality moved echo's split")
 	}
 }
