@@ -150,15 +150,22 @@ func TestComputeZeroAllocsAfterWarmup(t *testing.T) {
 			if _, err := c.Compute(p, in); err != nil { // one warm-up, healthy state only
 				t.Fatal(err)
 			}
-			// P0 healthy takes all the load; flipped, P1 and P2 route. Every
-			// allocation counts, including a one-off growth on the first flip.
-			if m := mallocs(func() {
-				for range 5 {
-					c.Compute(p, out)
-					c.Compute(p, in)
-				}
-			}); m != 0 {
-				t.Errorf("health flips at stable count: %d allocations in 10 computations", m)
+			// P0 healthy takes all the load; flipped, P1 and P2 route. MemStats
+			// counts the whole process, so a stray runtime allocation can land in
+			// a window: the fewest over three windows must be 0. A one-off growth
+			// on the first flip is caught deterministically by
+			// failover-to-larger-locality below.
+			fewest := uint64(1 << 63)
+			for range 3 {
+				fewest = min(fewest, mallocs(func() {
+					for range 5 {
+						c.Compute(p, out)
+						c.Compute(p, in)
+					}
+				}))
+			}
+			if fewest != 0 {
+				t.Errorf("health flips at stable count: %d allocations in 10 computations", fewest)
 			}
 			if a := testing.AllocsPerRun(runsFor(n), func() { c.Compute(p, out); c.Compute(p, in) }); a != 0 {
 				t.Errorf("health flips: %v allocs/op", a)

@@ -18,7 +18,12 @@ type Calculator struct {
 	// Grouping by hash keeps the sort to the few distinct groups and the
 	// small runs inside each, so its memory access stays local: sorting all
 	// endpoints at once by their strings is cache-bound at 100k endpoints.
-	groupOf    map[groupKey]int32 // reused: clear keeps its table
+	// groupOf keeps every key it has seen; a slot belongs to this
+	// computation only when its generation matches. Overwriting a present
+	// key never allocates, where clearing and refilling the map may (clear
+	// reseeds it, and a refill can split its tables differently).
+	groupOf    map[groupKey]groupSlot
+	generation uint32
 	groups     []groupKey
 	groupSize  []int32
 	groupOrder []int32 // group ids in canonical order
@@ -41,6 +46,11 @@ type groupKey struct {
 	locality Locality
 }
 
+type groupSlot struct {
+	generation uint32
+	id         int32
+}
+
 type addrHash struct {
 	hash uint64
 	pos  int32 // position in canonical order
@@ -48,7 +58,7 @@ type addrHash struct {
 
 // NewCalculator returns a Calculator with empty scratch.
 func NewCalculator() *Calculator {
-	c := &Calculator{groupOf: map[groupKey]int32{}, seed: maphash.MakeSeed()}
+	c := &Calculator{groupOf: map[groupKey]groupSlot{}, seed: maphash.MakeSeed()}
 	c.groupSort.c = c
 	c.runSort.c = c
 	return c
@@ -176,15 +186,21 @@ func eligibility(e *Endpoint, p Policy) (configured, eligible, panicEligible boo
 // (priority, locality), then endpoints by (address, port) inside each.
 func (c *Calculator) sortCanonical() {
 	n := len(c.eps)
-	clear(c.groupOf)
+	c.generation++
+	if c.generation == 0 || len(c.groupOf) > 4*len(c.groups)+4096 {
+		// forget keys of long-gone topologies; rare, and the only time this allocates
+		clear(c.groupOf)
+		c.generation = 1
+	}
 	c.groups, c.groupSize = c.groups[:0], c.groupSize[:0]
 	c.epGroup = growTo(c.epGroup, n)
 	for i := range c.eps {
 		k := groupKey{c.eps[i].Priority, c.eps[i].Locality}
-		g, ok := c.groupOf[k]
-		if !ok {
+		slot := c.groupOf[k]
+		g := slot.id
+		if slot.generation != c.generation {
 			g = int32(len(c.groups))
-			c.groupOf[k] = g
+			c.groupOf[k] = groupSlot{generation: c.generation, id: g}
 			c.groups = append(c.groups, k)
 			c.groupSize = append(c.groupSize, 0)
 		}
