@@ -1,6 +1,8 @@
 package explain
 
 import (
+	"slices"
+
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 )
@@ -103,7 +105,7 @@ type Endpoint struct {
 func Build(s *topology.Snapshot, only ...topology.Key) Report {
 	rep := Report{Revision: s.Revision, Upstreams: []Upstream{}}
 	for _, u := range s.Upstreams() {
-		if len(only) > 0 && !contains(only, u.Upstream.Key) {
+		if len(only) > 0 && !slices.Contains(only, u.Upstream.Key) {
 			continue
 		}
 		rep.Upstreams = append(rep.Upstreams, BuildUpstream(u))
@@ -112,15 +114,6 @@ func Build(s *topology.Snapshot, only ...topology.Key) Report {
 		rep.Orphans = append(rep.Orphans, o.String())
 	}
 	return rep
-}
-
-func contains(keys []topology.Key, k topology.Key) bool {
-	for _, x := range keys {
-		if x == k {
-			return true
-		}
-	}
-	return false
 }
 
 // BuildUpstream explains one upstream.

@@ -24,14 +24,12 @@ func BenchmarkApply(b *testing.B) {
 		if _, err := d.Apply(full); err != nil {
 			b.Fatal(err)
 		}
-		flips := [2]topology.EndpointSet{topologytest.Set(2500, 0, nil), topologytest.Set(2500, 0, map[int]bool{3: true})}
+		flips := [2]topology.Batch{topologytest.Flip(2500, 0), topologytest.Flip(2500, 1)}
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
 			i++
-			var one topology.Batch
-			one.PutEndpointSet(flips[i%2])
-			if _, err := d.Apply(one); err != nil {
+			if _, err := d.Apply(flips[i%2]); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -3,9 +3,7 @@ package chart_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,10 +15,9 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"poise.dev/poise/test/kubemanifests"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -367,7 +364,7 @@ func crdCondition(crd *apiextensionsv1.CustomResourceDefinition, typ apiextensio
 // of a Namespace creates nothing, and the objects in it would be refused).
 func checkShopManifests(t *testing.T, srv *apiServer) {
 	t.Helper()
-	objs := readManifests(t, shopDir)
+	objs := kubemanifests.Read(t, shopDir)
 	kinds := map[string]int{}
 	for _, u := range objs {
 		kinds[u.GetKind()]++
@@ -404,7 +401,7 @@ func checkShopManifests(t *testing.T, srv *apiServer) {
 // objects with one bad field each are refused.
 func checkDryRunRejects(t *testing.T, srv *apiServer) {
 	t.Helper()
-	objs := readManifests(t, shopDir)
+	objs := kubemanifests.Read(t, shopDir)
 	find := func(kind string) *unstructured.Unstructured {
 		for _, u := range objs {
 			if u.GetKind() == kind {
@@ -461,43 +458,6 @@ func toUnstructured(t *testing.T, objs []obj) []*unstructured.Unstructured {
 		var m map[string]any
 		roundTrip(t, map[string]any(o), &m)
 		out = append(out, &unstructured.Unstructured{Object: m})
-	}
-	return out
-}
-
-// readManifests reads every object of the *.yaml files in dir, in file order.
-func readManifests(t *testing.T, dir string) []*unstructured.Unstructured {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests in %s: %v", dir, err)
-	}
-	sort.Strings(files)
-	var out []*unstructured.Unstructured
-	for _, f := range files {
-		fh, err := os.Open(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(fh, 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				fh.Close()
-				t.Fatalf("%s: %v", f, err)
-			}
-			if len(u.Object) == 0 {
-				continue
-			}
-			if u.GroupVersionKind() == (schema.GroupVersionKind{}) || u.GetName() == "" {
-				t.Fatalf("%s: an object without apiVersion, kind or name: %v", f, u.Object)
-			}
-			out = append(out, u)
-		}
-		fh.Close()
 	}
 	return out
 }

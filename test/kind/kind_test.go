@@ -50,6 +50,7 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/test/kubemanifests"
 )
 
 const (
@@ -353,7 +354,7 @@ func (s *suite) applyShop(t *testing.T) {
 		"envoy": os.Getenv("POISE_KIND_ENVOY_IMAGE"),
 		"echo":  os.Getenv("POISE_KIND_ECHO_IMAGE"),
 	}
-	for _, u := range readManifests(t, shopDir) {
+	for _, u := range kubemanifests.Read(t, shopDir) {
 		if u.GetKind() == "Deployment" {
 			overrideImages(t, u, images)
 		}

@@ -7,15 +7,11 @@ package kind_test
 // chart's xDS Service and routing to clusters the walkthrough defines.
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
-	"strings"
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
@@ -23,12 +19,12 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	// Types the bootstrap's typed_config and typed_extension_protocol_options name.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"poise.dev/poise/test/kubemanifests"
 )
 
 const (
@@ -41,42 +37,6 @@ const (
 	regionLabel = "topology.kubernetes.io/region"
 	zoneLabel   = "topology.kubernetes.io/zone"
 )
-
-// readManifests reads every object of the *.yaml files in dir, in file order
-// (the order `kubectl apply -f dir` uses).
-func readManifests(t testing.TB, dir string) []*unstructured.Unstructured {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests in %s: %v", dir, err)
-	}
-	sort.Strings(files)
-	var out []*unstructured.Unstructured
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(raw)), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				t.Fatalf("%s: %v", f, err)
-			}
-			if len(u.Object) == 0 {
-				continue
-			}
-			if u.GetKind() == "" || u.GetName() == "" {
-				t.Fatalf("%s: an object without kind or name: %v", f, u.Object)
-			}
-			out = append(out, u)
-		}
-	}
-	return out
-}
 
 func ofKind(objs []*unstructured.Unstructured, kind string) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
@@ -158,7 +118,7 @@ func TestKindConfig(t *testing.T) {
 		t.Fatalf("%s: serviceSubnet: %v", kindConfig, err)
 	}
 
-	objs := readManifests(t, shopDir)
+	objs := kubemanifests.Read(t, shopDir)
 	// Echo Deployments: pinned to a zone of a worker, and saying so.
 	echoZones := map[string]bool{}
 	for _, d := range ofKind(objs, "Deployment") {
@@ -278,7 +238,7 @@ func staticBand(subnet netip.Prefix, addr netip.Addr) (offset, band uint32) {
 func envoyBootstrap(t testing.TB) *bootstrapv3.Bootstrap {
 	t.Helper()
 	var raw string
-	for _, cm := range ofKind(readManifests(t, shopDir), "ConfigMap") {
+	for _, cm := range ofKind(kubemanifests.Read(t, shopDir), "ConfigMap") {
 		if s := nestedString(cm, "data", "envoy.yaml"); s != "" {
 			raw = s
 		}
@@ -419,7 +379,7 @@ func TestEnvoyBootstrap(t *testing.T) {
 	}
 
 	upstreams := map[string]bool{}
-	for _, u := range ofKind(readManifests(t, shopDir), "Upstream") {
+	for _, u := range ofKind(kubemanifests.Read(t, shopDir), "Upstream") {
 		upstreams[u.GetNamespace()+"/"+u.GetName()] = true
 	}
 	r := routes(t, b)

@@ -366,20 +366,11 @@ func importOwner(ref topology.ObjectRef, ops []op) topology.ObjectRef {
 }
 
 func joinOthers(names []string, self string) string {
-	var others []string
-	for _, n := range names {
-		if n != self {
-			others = append(others, n)
-		}
-	}
+	others := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == self })
 	if len(others) == 0 {
 		return self
 	}
-	out := others[0]
-	for _, n := range others[1:] {
-		out += ", " + n
-	}
-	return out
+	return strings.Join(others, ", ")
 }
 
 // read turns one dirty object into batch operations, or a rejection when

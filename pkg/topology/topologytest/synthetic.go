@@ -52,3 +52,16 @@ func Set(u, r int, unhealthy map[int]bool) topology.EndpointSet {
 	}
 	return s
 }
+
+// Flip is a batch that sets upstream u's first locality healthy (even i) or
+// with one endpoint probe-Unhealthy (odd i): applying Flip(u, 0) and
+// Flip(u, 1) in turn changes one endpoint's health each time.
+func Flip(u, i int) topology.Batch {
+	var unhealthy map[int]bool
+	if i%2 == 1 {
+		unhealthy = map[int]bool{3: true}
+	}
+	var b topology.Batch
+	b.PutEndpointSet(Set(u, 0, unhealthy))
+	return b
+}

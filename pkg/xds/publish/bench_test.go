@@ -45,14 +45,12 @@ func BenchmarkPublish(b *testing.B) {
 		if _, err := p.Publish(snap); err != nil {
 			b.Fatal(err)
 		}
-		flips := [2]topology.EndpointSet{topologytest.Set(2500, 0, nil), topologytest.Set(2500, 0, map[int]bool{3: true})}
+		flips := [2]topology.Batch{topologytest.Flip(2500, 0), topologytest.Flip(2500, 1)}
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
 			i++
-			var one topology.Batch
-			one.PutEndpointSet(flips[i%2])
-			snap, err := d.Apply(one)
+			snap, err := d.Apply(flips[i%2])
 			if err != nil {
 				b.Fatal(err)
 			}
