@@ -73,29 +73,40 @@ const (
 	latLon
 )
 
-// crsOrder maps the accepted CRS spellings (compared case-insensitively) to their axis
-// order. The empty string is the OGC default, CRS84.
+// crsNames maps the accepted CRS spellings, lowercased, to their axis order. The empty
+// string is the OGC default, CRS84. The generated Lua carries the same table.
+var crsNames = map[string]axisOrder{
+	"":      lonLat,
+	"crs84": lonLat, "ogc:crs84": lonLat, "crs84h": lonLat, "ogc:crs84h": lonLat,
+	"http://www.opengis.net/def/crs/ogc/1.3/crs84":  lonLat,
+	"https://www.opengis.net/def/crs/ogc/1.3/crs84": lonLat,
+	"http://www.opengis.net/def/crs/ogc/0/crs84h":   lonLat,
+	"https://www.opengis.net/def/crs/ogc/0/crs84h":  lonLat,
+	"urn:ogc:def:crs:ogc:1.3:crs84":                 lonLat,
+	"urn:ogc:def:crs:ogc::crs84":                    lonLat,
+	"epsg:4326":                                     latLon,
+	"http://www.opengis.net/def/crs/epsg/0/4326":    latLon,
+	"https://www.opengis.net/def/crs/epsg/0/4326":   latLon,
+	"urn:ogc:def:crs:epsg::4326":                    latLon,
+}
+
+// crsOrder looks a CRS up case-insensitively in ASCII only, as Lua's string.lower does:
+// Unicode case folding (the Kelvin sign folds to "k") must not make Go accept what the
+// Lua refuses.
 func crsOrder(crs string) (axisOrder, bool) {
-	switch strings.ToLower(crs) {
-	case "",
-		"crs84",
-		"ogc:crs84",
-		"crs84h",
-		"ogc:crs84h",
-		"http://www.opengis.net/def/crs/ogc/1.3/crs84",
-		"https://www.opengis.net/def/crs/ogc/1.3/crs84",
-		"http://www.opengis.net/def/crs/ogc/0/crs84h",
-		"https://www.opengis.net/def/crs/ogc/0/crs84h",
-		"urn:ogc:def:crs:ogc:1.3:crs84",
-		"urn:ogc:def:crs:ogc::crs84":
-		return lonLat, true
-	case "epsg:4326",
-		"http://www.opengis.net/def/crs/epsg/0/4326",
-		"https://www.opengis.net/def/crs/epsg/0/4326",
-		"urn:ogc:def:crs:epsg::4326":
-		return latLon, true
+	var buf [64]byte
+	if len(crs) > len(buf) {
+		return 0, false
 	}
-	return 0, false
+	for i := 0; i < len(crs); i++ {
+		c := crs[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	o, ok := crsNames[string(buf[:len(crs)])]
+	return o, ok
 }
 
 // strictNumber parses s only if it matches ^[+-]?(\d+\.?\d*|\.\d+)$ and is at most
@@ -186,23 +197,34 @@ func ParseBBox(raw string, crs string) (BBox, error) {
 // error) when there is no bbox at all: the caller falls back with ReasonNoBBox. A
 // repeated bbox or bbox-crs query parameter, when it is the one used, is rejected.
 func BBoxFromRequest(header string, query url.Values, crsHeader string) (BBox, bool, error) {
+	q := queryBBox{bbox: query[QueryBBox], crs: query[QueryCRS]}
+	return bboxFrom(header, crsHeader, q)
+}
+
+// queryBBox is what a request's query says about the bbox: every value of bbox and of
+// bbox-crs, decoded.
+type queryBBox struct {
+	bbox, crs []string
+}
+
+func bboxFrom(header, crsHeader string, q queryBBox) (BBox, bool, error) {
 	raw := header
 	if raw == "" {
-		switch q := query[QueryBBox]; len(q) {
+		switch len(q.bbox) {
 		case 0:
 			return BBox{}, false, nil
 		case 1:
-			raw = q[0]
+			raw = q.bbox[0]
 		default:
 			return BBox{}, false, bad(ReasonDuplicate)
 		}
 	}
 	crs := crsHeader
 	if crs == "" {
-		switch c := query[QueryCRS]; len(c) {
+		switch len(q.crs) {
 		case 0:
 		case 1:
-			crs = c[0]
+			crs = q.crs[0]
 		default:
 			return BBox{}, false, bad(ReasonDuplicate)
 		}

@@ -97,3 +97,38 @@ func FuzzCells(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecide: any request decides without panicking, deterministically, with a status
+// and reason from the spec.
+func FuzzDecide(f *testing.F) {
+	d, parts := exampleDomain()
+	d.CapPercent = 50
+	m, _, err := Build(d, parts)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{"8,48,9,49", "170,-10,-170,10", "1e5,2,3,4", "nan,0,0,0", ""} {
+		f.Add("parcels", s, "", "/x?bbox="+s, "id", true)
+	}
+	f.Fuzz(func(t *testing.T, product, bbox, crs, path, id string, h0 bool) {
+		h := []bool{h0, true, !h0}
+		req := Request{Product: product, BBox: bbox, CRS: crs, Path: path, RequestID: id}
+		a := m.Decide(req, h, nil)
+		var tr Trace
+		if b := m.Decide(req, h, &tr); a != b {
+			t.Fatalf("%+v then %+v", a, b)
+		}
+		switch a.Status {
+		case 200:
+			if a.Pool == (a.Replica != "") {
+				t.Fatalf("200 must name exactly one of pool or replica: %+v", a)
+			}
+		case 400, 404, 451, 503:
+			if a.Pool || a.Replica != "" {
+				t.Fatalf("a refusal names a target: %+v", a)
+			}
+		default:
+			t.Fatalf("status %d", a.Status)
+		}
+	})
+}

@@ -23,6 +23,8 @@ type Batch struct {
 	upstreams  map[Key]*Upstream // nil value: delete
 	localities map[Key]*Locality
 	sets       map[Key]*EndpointSet
+	domains    map[Key]*SpatialDomain
+	partitions map[Key]*Partition
 }
 
 // PutUpstream adds or replaces an upstream.
@@ -54,7 +56,9 @@ func (b *Batch) PutEndpointSet(s EndpointSet) {
 func (b *Batch) DeleteEndpointSet(k Key) { setOp(&b.sets, k, nil) }
 
 // Len is the number of objects the batch touches.
-func (b *Batch) Len() int { return len(b.upstreams) + len(b.localities) + len(b.sets) }
+func (b *Batch) Len() int {
+	return len(b.upstreams) + len(b.localities) + len(b.sets) + len(b.domains) + len(b.partitions)
+}
 
 func setOp[T any](m *map[Key]*T, k Key, v *T) {
 	if *m == nil {

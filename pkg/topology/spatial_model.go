@@ -1,0 +1,50 @@
+package topology
+
+import (
+	"slices"
+
+	"poise.dev/poise/pkg/partitionmap"
+)
+
+// Kinds of the spatial routing objects, as named in messages.
+const (
+	KindSpatialDomain = "SpatialDomain"
+	KindPartition     = "Partition"
+)
+
+// SpatialDomain is one SpatialDomain object. Domain.Name is Key.Name; its replicas name
+// Upstreams in Key.Namespace.
+type SpatialDomain struct {
+	Key    Key
+	Domain partitionmap.Domain
+}
+
+// Partition is one Partition object of the domain named Domain in Key.Namespace.
+type Partition struct {
+	Key      Key
+	Domain   string
+	Extent   partitionmap.BBox
+	Replicas []string
+}
+
+// PutSpatialDomain adds or replaces a SpatialDomain. The Directory keeps its own copy.
+func (b *Batch) PutSpatialDomain(d SpatialDomain) {
+	d.Domain.Replicas = slices.Clone(d.Domain.Replicas)
+	d.Domain.Products = slices.Clone(d.Domain.Products)
+	for i := range d.Domain.Products {
+		d.Domain.Products[i].AllowedRegions = slices.Clone(d.Domain.Products[i].AllowedRegions)
+	}
+	setOp(&b.domains, d.Key, &d)
+}
+
+// DeleteSpatialDomain removes a SpatialDomain; its Partitions stay as orphans.
+func (b *Batch) DeleteSpatialDomain(k Key) { setOp(&b.domains, k, nil) }
+
+// PutPartition adds or replaces a Partition. The Directory keeps its own copy.
+func (b *Batch) PutPartition(p Partition) {
+	p.Replicas = slices.Clone(p.Replicas)
+	setOp(&b.partitions, p.Key, &p)
+}
+
+// DeletePartition removes a Partition.
+func (b *Batch) DeletePartition(k Key) { setOp(&b.partitions, k, nil) }
