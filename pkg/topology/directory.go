@@ -75,9 +75,13 @@ type Directory struct {
 	upstreams  map[Key]Upstream
 	localities map[Key]Locality
 	sets       map[Key]EndpointSet
+	domains    map[Key]SpatialDomain
+	partitions map[Key]Partition
 	// indexes from an upstream to the objects that name it, present or not
 	localitiesOf map[Key]map[Key]struct{}
 	setsOf       map[Key]map[Key]struct{}
+	domainsOf    map[Key]map[Key]struct{} // upstream → domains with a replica on it
+	partitionsOf map[Key]map[Key]struct{} // domain → its partitions, present or not
 	calc         *weights.Calculator
 
 	current atomic.Pointer[Snapshot]
@@ -92,6 +96,10 @@ func NewDirectory() *Directory {
 		sets:         map[Key]EndpointSet{},
 		localitiesOf: map[Key]map[Key]struct{}{},
 		setsOf:       map[Key]map[Key]struct{}{},
+		domains:      map[Key]SpatialDomain{},
+		partitions:   map[Key]Partition{},
+		domainsOf:    map[Key]map[Key]struct{}{},
+		partitionsOf: map[Key]map[Key]struct{}{},
 		calc:         weights.NewCalculator(),
 	}
 	d.current.Store(&Snapshot{})
@@ -118,7 +126,7 @@ func (d *Directory) Apply(b Batch) (*Snapshot, error) {
 
 	st := d.stage(b)
 	prev := d.current.Load()
-	if len(st.affected) == 0 && !st.objectsChanged {
+	if len(st.affected) == 0 && !st.objectsChanged && !st.spatialChanged() {
 		return prev, nil
 	}
 	rev := prev.Revision + 1
@@ -146,8 +154,13 @@ func (d *Directory) Apply(b Batch) (*Snapshot, error) {
 	if len(problems) > 0 {
 		return prev, &BatchError{Problems: problems}
 	}
+	if st.spatialChanged() {
+		st.orphansChanged = true
+	}
 	d.commit(st)
-	next := &Snapshot{Revision: rev, upstreams: mergeUpstreams(prev.upstreams, states), orphans: d.orphans(prev, st)}
+	next := &Snapshot{Revision: rev, upstreams: mergeUpstreams(prev.upstreams, states)}
+	next.spatial, _ = d.applySpatial(prev, st, states, next)
+	next.orphans = d.orphans(prev, st)
 	d.current.Store(next)
 	ch := make(chan struct{})
 	old := d.changed.Swap(&ch)
@@ -172,6 +185,7 @@ type staged struct {
 
 func (d *Directory) stage(b Batch) *staged {
 	st := &staged{d: d, affected: map[Key]struct{}{}, batchLocalitiesOf: map[Key][]Key{}, batchSetsOf: map[Key][]Key{}}
+	st.stageSpatial(b)
 	for k, u := range b.upstreams {
 		old, had := d.upstreams[k]
 		if (u == nil && !had) || (u != nil && had && reflect.DeepEqual(old, *u)) {
@@ -344,6 +358,7 @@ func (d *Directory) orphans(prev *Snapshot, st *staged) []ObjectRef {
 			}
 		}
 	}
+	out = append(out, d.spatialOrphans()...)
 	slices.SortFunc(out, ObjectRef.compare)
 	return out
 }

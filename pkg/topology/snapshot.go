@@ -13,6 +13,7 @@ import (
 type Snapshot struct {
 	Revision  uint64
 	upstreams []*UpstreamState // sorted by key
+	spatial   []*SpatialState  // sorted by key
 	orphans   []ObjectRef      // sorted
 }
 
