@@ -51,6 +51,9 @@ type Publisher struct {
 
 	last     *topology.Snapshot
 	upstream map[topology.Key]*published
+	spatial  spatialSet
+
+	spatialOptions translate.SpatialOptions
 	// OnPublish, when set, is called after each publication.
 	OnPublish func(Stats)
 	// OnReject, when set, is called when a snapshot cannot be published.
@@ -74,6 +77,14 @@ func New(c xdscache.Publisher, instance string, log *slog.Logger) *Publisher {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Publisher{cache: c, instance: instance, log: log, upstream: map[topology.Key]*published{}, changed: make(chan struct{})}
+}
+
+// SetSpatialOptions says where Envoy's spatial listener listens; call it before the
+// first publication.
+func (p *Publisher) SetSpatialOptions(o translate.SpatialOptions) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.spatialOptions = o
 }
 
 // Version is the version string of a topology revision.
@@ -200,12 +211,17 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 		put(int(translate.PerEndpoint), resource.ListenerType, was.listener, pub.listener)
 		return nil
 	})
+	var spatial spatialSet
+	if err == nil {
+		spatial, err = p.spatialUpdate(s, st.Version, put, del)
+	}
 	if err != nil {
 		if p.OnReject != nil {
 			p.OnReject(s.Revision, err)
 		}
 		return st, fmt.Errorf("revision %d: %w", s.Revision, err)
 	}
+	p.spatial = spatial
 	for k, pub := range next {
 		p.upstream[k] = pub
 	}

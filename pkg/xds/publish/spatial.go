@@ -1,0 +1,156 @@
+package publish
+
+import (
+	"fmt"
+	"slices"
+
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xds/xdscache"
+)
+
+// spatialView is the view Envoys read: spatial routing is for Envoy only.
+const spatialView = int(translate.Weighted)
+
+// spatialPublished is what was last published for one serving domain.
+type spatialPublished struct {
+	state     *topology.SpatialState
+	upstreams []*topology.UpstreamState // by replica, as rendered
+	clusters  map[string]*xdscache.Entry
+	endpoints map[string]*xdscache.Entry
+	vhost     *route.VirtualHost
+}
+
+// spatialSet is the spatial part of the publication.
+type spatialSet struct {
+	domains  map[topology.Key]*spatialPublished
+	listener *xdscache.Entry
+	route    *xdscache.Entry
+}
+
+// spatialUpdate renders the domains whose state or replica upstreams changed since the
+// last publication and returns the changes with the next spatial set. An endpoint change
+// inside a replica re-sends that domain's CLAs only; RDS is rebuilt only when a domain's
+// state (map, health, problems) changed, and re-sent only when its bytes did.
+func (p *Publisher) spatialUpdate(s *topology.Snapshot, version string, put func(int, string, *xdscache.Entry, *xdscache.Entry),
+	del func(int, string, *xdscache.Entry)) (spatialSet, error) {
+	prev := p.spatial
+	next := spatialSet{domains: map[topology.Key]*spatialPublished{}, listener: prev.listener, route: prev.route}
+	routesChanged := false
+	for _, st := range s.Spatial() {
+		if !st.Serving() {
+			continue
+		}
+		k := st.Domain.Key
+		old := prev.domains[k]
+		ups := make([]*topology.UpstreamState, len(st.Replicas))
+		for i, r := range st.Replicas {
+			ups[i] = s.Upstream(r.Upstream)
+		}
+		if old != nil && old.state == st && slices.Equal(old.upstreams, ups) {
+			next.domains[k] = old
+			continue
+		}
+		res, err := translate.SpatialDomain(st, s.Upstream)
+		if err != nil {
+			return spatialSet{}, err
+		}
+		pub := &spatialPublished{state: st, upstreams: ups, clusters: map[string]*xdscache.Entry{}, endpoints: map[string]*xdscache.Entry{}}
+		var was spatialPublished
+		if old != nil {
+			was = *old
+		}
+		for _, c := range res.Clusters {
+			e, err := reuse(was.clusters[c.Name], c, version, false)
+			if err != nil {
+				return spatialSet{}, err
+			}
+			pub.clusters[c.Name] = e
+		}
+		for _, cla := range res.Endpoints {
+			// a changed cluster makes Envoy re-fetch its endpoints: always send them then
+			force := was.clusters[cla.ClusterName] != pub.clusters[cla.ClusterName]
+			e, err := reuse(was.endpoints[cla.ClusterName], cla, version, force)
+			if err != nil {
+				return spatialSet{}, err
+			}
+			pub.endpoints[cla.ClusterName] = e
+		}
+		// The Lua names clusters that go-control-plane's consistency check cannot see.
+		for _, name := range res.DataClusters {
+			if pub.clusters[name] == nil {
+				return spatialSet{}, &translate.SpatialError{Domain: k, Err: fmt.Errorf("the Lua names cluster %q, which is not in CDS", name)}
+			}
+		}
+		if old != nil && old.state == st {
+			pub.vhost = old.vhost
+		} else {
+			if pub.vhost, err = translate.SpatialDomainVirtualHost(st, res.Lua); err != nil {
+				return spatialSet{}, &translate.SpatialError{Domain: k, Err: err}
+			}
+			routesChanged = true
+		}
+		next.domains[k] = pub
+		for name, e := range pub.clusters {
+			put(spatialView, resource.ClusterType, was.clusters[name], e)
+		}
+		for name, e := range pub.endpoints {
+			put(spatialView, resource.EndpointType, was.endpoints[name], e)
+		}
+		for name, e := range was.clusters {
+			if pub.clusters[name] == nil {
+				del(spatialView, resource.ClusterType, e)
+				del(spatialView, resource.EndpointType, was.endpoints[name])
+			}
+		}
+	}
+	for k, old := range prev.domains {
+		if next.domains[k] != nil {
+			continue
+		}
+		routesChanged = true
+		for name, e := range old.clusters {
+			del(spatialView, resource.ClusterType, e)
+			del(spatialView, resource.EndpointType, old.endpoints[name])
+		}
+	}
+	if len(next.domains) == 0 {
+		del(spatialView, resource.ListenerType, prev.listener)
+		del(spatialView, resource.RouteType, prev.route)
+		next.listener, next.route = nil, nil
+		return next, nil
+	}
+	if prev.listener == nil {
+		l, err := translate.SpatialListener(p.spatialOptions)
+		if err != nil {
+			return spatialSet{}, err
+		}
+		if next.listener, err = reuse(nil, l, version, false); err != nil {
+			return spatialSet{}, err
+		}
+		put(spatialView, resource.ListenerType, nil, next.listener)
+	}
+	if routesChanged || prev.route == nil {
+		keys := make([]topology.Key, 0, len(next.domains))
+		for k := range next.domains {
+			keys = append(keys, k)
+		}
+		slices.SortFunc(keys, topology.Key.Compare)
+		hosts := make([]*route.VirtualHost, len(keys))
+		for i, k := range keys {
+			hosts[i] = next.domains[k].vhost
+		}
+		rc, err := translate.SpatialRoutes(hosts)
+		if err != nil {
+			return spatialSet{}, err
+		}
+		if next.route, err = reuse(prev.route, rc, version, false); err != nil {
+			return spatialSet{}, err
+		}
+		put(spatialView, resource.RouteType, prev.route, next.route)
+	}
+	return next, nil
+}
