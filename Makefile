@@ -90,13 +90,15 @@ RBAC_DIR := config/rbac
 # The Helm chart ships byte-identical copies of the CRDs (helm installs crds/).
 CHART_CRD_DIR := charts/poise/crds
 
+# crd:allowDangerousTypes=true lets float64 fields through: a Partition's extent is
+# in degrees (CRS84 longitude/latitude), which integers cannot carry.
 .PHONY: generate
 generate: ## Regenerate api/v1alpha1/zz_generated.deepcopy.go, config/crd/*.yaml, config/rbac/role.yaml and charts/poise/crds.
 	@mkdir -p $(CRD_DIR) $(RBAC_DIR) $(CHART_CRD_DIR)
 	rm -f $(CRD_DIR)/poise.dev_*.yaml $(RBAC_DIR)/role.yaml $(CHART_CRD_DIR)/poise.dev_*.yaml
 	$(CONTROLLER_GEN) \
 		object:headerFile=hack/boilerplate.go.txt \
-		crd \
+		crd:allowDangerousTypes=true \
 		paths=./api/... \
 		output:crd:artifacts:config=$(CRD_DIR)
 	$(CONTROLLER_GEN) \

@@ -1,6 +1,6 @@
 package v1alpha1
 
-// Condition types shared by Upstream, Locality and EndpointSet.
+// Condition types shared by the kinds of this package.
 const (
 	// ConditionAccepted is True when the object is valid on its own and consistent
 	// with the rest of its upstream's topology.
@@ -8,6 +8,9 @@ const (
 	// ConditionProgrammed is True when the object's current generation has been
 	// published to the xDS cache.
 	ConditionProgrammed = "Programmed"
+	// ConditionResolvedRefs is True when every object the object names exists: an
+	// Upstream's Service, the Upstreams of a SpatialDomain's replicas.
+	ConditionResolvedRefs = "ResolvedRefs"
 )
 
 // Condition reasons. Each names something a person can act on.
@@ -37,6 +40,12 @@ const (
 	ReasonProgrammed = "Programmed"
 	// ReasonPending: the object is not yet published (Programmed=False or Unknown).
 	ReasonPending = "Pending"
+	// ReasonUnknownDomain: a Partition's spec.domain names no SpatialDomain in its
+	// namespace.
+	ReasonUnknownDomain = "UnknownDomain"
+	// ReasonUnknownReplica: a Partition names a replica its SpatialDomain does not
+	// list in spec.replicas.
+	ReasonUnknownReplica = "UnknownReplica"
 )
 
 // Limits shared by the schema markers and by code that builds objects without an

@@ -60,6 +60,8 @@ func TestCRDNames(t *testing.T) {
 		{"poise.dev_upstreams.yaml", "Upstream", "upstreams", "ups"},
 		{"poise.dev_localities.yaml", "Locality", "localities", "loc"},
 		{"poise.dev_endpointsets.yaml", "EndpointSet", "endpointsets", "eps"},
+		{"poise.dev_spatialdomains.yaml", "SpatialDomain", "spatialdomains", "sdom"},
+		{"poise.dev_partitions.yaml", "Partition", "partitions", "part"},
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			crd := loadCRD(t, tc.file)
@@ -102,11 +104,14 @@ func TestCRDDefaults(t *testing.T) {
 	loc.Default()
 	eps := &EndpointSet{Spec: EndpointSetSpec{Endpoints: []Endpoint{{}}}, Status: EndpointSetStatus{Health: []EndpointHealth{{}}}}
 	eps.Default()
+	sd := &SpatialDomain{}
+	sd.Default()
 
 	const (
-		upstreams    = "poise.dev_upstreams.yaml"
-		localities   = "poise.dev_localities.yaml"
-		endpointsets = "poise.dev_endpointsets.yaml"
+		upstreams      = "poise.dev_upstreams.yaml"
+		localities     = "poise.dev_localities.yaml"
+		endpointsets   = "poise.dev_endpointsets.yaml"
+		spatialdomains = "poise.dev_spatialdomains.yaml"
 	)
 	for _, tc := range []struct {
 		file, path string
@@ -129,6 +134,8 @@ func TestCRDDefaults(t *testing.T) {
 		{endpointsets, "spec.endpoints[].adminState", `"Ready"`, eps.Spec.Endpoints[0].AdminState},
 		{endpointsets, "status.health[].probe", `"Unknown"`, eps.Status.Health[0].Probe},
 		{endpointsets, "status.health[].circuit", `"Closed"`, eps.Status.Health[0].Circuit},
+		{spatialdomains, "spec.gridDegrees", `5`, sd.Spec.GridDegrees},
+		{spatialdomains, "spec.maxCells", `256`, sd.Spec.MaxCells},
 	} {
 		t.Run(tc.file+"/"+tc.path, func(t *testing.T) {
 			s := schemaAt(t, loadCRD(t, tc.file), tc.path)
@@ -164,6 +171,13 @@ func TestCRDBounds(t *testing.T) {
 		{"poise.dev_endpointsets.yaml", "spec.priority", 0, float64(MaxPriority)},
 		{"poise.dev_endpointsets.yaml", "spec.endpoints[].weight", float64(MinWeight), 4294967295},
 		{"poise.dev_endpointsets.yaml", "spec.endpoints[].port", 1, 65535},
+		{"poise.dev_spatialdomains.yaml", "spec.gridDegrees", 1, float64(MaxGridDegrees)},
+		{"poise.dev_spatialdomains.yaml", "spec.maxCells", 1, float64(MaxMaxCells)},
+		{"poise.dev_spatialdomains.yaml", "spec.localityCapPercent", 0, float64(MaxLocalityCapPercent)},
+		{"poise.dev_partitions.yaml", "spec.extent.west", -180, 180},
+		{"poise.dev_partitions.yaml", "spec.extent.east", -180, 180},
+		{"poise.dev_partitions.yaml", "spec.extent.south", -90, 90},
+		{"poise.dev_partitions.yaml", "spec.extent.north", -90, 90},
 	} {
 		t.Run(tc.file+"/"+tc.path, func(t *testing.T) {
 			s := schemaAt(t, loadCRD(t, tc.file), tc.path)
@@ -182,6 +196,80 @@ func TestCRDBounds(t *testing.T) {
 	if e := s.Properties["endpoints"]; e.MaxItems == nil || *e.MaxItems != MaxEndpointsPerSet {
 		t.Errorf("spec.endpoints maxItems = %v, want %d", e.MaxItems, MaxEndpointsPerSet)
 	}
+	if MaxGridDegrees != 180 || MaxMaxCells != 65536 || MaxLocalityCapPercent != 100 {
+		t.Errorf("MaxGridDegrees = %d, MaxMaxCells = %d, MaxLocalityCapPercent = %d; the schema says 180, 65536 and 100",
+			MaxGridDegrees, MaxMaxCells, MaxLocalityCapPercent)
+	}
+}
+
+// TestCRDSpatialLimits checks the list sizes and string limits of SpatialDomain and
+// Partition against the constants that code building objects without an apiserver
+// uses.
+func TestCRDSpatialLimits(t *testing.T) {
+	const (
+		domains    = "poise.dev_spatialdomains.yaml"
+		partitions = "poise.dev_partitions.yaml"
+	)
+	regionPattern := `^[A-Za-z0-9._:-]+$`
+	dnsLabel := `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	for _, tc := range []struct {
+		file, path         string
+		minItems, maxItems int64 // 0: not a list
+		maxLength          int64 // 0: not checked
+		pattern            string
+	}{
+		{domains, "spec.replicas", 1, MaxSpatialReplicas, 0, ""},
+		{domains, "spec.replicas[].name", 0, 0, 63, dnsLabel},
+		{domains, "spec.replicas[].upstream", 0, 0, 253, ""},
+		{domains, "spec.replicas[].region", 0, 0, MaxRegionLength, regionPattern},
+		{domains, "spec.products", 1, MaxSpatialProducts, 0, ""},
+		{domains, "spec.products[].name", 0, 0, 63, dnsLabel},
+		{domains, "spec.products[].pathPrefix", 0, 0, MaxPathPrefixLength, `^/[A-Za-z0-9._~!$&'()*+,;=:@/%-]*$`},
+		{domains, "spec.products[].allowedRegions", 1, MaxAllowedRegions, 0, ""},
+		{domains, "spec.products[].allowedRegions[]", 0, 0, MaxRegionLength, regionPattern},
+		{partitions, "spec.replicas", 1, MaxSpatialReplicas, 0, ""},
+		{partitions, "spec.replicas[]", 0, 0, 63, dnsLabel},
+		{partitions, "spec.domain", 0, 0, 253, ""},
+	} {
+		t.Run(tc.file+"/"+tc.path, func(t *testing.T) {
+			s := schemaAt(t, loadCRD(t, tc.file), tc.path)
+			if tc.maxItems > 0 {
+				if s.MinItems == nil || *s.MinItems != tc.minItems || s.MaxItems == nil || *s.MaxItems != tc.maxItems {
+					t.Errorf("items = %v..%v, want %d..%d", s.MinItems, s.MaxItems, tc.minItems, tc.maxItems)
+				}
+			}
+			if tc.maxLength > 0 {
+				if s.MaxLength == nil || *s.MaxLength != tc.maxLength {
+					t.Errorf("maxLength = %v, want %d", s.MaxLength, tc.maxLength)
+				}
+				if s.MinLength == nil || *s.MinLength != 1 {
+					t.Errorf("minLength = %v, want 1", s.MinLength)
+				}
+			}
+			if tc.pattern != "" && s.Pattern != tc.pattern {
+				t.Errorf("pattern = %q, want %q", s.Pattern, tc.pattern)
+			}
+		})
+	}
+	// localityCapPercent has no default: absent means no cap.
+	if s := schemaAt(t, loadCRD(t, domains), "spec.localityCapPercent"); s.Default != nil {
+		t.Errorf("spec.localityCapPercent defaults to %s; absent must mean no cap", s.Default.Raw)
+	}
+}
+
+// TestCRDListSets checks the scalar lists the apiserver keeps duplicate-free.
+func TestCRDListSets(t *testing.T) {
+	for _, tc := range []struct{ file, path string }{
+		{"poise.dev_spatialdomains.yaml", "spec.products[].allowedRegions"},
+		{"poise.dev_partitions.yaml", "spec.replicas"},
+	} {
+		t.Run(tc.file+"/"+tc.path, func(t *testing.T) {
+			s := schemaAt(t, loadCRD(t, tc.file), tc.path)
+			if s.XListType == nil || *s.XListType != "set" {
+				t.Errorf("x-kubernetes-list-type = %v, want set", s.XListType)
+			}
+		})
+	}
 }
 
 // TestCRDListMaps checks the lists the apiserver keeps duplicate-free by key.
@@ -195,6 +283,11 @@ func TestCRDListMaps(t *testing.T) {
 		{"poise.dev_upstreams.yaml", "status.conditions", []string{"type"}},
 		{"poise.dev_localities.yaml", "status.conditions", []string{"type"}},
 		{"poise.dev_endpointsets.yaml", "status.conditions", []string{"type"}},
+		{"poise.dev_spatialdomains.yaml", "spec.replicas", []string{"name"}},
+		{"poise.dev_spatialdomains.yaml", "spec.products", []string{"name"}},
+		{"poise.dev_spatialdomains.yaml", "status.replicas", []string{"name"}},
+		{"poise.dev_spatialdomains.yaml", "status.conditions", []string{"type"}},
+		{"poise.dev_partitions.yaml", "status.conditions", []string{"type"}},
 	} {
 		t.Run(tc.file+"/"+tc.path, func(t *testing.T) {
 			s := schemaAt(t, loadCRD(t, tc.file), tc.path)
@@ -223,6 +316,9 @@ func TestCRDValidationRules(t *testing.T) {
 		{"poise.dev_upstreams.yaml", "spec.connectTimeout", "duration(self)"},
 		{"poise.dev_upstreams.yaml", "spec.endpointsFrom.service.port", "type(self) == int"},
 		{"poise.dev_endpointsets.yaml", "spec.endpoints[].address", "isIP(self)"},
+		{"poise.dev_spatialdomains.yaml", "spec.gridDegrees", "180 % self == 0"},
+		{"poise.dev_spatialdomains.yaml", "spec.products", "q.pathPrefix == p.pathPrefix"},
+		{"poise.dev_partitions.yaml", "spec.extent", "self.south <= self.north"},
 	} {
 		t.Run(tc.file+"/"+tc.path, func(t *testing.T) {
 			s := schemaAt(t, loadCRD(t, tc.file), tc.path)

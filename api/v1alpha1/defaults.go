@@ -83,4 +83,22 @@ func (h *EndpointHealth) Default() {
 	}
 }
 
+// Default fills the unset fields of the SpatialDomain's spec with their defaults.
+// localityCapPercent has no default: absent means no cap.
+func (d *SpatialDomain) Default() { d.Spec.Default() }
+
+// Default fills the unset fields of the spec with their defaults.
+func (s *SpatialDomainSpec) Default() {
+	if s.GridDegrees == nil {
+		s.GridDegrees = ptr(DefaultGridDegrees)
+	}
+	if s.MaxCells == nil {
+		s.MaxCells = ptr(DefaultMaxCells)
+	}
+}
+
+// Default does nothing: every field of a Partition's spec is required. It is here so
+// every kind of the package can be defaulted alike.
+func (p *Partition) Default() {}
+
 func ptr[T any](v T) *T { return &v }

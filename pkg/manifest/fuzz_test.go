@@ -45,6 +45,12 @@ var fuzzSeeds = []string{
 	`{"apiVersion": "poise.dev/v1alpha1", "kind": "EndpointSet", "metadata": {"name": "s"}, "spec": {"upstream": "u", "endpoints": [{"address": "10.0.0.1", "port": 80, "weight": 2}]}}`,
 	upstreamX + "---\n" + localityX + "---\n" + setX,
 	upstreamX + "---\n" + upstreamX,
+	upstreamX + "---\n" + domainX + "---\n" + partitionX,
+	"apiVersion: poise.dev/v1alpha1\nkind: SpatialDomain\nmetadata: {name: d}\nspec: {gridDegrees: 7, maxCells: 0, localityCapPercent: 101, replicas: [{name: a, upstream: u, region: eu}, {name: a, upstream: u, region: \"e u\"}], products: [{name: p, pathPrefix: /p, allowedRegions: []}, {name: q, pathPrefix: /p, allowedRegions: [eu, eu]}]}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: SpatialDomain\nmetadata: {name: d}\nspec: {replicas: null, products: [null, {}]}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Partition\nmetadata: {name: p}\nspec: {domain: d, extent: {west: 180, south: 90, east: -180, north: 90}, replicas: [a, a]}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Partition\nmetadata: {name: p}\nspec: {domain: d, extent: {west: 1e400, south: .nan, east: -.inf, north: 0x10}, replicas: [a]}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Partition\nmetadata: {name: p}\nspec: {domain: nowhere, extent: {west: 0, south: 0, east: 0, north: 0}, replicas: [ghost]}\n",
 }
 
 func FuzzDecode(f *testing.F) {

@@ -279,8 +279,30 @@ func decodeDocument(set *Set, seen map[string]Object, file string, doc int, raw 
 		if len(ferrs) == 0 {
 			set.Batch.PutEndpointSet(s)
 		}
+	case topology.KindSpatialDomain:
+		var obj v1alpha1.SpatialDomain
+		if e := strict(&obj); e != nil {
+			return e
+		}
+		var d topology.SpatialDomain
+		d, ferrs = convert.SpatialDomain(&obj)
+		key = d.Key
+		if len(ferrs) == 0 {
+			set.Batch.PutSpatialDomain(d)
+		}
+	case topology.KindPartition:
+		var obj v1alpha1.Partition
+		if e := strict(&obj); e != nil {
+			return e
+		}
+		var p topology.Partition
+		p, ferrs = convert.Partition(&obj)
+		key = p.Key
+		if len(ferrs) == 0 {
+			set.Batch.PutPartition(p)
+		}
 	default:
-		return fail(object, "kind", fmt.Sprintf("unknown kind %q: want Upstream, Locality or EndpointSet", tm.Kind))
+		return fail(object, "kind", fmt.Sprintf("unknown kind %q: want Upstream, Locality, EndpointSet, SpatialDomain or Partition", tm.Kind))
 	}
 	if len(ferrs) > 0 {
 		var out Errors

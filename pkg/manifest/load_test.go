@@ -83,7 +83,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name:  "unknown kind",
 			files: map[string]string{"a.yaml": docs(upstreamX, "apiVersion: poise.dev/v1alpha1\nkind: Cluster\nmetadata: {name: c, namespace: shop}\n")},
-			want:  []wantErr{{"a.yaml", 2, "Cluster shop/c", "kind", `unknown kind "Cluster": want Upstream, Locality or EndpointSet`}},
+			want:  []wantErr{{"a.yaml", 2, "Cluster shop/c", "kind", `unknown kind "Cluster": want Upstream, Locality, EndpointSet, SpatialDomain or Partition`}},
 		},
 		{
 			name:  "wrong apiVersion",
@@ -208,6 +208,46 @@ func TestLoadErrors(t *testing.T) {
 			files: map[string]string{"a.yaml": "---\n# a comment\n---\n" + upstreamX + "--- # trailing comment\n# only a comment\n---\n\n---\n" +
 				strings.Replace(localityX, "weight: 2", "weight: -2", 1)},
 			want: []wantErr{{"a.yaml", 2, "Locality shop/x-eu", "spec.weight", "Invalid value: -2"}},
+		},
+		{
+			name:  "spatial objects: unknown field",
+			files: map[string]string{"a.yaml": docs(domainX, strings.Replace(partitionX, "replicas:", "replica:", 1))},
+			want:  []wantErr{{"a.yaml", 2, "Partition shop/pacific", "spec.replica", "unknown field"}},
+		},
+		{
+			name:  "spatial objects: duplicate field",
+			files: map[string]string{"a.yaml": strings.Replace(partitionX, "north: 10}", "north: 10, west: 0}", 1)},
+			want:  []wantErr{{"a.yaml", 1, "Partition shop/pacific", "spec.extent.west", "duplicate field"}},
+		},
+		{
+			name:  "spatial objects: a string for a coordinate",
+			files: map[string]string{"a.yaml": strings.Replace(partitionX, "west: 170", `west: "170"`, 1)},
+			want:  []wantErr{{"a.yaml", 1, "Partition shop/pacific", "", "cannot decode"}},
+		},
+		{
+			name: "spatial objects: broken fields name file, document, object and field",
+			files: map[string]string{
+				"a.yaml": docs(
+					upstreamX,
+					strings.NewReplacer("gridDegrees: 10", "gridDegrees: 7", "localityCapPercent: 50", "localityCapPercent: 101",
+						"{name: us-1, upstream: x-us, region: us-east}", "{name: eu-1, upstream: x-us, region: us east}",
+						"pathPrefix: /owners", "pathPrefix: /parcels", "allowedRegions: [eu]}", "allowedRegions: []}").Replace(domainX),
+					strings.NewReplacer("west: 170", "west: 181", "replicas: [us-1]", "replicas: []").Replace(partitionX),
+					strings.NewReplacer("pacific", "europe", "south: -20.5", "south: 20.5", "domain: cadastre", "domain: Cadastre").Replace(partitionX),
+				),
+			},
+			want: []wantErr{
+				{"a.yaml", 2, "SpatialDomain shop/cadastre", "spec.gridDegrees", "Invalid value: 7: gridDegrees must divide 180"},
+				{"a.yaml", 2, "SpatialDomain shop/cadastre", "spec.localityCapPercent", "Invalid value: 101: must be between 0 and 100"},
+				{"a.yaml", 2, "SpatialDomain shop/cadastre", "spec.replicas[1].region", `Invalid value: "us east"`},
+				{"a.yaml", 2, "SpatialDomain shop/cadastre", "spec.replicas[1]", `Duplicate value: "replica name \"eu-1\" (also replicas[0])"`},
+				{"a.yaml", 2, "SpatialDomain shop/cadastre", "spec.products[1].allowedRegions", "Required value"},
+				{"a.yaml", 2, "SpatialDomain shop/cadastre", "spec.products[1].pathPrefix", "each product needs its own pathPrefix"},
+				{"a.yaml", 3, "Partition shop/pacific", "spec.extent.west", "Invalid value: 181: must be a longitude between -180 and 180"},
+				{"a.yaml", 3, "Partition shop/pacific", "spec.replicas", "Required value"},
+				{"a.yaml", 4, "Partition shop/europe", "spec.domain", `Invalid value: "Cadastre"`},
+				{"a.yaml", 4, "Partition shop/europe", "spec.extent.south", "south must not be greater than north"},
+			},
 		},
 		{
 			name: "every error is reported, in file and document order",

@@ -38,6 +38,31 @@ func endpointSetWith(ns string, f func(*v1alpha1.EndpointSetSpec)) *v1alpha1.End
 	return s
 }
 
+func domainWith(ns string, f func(*v1alpha1.SpatialDomainSpec)) *v1alpha1.SpatialDomain {
+	d := &v1alpha1.SpatialDomain{ObjectMeta: metav1.ObjectMeta{GenerateName: "d-", Namespace: ns}, Spec: v1alpha1.SpatialDomainSpec{
+		Replicas: []v1alpha1.SpatialReplica{
+			{Name: "eu-1", Upstream: "cadastre-eu", Region: "eu-west"},
+			{Name: "us-1", Upstream: "cadastre-us", Region: "us-east"},
+		},
+		Products: []v1alpha1.SpatialProduct{
+			{Name: "parcels", PathPrefix: "/parcels", AllowedRegions: []string{"eu-west", "us-east"}},
+			{Name: "owners", PathPrefix: "/owners", AllowedRegions: []string{"eu-west"}},
+		},
+	}}
+	f(&d.Spec)
+	return d
+}
+
+func partitionWith(ns string, f func(*v1alpha1.PartitionSpec)) *v1alpha1.Partition {
+	p := &v1alpha1.Partition{ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: ns}, Spec: v1alpha1.PartitionSpec{
+		Domain:   "cadastre",
+		Extent:   v1alpha1.PartitionExtent{West: -10, South: 35, East: 30, North: 70},
+		Replicas: []string{"eu-1"},
+	}}
+	f(&p.Spec)
+	return p
+}
+
 // TestAdmission: the CRD schema and CEL rules turn bad objects away at the
 // real apiserver, naming the field, and the apiserver applies the defaults.
 func TestAdmission(t *testing.T) {
@@ -73,6 +98,33 @@ func TestAdmission(t *testing.T) {
 			s.Endpoints = append(s.Endpoints, v1alpha1.Endpoint{Address: "10.0.0.1", Port: 8080, Weight: ptr(int64(2))})
 		}), "spec.endpoints[1]", "Duplicate value"},
 		{`address "10.0.0.1:80"`, endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "10.0.0.1:80" }), "spec.endpoints[0].address", "IP address or a lowercase DNS name"},
+		{"gridDegrees 7", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = ptr(int32(7)) }), "spec.gridDegrees", "gridDegrees must divide 180"},
+		{"gridDegrees 360", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = ptr(int32(360)) }), "spec.gridDegrees", "less than or equal to 180"},
+		{"maxCells 0", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.MaxCells = ptr(int32(0)) }), "spec.maxCells", "greater than or equal to 1"},
+		{"maxCells 65537", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.MaxCells = ptr(int32(65537)) }), "spec.maxCells", "less than or equal to 65536"},
+		{"localityCapPercent 101", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.LocalityCapPercent = ptr(int32(101)) }), "spec.localityCapPercent", "less than or equal to 100"},
+		{"duplicate replica names", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[1].Name = "eu-1" }), "spec.replicas[1]", "Duplicate value"},
+		{"no replicas", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas = []v1alpha1.SpatialReplica{} }), "spec.replicas", "at least 1 items"},
+		{"replica name with a dot", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Name = "eu.1" }), "spec.replicas[0].name", "should match"},
+		{"replica upstream Bad_Name", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Upstream = "Bad_Name" }), "spec.replicas[0].upstream", "should match"},
+		{"region with a space", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Region = "eu west" }), "spec.replicas[0].region", "should match"},
+		{`region with a quote`, domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Region = `eu"west` }), "spec.replicas[0].region", "should match"},
+		{"region of 64", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Region = strings.Repeat("r", 64) }), "spec.replicas[0].region", "may not be more than 63"},
+		{"duplicate product names", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[1].Name = "parcels" }), "spec.products[1]", "Duplicate value"},
+		{"duplicate pathPrefix", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[1].PathPrefix = "/parcels" }), "spec.products", "each product needs its own pathPrefix"},
+		{"pathPrefix without a leading slash", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].PathPrefix = "parcels" }), "spec.products[0].pathPrefix", "should match"},
+		{"pathPrefix with a query", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].PathPrefix = "/parcels?x=1" }), "spec.products[0].pathPrefix", "should match"},
+		{"empty allowedRegions", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].AllowedRegions = []string{} }), "spec.products[0].allowedRegions", "at least 1 items"},
+		{"allowed region with bad characters", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].AllowedRegions[1] = "us/east" }), "spec.products[0].allowedRegions[1]", "should match"},
+		{"duplicate allowed region", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].AllowedRegions[1] = "eu-west" }), "spec.products[0].allowedRegions[1]", "Duplicate value"},
+		{"partition domain Bad_Name", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Domain = "Bad_Name" }), "spec.domain", "should match"},
+		{"extent west 181", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Extent.West = 181 }), "spec.extent.west", "less than or equal to 180"},
+		{"extent east -180.5", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Extent.East = -180.5 }), "spec.extent.east", "greater than or equal to -180"},
+		{"extent north 90.25", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Extent.North = 90.25 }), "spec.extent.north", "less than or equal to 90"},
+		{"extent south > north", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Extent.South, s.Extent.North = 70, 35.5 }), "spec.extent.south", "south must not be greater than north"},
+		{"empty partition replicas", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Replicas = []string{} }), "spec.replicas", "at least 1 items"},
+		{"duplicate partition replicas", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Replicas = []string{"eu-1", "eu-1"} }), "spec.replicas[1]", "Duplicate value"},
+		{"partition replica US-1", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Replicas = []string{"US-1"} }), "spec.replicas[0]", "should match"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := k8s.Create(t.Context(), tc.obj)
@@ -107,6 +159,26 @@ func TestAdmission(t *testing.T) {
 		})},
 		{"same address on two ports", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
 			s.Endpoints = append(s.Endpoints, v1alpha1.Endpoint{Address: "10.0.0.1", Port: 8081})
+		})},
+		{"gridDegrees 180, maxCells 65536, localityCapPercent 0", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) {
+			s.GridDegrees, s.MaxCells, s.LocalityCapPercent = ptr(int32(180)), ptr(int32(65536)), ptr(int32(0))
+		})},
+		{"gridDegrees 1, maxCells 1, localityCapPercent 100", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) {
+			s.GridDegrees, s.MaxCells, s.LocalityCapPercent = ptr(int32(1)), ptr(int32(1)), ptr(int32(100))
+		})},
+		{"region and pathPrefix with every allowed character", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) {
+			s.Replicas[0].Region = "EU.west_1:a-B"
+			s.Products[0].PathPrefix = "/aZ09._~!$&'()*+,;=:@/%-"
+			s.Products[0].AllowedRegions = []string{"EU.west_1:a-B"}
+		})},
+		{"antimeridian extent: west 170, east -170", partitionWith(ns, func(s *v1alpha1.PartitionSpec) {
+			s.Extent = v1alpha1.PartitionExtent{West: 170, South: -20, East: -170, North: 10.5}
+		})},
+		{"the whole world", partitionWith(ns, func(s *v1alpha1.PartitionSpec) {
+			s.Extent = v1alpha1.PartitionExtent{West: -180, South: -90, East: 180, North: 90}
+		})},
+		{"a point: south = north, west = east", partitionWith(ns, func(s *v1alpha1.PartitionSpec) {
+			s.Extent = v1alpha1.PartitionExtent{West: 7.5, South: 47.25, East: 7.5, North: 47.25}
 		})},
 	} {
 		t.Run("accepts "+tc.name, func(t *testing.T) {
@@ -175,6 +247,26 @@ func TestAdmission(t *testing.T) {
 		}
 		if gotES.Spec.Priority != nil {
 			t.Errorf("EndpointSet spec.priority defaulted to %d; it must stay unset so the Locality decides", *gotES.Spec.Priority)
+		}
+
+		d := domainWith(ns, func(*v1alpha1.SpatialDomainSpec) {})
+		if err := k8s.Create(t.Context(), d); err != nil {
+			t.Fatal(err)
+		}
+		var gotD v1alpha1.SpatialDomain
+		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(d), &gotD); err != nil {
+			t.Fatal(err)
+		}
+		var localD v1alpha1.SpatialDomain
+		localD.Default()
+		if deref(gotD.Spec.GridDegrees) != v1alpha1.DefaultGridDegrees || deref(gotD.Spec.MaxCells) != v1alpha1.DefaultMaxCells ||
+			*localD.Spec.GridDegrees != *gotD.Spec.GridDegrees || *localD.Spec.MaxCells != *gotD.Spec.MaxCells {
+			t.Errorf("SpatialDomain defaults: gridDegrees %v maxCells %v, want %d and %d (Default() gives %d and %d)",
+				gotD.Spec.GridDegrees, gotD.Spec.MaxCells, v1alpha1.DefaultGridDegrees, v1alpha1.DefaultMaxCells,
+				*localD.Spec.GridDegrees, *localD.Spec.MaxCells)
+		}
+		if gotD.Spec.LocalityCapPercent != nil {
+			t.Errorf("SpatialDomain spec.localityCapPercent defaulted to %d; absent must stay absent (no cap)", *gotD.Spec.LocalityCapPercent)
 		}
 	})
 }

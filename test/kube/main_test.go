@@ -93,7 +93,10 @@ func run(m *testing.M) int {
 // waitServed waits until the client can list every kind of the CRDs.
 func waitServed() error {
 	deadline := time.Now().Add(30 * time.Second)
-	for _, l := range []client.ObjectList{&v1alpha1.UpstreamList{}, &v1alpha1.LocalityList{}, &v1alpha1.EndpointSetList{}} {
+	for _, l := range []client.ObjectList{
+		&v1alpha1.UpstreamList{}, &v1alpha1.LocalityList{}, &v1alpha1.EndpointSetList{},
+		&v1alpha1.SpatialDomainList{}, &v1alpha1.PartitionList{},
+	} {
 		for {
 			err := k8s.List(context.Background(), l, client.Limit(1))
 			if err == nil {

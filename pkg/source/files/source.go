@@ -44,19 +44,7 @@ func (s *Source) Load() (*topology.Snapshot, error) {
 	for _, o := range set.Objects {
 		seen[o.String()] = o
 	}
-	for id, o := range s.applied {
-		if _, ok := seen[id]; ok {
-			continue
-		}
-		switch o.Kind {
-		case topology.KindUpstream:
-			set.Batch.DeleteUpstream(o.Key)
-		case topology.KindLocality:
-			set.Batch.DeleteLocality(o.Key)
-		case topology.KindEndpointSet:
-			set.Batch.DeleteEndpointSet(o.Key)
-		}
-	}
+	deleteGone(&set.Batch, s.applied, seen)
 	snap, err := s.Dir.Apply(set.Batch)
 	if err != nil {
 		s.count("rejected")
@@ -68,6 +56,28 @@ func (s *Source) Load() (*topology.Snapshot, error) {
 		s.Metrics.Revision.Set(float64(snap.Revision))
 	}
 	return snap, nil
+}
+
+// deleteGone adds to b the deletion of every object applied before that is in no
+// file now.
+func deleteGone(b *topology.Batch, applied, seen map[string]manifest.Object) {
+	for id, o := range applied {
+		if _, ok := seen[id]; ok {
+			continue
+		}
+		switch o.Kind {
+		case topology.KindUpstream:
+			b.DeleteUpstream(o.Key)
+		case topology.KindLocality:
+			b.DeleteLocality(o.Key)
+		case topology.KindEndpointSet:
+			b.DeleteEndpointSet(o.Key)
+		case topology.KindSpatialDomain:
+			b.DeleteSpatialDomain(o.Key)
+		case topology.KindPartition:
+			b.DeletePartition(o.Key)
+		}
+	}
 }
 
 func (s *Source) count(result string) {

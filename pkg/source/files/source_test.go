@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"poise.dev/poise/pkg/manifest"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/topology"
 )
@@ -128,4 +129,93 @@ func TestWatchAppliesChangesAndRefusesBadOnes(t *testing.T) {
 		u := s.Upstream(topology.Key{Namespace: "shop", Name: "web"})
 		return u != nil && len(u.Endpoints) == 0
 	})
+}
+
+// TestDeleteGoneCoversEveryKind: an object of any kind the manifests hold is
+// deleted from the directory once it is in no file.
+func TestDeleteGoneCoversEveryKind(t *testing.T) {
+	set, err := manifest.Decode("all.yaml", []byte(upstreamYAML+"---\n"+setYAML("a", "1")+`---
+apiVersion: poise.dev/v1alpha1
+kind: Locality
+metadata: {name: web-r1, namespace: shop}
+spec: {upstream: web, region: r1}
+---
+apiVersion: poise.dev/v1alpha1
+kind: SpatialDomain
+metadata: {name: cadastre, namespace: shop}
+spec:
+  replicas: [{name: eu-1, upstream: web, region: r1}]
+  products: [{name: parcels, pathPrefix: /parcels, allowedRegions: [r1]}]
+---
+apiVersion: poise.dev/v1alpha1
+kind: Partition
+metadata: {name: europe, namespace: shop}
+spec: {domain: cadastre, extent: {west: -10, south: 35, east: 30, north: 70}, replicas: [eu-1]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]bool{}
+	for _, o := range set.Objects {
+		kinds[o.Kind] = true
+		var b topology.Batch
+		deleteGone(&b, map[string]manifest.Object{o.String(): o}, map[string]manifest.Object{})
+		if b.Len() != 1 {
+			t.Errorf("%s gone from the files: batch touches %d objects, want its deletion", o, b.Len())
+		}
+		b = topology.Batch{}
+		deleteGone(&b, map[string]manifest.Object{o.String(): o}, map[string]manifest.Object{o.String(): o})
+		if b.Len() != 0 {
+			t.Errorf("%s still in the files: batch touches %d objects, want none", o, b.Len())
+		}
+	}
+	if len(kinds) != 5 {
+		t.Errorf("kinds %v: want all five", kinds)
+	}
+}
+
+// TestLoadFollowsSpatialObjects: SpatialDomains and Partitions are loaded from the
+// files, and deleted from the directory with their file.
+func TestLoadFollowsSpatialObjects(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "upstream.yaml"), upstreamYAML)
+	write(t, filepath.Join(dir, "domain.yaml"), `apiVersion: poise.dev/v1alpha1
+kind: SpatialDomain
+metadata: {name: cadastre, namespace: shop}
+spec:
+  replicas: [{name: eu-1, upstream: web, region: r1}]
+  products: [{name: parcels, pathPrefix: /parcels, allowedRegions: [r1]}]
+`)
+	write(t, filepath.Join(dir, "partition.yaml"), `apiVersion: poise.dev/v1alpha1
+kind: Partition
+metadata: {name: europe, namespace: shop}
+spec: {domain: cadastre, extent: {west: -10, south: 35, east: 30, north: 70}, replicas: [eu-1]}
+`)
+	src := &Source{Paths: []string{dir}, Dir: topology.NewDirectory()}
+	key := topology.Key{Namespace: "shop", Name: "cadastre"}
+	snap, err := src.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := snap.SpatialDomain(key); st == nil || len(st.Partitions) != 1 || st.Partitions[0].Partition.Key.Name != "europe" {
+		t.Fatalf("after the first load: %+v", st)
+	}
+	if err := os.Remove(filepath.Join(dir, "partition.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if snap, err = src.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if st := snap.SpatialDomain(key); st == nil || len(st.Partitions) != 0 {
+		t.Fatalf("the Partition's file is gone, the directory has %+v", st)
+	}
+	if err := os.Remove(filepath.Join(dir, "domain.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if snap, err = src.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if st := snap.SpatialDomain(key); st != nil {
+		t.Fatalf("the SpatialDomain's file is gone, the directory has %+v", st)
+	}
 }

@@ -143,7 +143,9 @@ func (s *Source) InitialSync(ctx context.Context) error {
 	var ups v1alpha1.UpstreamList
 	var locs v1alpha1.LocalityList
 	var sets v1alpha1.EndpointSetList
-	for _, l := range []client.ObjectList{&ups, &locs, &sets} {
+	var domains v1alpha1.SpatialDomainList
+	var parts v1alpha1.PartitionList
+	for _, l := range []client.ObjectList{&ups, &locs, &sets, &domains, &parts} {
 		if err := s.Reader.List(ctx, l); err != nil {
 			return fmt.Errorf("initial list: %w", err)
 		}
@@ -156,6 +158,12 @@ func (s *Source) InitialSync(ctx context.Context) error {
 	}
 	for i := range sets.Items {
 		s.mark(topology.KindEndpointSet, &sets.Items[i])
+	}
+	for i := range domains.Items {
+		s.mark(topology.KindSpatialDomain, &domains.Items[i])
+	}
+	for i := range parts.Items {
+		s.mark(topology.KindPartition, &parts.Items[i])
 	}
 	s.sync(ctx)
 	return nil

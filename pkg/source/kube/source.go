@@ -30,7 +30,7 @@ const sourceName = "kubernetes"
 // KindService names the endpoint sets imported from a Service's EndpointSlices.
 const KindService = "Service"
 
-// +kubebuilder:rbac:groups=poise.dev,resources=upstreams;localities;endpointsets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=poise.dev,resources=upstreams;localities;endpointsets;spatialdomains;partitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services;nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 
@@ -91,6 +91,8 @@ func (s *Source) Register(ctx context.Context, c cache.Cache) error {
 		{&v1alpha1.Upstream{}, topology.KindUpstream},
 		{&v1alpha1.Locality{}, topology.KindLocality},
 		{&v1alpha1.EndpointSet{}, topology.KindEndpointSet},
+		{&v1alpha1.SpatialDomain{}, topology.KindSpatialDomain},
+		{&v1alpha1.Partition{}, topology.KindPartition},
 		{&corev1.Service{}, "Service"},
 		{&discoveryv1.EndpointSlice{}, "EndpointSlice"},
 		{&corev1.Node{}, "Node"},
@@ -419,6 +421,32 @@ func (s *Source) read(ctx context.Context, ref topology.ObjectRef) ([]op, *Rejec
 			return nil, &Rejection{Reason: v1alpha1.ReasonInvalid, Message: errs.ToAggregate().Error()}, nil
 		}
 		return []op{{ref: ref, upstream: topology.Key{Namespace: es.Key.Namespace, Name: es.Upstream}, apply: func(b *topology.Batch) { b.PutEndpointSet(es) }}}, nil, nil
+	// The spatial kinds belong to no single upstream, so their ops name none: a
+	// topology problem sets them aside by naming them.
+	case topology.KindSpatialDomain:
+		var obj v1alpha1.SpatialDomain
+		if err := s.Reader.Get(ctx, nn, &obj); apierrors.IsNotFound(err) {
+			return []op{{ref: ref, apply: func(b *topology.Batch) { b.DeleteSpatialDomain(ref.Key) }}}, nil, nil
+		} else if err != nil {
+			return nil, nil, err
+		}
+		d, errs := convert.SpatialDomain(&obj)
+		if len(errs) > 0 {
+			return nil, &Rejection{Reason: v1alpha1.ReasonInvalid, Message: errs.ToAggregate().Error()}, nil
+		}
+		return []op{{ref: ref, apply: func(b *topology.Batch) { b.PutSpatialDomain(d) }}}, nil, nil
+	case topology.KindPartition:
+		var obj v1alpha1.Partition
+		if err := s.Reader.Get(ctx, nn, &obj); apierrors.IsNotFound(err) {
+			return []op{{ref: ref, apply: func(b *topology.Batch) { b.DeletePartition(ref.Key) }}}, nil, nil
+		} else if err != nil {
+			return nil, nil, err
+		}
+		p, errs := convert.Partition(&obj)
+		if len(errs) > 0 {
+			return nil, &Rejection{Reason: v1alpha1.ReasonInvalid, Message: errs.ToAggregate().Error()}, nil
+		}
+		return []op{{ref: ref, apply: func(b *topology.Batch) { b.PutPartition(p) }}}, nil, nil
 	}
 	return nil, nil, nil
 }

@@ -18,7 +18,7 @@ import (
 	"poise.dev/poise/pkg/topology"
 )
 
-// +kubebuilder:rbac:groups=poise.dev,resources=upstreams/status;localities/status;endpointsets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=poise.dev,resources=upstreams/status;localities/status;endpointsets/status;spatialdomains/status;partitions/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
