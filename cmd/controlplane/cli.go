@@ -32,6 +32,8 @@ commands:
             serve Upstream, Locality and EndpointSet objects (and imported Services) from the cluster
   explain   -f PATH... [--upstream NS/NAME] [-o text|json] [--simulate N --seed S]
             show the whole priority → locality → endpoint derivation
+  explain-route -f PATH... --domain D --product P [--bbox B] [--crs C] [--path P] [--request-id ID] [-o text|json]
+            show how a spatial request is routed: residency, health, locality, result
   validate  -f PATH...   check manifests as the control plane would, without serving
   version   print the version
 `
@@ -44,6 +46,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "explain":
 		return runExplain(args[1:], stdout, stderr)
+	case "explain-route":
+		return runExplainRoute(args[1:], stdout, stderr)
 	case "validate":
 		return runValidate(args[1:], stdout, stderr)
 	case "serve":
@@ -188,16 +192,20 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 			explain.Simulate(x, snap.Upstream(topology.Key{Namespace: x.Namespace, Name: x.Name}), *simulate, *seed)
 		}
 	}
-	if *output == "json" {
+	return writeReport(*output, stdout, stderr, rep, func() error { return explain.WriteText(stdout, rep) })
+}
+
+// writeReport writes a report as indented JSON (format "json") or with its text writer.
+func writeReport(format string, stdout, stderr io.Writer, rep any, text func() error) int {
+	var err error
+	if format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			fmt.Fprintf(stderr, "error: %v\n", err)
-			return exitInvalid
-		}
-		return exitOK
+		err = enc.Encode(rep)
+	} else {
+		err = text()
 	}
-	if err := explain.WriteText(stdout, rep); err != nil {
+	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return exitInvalid
 	}

@@ -5,13 +5,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/xds/server"
+	"poise.dev/poise/pkg/xds/translate"
 )
 
 func runServe(args []string, stdout, stderr io.Writer) int {
@@ -29,6 +33,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	source := fs.String("source", "files", "where the topology comes from: files (-f) or kubernetes")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for --source=kubernetes; empty means in-cluster")
 	namespace := fs.String("namespace", "", "with --source=kubernetes, watch only this namespace (empty: all)")
+	spatialListen := fs.String("spatial-listener", "0.0.0.0:10080", "address Envoy's spatial routing listener (LDS \"spatial\") binds, when a SpatialDomain exists")
 	leNamespace := fs.String("leader-election-namespace", "", "namespace of the Lease that elects the status writer (default: the pod's own)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -53,11 +58,16 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	if *tlsCert != "" || *tlsKey != "" || *tlsCA != "" {
 		tlsCfg = &server.TLS{CertFile: *tlsCert, KeyFile: *tlsKey, ClientCAFile: *tlsCA}
 	}
+	spatial, err := parseSpatialListener(*spatialListen)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: --spatial-listener %q: %v\n", *spatialListen, err)
+		return exitUsage
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err = controlplane.Run(ctx, controlplane.Config{
 		Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace,
-		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, TLS: tlsCfg, Debounce: *debounce,
+		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, TLS: tlsCfg, Debounce: *debounce, Spatial: spatial,
 		Log: log, Out: stdout, Version: version,
 	})
 	if err != nil {
@@ -80,4 +90,20 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// parseSpatialListener reads HOST:PORT for the spatial listener Envoy binds.
+func parseSpatialListener(s string) (translate.SpatialOptions, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return translate.SpatialOptions{}, err
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || p == 0 {
+		return translate.SpatialOptions{}, fmt.Errorf("port %q: want 1..65535", port)
+	}
+	if _, err := netip.ParseAddr(host); err != nil {
+		return translate.SpatialOptions{}, fmt.Errorf("host %q: want an IP address", host)
+	}
+	return translate.SpatialOptions{Address: host, Port: uint32(p)}, nil
 }

@@ -40,10 +40,12 @@ type Config struct {
 	LeaseDuration, RenewDeadline, RetryPeriod      time.Duration
 	XDSAddress, AdminAddress                       string
 	TLS                                            *server.TLS
-	Debounce                                       time.Duration
-	Log                                            *slog.Logger
-	Out                                            io.Writer // where the start-up banner goes; nil for none
-	Version                                        string
+	// Spatial says where Envoy's spatial routing listener binds (zero: 0.0.0.0:10080).
+	Spatial  translate.SpatialOptions
+	Debounce time.Duration
+	Log      *slog.Logger
+	Out      io.Writer // where the start-up banner goes; nil for none
+	Version  string
 	// Started, when set, is called once both ports listen.
 	Started func(Addrs)
 }
@@ -84,6 +86,7 @@ func Run(ctx context.Context, cfg Config) error {
 	instance := publish.NewInstanceID()
 	cache := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
 	pub := publish.New(cache, instance, log)
+	pub.SetSpatialOptions(cfg.Spatial)
 	pub.OnPublish = func(st publish.Stats) {
 		m.SnapshotBuilds.WithLabelValues("published").Inc()
 		m.SnapshotDuration.Observe(st.Duration.Seconds())

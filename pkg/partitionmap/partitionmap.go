@@ -335,3 +335,16 @@ func (m *Map) eachCell(fn func(c Cell, parts []int32)) {
 		}
 	}
 }
+
+// Holders returns the replicas holding an accepted partition, in name order.
+func (m *Map) Holders(partition string) []string {
+	i, ok := slices.BinarySearch(m.partitions, partition)
+	if !ok {
+		return nil
+	}
+	out := make([]string, len(m.holders[i]))
+	for j, r := range m.holders[i] {
+		out[j] = m.domain.Replicas[r].Name
+	}
+	return out
+}
