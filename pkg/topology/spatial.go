@@ -167,6 +167,11 @@ func (d *Directory) applySpatial(prev *Snapshot, st *staged, upstreams map[Key]*
 		} else {
 			s = d.buildSpatial(dom, next)
 			s.MapRevision = next.Revision
+			// The same content (e.g. a Partition added but left out) keeps the map and
+			// its revision, so nothing is re-sent to the proxies.
+			if old != nil && old.Map != nil && s.Map != nil && s.Map.Version() == old.Map.Version() {
+				s.Map, s.MapRevision = old.Map, old.MapRevision
+			}
 		}
 		if s == old {
 			continue

@@ -98,6 +98,13 @@ func TestSpatialDomainLifecycle(t *testing.T) {
 			t.Fatalf("stale problem %+v", p)
 		}
 	}
+	// Another partition the map leaves out keeps the same map and map revision.
+	b = Batch{}
+	b.PutPartition(partition("bad2", partitionmap.BBox{West: 0, South: 0, East: 1, North: 1}, "eu-south"))
+	spBad := mustApply(t, d, b).SpatialDomain(sp.Domain.Key)
+	if spBad.Map != sp4.Map || spBad.MapRevision != sp4.MapRevision || len(spBad.Partitions) != len(sp4.Partitions)+1 {
+		t.Fatalf("a left-out partition changed the map: same %v, revisions %d/%d", spBad.Map == sp4.Map, spBad.MapRevision, sp4.MapRevision)
+	}
 	// Fixing the bad partition adds it to the map.
 	b = Batch{}
 	b.PutPartition(partition("bad", partitionmap.BBox{West: 0, South: 0, East: 1, North: 1}, "eu-west"))
@@ -112,7 +119,7 @@ func TestSpatialDomainLifecycle(t *testing.T) {
 	if s6.SpatialDomain(sp.Domain.Key) != nil || len(s6.Spatial()) != 0 {
 		t.Fatal("the deleted domain is still there")
 	}
-	if n := len(s6.Orphans()); n != 4 {
+	if n := len(s6.Orphans()); n != 5 {
 		t.Fatalf("orphans %v", s6.Orphans())
 	}
 }

@@ -34,7 +34,7 @@ const (
 )
 
 // StatusWriter writes what was computed into the status of every Upstream,
-// Locality and EndpointSet. Only the replica holding the Lease runs it.
+// Locality, EndpointSet, SpatialDomain and Partition. Only the replica holding the Lease runs it.
 type StatusWriter struct {
 	Client client.Client
 	Dir    *topology.Directory
@@ -139,6 +139,9 @@ func (w *StatusWriter) WriteAll(ctx context.Context) error {
 			s.Status = *want
 			keep(w.Client.Status().Patch(ctx, s, client.MergeFrom(orig)))
 		}
+	}
+	if err := w.writeSpatial(ctx, snap, rejected, published, keep); err != nil {
+		return err
 	}
 	return firstErr
 }

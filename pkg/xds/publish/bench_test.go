@@ -5,8 +5,11 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
+	"fmt"
+	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/topology/topologytest"
+	"poise.dev/poise/pkg/weights"
 	"poise.dev/poise/pkg/xds/publish"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
@@ -66,3 +69,102 @@ func BenchmarkPublish(b *testing.B) {
 }
 
 const clusterType = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+
+// spatialBench is the 100k-endpoint topology plus one spatial domain: 20 replicas on the
+// first 20 upstreams, 4 products, 500 partitions on a 1° grid.
+func spatialBench() topology.Batch {
+	b := topologytest.Batch(5000)
+	dom := partitionmap.Domain{Name: "bench", GridDeg: 1, MaxCells: 256, CapPercent: partitionmap.NoCap}
+	for r := range 20 {
+		dom.Replicas = append(dom.Replicas, partitionmap.Replica{Name: fmt.Sprintf("r%02d", r), Upstream: topologytest.UpstreamName(r), Region: fmt.Sprintf("region-%d", r%5)})
+	}
+	for p := range 4 {
+		dom.Products = append(dom.Products, partitionmap.Product{Name: fmt.Sprintf("p%d", p), PathPrefix: fmt.Sprintf("/p%d", p),
+			AllowedRegions: []string{fmt.Sprintf("region-%d", p), fmt.Sprintf("region-%d", (p+1)%5)}})
+	}
+	b.PutSpatialDomain(topology.SpatialDomain{Key: topology.Key{Namespace: "bench", Name: "bench"}, Domain: dom})
+	for i := range 500 {
+		w, s := float64(i%36*10-180), float64(i/36*10-80)
+		b.PutPartition(topology.Partition{Key: topology.Key{Namespace: "bench", Name: fmt.Sprintf("part-%03d", i)}, Domain: "bench",
+			Extent:   partitionmap.BBox{West: w, South: s, East: w + 12, North: min(s+12, 90)},
+			Replicas: []string{fmt.Sprintf("r%02d", i%20), fmt.Sprintf("r%02d", (i+7)%20)}})
+	}
+	return b
+}
+
+// replicaDown takes every endpoint of synthetic upstream u out of service (down) or
+// back (!down): the replica on it loses or regains all capacity.
+func replicaDown(u int, down bool) topology.Batch {
+	var b topology.Batch
+	for r := range topologytest.Regions {
+		s := topologytest.Set(u, r, nil)
+		for i := range s.Endpoints {
+			if down {
+				s.Endpoints[i].Admin = weights.Unavailable
+			}
+		}
+		b.PutEndpointSet(s)
+	}
+	return b
+}
+
+// BenchmarkPublishSpatial compares a full rebuild with the incremental paths a spatial
+// domain adds: an endpoint flip outside any replica (the domain is not touched), inside
+// a replica (its CLAs and the pools, no RDS), and a replica losing all capacity (RDS
+// with the new DATA).
+func BenchmarkPublishSpatial(b *testing.B) {
+	full := spatialBench()
+	b.Run("full-rebuild", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			d := topology.NewDirectory()
+			snap, err := d.Apply(full)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := publish.New(newCache(), "bench", nil).Publish(snap); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, bc := range []struct {
+		name   string
+		batch  func(i int) topology.Batch
+		routes int
+	}{
+		{"flip-outside-replicas", func(i int) topology.Batch { return topologytest.Flip(2500, i) }, 0},
+		{"flip-inside-replica", func(i int) topology.Batch { return topologytest.Flip(3, i) }, 0},
+		{"replica-health", func(i int) topology.Batch { return replicaDown(3, i%2 == 1) }, 1},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			d := topology.NewDirectory()
+			snap, err := d.Apply(full)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p := publish.New(newCache(), "bench", nil)
+			if _, err := p.Publish(snap); err != nil {
+				b.Fatal(err)
+			}
+			batches := [2]topology.Batch{bc.batch(0), bc.batch(1)}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				snap, err := d.Apply(batches[i%2])
+				if err != nil {
+					b.Fatal(err)
+				}
+				st, err := p.Publish(snap)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if st.Changes[routeType] != bc.routes {
+					b.Fatalf("published %v routes, want %d", st.Changes, bc.routes)
+				}
+			}
+		})
+	}
+}
+
+const routeType = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"

@@ -54,14 +54,25 @@ func (p *Publisher) spatialUpdate(s *topology.Snapshot, version string, put func
 			next.domains[k] = old
 			continue
 		}
-		res, err := translate.SpatialDomain(st, s.Upstream)
+		var was spatialPublished
+		if old != nil {
+			was = *old
+		}
+		// A replica whose Upstream state is the one rendered last time keeps its entries.
+		unchanged := func(i int) bool {
+			return old != nil && i < len(old.upstreams) && old.upstreams[i] == ups[i] &&
+				was.clusters[translate.ReplicaClusterName(k, st.Replicas[i].Name)] != nil
+		}
+		res, err := translate.SpatialDomain(st, s.Upstream, unchanged)
 		if err != nil {
 			return spatialSet{}, err
 		}
 		pub := &spatialPublished{state: st, upstreams: ups, clusters: map[string]*xdscache.Entry{}, endpoints: map[string]*xdscache.Entry{}}
-		var was spatialPublished
-		if old != nil {
-			was = *old
+		for i, r := range st.Replicas {
+			if ups[i] != nil && unchanged(i) {
+				name := translate.ReplicaClusterName(k, r.Name)
+				pub.clusters[name], pub.endpoints[name] = was.clusters[name], was.endpoints[name]
+			}
 		}
 		for _, c := range res.Clusters {
 			e, err := reuse(was.clusters[c.Name], c, version, false)
@@ -88,7 +99,11 @@ func (p *Publisher) spatialUpdate(s *topology.Snapshot, version string, put func
 		if old != nil && old.state == st {
 			pub.vhost = old.vhost
 		} else {
-			if pub.vhost, err = translate.SpatialDomainVirtualHost(st, res.Lua); err != nil {
+			src, err := translate.SpatialLua(st, res.LuaClusters)
+			if err != nil {
+				return spatialSet{}, err
+			}
+			if pub.vhost, err = translate.SpatialDomainVirtualHost(st, src); err != nil {
 				return spatialSet{}, &translate.SpatialError{Domain: k, Err: err}
 			}
 			routesChanged = true

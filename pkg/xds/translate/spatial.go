@@ -57,14 +57,25 @@ func PoolClusterName(domain topology.Key, product string) string {
 }
 
 // SpatialDomainResources are the Envoy resources of one serving domain: a cluster and
-// ClusterLoadAssignment per resolved replica and per product pool, and the Lua chunk for
-// its VirtualHost.
+// ClusterLoadAssignment per resolved replica and per product pool.
 type SpatialDomainResources struct {
 	Clusters  []*cluster.Cluster
 	Endpoints []*endpoint.ClusterLoadAssignment
-	Lua       string
+	// LuaClusters are the clusters the domain's Lua selects (see SpatialLua).
+	LuaClusters partitionmap.Clusters
 	// DataClusters are the clusters the Lua names; each must be in the same CDS.
 	DataClusters []string
+}
+
+// SpatialLua is the chunk of a domain's VirtualHost: its DATA (map, health, clusters)
+// and the fixed logic. It depends only on the domain's state, so an endpoint change
+// inside a healthy replica never renders it again.
+func SpatialLua(s *topology.SpatialState, cl partitionmap.Clusters) (string, error) {
+	src, err := s.Map.RenderLua(s.Health, s.MapRevision, cl)
+	if err != nil {
+		return "", &SpatialError{Domain: s.Domain.Key, Err: err}
+	}
+	return src, nil
 }
 
 // SpatialError is a domain that cannot be rendered; nothing of it is published.
@@ -80,7 +91,10 @@ func (e *SpatialError) Unwrap() error { return e.Err }
 // snapshot. Replica clusters copy their Upstream's cluster settings and endpoints under
 // the replica's name; a product's pool holds, as one locality per lawful healthy
 // replica, that replica's selectable endpoints weighted by their computed shares.
-func SpatialDomain(s *topology.SpatialState, upstream func(topology.Key) *topology.UpstreamState) (*SpatialDomainResources, error) {
+//
+// unchanged, when non-nil, names replicas (by index) whose Upstream the caller already
+// rendered: their clusters are named in LuaClusters but not rendered again.
+func SpatialDomain(s *topology.SpatialState, upstream func(topology.Key) *topology.UpstreamState, unchanged func(replica int) bool) (*SpatialDomainResources, error) {
 	k := s.Domain.Key
 	fail := func(err error) (*SpatialDomainResources, error) { return nil, &SpatialError{Domain: k, Err: err} }
 	if !s.Serving() {
@@ -97,6 +111,10 @@ func SpatialDomain(s *topology.SpatialState, upstream func(topology.Key) *topolo
 			continue
 		}
 		name := ReplicaClusterName(k, r.Name)
+		cl.Replicas = append(cl.Replicas, name)
+		if unchanged != nil && unchanged(i) {
+			continue
+		}
 		c, err := Cluster(u)
 		if err != nil {
 			return fail(err)
@@ -110,7 +128,6 @@ func SpatialDomain(s *topology.SpatialState, upstream func(topology.Key) *topolo
 		cla.ClusterName = name
 		out.Clusters = append(out.Clusters, c)
 		out.Endpoints = append(out.Endpoints, cla)
-		cl.Replicas = append(cl.Replicas, name)
 	}
 	dom := s.Map.Domain()
 	for _, p := range dom.Products {
@@ -126,11 +143,7 @@ func SpatialDomain(s *topology.SpatialState, upstream func(topology.Key) *topolo
 		out.Endpoints = append(out.Endpoints, cla)
 		cl.Pools = append(cl.Pools, name)
 	}
-	src, err := s.Map.RenderLua(s.Health, s.Revision, cl)
-	if err != nil {
-		return fail(err)
-	}
-	out.Lua = src
+	out.LuaClusters = cl
 	for _, c := range cl.Replicas {
 		if c != "" {
 			out.DataClusters = append(out.DataClusters, c)

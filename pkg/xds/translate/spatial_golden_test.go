@@ -42,16 +42,20 @@ func renderSpatial(t testing.TB, snap *topology.Snapshot) (all []byte, data stri
 		if !st.Serving() {
 			continue
 		}
-		res, err := translate.SpatialDomain(st, snap.Upstream)
+		res, err := translate.SpatialDomain(st, snap.Upstream, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		vh, err := translate.SpatialDomainVirtualHost(st, res.Lua)
+		src, err := translate.SpatialLua(st, res.LuaClusters)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vh, err := translate.SpatialDomainVirtualHost(st, src)
 		if err != nil {
 			t.Fatal(err)
 		}
 		hosts = append(hosts, vh)
-		data = strings.TrimSuffix(res.Lua, partitionmap.LuaLogic())
+		data = strings.TrimSuffix(src, partitionmap.LuaLogic())
 		for _, c := range res.Clusters {
 			clusters = append(clusters, func() { doc("Cluster", c.Name, c) })
 		}
