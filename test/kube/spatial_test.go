@@ -7,6 +7,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/partitionmap"
@@ -95,17 +97,12 @@ func TestSpatialSource(t *testing.T) {
 	})
 
 	// An update follows.
-	part.Spec.Extent.North = 20
-	if err := k8s.Update(t.Context(), part); err != nil {
-		t.Fatal(err)
-	}
+	// The status writer patches status meanwhile: update the latest version.
+	updateLatest(t, part, func() { part.Spec.Extent.North = 20 })
 	wait("the Partition's new extent", func(st *topology.SpatialState) (bool, string) {
 		return st != nil && len(st.Partitions) == 1 && st.Partitions[0].Partition.Extent.North == 20, partitions(st)
 	})
-	domain.Spec.GridDegrees = ptr(int32(10))
-	if err := k8s.Update(t.Context(), domain); err != nil {
-		t.Fatal(err)
-	}
+	updateLatest(t, domain, func() { domain.Spec.GridDegrees = ptr(int32(10)) })
 	wait("the domain's new grid", func(st *topology.SpatialState) (bool, string) {
 		if st == nil {
 			return false, "no domain"
@@ -124,4 +121,20 @@ func TestSpatialSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("the SpatialDomain gone", func(st *topology.SpatialState) (bool, string) { return st == nil, partitions(st) })
+}
+
+// updateLatest applies change to the latest version of obj and updates it, retrying
+// when the status writer changed the object in between.
+func updateLatest(t *testing.T, obj client.Object, change func()) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		change()
+		return k8s.Update(t.Context(), obj)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
