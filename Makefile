@@ -73,6 +73,9 @@ bench: ## Benchmarks with allocations.
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	$(GO) test -run='^$$' -fuzz=FuzzCompute -fuzztime=$(or $(FUZZTIME),30s) ./pkg/weights
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(or $(FUZZTIME),30s) ./pkg/manifest
+	$(GO) test -run='^$$' -fuzz=FuzzParseBBox -fuzztime=$(or $(FUZZTIME),30s) ./pkg/partitionmap
+	$(GO) test -run='^$$' -fuzz=FuzzCells -fuzztime=$(or $(FUZZTIME),30s) ./pkg/partitionmap
+	$(GO) test -run='^$$' -fuzz=FuzzDecide -fuzztime=$(or $(FUZZTIME),30s) ./pkg/partitionmap
 
 .PHONY: clean
 clean:
