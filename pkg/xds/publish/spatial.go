@@ -90,11 +90,8 @@ func (p *Publisher) spatialUpdate(s *topology.Snapshot, version string, put func
 			}
 			pub.endpoints[cla.ClusterName] = e
 		}
-		// The Lua names clusters that go-control-plane's consistency check cannot see.
-		for _, name := range res.DataClusters {
-			if pub.clusters[name] == nil {
-				return spatialSet{}, &translate.SpatialError{Domain: k, Err: fmt.Errorf("the Lua names cluster %q, which is not in CDS", name)}
-			}
+		if err := luaClustersPublished(res.DataClusters, pub.clusters); err != nil {
+			return spatialSet{}, &translate.SpatialError{Domain: k, Err: err}
 		}
 		if old != nil && old.state == st {
 			pub.vhost = old.vhost
@@ -168,4 +165,16 @@ func (p *Publisher) spatialUpdate(s *topology.Snapshot, version string, put func
 		put(spatialView, resource.RouteType, prev.route, next.route)
 	}
 	return next, nil
+}
+
+// luaClustersPublished checks that every cluster the Lua names is in the same CDS:
+// the route selects it by header, which neither Envoy's validate_clusters nor
+// go-control-plane's consistency check can see.
+func luaClustersPublished(names []string, clusters map[string]*xdscache.Entry) error {
+	for _, name := range names {
+		if clusters[name] == nil {
+			return fmt.Errorf("the Lua names cluster %q, which is not in CDS", name)
+		}
+	}
+	return nil
 }
