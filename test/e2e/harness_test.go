@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -184,15 +185,18 @@ func (cp *controlPlane) ackedEDS(t *testing.T, node string) string {
 	return ""
 }
 
-// waitAcked waits until the node has ACKed an EDS version of the given
-// revision and returns the version.
+// waitAcked waits until the node has ACKed, on this control plane, an EDS
+// version of the given revision or a later one (the file source may apply one
+// write as more than one batch), and returns the version.
 func (cp *controlPlane) waitAcked(t *testing.T, node string, revision uint64, timeout time.Duration) string {
 	t.Helper()
-	suffix := fmt.Sprintf("-%d", revision)
 	deadline := time.Now().Add(timeout)
 	for {
-		if v := cp.ackedEDS(t, node); strings.HasSuffix(v, suffix) {
-			return v
+		v := cp.ackedEDS(t, node)
+		if i := strings.LastIndexByte(v, '-'); i >= 0 {
+			if r, err := strconv.ParseUint(v[i+1:], 10, 64); err == nil && r >= revision {
+				return v
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("node %s did not ACK revision %d within %v (acked %q)\n%s", node, revision, timeout, cp.ackedEDS(t, node), cp.logs())

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,12 +117,19 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 			tp.write(t, manifests, backends)
 		}
 		want := explainOffline(t, manifests, "e2e/echo")
-		var served struct{ Revision uint64 }
+		// Wait until the served upstream is the one the manifests now describe: its
+		// revision alone cannot say, since a read just after the write may still see
+		// the previous one.
+		var served explain.Report
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			getJSON(t, cp.adminURL+"/debug/explain?upstream=e2e/echo", &served)
-			if served.Revision >= want.Revision || time.Now().After(deadline) {
+			got := splitcheck.ExpectationOf(t, served)
+			if maps.Equal(got.Share, want.Share) && got.Dropped == want.Dropped {
 				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the served topology did not follow the manifests within 10s", phase)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
