@@ -168,6 +168,19 @@ func buildDiffMaps(t testing.TB) []diffMap {
 		Products: []Product{{"x", "/x", []string{"region-0", "region-1", "region-2", "region-3"}}}}
 	add("world", world, randomParts(5, 180, names[:4]), [][]bool{{false, true, true, true}}, nil)
 
+	// Ties everywhere: every partition is held by two replicas, so equal scores are
+	// the rule and the name tie-break decides.
+	tieReps := reps[:4]
+	ties := Domain{Name: "ties", GridDeg: 30, MaxCells: 72, CapPercent: NoCap, Replicas: tieReps,
+		Products: []Product{{"x", "/x", []string{"region-0", "region-1", "region-2", "region-3"}}}}
+	var tieParts []Partition
+	for i := range 24 {
+		w, so := float64(i%12*30-180), float64(i/12*60-60)
+		tieParts = append(tieParts, Partition{Name: fmt.Sprintf("t%02d", i), Extent: BBox{West: w, South: so, East: w + 30, North: so + 60},
+			Replicas: []string{names[i%4], names[(i+1+i/12)%4]}})
+	}
+	add("ties", ties, tieParts, [][]bool{{true, true, true, true}, {true, false, true, true}}, nil)
+
 	// More replicas and partitions than Decide's stack buffers hold.
 	var many []Replica
 	var manyNames []string
