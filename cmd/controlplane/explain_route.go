@@ -3,11 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
 
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/partitionmap"
-	"poise.dev/poise/pkg/topology"
 )
 
 func runExplainRoute(args []string, stdout, stderr io.Writer) int {
@@ -40,7 +38,7 @@ func runExplainRoute(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitInvalid
 	}
-	st, err := findDomain(snap, *domain)
+	st, err := explain.FindDomain(snap, *domain)
 	if err != nil {
 		fmt.Fprintf(stderr, "error: --domain %s: %v\n", *domain, err)
 		return exitInvalid
@@ -51,32 +49,4 @@ func runExplainRoute(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	return writeReport(*output, stdout, stderr, rep, func() error { return explain.WriteRouteText(stdout, rep) })
-}
-
-// findDomain resolves NAMESPACE/NAME, or NAME the way Envoy matches x-spatial-domain:
-// the serving domain of that name.
-func findDomain(snap *topology.Snapshot, name string) (*topology.SpatialState, error) {
-	if strings.Contains(name, "/") {
-		k, err := topology.ParseKey(name)
-		if err != nil {
-			return nil, err
-		}
-		if st := snap.SpatialDomain(k); st != nil {
-			return st, nil
-		}
-		return nil, fmt.Errorf("no such SpatialDomain in the manifests")
-	}
-	var found []string
-	for _, st := range snap.Spatial() {
-		if st.Domain.Key.Name == name {
-			if st.Serving() {
-				return st, nil
-			}
-			found = append(found, st.Domain.Key.String())
-		}
-	}
-	if len(found) > 0 {
-		return nil, fmt.Errorf("SpatialDomain %s is not serving", strings.Join(found, ", "))
-	}
-	return nil, fmt.Errorf("no SpatialDomain of that name in the manifests")
 }

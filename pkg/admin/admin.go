@@ -10,6 +10,7 @@ import (
 
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/server"
 )
@@ -57,6 +58,28 @@ func Handler(s Sources) http.Handler {
 			keys = append(keys, k)
 		}
 		writeJSON(w, explain.Build(snap, keys...))
+	})
+	// The live counterpart of `controlplane explain-route`: the same Go reference on the
+	// map and health the published Lua carries.
+	mux.HandleFunc("GET /debug/explain-route", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if q.Get("domain") == "" || q.Get("product") == "" {
+			writeJSONError(w, http.StatusBadRequest, "domain and product are required")
+			return
+		}
+		snap := s.Snapshot()
+		st, err := explain.FindDomain(snap, q.Get("domain"))
+		if err != nil {
+			writeJSONError(w, http.StatusNotFound, fmt.Sprintf("domain %s in revision %d: %v", q.Get("domain"), snap.Revision, err))
+			return
+		}
+		rep, err := explain.ExplainRoute(st, partitionmap.Request{Product: q.Get("product"), BBox: q.Get("bbox"), CRS: q.Get("crs"),
+			Path: q.Get("path"), RequestID: q.Get("request-id")})
+		if err != nil {
+			writeJSONError(w, http.StatusNotFound, err.Error())
+			return
+		}
+		writeJSON(w, rep)
 	})
 	mux.HandleFunc("GET /debug/clients", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, map[string]any{"clients": s.Clients()})

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/manifest"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
@@ -77,5 +78,49 @@ func TestAdminEndpoints(t *testing.T) {
 	var rep explain.Report
 	if err := json.Unmarshal([]byte(body), &rep); err != nil || len(rep.Upstreams) != 1 || rep.Upstreams[0].Priorities[0].Load != weights.Million {
 		t.Errorf("explain JSON: %v %+v", err, rep)
+	}
+}
+
+func TestExplainRouteEndpoint(t *testing.T) {
+	set, err := manifest.Load("../../examples/spatial")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := topology.NewDirectory()
+	if _, err := d.Apply(set.Batch); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: d.Current,
+		Clients: func() []server.Client { return nil }}))
+	defer srv.Close()
+	get := func(query string) (int, string) {
+		resp, err := http.Get(srv.URL + "/debug/explain-route?" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := get("domain=cadastre&product=parcels&bbox=8,48,9,49")
+	var rep explain.RouteReport
+	if err := json.Unmarshal([]byte(body), &rep); err != nil || code != http.StatusOK {
+		t.Fatalf("%d %s: %v", code, body, err)
+	}
+	if rep.Result.Status != 200 || rep.Result.Reason != "locality" || rep.Result.Replica != "eu-central" || rep.Namespace != "geo" {
+		t.Errorf("result %+v", rep.Result)
+	}
+	for _, tc := range []struct {
+		query string
+		code  int
+		want  string
+	}{
+		{"domain=cadastre", http.StatusBadRequest, "domain and product are required"},
+		{"domain=roads&product=parcels", http.StatusNotFound, "no SpatialDomain of that name"},
+		{"domain=geo/roads&product=parcels", http.StatusNotFound, "no such SpatialDomain"},
+	} {
+		if code, body := get(tc.query); code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %s", tc.query, code, body)
+		}
 	}
 }

@@ -272,3 +272,31 @@ func WriteRouteText(w io.Writer, r *RouteReport) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// FindDomain resolves NAMESPACE/NAME, or NAME the way Envoy matches x-spatial-domain:
+// the serving domain of that name.
+func FindDomain(snap *topology.Snapshot, name string) (*topology.SpatialState, error) {
+	if strings.Contains(name, "/") {
+		k, err := topology.ParseKey(name)
+		if err != nil {
+			return nil, err
+		}
+		if st := snap.SpatialDomain(k); st != nil {
+			return st, nil
+		}
+		return nil, fmt.Errorf("no such SpatialDomain")
+	}
+	var found []string
+	for _, st := range snap.Spatial() {
+		if st.Domain.Key.Name == name {
+			if st.Serving() {
+				return st, nil
+			}
+			found = append(found, st.Domain.Key.String())
+		}
+	}
+	if len(found) > 0 {
+		return nil, fmt.Errorf("SpatialDomain %s is not serving", strings.Join(found, ", "))
+	}
+	return nil, fmt.Errorf("no SpatialDomain of that name")
+}

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/test/kubemanifests"
 )
@@ -157,6 +158,14 @@ func TestSpatialPublishing(t *testing.T) {
 	}
 	if ran := runServedLua(t, lua, "parcels", "8,48,9,49"); ran != "" && ran != "200\tlocality\tspatial:"+ns+":cadastre:eu-west" {
 		t.Fatalf("after the health change the published Lua decided %q", ran)
+	}
+	// The live explain-route decides the same on the same data version.
+	var live explain.RouteReport
+	if err := getJSON(p.adminURL+"/debug/explain-route?domain=cadastre&product=parcels&bbox=8,48,9,49", &live); err != nil {
+		t.Fatal(err)
+	}
+	if live.Result.Replica != "eu-west" || live.DataVersion != m[1] {
+		t.Fatalf("live explain-route: %+v on data version %s, the Lua carries %s", live.Result, live.DataVersion, m[1])
 	}
 
 	// An invalid Partition (a replica the domain does not have) is reported on its
