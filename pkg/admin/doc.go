@@ -1,4 +1,4 @@
 // Package admin serves the control plane's admin HTTP port: liveness and
-// readiness, Prometheus metrics, the explain report of the current snapshot,
-// the connected xDS clients, and pprof.
+// readiness, Prometheus metrics, the explain reports of the current snapshot
+// (upstreams and spatial routes), the connected xDS clients, and pprof.
 package admin

@@ -1,7 +1,7 @@
-// Package partitionmap is the pure Go reference of the spatial routing decision
-// described in docs/spatial.md: it parses OGC API Features bounding boxes and
-// maps them onto a coarse lat/lon cell grid. The Lua script that Envoy runs per request
-// must follow exactly the same rules, so each rule here is written as float comparisons a
-// Lua 5.1 script can repeat bit for bit (strict number grammar, positive-form range
-// checks, floor with exact edge correction).
+// Package partitionmap is the pure Go reference of the spatial routing decision of
+// docs/spatial.md: it builds a domain's partition map (grid cell → partitions →
+// replicas), parses OGC API Features bounding boxes, and decides per request in the fixed
+// order residency, health, locality, fallback. It also renders the same map as the Lua
+// DATA table Envoy runs with the fixed logic in lua/decide.lua; every rule is written as
+// float comparisons LuaJIT repeats bit for bit, and a differential test holds them equal.
 package partitionmap

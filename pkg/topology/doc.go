@@ -1,7 +1,9 @@
 // Package topology is the single-writer reconciliation boundary of the
-// control plane: sources hand a Directory batches of upstreams, localities
-// and endpoint sets; it applies each batch atomically, validates and computes
-// every affected upstream with pkg/weights, and publishes an immutable,
-// revisioned Snapshot. An invalid batch is rejected whole and the last good
-// Snapshot stays current.
+// control plane: sources hand a Directory batches of upstreams, localities,
+// endpoint sets, spatial domains and partitions; it applies each batch
+// atomically, validates and computes every affected upstream with pkg/weights,
+// resolves each affected spatial domain into a partition map with its replicas'
+// health, and publishes an immutable, revisioned Snapshot. An invalid batch is
+// rejected whole and the last good Snapshot stays current; a spatial problem is
+// reported on its object and never rejects a batch.
 package topology

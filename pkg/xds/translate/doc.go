@@ -1,6 +1,7 @@
-// Package translate turns one computed upstream of a topology snapshot into
-// Envoy resources: its Cluster, its ClusterLoadAssignment in each client
-// rendering, and the API listener and route configuration that proxyless
-// gRPC clients dial. It is pure: the same upstream gives the same resources,
-// and every resource passes its generated Validate before it is returned.
+// Package translate turns a topology snapshot into Envoy resources: per upstream its
+// Cluster, its ClusterLoadAssignment in each client rendering, and the API listener and
+// route configuration that proxyless gRPC clients dial; per spatial domain its replica
+// and pool clusters, the Lua chunk of its VirtualHost, and the spatial listener and
+// routes. It is pure: the same input gives the same resources, and every resource
+// passes its generated Validate before it is returned.
 package translate
