@@ -138,8 +138,18 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		endpoints += len(u.Endpoints)
 	}
 	fmt.Fprintf(stdout, "valid: %d object(s), %d upstream(s), %d endpoint(s)\n", len(set.Objects), len(snap.Upstreams()), endpoints)
+	if n := len(snap.Spatial()); n > 0 {
+		fmt.Fprintf(stdout, "spatial: %d domain(s)\n", n)
+	}
 	for _, o := range snap.Orphans() {
-		fmt.Fprintf(stdout, "warning: %s names an upstream that does not exist; it is ignored until it does\n", o)
+		what := "an upstream"
+		if o.Kind == topology.KindPartition {
+			what = "a SpatialDomain"
+		}
+		fmt.Fprintf(stdout, "warning: %s (%s) names %s that does not exist; it is ignored until it does\n", o, set.Where(o), what)
+	}
+	for _, p := range snap.SpatialProblems() {
+		fmt.Fprintf(stdout, "warning: %s (%s): %s: %s\n", p.Object, set.Where(p.Object), p.Field, p.Message)
 	}
 	return exitOK
 }

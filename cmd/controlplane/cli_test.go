@@ -250,9 +250,48 @@ func TestValidateWarnsAboutOrphans(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	want := "valid: 1 object(s), 0 upstream(s), 0 endpoint(s)\nwarning: Locality shop/l names an upstream that does not exist; it is ignored until it does\n"
+	want := "valid: 1 object(s), 0 upstream(s), 0 endpoint(s)\nwarning: Locality shop/l (" + filepath.Join(dir, "orphan.yaml") +
+		" document 1) names an upstream that does not exist; it is ignored until it does\n"
 	if stdout != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", stdout, want)
+	}
+}
+
+// TestValidateWarnsAboutSpatialProblems: what only shows across spatial objects is a
+// warning naming the object, where it is defined, and the field.
+func TestValidateWarnsAboutSpatialProblems(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "spatial.yaml", `apiVersion: poise.dev/v1alpha1
+kind: SpatialDomain
+metadata: {name: roads, namespace: geo}
+spec:
+  replicas: [{name: eu, upstream: roads-eu, region: eu}]
+  products: [{name: maps, pathPrefix: /maps, allowedRegions: [eu]}]
+---
+apiVersion: poise.dev/v1alpha1
+kind: Partition
+metadata: {name: alps, namespace: geo}
+spec: {domain: roads, extent: {west: 5, south: 44, east: 16, north: 48}, replicas: [eu, us]}
+---
+apiVersion: poise.dev/v1alpha1
+kind: Partition
+metadata: {name: stray, namespace: geo}
+spec: {domain: rivers, extent: {west: 5, south: 44, east: 16, north: 48}, replicas: [eu]}
+`)
+	code, stdout, stderr := runCLI("validate", "-f", dir)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	file := filepath.Join(dir, "spatial.yaml")
+	for _, want := range []string{
+		"spatial: 1 domain(s)",
+		"warning: Partition geo/stray (" + file + " document 3) names a SpatialDomain that does not exist",
+		"warning: Partition geo/alps (" + file + " document 2): spec.replicas[1]: domain roads has no replica \"us\"; the partition is left out of the map",
+		"warning: SpatialDomain geo/roads (" + file + " document 1): spec.replicas[eu].upstream: Upstream geo/roads-eu not found",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
 	}
 }
 

@@ -81,6 +81,17 @@ type Set struct {
 	Objects []Object
 }
 
+// Where says where an object is defined ("file document N"), or "" when the set does
+// not hold it.
+func (s *Set) Where(ref topology.ObjectRef) string {
+	for _, o := range s.Objects {
+		if o.Kind == ref.Kind && o.Key == ref.Key {
+			return fmt.Sprintf("%s document %d", o.File, o.Document)
+		}
+	}
+	return ""
+}
+
 // Load reads files and directories (the *.yaml, *.yml and *.json files
 // directly in a directory, not its subdirectories, as `kubectl apply -f DIR`
 // does) in

@@ -304,3 +304,34 @@ func (d *Directory) spatialOrphans() []ObjectRef {
 	}
 	return out
 }
+
+// ObjectProblem is something wrong with one spatial object. It never rejects a batch;
+// sources without a status to write (manifest files) print or log it.
+type ObjectProblem struct {
+	Object  ObjectRef
+	Field   string
+	Reason  string
+	Message string
+}
+
+func (p ObjectProblem) String() string {
+	return fmt.Sprintf("%s: %s: %s (%s)", p.Object, p.Field, p.Message, p.Reason)
+}
+
+// SpatialProblems lists every problem of every spatial domain and partition, in object order.
+func (s *Snapshot) SpatialProblems() []ObjectProblem {
+	var out []ObjectProblem
+	for _, st := range s.spatial {
+		for _, p := range st.Problems {
+			out = append(out, ObjectProblem{Object: ObjectRef{KindSpatialDomain, st.Domain.Key}, Field: p.Field, Reason: p.Reason, Message: p.Message})
+		}
+		for _, ps := range st.Partitions {
+			if ps.Problem != nil && ps.Problem.Kind == KindPartition {
+				out = append(out, ObjectProblem{Object: ObjectRef{KindPartition, ps.Partition.Key}, Field: ps.Problem.Field,
+					Reason: ps.Problem.Reason, Message: ps.Problem.Message + "; the partition is left out of the map"})
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b ObjectProblem) int { return a.Object.compare(b.Object) })
+	return out
+}

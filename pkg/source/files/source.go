@@ -28,6 +28,7 @@ type Source struct {
 
 	mu      sync.Mutex
 	applied map[string]manifest.Object // what the directory holds from us, by "Kind ns/name"
+	warned  map[string]bool            // spatial problems already logged
 }
 
 // Load reads every manifest and applies them as one batch, deleting objects
@@ -51,6 +52,7 @@ func (s *Source) Load() (*topology.Snapshot, error) {
 		return nil, set.Locate(err)
 	}
 	s.applied = seen
+	s.warnSpatial(snap, set)
 	s.count("applied")
 	if s.Metrics != nil {
 		s.Metrics.Revision.Set(float64(snap.Revision))
@@ -78,6 +80,21 @@ func deleteGone(b *topology.Batch, applied, seen map[string]manifest.Object) {
 			b.DeletePartition(o.Key)
 		}
 	}
+}
+
+// warnSpatial logs each spatial problem once, with where its object is defined:
+// manifest files have no status to carry it, and it never rejects a change.
+func (s *Source) warnSpatial(snap *topology.Snapshot, set *manifest.Set) {
+	now := map[string]bool{}
+	for _, p := range snap.SpatialProblems() {
+		key := p.String()
+		now[key] = true
+		if !s.warned[key] && s.Log != nil {
+			s.Log.Warn("spatial routing problem; the rest keeps serving", "object", p.Object.String(), "at", set.Where(p.Object),
+				"field", p.Field, "reason", p.Reason, "problem", p.Message)
+		}
+	}
+	s.warned = now
 }
 
 func (s *Source) count(result string) {

@@ -1,9 +1,12 @@
 package files
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,5 +220,40 @@ spec: {domain: cadastre, extent: {west: -10, south: 35, east: 30, north: 70}, re
 	}
 	if st := snap.SpatialDomain(key); st != nil {
 		t.Fatalf("the SpatialDomain's file is gone, the directory has %+v", st)
+	}
+}
+
+// TestSpatialProblemsAreLoggedOnce: a Partition naming a replica its domain lacks is
+// logged with its file and field, once, and the change is still applied.
+func TestSpatialProblemsAreLoggedOnce(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "upstream.yaml"), upstreamYAML)
+	write(t, filepath.Join(dir, "spatial.yaml"), `apiVersion: poise.dev/v1alpha1
+kind: SpatialDomain
+metadata: {name: cadastre, namespace: shop}
+spec:
+  replicas: [{name: eu-1, upstream: web, region: r1}]
+  products: [{name: parcels, pathPrefix: /parcels, allowedRegions: [r1]}]
+---
+apiVersion: poise.dev/v1alpha1
+kind: Partition
+metadata: {name: europe, namespace: shop}
+spec: {domain: cadastre, extent: {west: -10, south: 35, east: 30, north: 70}, replicas: [eu-2]}
+`)
+	var logs bytes.Buffer
+	src := &Source{Paths: []string{dir}, Dir: topology.NewDirectory(), Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	for range 2 {
+		if _, err := src.Load(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := logs.String()
+	if n := strings.Count(out, "spatial routing problem"); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, out)
+	}
+	for _, want := range []string{"object=\"Partition shop/europe\"", "spatial.yaml document 2", "field=spec.replicas[0]", "reason=UnknownReplica"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s:\n%s", want, out)
+		}
 	}
 }
