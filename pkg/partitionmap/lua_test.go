@@ -503,3 +503,44 @@ func TestLuaDecisionCost(t *testing.T) {
 		}
 	}
 }
+
+// TestLuaLoadsTheLargestMap: a 1° grid with every one of its 64,800 cells occupied is
+// the largest DATA a domain can produce; LuaJIT must load it (a chunk's constants are
+// limited) and decide as Go does.
+func TestLuaLoadsTheLargestMap(t *testing.T) {
+	bin := luajit(t)
+	dom := Domain{Name: "world", GridDeg: 1, MaxCells: 256, CapPercent: NoCap,
+		Replicas: []Replica{{"a", "ua", "r"}, {"b", "ub", "r"}}, Products: []Product{{"p", "/p", []string{"r"}}}}
+	m, _, err := Build(dom, []Partition{{"all", BBox{-180, -90, 180, 90}, []string{"a"}}, {"north", BBox{-180, 0, 180, 90}, []string{"b"}},
+		{"corner", BBox{179, 89, 180, 90}, []string{"b"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.OccupiedCells() != 64800 {
+		t.Fatalf("%d occupied cells", m.OccupiedCells())
+	}
+	h := []bool{true, true}
+	cl := Clusters{Replicas: []string{"ca", "cb"}, Pools: []string{"pool"}}
+	src, err := m.RenderLua(h, 1, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	chunk := filepath.Join(dir, "chunk.lua")
+	if err := os.WriteFile(chunk, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []luaCase{{req: Request{Product: "p", BBox: "10,-10,11,-9"}, crsAbsent: true}, {req: Request{Product: "p", BBox: "179.5,89.5,180,90"}, crsAbsent: true},
+		{req: Request{Product: "p", BBox: "-180,-90,-179,-89"}, crsAbsent: true}, {req: Request{Product: "p", BBox: "0,0,15,15"}, crsAbsent: true}}
+	reqs := filepath.Join(dir, "req.txt")
+	writeRequests(t, reqs, cases)
+	got := runLua(t, bin, chunk, reqs)
+	d := diffMap{m: m, health: h, cl: cl}
+	for i, c := range cases {
+		dec := m.Decide(c.req, h, nil)
+		if want := fmt.Sprintf("%d\t%s\t%s", dec.Status, dec.Reason, d.cluster(c.req, dec)); got[i] != want {
+			t.Errorf("%+v: lua %q, go %q", c.req, got[i], want)
+		}
+	}
+	t.Logf("DATA of %d cells: %d bytes of Lua", m.OccupiedCells(), len(src))
+}
