@@ -26,8 +26,9 @@ test: ## Run every test with the race detector (fuzz targets run their seed corp
 
 # The kind end-to-end suite: a kind cluster with three zones, the image,
 # helm install, examples/kubernetes (echo backends, Envoy on ADS), the
-# per-zone split through Envoy against /debug/explain, and the spill when a
-# zone goes unready. Needs a Docker engine; kind and helm are built from the
+# per-zone split through Envoy against /debug/explain, the spill when a
+# zone goes unready, and spatial routing through Envoy's spatial listener
+# against /debug/explain-route. Needs a Docker engine; kind and helm are built from the
 # Go module proxy when missing (hack/kind.sh, hack/helm.sh). The suite's
 # knobs (POISE_KIND_KEEP=1, POISE_KIND_REUSE=1, ...) are listed in
 # test/kind/kind_test.go and docs/helm.md.

@@ -369,7 +369,7 @@ func checkShopManifests(t *testing.T, srv *apiServer) {
 	for _, u := range objs {
 		kinds[u.GetKind()]++
 	}
-	for _, k := range []string{"Namespace", "Deployment", "Service", "ConfigMap", "Upstream", "Locality", "EndpointSet"} {
+	for _, k := range []string{"Namespace", "Deployment", "Service", "ConfigMap", "Upstream", "Locality", "EndpointSet", "SpatialDomain", "Partition"} {
 		if kinds[k] == 0 {
 			t.Errorf("%s has no %s", shopDir, k)
 		}
@@ -427,7 +427,15 @@ func checkDryRunRejects(t *testing.T, srv *apiServer) {
 	if err := unstructured.SetNestedField(svc.Object, "10.0.0.1", "spec", "clusterIP"); err != nil {
 		t.Fatal(err)
 	}
-	for _, u := range []*unstructured.Unstructured{loc, eps, dep, svc} {
+	dom := find("SpatialDomain")
+	if err := unstructured.SetNestedField(dom.Object, int64(7), "spec", "gridDegrees"); err != nil {
+		t.Fatal(err)
+	}
+	part := find("Partition")
+	if err := unstructured.SetNestedField(part.Object, map[string]any{"west": int64(0), "south": int64(50), "east": int64(5), "north": int64(40)}, "spec", "extent"); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []*unstructured.Unstructured{loc, eps, dep, svc, dom, part} {
 		err := dryRunApply(srv, u)
 		if err == nil {
 			t.Errorf("%s with a bad field was accepted", describe(u))

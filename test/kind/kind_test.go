@@ -5,9 +5,10 @@ package kind_test
 // The kind end-to-end suite. `make e2e-kind` runs it with KIND and HELM set;
 // it needs a Docker engine. It only ever connects to 127.0.0.1: the kind API
 // server listens there (testdata/kind-config.yaml), and every request to a
-// pod — Envoy's listener, the control plane's admin port — goes through the
-// API server's pod proxy. (The kind nodes pull Envoy and http-echo from
-// Docker Hub; the Poise image is built here and loaded, never pulled.)
+// pod — Envoy's listeners, the control plane's admin port — goes through the
+// API server's pod or service proxy (the spatial phase sends its requests to
+// Service shop/envoy port spatial). (The kind nodes pull Envoy and http-echo
+// from Docker Hub; the Poise image is built here and loaded, never pulled.)
 //
 // Environment:
 //
@@ -27,6 +28,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -45,6 +47,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,7 +68,6 @@ const (
 
 	systemNS     = "poise-system"
 	release      = "poise"
-	shopNS       = "shop"
 	adminPort    = "19000"
 	envoyPort    = "10000"
 	fieldOwner   = "poise-e2e"
@@ -85,6 +87,7 @@ type suite struct {
 	kubeconfig string
 	c          client.Client
 	cs         *kubernetes.Clientset
+	httpc      *http.Client // the API server's client, for proxied requests whose status and headers matter
 	requests   int
 
 	mu       sync.Mutex
@@ -118,7 +121,7 @@ func TestKind(t *testing.T) {
 
 	// eu-west-1a goes away: its Deployment is scaled to 0, and a prober (the
 	// test, here) reports the zone's ClusterIP Unhealthy on the EndpointSet.
-	s.scale(t, "echo-"+downZone, 0)
+	s.scale(t, shopNS, "echo-"+downZone, 0)
 	s.probeUnhealthy(t, downPinned, downPinnedIP, 80)
 
 	t.Run("spill/"+upImport, func(t *testing.T) {
@@ -143,6 +146,12 @@ func TestKind(t *testing.T) {
 		}
 	})
 	t.Run("status-after-spill", s.checkStatus)
+
+	// Spatial routing (examples/kubernetes/50-spatial.yaml): requests through
+	// Envoy's spatial listener, each answer compared with the control plane's
+	// /debug/explain-route; then eu-central is scaled to 0 and again
+	// (spatial_kind_test.go).
+	t.Run("spatial", s.checkSpatial)
 }
 
 // ---- setup ----
@@ -196,6 +205,9 @@ func setUp(t *testing.T) *suite {
 	if s.cs, err = kubernetes.NewForConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
+	if s.httpc, err = rest.HTTPClientFor(cfg); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			s.dumpState()
@@ -213,6 +225,7 @@ func setUp(t *testing.T) *suite {
 	start = time.Now()
 	s.applyShop(t)
 	s.waitRollout(t, shopNS, 6*time.Minute)
+	s.waitRollout(t, spatialNS, 3*time.Minute)
 	t.Logf("examples/kubernetes applied and rolled out in %v", time.Since(start).Round(time.Second))
 	return s
 }
@@ -697,6 +710,12 @@ func (s *suite) planeServing(envoy string) (string, error) {
 // synced: Envoy ACKed the last CDS and EDS responses the plane sent it and
 // NACKed none.
 func (s *suite) synced(plane, envoy string) (bool, string) {
+	return s.syncedTypes(plane, envoy, "CDS", "EDS")
+}
+
+// syncedTypes: Envoy ACKed the last response of each type the plane sent it
+// and NACKed none.
+func (s *suite) syncedTypes(plane, envoy string, types ...string) (bool, string) {
 	var v clientsView
 	if err := s.admin(plane, "/debug/clients", nil, &v); err != nil {
 		return false, err.Error()
@@ -705,7 +724,7 @@ func (s *suite) synced(plane, envoy string) (bool, string) {
 		if c.NodeID != envoy {
 			continue
 		}
-		for _, typ := range []string{"CDS", "EDS"} {
+		for _, typ := range types {
 			st, ok := c.Types[typ]
 			switch {
 			case !ok || st.LastSentVersion == "":
@@ -790,10 +809,10 @@ func (s *suite) checkStatus(t *testing.T) {
 
 // ---- making a zone unready ----
 
-func (s *suite) scale(t *testing.T, name string, replicas int32) {
+func (s *suite) scale(t *testing.T, ns, name string, replicas int32) {
 	t.Helper()
 	var d appsv1.Deployment
-	if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: shopNS, Name: name}, &d); err != nil {
+	if err := s.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &d); err != nil {
 		t.Fatal(err)
 	}
 	patch := client.MergeFrom(d.DeepCopy())
@@ -801,7 +820,7 @@ func (s *suite) scale(t *testing.T, name string, replicas int32) {
 	if err := s.c.Patch(context.Background(), &d, patch); err != nil {
 		t.Fatalf("scale %s to %d: %v", name, replicas, err)
 	}
-	t.Logf("scaled Deployment %s/%s to %d", shopNS, name, replicas)
+	t.Logf("scaled Deployment %s/%s to %d", ns, name, replicas)
 }
 
 // probeUnhealthy does what a prober does: it writes an endpoint's health to
@@ -826,7 +845,7 @@ func (s *suite) probeUnhealthy(t *testing.T, set, address string, port int32) {
 // the control plane and Envoy.
 func (s *suite) dumpState() {
 	t := s.t
-	for _, ns := range []string{systemNS, shopNS} {
+	for _, ns := range []string{systemNS, shopNS, spatialNS} {
 		var pods corev1.PodList
 		if err := s.c.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
 			t.Logf("list pods in %s: %v", ns, err)
