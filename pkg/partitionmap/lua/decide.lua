@@ -282,5 +282,13 @@ function envoy_on_request(handle)
   headers:replace("x-spatial-cluster", cluster)
 end
 
+-- Every answer says which decision produced it, so a client can compare it with
+-- explain-route: the reason and the data version (also on 200s).
 function envoy_on_response(handle)
+  local md = handle:streamInfo():dynamicMetadata():get("spatial")
+  if md and md.version then
+    local headers = handle:headers()
+    headers:replace("x-spatial-reason", md.reason or "")
+    headers:replace("x-spatial-version", md.version)
+  end
 end

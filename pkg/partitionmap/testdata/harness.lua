@@ -35,6 +35,10 @@ local function stub(product, hdrs)
     if ns ~= "spatial" then error("dynamic metadata namespace " .. ns) end
     h.md[k] = v
   end
+  function dyn:get(ns)
+    if ns ~= "spatial" then return nil end
+    return h.md
+  end
   local si = {}
   function si:dynamicMetadata() return dyn end
   function h:headers() return headers end
@@ -69,6 +73,14 @@ for i = 1, #requests do
   local h = stub(r[1], hdrs)
   envoy_on_request(h)
   if h.md.version ~= SPATIAL_VERSION then error("request " .. i .. ": dynamic metadata version " .. tostring(h.md.version)) end
+  -- The response side echoes the decision on every answer.
+  local resp = {}
+  local rh = stub(r[1], resp)
+  rh.md = h.md
+  envoy_on_response(rh)
+  if resp["x-spatial-reason"] ~= h.md.reason or resp["x-spatial-version"] ~= SPATIAL_VERSION then
+    error("request " .. i .. ": response headers " .. tostring(resp["x-spatial-reason"]) .. " " .. tostring(resp["x-spatial-version"]))
+  end
   if h.resp then
     out[#out + 1] = h.resp[":status"] .. "\t" .. h.resp["x-spatial-reason"] .. "\t"
   else

@@ -5,12 +5,14 @@ import (
 	"slices"
 	"strings"
 
+	accesslog "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	mutation "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	stream "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
 	headermutation "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	lua "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -222,8 +224,26 @@ func SpatialListener(o SpatialOptions) (*listener.Listener, error) {
 		DefaultSourceCode: &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: "function envoy_on_request(handle) end\n"}},
 		StatPrefix:        "spatial",
 	}
+	// One JSON line per request with the decision the script recorded, so a person can
+	// match a request to explain-route (same version, same reason).
+	logFormat, err := structpb.NewStruct(map[string]any{
+		"time": "%START_TIME%", "method": "%REQ(:METHOD)%", "path": "%REQ(:PATH)%", "status": "%RESPONSE_CODE%",
+		"domain": "%REQ(X-SPATIAL-DOMAIN)%", "route": "%ROUTE_NAME%", "request_id": "%REQ(X-REQUEST-ID)%",
+		"spatial_version": "%DYNAMIC_METADATA(spatial:version)%", "spatial_reason": "%DYNAMIC_METADATA(spatial:reason)%",
+		"spatial_cluster": "%DYNAMIC_METADATA(spatial:cluster)%", "upstream_host": "%UPSTREAM_HOST%",
+		"duration_ms": "%DURATION%",
+	})
+	if err != nil {
+		return nil, err
+	}
+	accessLog := &accesslog.AccessLog{Name: "envoy.access_loggers.stdout", ConfigType: &accesslog.AccessLog_TypedConfig{
+		TypedConfig: mustAny(&stream.StdoutAccessLog{AccessLogFormat: &stream.StdoutAccessLog_LogFormat{LogFormat: &core.SubstitutionFormatString{
+			Format: &core.SubstitutionFormatString_JsonFormat{JsonFormat: logFormat},
+		}}}),
+	}}
 	manager := &hcm.HttpConnectionManager{
 		StatPrefix: "spatial",
+		AccessLog:  []*accesslog.AccessLog{accessLog},
 		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
 			ConfigSource: adsSource(), RouteConfigName: SpatialRouteName,
 		}},
