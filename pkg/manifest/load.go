@@ -256,64 +256,23 @@ func decodeDocument(set *Set, seen map[string]Object, file string, doc int, raw 
 		}
 		return out
 	}
+	var decodeErrs Errors
 	switch tm.Kind {
-	case "Upstream":
-		var obj v1alpha1.Upstream
-		if e := strict(&obj); e != nil {
-			return e
-		}
-		var u topology.Upstream
-		u, ferrs = convert.Upstream(&obj)
-		key = u.Key
-		if len(ferrs) == 0 {
-			set.Batch.PutUpstream(u)
-		}
-	case "Locality":
-		var obj v1alpha1.Locality
-		if e := strict(&obj); e != nil {
-			return e
-		}
-		var l topology.Locality
-		l, ferrs = convert.Locality(&obj)
-		key = l.Key
-		if len(ferrs) == 0 {
-			set.Batch.PutLocality(l)
-		}
-	case "EndpointSet":
-		var obj v1alpha1.EndpointSet
-		if e := strict(&obj); e != nil {
-			return e
-		}
-		var s topology.EndpointSet
-		s, ferrs = convert.EndpointSet(&obj)
-		key = s.Key
-		if len(ferrs) == 0 {
-			set.Batch.PutEndpointSet(s)
-		}
+	case topology.KindUpstream:
+		key, ferrs, decodeErrs = decodeAs(strict, convert.Upstream, func(u topology.Upstream) topology.Key { return u.Key }, set.Batch.PutUpstream)
+	case topology.KindLocality:
+		key, ferrs, decodeErrs = decodeAs(strict, convert.Locality, func(l topology.Locality) topology.Key { return l.Key }, set.Batch.PutLocality)
+	case topology.KindEndpointSet:
+		key, ferrs, decodeErrs = decodeAs(strict, convert.EndpointSet, func(e topology.EndpointSet) topology.Key { return e.Key }, set.Batch.PutEndpointSet)
 	case topology.KindSpatialDomain:
-		var obj v1alpha1.SpatialDomain
-		if e := strict(&obj); e != nil {
-			return e
-		}
-		var d topology.SpatialDomain
-		d, ferrs = convert.SpatialDomain(&obj)
-		key = d.Key
-		if len(ferrs) == 0 {
-			set.Batch.PutSpatialDomain(d)
-		}
+		key, ferrs, decodeErrs = decodeAs(strict, convert.SpatialDomain, func(d topology.SpatialDomain) topology.Key { return d.Key }, set.Batch.PutSpatialDomain)
 	case topology.KindPartition:
-		var obj v1alpha1.Partition
-		if e := strict(&obj); e != nil {
-			return e
-		}
-		var p topology.Partition
-		p, ferrs = convert.Partition(&obj)
-		key = p.Key
-		if len(ferrs) == 0 {
-			set.Batch.PutPartition(p)
-		}
+		key, ferrs, decodeErrs = decodeAs(strict, convert.Partition, func(p topology.Partition) topology.Key { return p.Key }, set.Batch.PutPartition)
 	default:
 		return fail(object, "kind", fmt.Sprintf("unknown kind %q: want Upstream, Locality, EndpointSet, SpatialDomain or Partition", tm.Kind))
+	}
+	if decodeErrs != nil {
+		return decodeErrs
 	}
 	if len(ferrs) > 0 {
 		var out Errors
@@ -378,6 +337,20 @@ func duplicateKeys(file string, doc int, object string, raw []byte, cause error)
 			Detail: "duplicate field: " + strings.Join(strings.Fields(cause.Error()), " ")}}
 	}
 	return errs
+}
+
+// decodeAs decodes one object of API type T strictly, validates and converts it, and
+// puts it into the batch when it is valid.
+func decodeAs[T, O any](strict func(any) Errors, conv func(*T) (O, field.ErrorList), keyOf func(O) topology.Key, put func(O)) (topology.Key, field.ErrorList, Errors) {
+	var obj T
+	if e := strict(&obj); e != nil {
+		return topology.Key{}, nil, e
+	}
+	o, ferrs := conv(&obj)
+	if len(ferrs) == 0 {
+		put(o)
+	}
+	return keyOf(o), ferrs, nil
 }
 
 // strictError turns `unknown field "spec.x"` into Field "spec.x", Detail
