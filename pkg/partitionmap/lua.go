@@ -3,6 +3,7 @@ package partitionmap
 import (
 	_ "embed"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -133,33 +134,73 @@ func (m *Map) RenderData(health []bool, revision uint64, cl Clusters) (string, e
 		}
 		b.WriteByte('}')
 	}
-	b.WriteString("},\n  cells = {\n")
-	col := xMin - 1
-	b.Grow(len(m.cellParts)*4 + m.occupied*12)
+	// The cells, compressed: every distinct partition list once (in order of first
+	// use), then per column the runs of consecutive rows that share one list, as
+	// {first row, last row, list}. The logic expands them into a cell table when the chunk
+	// loads, so a request still costs one table lookup per cell.
+	type run struct{ x, y0, y1, list int }
+	listIndex := map[string]int{}
+	var lists [][]int32
+	var runs []run // in (x, y) order
+	var prev []int32
+	var key []byte
 	m.eachCell(func(c Cell, parts []int32) {
-		if c.X != col {
-			if col >= xMin {
-				b.WriteString(" },\n")
-			}
-			col = c.X
-			b.WriteString("    [")
-			num(c.X)
-			b.WriteString("] = {")
+		if n := len(runs); n > 0 && runs[n-1].x == c.X && runs[n-1].y1 == c.Y-1 && slices.Equal(prev, parts) {
+			runs[n-1].y1 = c.Y
+			return
 		}
-		b.WriteString(" [")
-		num(c.Y)
-		b.WriteString("] = {")
-		for j, p := range parts {
+		key = key[:0]
+		for _, p := range parts {
+			key = strconv.AppendInt(append(key, ','), int64(p), 10)
+		}
+		li, ok := listIndex[string(key)]
+		if !ok {
+			lists = append(lists, parts)
+			li = len(lists)
+			listIndex[string(key)] = li
+		}
+		runs = append(runs, run{c.X, c.Y, c.Y, li})
+		prev = parts
+	})
+	b.WriteString("},\n  lists = {")
+	for i, l := range lists {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if i%16 == 0 {
+			b.WriteString("\n    ")
+		}
+		b.WriteByte('{')
+		for j, p := range l {
 			if j > 0 {
 				b.WriteString(", ")
 			}
 			num(int(p) + 1)
 		}
-		b.WriteString("},")
-	})
-	if col >= xMin {
-		b.WriteString(" },\n")
+		b.WriteByte('}')
 	}
+	b.WriteString("\n  },\n  runs = {")
+	for i, r := range runs {
+		if i == 0 || runs[i-1].x != r.x {
+			if i > 0 {
+				b.WriteString("},")
+			}
+			b.WriteString("\n    [")
+			num(r.x)
+			b.WriteString("] = {")
+		} else {
+			b.WriteString(", ")
+		}
+		num(r.y0)
+		b.WriteString(", ")
+		num(r.y1)
+		b.WriteString(", ")
+		num(r.list)
+	}
+	if len(runs) > 0 {
+		b.WriteString("},")
+	}
+	b.WriteString("\n")
 	b.WriteString("  },\n}\n")
 	return b.String(), nil
 }

@@ -32,7 +32,24 @@ local CAP = DATA.cap_pct
 local XMIN, XMAX, YMIN, YMAX = DATA.xmin, DATA.xmax, DATA.ymin, DATA.ymax
 local REPLICAS = DATA.replicas
 local PRODUCTS = DATA.products
-local CELLS = DATA.cells
+
+-- CELLS[kx][ky] is the list of partitions of a cell, expanded once, when the chunk
+-- loads, from DATA's runs {first row, last row, list}; cells sharing a list share
+-- the table. pairs() only builds the table: its order decides nothing.
+local CELLS = {}
+do
+  local lists = DATA.lists
+  for kx, col in pairs(DATA.runs) do
+    local t = {}
+    for i = 1, #col, 3 do
+      local l = lists[col[i + 2]]
+      for ky = col[i], col[i + 1] do
+        t[ky] = l
+      end
+    end
+    CELLS[kx] = t
+  end
+end
 local HOLDERS = DATA.holders
 
 -- Scratch state reused by every request of this worker: a decision never yields, so
