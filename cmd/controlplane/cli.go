@@ -162,15 +162,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	output := fs.String("o", "text", "output format: text or json")
 	simulate := fs.Uint64("simulate", 0, "draw N picks with the seeded picker and show observed counts")
 	seed := fs.Uint64("seed", 1, "seed of the simulated picks")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "error: unexpected argument %q (manifests are given with -f)\n", fs.Arg(0))
-		return exitUsage
-	}
-	if *output != "text" && *output != "json" {
-		fmt.Fprintf(stderr, "error: -o %q: want text or json\n", *output)
+	if !parseReportFlags(fs, args, output, stderr) {
 		return exitUsage
 	}
 	const maxSimulate = 1_000_000_000
@@ -203,6 +195,23 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return writeReport(*output, stdout, stderr, rep, func() error { return explain.WriteText(stdout, rep) })
+}
+
+// parseReportFlags parses the flags of a command that prints a report: no arguments
+// besides flags, and -o text or json. It reports usage errors on stderr.
+func parseReportFlags(fs *flag.FlagSet, args []string, output *string, stderr io.Writer) bool {
+	if err := fs.Parse(args); err != nil {
+		return false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "error: unexpected argument %q (manifests are given with -f)\n", fs.Arg(0))
+		return false
+	}
+	if *output != "text" && *output != "json" {
+		fmt.Fprintf(stderr, "error: -o %q: want text or json\n", *output)
+		return false
+	}
+	return true
 }
 
 // writeReport writes a report as indented JSON (format "json") or with its text writer.

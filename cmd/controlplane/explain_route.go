@@ -19,15 +19,7 @@ func runExplainRoute(args []string, stdout, stderr io.Writer) int {
 	path := fs.String("path", "", "the request path with its query, e.g. '/collections/parcels/items?bbox=...'")
 	requestID := fs.String("request-id", "", "the x-request-id header value (for a share cap)")
 	output := fs.String("o", "text", "output format: text or json")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "error: unexpected argument %q (manifests are given with -f)\n", fs.Arg(0))
-		return exitUsage
-	}
-	if *output != "text" && *output != "json" {
-		fmt.Fprintf(stderr, "error: -o %q: want text or json\n", *output)
+	if !parseReportFlags(fs, args, output, stderr) {
 		return exitUsage
 	}
 	if *domain == "" || *product == "" {

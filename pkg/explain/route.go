@@ -3,7 +3,6 @@ package explain
 import (
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -243,7 +242,7 @@ func list(s []string) string {
 	if len(s) == 0 {
 		return "none"
 	}
-	return strings.Join(slices.Clone(s), ", ")
+	return strings.Join(s, ", ")
 }
 
 // WriteRouteText prints a RouteReport for people.

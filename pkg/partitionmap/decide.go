@@ -1,6 +1,9 @@
 package partitionmap
 
-import "strconv"
+import (
+	"slices"
+	"strconv"
+)
 
 // Decision reasons (spec "Decision"). A 400 carries "bad_bbox:" + a BBoxError reason.
 const (
@@ -182,14 +185,8 @@ func healthy(health []bool, r int32) bool { return int(r) < len(health) && healt
 
 func (m *Map) traceResidency(tr *Trace, lawful []int32, health []bool) {
 	for i, r := range m.domain.Replicas {
-		isLawful := false
-		for _, l := range lawful {
-			if int(l) == i {
-				isLawful = true
-			}
-		}
 		switch {
-		case !isLawful:
+		case !slices.Contains(lawful, int32(i)):
 			tr.Unlawful = append(tr.Unlawful, r.Name)
 		case healthy(health, int32(i)):
 			tr.Lawful = append(tr.Lawful, r.Name)
@@ -213,11 +210,7 @@ func (m *Map) traceLocality(tr *Trace, seen []bool, score []int, lawful []int32,
 		}
 	}
 	// Best first: score descending, then name (lawful is in name order; the sort is stable).
-	for i := 1; i < len(tr.Scores); i++ {
-		for j := i; j > 0 && tr.Scores[j].Score > tr.Scores[j-1].Score; j-- {
-			tr.Scores[j], tr.Scores[j-1] = tr.Scores[j-1], tr.Scores[j]
-		}
-	}
+	slices.SortStableFunc(tr.Scores, func(a, b Score) int { return b.Score - a.Score })
 }
 
 // CellKey is the readable key of a cell on a grid: "X*G:Y*G" in degrees.

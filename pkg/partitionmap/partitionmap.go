@@ -141,7 +141,7 @@ func (m *Map) holdersOf(p Partition) ([]int32, *Problem) {
 	}
 	var hs []int32
 	for i, name := range p.Replicas {
-		r := m.replicaIndex(name)
+		r := m.ReplicaIndex(name)
 		if r < 0 {
 			return nil, &Problem{Kind: "Partition", Name: p.Name, Field: fmt.Sprintf("spec.replicas[%d]", i), Reason: ProblemUnknownReplica,
 				Message: fmt.Sprintf("domain %s has no replica %q", m.domain.Name, name)}
@@ -262,17 +262,14 @@ func (m *Map) Domain() Domain { return m.domain }
 // Replicas returns the replicas in name order; health slices are indexed the same way.
 func (m *Map) Replicas() []Replica { return m.domain.Replicas }
 
-// ReplicaIndex returns the index of a replica, or -1.
-func (m *Map) replicaIndex(name string) int {
+// ReplicaIndex returns the index of the named replica, or -1.
+func (m *Map) ReplicaIndex(name string) int {
 	i, ok := slices.BinarySearchFunc(m.domain.Replicas, name, func(r Replica, n string) int { return strings.Compare(r.Name, n) })
 	if !ok {
 		return -1
 	}
 	return i
 }
-
-// ReplicaIndex returns the index of the named replica, or -1.
-func (m *Map) ReplicaIndex(name string) int { return m.replicaIndex(name) }
 
 func (m *Map) productIndex(name string) int {
 	i, ok := slices.BinarySearchFunc(m.domain.Products, name, func(p Product, n string) int { return strings.Compare(p.Name, n) })

@@ -159,7 +159,7 @@ func (d *Directory) Apply(b Batch) (*Snapshot, error) {
 	}
 	d.commit(st)
 	next := &Snapshot{Revision: rev, upstreams: mergeUpstreams(prev.upstreams, states)}
-	next.spatial, _ = d.applySpatial(prev, st, states, next)
+	next.spatial = d.applySpatial(prev, st, states, next)
 	next.orphans = d.orphans(prev, st)
 	d.current.Store(next)
 	ch := make(chan struct{})

@@ -97,7 +97,9 @@ func (st *staged) spatialChanged() bool { return len(st.b.domains) > 0 || len(st
 
 // applySpatial commits the batch's spatial objects and recomputes every domain they or
 // the changed upstreams touch. Costs grow with the domains touched, not with all.
-func (d *Directory) applySpatial(prev *Snapshot, st *staged, upstreams map[Key]*UpstreamState, next *Snapshot) ([]*SpatialState, bool) {
+func (d *Directory) applySpatial(prev *Snapshot, st *staged, upstreams map[Key]*UpstreamState, next *Snapshot) []*SpatialState {
+	// touched[k]: domain k needs a new state; true when its map must be rebuilt, false
+	// when only its replicas' health may have changed.
 	touched := map[Key]bool{}
 	names := map[string]bool{}
 	for k, v := range st.b.domains {
@@ -132,29 +134,26 @@ func (d *Directory) applySpatial(prev *Snapshot, st *staged, upstreams map[Key]*
 		touched[dk] = true
 		index(d.partitionsOf, dk, k)
 	}
-	mapChanged := map[Key]bool{}
-	for k := range touched {
-		mapChanged[k] = true
-	}
 	// A domain whose name another namespace shares may win or lose by this change.
 	if len(names) > 0 {
 		for k := range d.domains {
 			if names[k.Name] {
 				touched[k] = true
-				mapChanged[k] = true
 			}
 		}
 	}
 	for up := range upstreams {
 		for k := range d.domainsOf[up] {
-			touched[k] = true
+			if _, rebuild := touched[k]; !rebuild {
+				touched[k] = false
+			}
 		}
 	}
 	if len(touched) == 0 {
-		return prev.spatial, false
+		return prev.spatial
 	}
 	states := map[Key]*SpatialState{}
-	for k := range touched {
+	for k, rebuild := range touched {
 		dom, ok := d.domains[k]
 		if !ok {
 			states[k] = nil
@@ -162,7 +161,7 @@ func (d *Directory) applySpatial(prev *Snapshot, st *staged, upstreams map[Key]*
 		}
 		old := prev.SpatialDomain(k)
 		var s *SpatialState
-		if old != nil && !mapChanged[k] {
+		if old != nil && !rebuild {
 			s = d.refreshHealth(old, next)
 		} else {
 			s = d.buildSpatial(dom, next)
@@ -180,7 +179,7 @@ func (d *Directory) applySpatial(prev *Snapshot, st *staged, upstreams map[Key]*
 		states[k] = s
 	}
 	if len(states) == 0 {
-		return prev.spatial, false
+		return prev.spatial
 	}
 	out := make([]*SpatialState, 0, len(prev.spatial)+len(states))
 	for _, s := range prev.spatial {
@@ -194,7 +193,7 @@ func (d *Directory) applySpatial(prev *Snapshot, st *staged, upstreams map[Key]*
 		}
 	}
 	slices.SortFunc(out, func(a, b *SpatialState) int { return a.Domain.Key.Compare(b.Domain.Key) })
-	return out, true
+	return out
 }
 
 // conflictWinner is the domain that owns a name: the first namespace in order.

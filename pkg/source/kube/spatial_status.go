@@ -5,24 +5,18 @@ import (
 	"fmt"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
 )
 
-// Reasons of the spatial conditions beyond those of v1alpha1.
-const (
-	ReasonDomainConflict   = topology.SpatialDomainConflict
-	ReasonInvalidDomain    = topology.SpatialInvalidDomain
-	ReasonNoLawfulReplica  = partitionmap.ProblemNoLawfulReplica
-	ReasonInvalidExtent    = partitionmap.ProblemInvalidExtent
-	ReasonDomainNotServing = "DomainNotServing"
-)
+// ReasonDomainNotServing: the SpatialDomain is not published (a Partition of it, or the
+// domain's Programmed condition). The other spatial reasons are those of the problems
+// topology reports (pkg/topology, pkg/partitionmap).
+const ReasonDomainNotServing = "DomainNotServing"
 
 // writeSpatial brings the status of every SpatialDomain and Partition up to date.
 func (w *StatusWriter) writeSpatial(ctx context.Context, snap *topology.Snapshot, rejected map[topology.ObjectRef]Rejection, published uint64, keep func(error)) error {
@@ -32,12 +26,7 @@ func (w *StatusWriter) writeSpatial(ctx context.Context, snap *topology.Snapshot
 	}
 	for i := range domains.Items {
 		d := &domains.Items[i]
-		want := spatialDomainStatus(d, snap.SpatialDomain(keyOf(d)), rejected, published)
-		if !equality.Semantic.DeepEqual(want, d.Status) {
-			orig := d.DeepCopy()
-			d.Status = want
-			keep(w.Client.Status().Patch(ctx, d, client.MergeFrom(orig)))
-		}
+		keep(patchStatus(ctx, w.Client, d, &d.Status, spatialDomainStatus(d, snap.SpatialDomain(keyOf(d)), rejected, published)))
 	}
 	var parts v1alpha1.PartitionList
 	if err := w.Client.List(ctx, &parts); err != nil {
@@ -45,12 +34,7 @@ func (w *StatusWriter) writeSpatial(ctx context.Context, snap *topology.Snapshot
 	}
 	for i := range parts.Items {
 		p := &parts.Items[i]
-		want := partitionStatus(p, snap.SpatialDomain(topology.Key{Namespace: p.Namespace, Name: p.Spec.Domain}), rejected)
-		if !equality.Semantic.DeepEqual(want, p.Status) {
-			orig := p.DeepCopy()
-			p.Status = want
-			keep(w.Client.Status().Patch(ctx, p, client.MergeFrom(orig)))
-		}
+		keep(patchStatus(ctx, w.Client, p, &p.Status, partitionStatus(p, snap.SpatialDomain(topology.Key{Namespace: p.Namespace, Name: p.Spec.Domain}), rejected)))
 	}
 	return nil
 }
@@ -93,7 +77,7 @@ func spatialDomainStatus(d *v1alpha1.SpatialDomain, st *topology.SpatialState, r
 		return want
 	}
 	if len(products) > 0 {
-		cond(v1alpha1.ConditionAccepted, true, ReasonNoLawfulReplica, "serving; "+strings.Join(products, "; "))
+		cond(v1alpha1.ConditionAccepted, true, partitionmap.ProblemNoLawfulReplica, "serving; "+strings.Join(products, "; "))
 	} else {
 		cond(v1alpha1.ConditionAccepted, true, v1alpha1.ReasonAccepted, "the partition map is built")
 	}

@@ -114,11 +114,7 @@ func (w *StatusWriter) WriteAll(ctx context.Context) error {
 		want.ObservedGeneration = l.Generation
 		setAccepted(&want.Conditions, l.Generation, topology.ObjectRef{Kind: topology.KindLocality, Key: keyOf(l)}, rejected,
 			snap.Upstream(topology.Key{Namespace: l.Namespace, Name: l.Spec.Upstream}) != nil, "")
-		if !equality.Semantic.DeepEqual(*want, l.Status) {
-			orig := l.DeepCopy()
-			l.Status = *want
-			keep(w.Client.Status().Patch(ctx, l, client.MergeFrom(orig)))
-		}
+		keep(patchStatus(ctx, w.Client, l, &l.Status, *want))
 	}
 	var sets v1alpha1.EndpointSetList
 	if err := w.Client.List(ctx, &sets); err != nil {
@@ -134,11 +130,7 @@ func (w *StatusWriter) WriteAll(ctx context.Context) error {
 		}
 		setAccepted(&want.Conditions, s.Generation, topology.ObjectRef{Kind: topology.KindEndpointSet, Key: keyOf(s)}, rejected,
 			snap.Upstream(topology.Key{Namespace: s.Namespace, Name: s.Spec.Upstream}) != nil, note)
-		if !equality.Semantic.DeepEqual(*want, s.Status) {
-			orig := s.DeepCopy()
-			s.Status = *want
-			keep(w.Client.Status().Patch(ctx, s, client.MergeFrom(orig)))
-		}
+		keep(patchStatus(ctx, w.Client, s, &s.Status, *want))
 	}
 	if err := w.writeSpatial(ctx, snap, rejected, published, keep); err != nil {
 		return err
@@ -230,12 +222,18 @@ func (w *StatusWriter) upstream(ctx context.Context, u *v1alpha1.Upstream, snap 
 			want.Localities = nil
 		}
 	}
-	if equality.Semantic.DeepEqual(*want, u.Status) {
+	return patchStatus(ctx, w.Client, u, &u.Status, *want)
+}
+
+// patchStatus sets obj's status (status points into obj) to want and patches it, unless
+// it already is want.
+func patchStatus[S any](ctx context.Context, c client.Client, obj client.Object, status *S, want S) error {
+	if equality.Semantic.DeepEqual(want, *status) {
 		return nil
 	}
-	orig := u.DeepCopy()
-	u.Status = *want
-	return w.Client.Status().Patch(ctx, u, client.MergeFrom(orig))
+	orig := obj.DeepCopyObject().(client.Object)
+	*status = want
+	return c.Status().Patch(ctx, obj, client.MergeFrom(orig))
 }
 
 func (w *StatusWriter) resolvedRefs(ctx context.Context, u *v1alpha1.Upstream) metav1.Condition {

@@ -54,56 +54,14 @@ func (p *Publisher) spatialUpdate(s *topology.Snapshot, version string, put func
 			next.domains[k] = old
 			continue
 		}
-		var was spatialPublished
-		if old != nil {
-			was = *old
-		}
-		// A replica whose Upstream state is the one rendered last time keeps its entries.
-		unchanged := func(i int) bool {
-			return old != nil && i < len(old.upstreams) && old.upstreams[i] == ups[i] &&
-				was.clusters[translate.ReplicaClusterName(k, st.Replicas[i].Name)] != nil
-		}
-		res, err := translate.SpatialDomain(st, s.Upstream, unchanged)
+		pub, vhostChanged, err := renderDomain(s, st, old, ups, version)
 		if err != nil {
 			return spatialSet{}, err
 		}
-		pub := &spatialPublished{state: st, upstreams: ups, clusters: map[string]*xdscache.Entry{}, endpoints: map[string]*xdscache.Entry{}}
-		for i, r := range st.Replicas {
-			if ups[i] != nil && unchanged(i) {
-				name := translate.ReplicaClusterName(k, r.Name)
-				pub.clusters[name], pub.endpoints[name] = was.clusters[name], was.endpoints[name]
-			}
-		}
-		for _, c := range res.Clusters {
-			e, err := reuse(was.clusters[c.Name], c, version, false)
-			if err != nil {
-				return spatialSet{}, err
-			}
-			pub.clusters[c.Name] = e
-		}
-		for _, cla := range res.Endpoints {
-			// a changed cluster makes Envoy re-fetch its endpoints: always send them then
-			force := was.clusters[cla.ClusterName] != pub.clusters[cla.ClusterName]
-			e, err := reuse(was.endpoints[cla.ClusterName], cla, version, force)
-			if err != nil {
-				return spatialSet{}, err
-			}
-			pub.endpoints[cla.ClusterName] = e
-		}
-		if err := luaClustersPublished(res.DataClusters, pub.clusters); err != nil {
-			return spatialSet{}, &translate.SpatialError{Domain: k, Err: err}
-		}
-		if old != nil && old.state == st {
-			pub.vhost = old.vhost
-		} else {
-			src, err := translate.SpatialLua(st, res.LuaClusters)
-			if err != nil {
-				return spatialSet{}, err
-			}
-			if pub.vhost, err = translate.SpatialDomainVirtualHost(st, src); err != nil {
-				return spatialSet{}, &translate.SpatialError{Domain: k, Err: err}
-			}
-			routesChanged = true
+		routesChanged = routesChanged || vhostChanged
+		var was spatialPublished
+		if old != nil {
+			was = *old
 		}
 		next.domains[k] = pub
 		for name, e := range pub.clusters {
@@ -165,6 +123,60 @@ func (p *Publisher) spatialUpdate(s *topology.Snapshot, version string, put func
 		put(spatialView, resource.RouteType, prev.route, next.route)
 	}
 	return next, nil
+}
+
+// renderDomain renders one serving domain whose state or replica upstreams changed,
+// keeping the entries of replicas whose Upstream is the one rendered last time and the
+// VirtualHost when the domain's state is the same.
+func renderDomain(s *topology.Snapshot, st *topology.SpatialState, old *spatialPublished,
+	ups []*topology.UpstreamState, version string) (pub *spatialPublished, vhostChanged bool, err error) {
+	k := st.Domain.Key
+	var was spatialPublished
+	if old != nil {
+		was = *old
+	}
+	unchanged := func(i int) bool {
+		return i < len(was.upstreams) && was.upstreams[i] == ups[i] &&
+			was.clusters[translate.ReplicaClusterName(k, st.Replicas[i].Name)] != nil
+	}
+	res, err := translate.SpatialDomain(st, s.Upstream, unchanged)
+	if err != nil {
+		return nil, false, err
+	}
+	pub = &spatialPublished{state: st, upstreams: ups, clusters: map[string]*xdscache.Entry{}, endpoints: map[string]*xdscache.Entry{}}
+	for i, r := range st.Replicas {
+		if unchanged(i) {
+			name := translate.ReplicaClusterName(k, r.Name)
+			pub.clusters[name], pub.endpoints[name] = was.clusters[name], was.endpoints[name]
+		}
+	}
+	for _, c := range res.Clusters {
+		if pub.clusters[c.Name], err = reuse(was.clusters[c.Name], c, version, false); err != nil {
+			return nil, false, err
+		}
+	}
+	for _, cla := range res.Endpoints {
+		// a changed cluster makes Envoy re-fetch its endpoints: always send them then
+		force := was.clusters[cla.ClusterName] != pub.clusters[cla.ClusterName]
+		if pub.endpoints[cla.ClusterName], err = reuse(was.endpoints[cla.ClusterName], cla, version, force); err != nil {
+			return nil, false, err
+		}
+	}
+	if err := luaClustersPublished(res.DataClusters, pub.clusters); err != nil {
+		return nil, false, &translate.SpatialError{Domain: k, Err: err}
+	}
+	if old != nil && old.state == st {
+		pub.vhost = old.vhost
+		return pub, false, nil
+	}
+	src, err := translate.SpatialLua(st, res.LuaClusters)
+	if err != nil {
+		return nil, false, err
+	}
+	if pub.vhost, err = translate.SpatialDomainVirtualHost(st, src); err != nil {
+		return nil, false, &translate.SpatialError{Domain: k, Err: err}
+	}
+	return pub, true, nil
 }
 
 // luaClustersPublished checks that every cluster the Lua names is in the same CDS:

@@ -179,10 +179,7 @@ func pool(name string, s *topology.SpatialState, states []*topology.UpstreamStat
 		}
 		if !protocolSet {
 			// The pool speaks the protocol of its first lawful replica (name order).
-			if base, err := Cluster(u); err == nil {
-				c.ConnectTimeout = base.ConnectTimeout
-				c.TypedExtensionProtocolOptions = base.TypedExtensionProtocolOptions
-			}
+			c.ConnectTimeout, c.TypedExtensionProtocolOptions = connectTimeout(u.Upstream), protocolOptions(u.Upstream)
 			protocolSet = true
 		}
 		if !r.Healthy {

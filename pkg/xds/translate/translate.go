@@ -118,7 +118,7 @@ func Cluster(u *topology.UpstreamState) (*cluster.Cluster, error) {
 		Name:                 name,
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
 		EdsClusterConfig:     &cluster.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
-		ConnectTimeout:       durationpb.New(up.ConnectTimeout),
+		ConnectTimeout:       connectTimeout(up),
 		LbPolicy:             lb,
 		CommonLbConfig: &cluster.Cluster_CommonLbConfig{
 			HealthyPanicThreshold: &typev3.Percent{Value: panicThreshold},
@@ -126,25 +126,34 @@ func Cluster(u *topology.UpstreamState) (*cluster.Cluster, error) {
 				LocalityWeightedLbConfig: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig{},
 			},
 		},
-	}
-	if up.ConnectTimeout <= 0 {
-		c.ConnectTimeout = durationpb.New(5e9)
-	}
-	if up.Protocol == "HTTP2" || up.Protocol == "GRPC" {
-		opts := &httpopts.HttpProtocolOptions{
-			UpstreamProtocolOptions: &httpopts.HttpProtocolOptions_ExplicitHttpConfig_{
-				ExplicitHttpConfig: &httpopts.HttpProtocolOptions_ExplicitHttpConfig{
-					ProtocolConfig: &httpopts.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{
-						Http2ProtocolOptions: &core.Http2ProtocolOptions{},
-					},
-				},
-			},
-		}
-		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{
-			"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(opts),
-		}
+		TypedExtensionProtocolOptions: protocolOptions(up),
 	}
 	return c, check(u, "Cluster", c)
+}
+
+// connectTimeout is the upstream's connect timeout, 5s when unset.
+func connectTimeout(up topology.Upstream) *durationpb.Duration {
+	if up.ConnectTimeout <= 0 {
+		return durationpb.New(5e9)
+	}
+	return durationpb.New(up.ConnectTimeout)
+}
+
+// protocolOptions makes Envoy speak HTTP/2 to HTTP2 and GRPC upstreams; nil otherwise.
+func protocolOptions(up topology.Upstream) map[string]*anypb.Any {
+	if up.Protocol != "HTTP2" && up.Protocol != "GRPC" {
+		return nil
+	}
+	opts := &httpopts.HttpProtocolOptions{
+		UpstreamProtocolOptions: &httpopts.HttpProtocolOptions_ExplicitHttpConfig_{
+			ExplicitHttpConfig: &httpopts.HttpProtocolOptions_ExplicitHttpConfig{
+				ProtocolConfig: &httpopts.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{
+					Http2ProtocolOptions: &core.Http2ProtocolOptions{},
+				},
+			},
+		},
+	}
+	return map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(opts)}
 }
 
 // Endpoints is the EDS resource of one upstream in one rendering.
