@@ -1,33 +1,16 @@
 package partitionmap
 
 import (
-	"bufio"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
-)
 
-// luajit returns the interpreter's path, or skips (failing instead when
-// POISE_REQUIRE_LUAJIT is set, as CI does after installing it).
-func luajit(t testing.TB) string {
-	t.Helper()
-	p, err := exec.LookPath("luajit")
-	if err != nil {
-		if os.Getenv("POISE_REQUIRE_LUAJIT") != "" {
-			t.Fatalf("luajit is required (POISE_REQUIRE_LUAJIT is set) but not found: %v", err)
-		}
-		t.Skipf("skipping: the LuaJIT interpreter is not installed (Debian package luajit; CI installs it): %v", err)
-	}
-	return p
-}
+	"poise.dev/poise/pkg/partitionmap/luatest"
+)
 
 // diffMap is one map of the differential test with the health and clusters it ships with.
 type diffMap struct {
@@ -87,6 +70,19 @@ func randomExtent(rng *rand.Rand, g int) BBox {
 	return BBox{West: w, South: s, East: e, North: n}
 }
 
+// replicasFor makes n replicas named by nameFmt, on Upstream "up-NAME", spread over
+// regions regions named by regionFmt; it returns them and their names.
+func replicasFor(n int, nameFmt, regionFmt string, regions int) ([]Replica, []string) {
+	var reps []Replica
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf(nameFmt, i)
+		reps = append(reps, Replica{name, "up-" + name, fmt.Sprintf(regionFmt, i%regions)})
+		names = append(names, name)
+	}
+	return reps, names
+}
+
 func buildDiffMaps(t testing.TB) []diffMap {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(6, 6))
@@ -143,13 +139,7 @@ func buildDiffMaps(t testing.TB) []diffMap {
 		map[string]bool{"eu-north": true})
 
 	// A fine grid with a share cap and a small maxCells.
-	var reps []Replica
-	var names []string
-	for i := range 8 {
-		n := fmt.Sprintf("r%d", i)
-		reps = append(reps, Replica{n, "up-" + n, fmt.Sprintf("region-%d", i%4)})
-		names = append(names, n)
-	}
+	reps, names := replicasFor(8, "r%d", "region-%d", 4)
 	fine := Domain{Name: "fine.grid", GridDeg: 1, MaxCells: 64, CapPercent: 37, Replicas: reps,
 		Products: []Product{{"a", "/a", []string{"region-0", "region-1"}}, {"b", "/b", []string{"region-2", "region-3", "region-0"}},
 			{"c", "/c", []string{"region-3"}}}}
@@ -182,13 +172,7 @@ func buildDiffMaps(t testing.TB) []diffMap {
 	add("ties", ties, tieParts, [][]bool{{true, true, true, true}, {true, false, true, true}}, nil)
 
 	// More replicas and partitions than Decide's stack buffers hold.
-	var many []Replica
-	var manyNames []string
-	for i := range 70 {
-		n := fmt.Sprintf("m%02d", i)
-		many = append(many, Replica{n, "up-" + n, fmt.Sprintf("z%d", i%7)})
-		manyNames = append(manyNames, n)
-	}
+	many, manyNames := replicasFor(70, "m%02d", "z%d", 7)
 	big := Domain{Name: "big", GridDeg: 3, MaxCells: 4000, CapPercent: NoCap, Replicas: many,
 		Products: []Product{{"all", "/all", []string{"z0", "z1", "z2", "z3", "z4", "z5", "z6"}}, {"some", "/some", []string{"z1", "z4"}}}}
 	h := make([]bool, 70)
@@ -346,82 +330,46 @@ func randomRequest(rng *rand.Rand, m *Map) (req Request, bboxAbsent, crsAbsent b
 	return req, bboxAbsent, crsAbsent
 }
 
-func hexField(s string, absent bool) string {
-	if absent {
-		return "-"
-	}
-	return hex.EncodeToString([]byte(s))
-}
-
 type luaCase struct {
 	req                   Request
 	bboxAbsent, crsAbsent bool
 }
 
-func writeRequests(t testing.TB, path string, cases []luaCase) {
+// runCases runs the chunk under LuaJIT for each case (see luatest.Run).
+func runCases(t testing.TB, bin, chunk string, cases []luaCase, extra ...string) []string {
 	t.Helper()
-	var b strings.Builder
-	for _, c := range cases {
+	reqs := make([]luatest.Request, len(cases))
+	for i, c := range cases {
 		r := c.req
-		fmt.Fprintf(&b, "%s\t%s\t%s\t%s\t%s\n", hexField(r.Product, false), hexField(r.BBox, c.bboxAbsent),
-			hexField(r.CRS, c.crsAbsent), hexField(r.Path, false), hexField(r.RequestID, r.RequestID == ""))
+		reqs[i] = luatest.Request{Product: r.Product, BBox: r.BBox, CRS: r.CRS, Path: r.Path, RequestID: r.RequestID,
+			NoBBox: c.bboxAbsent, NoCRS: c.crsAbsent}
 	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func runLua(t testing.TB, bin, chunk, reqs string, extra ...string) []string {
-	t.Helper()
-	harness, err := filepath.Abs("testdata/harness.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, append([]string{harness, chunk, reqs}, extra...)...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("luajit: %v\n%s", err, stderr.String())
-	}
-	var lines []string
-	sc := bufio.NewScanner(strings.NewReader(string(out)))
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	return lines
+	return luatest.Run(t, bin, chunk, reqs, extra...)
 }
 
 // TestLuaMatchesGo runs the generated chunk under the real LuaJIT with a stub request
 // handle and compares status, reason and cluster with the Go reference on random and
 // adversarial requests over several maps.
 func TestLuaMatchesGo(t *testing.T) {
-	bin := luajit(t)
+	bin := luatest.Need(t)
 	perMap := 4000
 	if testing.Short() {
 		perMap = 300
 	}
-	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(60, 61))
 	total, mismatches := 0, 0
 	reasons := map[string]int{}
-	for i, dm := range buildDiffMaps(t) {
+	for _, dm := range buildDiffMaps(t) {
 		chunk, err := dm.m.RenderLua(dm.health, 7, dm.cl)
 		if err != nil {
 			t.Fatalf("%s: %v", dm.name, err)
-		}
-		chunkPath := filepath.Join(dir, fmt.Sprintf("chunk%d.lua", i))
-		if err := os.WriteFile(chunkPath, []byte(chunk), 0o644); err != nil {
-			t.Fatal(err)
 		}
 		cases := make([]luaCase, perMap)
 		for j := range cases {
 			r, ba, ca := randomRequest(rng, dm.m)
 			cases[j] = luaCase{r, ba, ca}
 		}
-		reqPath := filepath.Join(dir, fmt.Sprintf("req%d.txt", i))
-		writeRequests(t, reqPath, cases)
-		got := runLua(t, bin, chunkPath, reqPath)
+		got := runCases(t, bin, chunk, cases)
 		if len(got) != len(cases) {
 			t.Fatalf("%s: %d results for %d requests", dm.name, len(got), len(cases))
 		}
@@ -464,19 +412,14 @@ func TestLuaMatchesGo(t *testing.T) {
 // TestLuaDecisionCost measures the pure decision cost in LuaJIT over a mixed request set
 // (reported in the log; bounded loosely so a pathological slowdown fails).
 func TestLuaDecisionCost(t *testing.T) {
-	bin := luajit(t)
+	bin := luatest.Need(t)
 	if testing.Short() {
 		t.Skip("skipping the LuaJIT timing in -short mode")
 	}
-	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(9, 9))
-	for i, dm := range buildDiffMaps(t)[:1] {
+	for _, dm := range buildDiffMaps(t)[:1] {
 		chunk, err := dm.m.RenderLua(dm.health, 1, dm.cl)
 		if err != nil {
-			t.Fatal(err)
-		}
-		chunkPath := filepath.Join(dir, "chunk.lua")
-		if err := os.WriteFile(chunkPath, []byte(chunk), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		for _, kind := range []string{"mixed", "locality"} {
@@ -488,9 +431,7 @@ func TestLuaDecisionCost(t *testing.T) {
 				}
 				cases = append(cases, luaCase{r, ba, ca})
 			}
-			reqPath := filepath.Join(dir, fmt.Sprintf("req%d-%s.txt", i, kind))
-			writeRequests(t, reqPath, cases)
-			out := runLua(t, bin, chunkPath, reqPath, "200")
+			out := runCases(t, bin, chunk, cases, "200")
 			f := strings.Fields(out[0])
 			ns, err := strconv.ParseFloat(f[3], 64)
 			if err != nil {
@@ -508,7 +449,7 @@ func TestLuaDecisionCost(t *testing.T) {
 // the largest DATA a domain can produce; LuaJIT must load it (a chunk's constants are
 // limited) and decide as Go does.
 func TestLuaLoadsTheLargestMap(t *testing.T) {
-	bin := luajit(t)
+	bin := luatest.Need(t)
 	dom := Domain{Name: "world", GridDeg: 1, MaxCells: 256, CapPercent: NoCap,
 		Replicas: []Replica{{"a", "ua", "r"}, {"b", "ub", "r"}}, Products: []Product{{"p", "/p", []string{"r"}}}}
 	m, _, err := Build(dom, []Partition{{"all", BBox{-180, -90, 180, 90}, []string{"a"}}, {"north", BBox{-180, 0, 180, 90}, []string{"b"}},
@@ -525,16 +466,9 @@ func TestLuaLoadsTheLargestMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	chunk := filepath.Join(dir, "chunk.lua")
-	if err := os.WriteFile(chunk, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	cases := []luaCase{{req: Request{Product: "p", BBox: "10,-10,11,-9"}, crsAbsent: true}, {req: Request{Product: "p", BBox: "179.5,89.5,180,90"}, crsAbsent: true},
 		{req: Request{Product: "p", BBox: "-180,-90,-179,-89"}, crsAbsent: true}, {req: Request{Product: "p", BBox: "0,0,15,15"}, crsAbsent: true}}
-	reqs := filepath.Join(dir, "req.txt")
-	writeRequests(t, reqs, cases)
-	got := runLua(t, bin, chunk, reqs)
+	got := runCases(t, bin, src, cases)
 	d := diffMap{m: m, health: h, cl: cl}
 	for i, c := range cases {
 		dec := m.Decide(c.req, h, nil)

@@ -638,19 +638,21 @@ func (s *suite) send(t *testing.T, envoy, path string, n int) (map[string]int, [
 
 // parseEcho reads "zone=Z pod=P node=N".
 func parseEcho(body string) (zone, pod string, err error) {
-	for _, f := range strings.Fields(body) {
-		k, v, _ := strings.Cut(f, "=")
-		switch k {
-		case "zone":
-			zone = v
-		case "pod":
-			pod = v
-		}
-	}
-	if zone == "" || pod == "" {
+	f := echoFields(body)
+	if f["zone"] == "" || f["pod"] == "" {
 		return "", "", fmt.Errorf("not an echo response: %q", body)
 	}
-	return zone, pod, nil
+	return f["zone"], f["pod"], nil
+}
+
+// echoFields reads the "key=value" fields of an echo backend's answer.
+func echoFields(body string) map[string]string {
+	out := map[string]string{}
+	for _, f := range strings.Fields(body) {
+		k, v, _ := strings.Cut(f, "=")
+		out[k] = v
+	}
+	return out
 }
 
 // admin GETs a path of a control plane pod's admin port through the API

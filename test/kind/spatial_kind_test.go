@@ -401,14 +401,6 @@ func (s *suite) proxied(ns, resource, name, path, rawQuery string, header http.H
 
 // parseReplicaEcho reads "replica=R pod=P node=N".
 func parseReplicaEcho(body string) (replica, pod string) {
-	for _, f := range strings.Fields(body) {
-		k, v, _ := strings.Cut(f, "=")
-		switch k {
-		case "replica":
-			replica = v
-		case "pod":
-			pod = v
-		}
-	}
-	return replica, pod
+	f := echoFields(body)
+	return f["replica"], f["pod"]
 }

@@ -15,7 +15,11 @@ import (
 	"testing"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
@@ -249,4 +253,29 @@ func endpointOf(u explain.Upstream, b *splitcheck.Backend) (explain.Endpoint, bo
 		}
 	}
 	return explain.Endpoint{}, false
+}
+
+// fetchADS sends one request for a type over a raw ADS stream as node and returns the
+// resources of the first response.
+func fetchADS(t *testing.T, xdsAddr string, node *core.Node, typeURL string, names ...string) []*anypb.Any {
+	t.Helper()
+	conn, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	stream, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&discoverygrpc.DiscoveryRequest{Node: node, TypeUrl: typeURL, ResourceNames: names}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("%s %v: %v", typeURL, names, err)
+	}
+	return resp.GetResources()
 }

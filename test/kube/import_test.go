@@ -1,7 +1,6 @@
 package kube_test
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"net"
@@ -11,10 +10,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -251,31 +247,14 @@ func waitPublished(t *testing.T, xdsAddr, cluster, phase string, want splitcheck
 	})
 }
 
-// fetchCLA asks the xDS server for one ClusterLoadAssignment over a raw ADS
-// stream, as a gRPC node, and returns each endpoint's locality weight.
+// fetchCLA asks the xDS server for one ClusterLoadAssignment as a gRPC node and
+// returns each endpoint's locality weight.
 func fetchCLA(t *testing.T, xdsAddr, cluster string) map[string]uint32 {
 	t.Helper()
-	conn, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	stream, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	node := &core.Node{Id: "import-reader", UserAgentName: "gRPC Go", ClientFeatures: []string{translate.FeatureNoOverprovisioning}}
-	if err := stream.Send(&discoverygrpc.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{cluster}}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := stream.Recv()
-	if err != nil {
-		t.Fatalf("EDS for %s: %v", cluster, err)
-	}
+	resources := fetchADS(t, xdsAddr, node, resource.EndpointType, cluster)
 	out := map[string]uint32{}
-	for _, a := range resp.GetResources() {
+	for _, a := range resources {
 		var cla endpointv3.ClusterLoadAssignment
 		if err := a.UnmarshalTo(&cla); err != nil {
 			t.Fatal(err)

@@ -1,11 +1,7 @@
 package kube_test
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,10 +11,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
-	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/anypb"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,34 +19,16 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/partitionmap/luatest"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/test/kubemanifests"
 )
 
-// fetchEnvoy asks the xDS server for resources of one type over a raw ADS stream, as an
-// Envoy would (names empty: wildcard), and returns the first response's resources.
+// fetchEnvoy asks the xDS server for resources of one type as an Envoy would (names
+// empty: wildcard).
 func fetchEnvoy(t *testing.T, xdsAddr, typeURL string, names ...string) []*anypb.Any {
 	t.Helper()
-	conn, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	stream, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := &core.Node{Id: "spatial-envoy", Cluster: "edge", UserAgentName: "envoy"}
-	if err := stream.Send(&discoverygrpc.DiscoveryRequest{Node: node, TypeUrl: typeURL, ResourceNames: names}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := stream.Recv()
-	if err != nil {
-		t.Fatalf("%s: %v", typeURL, err)
-	}
-	return resp.GetResources()
+	return fetchADS(t, xdsAddr, &core.Node{Id: "spatial-envoy", Cluster: "edge", UserAgentName: "envoy"}, typeURL, names...)
 }
 
 // spatialLua returns the Lua chunk of the domain's VirtualHost in the published RDS.
@@ -207,28 +182,11 @@ func TestSpatialPublishing(t *testing.T) {
 // "status\treason\tcluster", or "" (logged) when LuaJIT is not installed.
 func runServedLua(t *testing.T, chunk, product, bbox string) string {
 	t.Helper()
-	bin, err := exec.LookPath("luajit")
-	if err != nil {
-		if os.Getenv("POISE_REQUIRE_LUAJIT") != "" {
-			t.Fatalf("luajit is required (POISE_REQUIRE_LUAJIT is set): %v", err)
-		}
-		t.Logf("not running the served Lua: luajit is not installed (%v)", err)
+	bin, missing := luatest.Find(t)
+	if bin == "" {
+		t.Logf("not running the served Lua: %s", missing)
 		return ""
 	}
-	dir := t.TempDir()
-	chunkPath := filepath.Join(dir, "chunk.lua")
-	if err := os.WriteFile(chunkPath, []byte(chunk), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	hex := func(s string) string { return fmt.Sprintf("%x", s) }
-	req := strings.Join([]string{hex(product), hex(bbox), "-", hex("/collections/" + product + "/items"), "-"}, "\t") + "\n"
-	reqPath := filepath.Join(dir, "req.txt")
-	if err := os.WriteFile(reqPath, []byte(req), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(bin, "../../pkg/partitionmap/testdata/harness.lua", chunkPath, reqPath).CombinedOutput()
-	if err != nil {
-		t.Fatalf("luajit: %v\n%s", err, out)
-	}
-	return strings.TrimSpace(string(out))
+	out := luatest.Run(t, bin, chunk, []luatest.Request{{Product: product, BBox: bbox, NoCRS: true, Path: "/collections/" + product + "/items"}})
+	return out[0]
 }

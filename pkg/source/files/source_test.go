@@ -22,6 +22,15 @@ kind: Upstream
 metadata: {name: web, namespace: shop}
 `
 
+// domainYAML is a SpatialDomain with one replica on Upstream shop/web.
+const domainYAML = `apiVersion: poise.dev/v1alpha1
+kind: SpatialDomain
+metadata: {name: cadastre, namespace: shop}
+spec:
+  replicas: [{name: eu-1, upstream: web, region: r1}]
+  products: [{name: parcels, pathPrefix: /parcels, allowedRegions: [r1]}]
+`
+
 func setYAML(name, weight string) string {
 	return `apiVersion: poise.dev/v1alpha1
 kind: EndpointSet
@@ -143,13 +152,7 @@ kind: Locality
 metadata: {name: web-r1, namespace: shop}
 spec: {upstream: web, region: r1}
 ---
-apiVersion: poise.dev/v1alpha1
-kind: SpatialDomain
-metadata: {name: cadastre, namespace: shop}
-spec:
-  replicas: [{name: eu-1, upstream: web, region: r1}]
-  products: [{name: parcels, pathPrefix: /parcels, allowedRegions: [r1]}]
----
+`+domainYAML+`---
 apiVersion: poise.dev/v1alpha1
 kind: Partition
 metadata: {name: europe, namespace: shop}
@@ -182,13 +185,7 @@ spec: {domain: cadastre, extent: {west: -10, south: 35, east: 30, north: 70}, re
 func TestLoadFollowsSpatialObjects(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "upstream.yaml"), upstreamYAML)
-	write(t, filepath.Join(dir, "domain.yaml"), `apiVersion: poise.dev/v1alpha1
-kind: SpatialDomain
-metadata: {name: cadastre, namespace: shop}
-spec:
-  replicas: [{name: eu-1, upstream: web, region: r1}]
-  products: [{name: parcels, pathPrefix: /parcels, allowedRegions: [r1]}]
-`)
+	write(t, filepath.Join(dir, "domain.yaml"), domainYAML)
 	write(t, filepath.Join(dir, "partition.yaml"), `apiVersion: poise.dev/v1alpha1
 kind: Partition
 metadata: {name: europe, namespace: shop}
@@ -228,13 +225,7 @@ spec: {domain: cadastre, extent: {west: -10, south: 35, east: 30, north: 70}, re
 func TestSpatialProblemsAreLoggedOnce(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "upstream.yaml"), upstreamYAML)
-	write(t, filepath.Join(dir, "spatial.yaml"), `apiVersion: poise.dev/v1alpha1
-kind: SpatialDomain
-metadata: {name: cadastre, namespace: shop}
-spec:
-  replicas: [{name: eu-1, upstream: web, region: r1}]
-  products: [{name: parcels, pathPrefix: /parcels, allowedRegions: [r1]}]
----
+	write(t, filepath.Join(dir, "spatial.yaml"), domainYAML+`---
 apiVersion: poise.dev/v1alpha1
 kind: Partition
 metadata: {name: europe, namespace: shop}

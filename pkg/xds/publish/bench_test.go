@@ -25,47 +25,57 @@ func newCache() *xdscache.Cache {
 // Both include the topology Directory's work for the change.
 func BenchmarkPublish(b *testing.B) {
 	full := topologytest.Batch(5000)
-	b.Run("full-rebuild", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			d := topology.NewDirectory()
-			snap, err := d.Apply(full)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := publish.New(newCache(), "bench", nil).Publish(snap); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	b.Run("full-rebuild", func(b *testing.B) { benchFullRebuild(b, full) })
 	b.Run("endpoint-flip", func(b *testing.B) {
+		benchAlternating(b, full, [2]topology.Batch{topologytest.Flip(2500, 0), topologytest.Flip(2500, 1)}, func(st publish.Stats) {
+			if st.Upstreams != 1 || st.EndpointOnly != 1 || st.Changes[clusterType] != 0 {
+				b.Fatalf("an endpoint flip published %+v", st)
+			}
+		})
+	})
+}
+
+// benchFullRebuild measures applying full to a fresh Directory and publishing it all.
+func benchFullRebuild(b *testing.B, full topology.Batch) {
+	b.ReportAllocs()
+	for b.Loop() {
 		d := topology.NewDirectory()
 		snap, err := d.Apply(full)
 		if err != nil {
 			b.Fatal(err)
 		}
-		p := publish.New(newCache(), "bench", nil)
-		if _, err := p.Publish(snap); err != nil {
+		if _, err := publish.New(newCache(), "bench", nil).Publish(snap); err != nil {
 			b.Fatal(err)
 		}
-		flips := [2]topology.Batch{topologytest.Flip(2500, 0), topologytest.Flip(2500, 1)}
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			i++
-			snap, err := d.Apply(flips[i%2])
-			if err != nil {
-				b.Fatal(err)
-			}
-			st, err := p.Publish(snap)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if st.Upstreams != 1 || st.EndpointOnly != 1 || st.Changes[clusterType] != 0 {
-				b.Fatalf("an endpoint flip published %+v", st)
-			}
+	}
+}
+
+// benchAlternating publishes full once, then measures applying the two batches in turn
+// and publishing each change; check sees every publication.
+func benchAlternating(b *testing.B, full topology.Batch, batches [2]topology.Batch, check func(publish.Stats)) {
+	d := topology.NewDirectory()
+	snap, err := d.Apply(full)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := publish.New(newCache(), "bench", nil)
+	if _, err := p.Publish(snap); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		snap, err := d.Apply(batches[i%2])
+		if err != nil {
+			b.Fatal(err)
 		}
-	})
+		st, err := p.Publish(snap)
+		if err != nil {
+			b.Fatal(err)
+		}
+		check(st)
+	}
 }
 
 const clusterType = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
@@ -114,19 +124,7 @@ func replicaDown(u int, down bool) topology.Batch {
 // with the new DATA).
 func BenchmarkPublishSpatial(b *testing.B) {
 	full := spatialBench()
-	b.Run("full-rebuild", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			d := topology.NewDirectory()
-			snap, err := d.Apply(full)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := publish.New(newCache(), "bench", nil).Publish(snap); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	b.Run("full-rebuild", func(b *testing.B) { benchFullRebuild(b, full) })
 	for _, bc := range []struct {
 		name   string
 		batch  func(i int) topology.Batch
@@ -137,32 +135,11 @@ func BenchmarkPublishSpatial(b *testing.B) {
 		{"replica-health", func(i int) topology.Batch { return replicaDown(3, i%2 == 1) }, 1},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			d := topology.NewDirectory()
-			snap, err := d.Apply(full)
-			if err != nil {
-				b.Fatal(err)
-			}
-			p := publish.New(newCache(), "bench", nil)
-			if _, err := p.Publish(snap); err != nil {
-				b.Fatal(err)
-			}
-			batches := [2]topology.Batch{bc.batch(0), bc.batch(1)}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				i++
-				snap, err := d.Apply(batches[i%2])
-				if err != nil {
-					b.Fatal(err)
-				}
-				st, err := p.Publish(snap)
-				if err != nil {
-					b.Fatal(err)
-				}
+			benchAlternating(b, full, [2]topology.Batch{bc.batch(0), bc.batch(1)}, func(st publish.Stats) {
 				if st.Changes[routeType] != bc.routes {
 					b.Fatalf("published %v routes, want %d", st.Changes, bc.routes)
 				}
-			}
+			})
 		})
 	}
 }

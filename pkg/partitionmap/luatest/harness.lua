@@ -1,5 +1,5 @@
 -- Runs a generated chunk (DATA + logic) outside Envoy with a stub request handle.
--- usage: luajit harness.lua CHUNK REQUESTS [BENCH_ROUNDS]
+-- usage: luajit harness.lua CHUNK REQUESTS [BENCH_ROUNDS] (pkg/partitionmap/luatest writes both)
 -- REQUESTS: one request per line, five tab-separated hex fields (product, x-spatial-bbox,
 -- x-spatial-crs, :path, x-request-id); a field of "-" is an absent header.
 -- Prints one line per request: status, reason, cluster (tab-separated), as Envoy would
