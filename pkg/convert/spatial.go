@@ -20,6 +20,20 @@ var (
 	pathPrefix = regexp.MustCompile(`^/[A-Za-z0-9._~!$&'()*+,;=:@/%-]*$`)
 )
 
+// firstIndex remembers at which list index each non-empty value was first seen.
+type firstIndex map[string]int
+
+// seen records v at index i, or reports the earlier index of a repeated v.
+func (f firstIndex) seen(v string, i int) (earlier int, dup bool) {
+	if j, ok := f[v]; ok {
+		return j, true
+	}
+	if v != "" {
+		f[v] = i
+	}
+	return 0, false
+}
+
 // SpatialDomain validates and converts a SpatialDomain, applying the CRD defaults.
 // Every name, upstream and region also passes partitionmap.ValidIdentifier, as they
 // are written into the generated Lua.
@@ -53,7 +67,7 @@ func SpatialDomain(in *v1alpha1.SpatialDomain) (topology.SpatialDomain, field.Er
 
 	rp := sp.Child("replicas")
 	errs = listSize(errs, rp, len(s.Replicas), v1alpha1.MaxSpatialReplicas)
-	replicaAt := map[string]int{}
+	replicaAt := firstIndex{}
 	for i, r := range s.Replicas {
 		p := rp.Index(i)
 		errs = validateLabel(errs, p.Child("name"), r.Name, "a replica name")
@@ -61,43 +75,34 @@ func SpatialDomain(in *v1alpha1.SpatialDomain) (topology.SpatialDomain, field.Er
 		errs = validateUpstreamRef(errs, p.Child("upstream"), r.Upstream)
 		errs = identifier(errs, n, p.Child("upstream"), r.Upstream)
 		errs = validateRegion(errs, p.Child("region"), r.Region)
-		if j, dup := replicaAt[r.Name]; dup {
+		if j, dup := replicaAt.seen(r.Name, i); dup {
 			errs = append(errs, field.Duplicate(p, fmt.Sprintf("replica name %q (also replicas[%d])", r.Name, j)))
-		} else if r.Name != "" {
-			replicaAt[r.Name] = i
 		}
 		out.Replicas = append(out.Replicas, partitionmap.Replica{Name: r.Name, Upstream: r.Upstream, Region: r.Region})
 	}
 
 	pp := sp.Child("products")
 	errs = listSize(errs, pp, len(s.Products), v1alpha1.MaxSpatialProducts)
-	productAt := map[string]int{}
-	prefixAt := map[string]int{}
+	productAt, prefixAt := firstIndex{}, firstIndex{}
 	for i, pr := range s.Products {
 		p := pp.Index(i)
 		errs = validateLabel(errs, p.Child("name"), pr.Name, "a product name")
 		errs = validatePathPrefix(errs, p.Child("pathPrefix"), pr.PathPrefix)
 		ap := p.Child("allowedRegions")
 		errs = listSize(errs, ap, len(pr.AllowedRegions), v1alpha1.MaxAllowedRegions)
-		regionAt := map[string]int{}
+		regionAt := firstIndex{}
 		for k, r := range pr.AllowedRegions {
 			errs = validateRegion(errs, ap.Index(k), r)
-			if j, dup := regionAt[r]; dup {
+			if j, dup := regionAt.seen(r, k); dup {
 				errs = append(errs, field.Duplicate(ap.Index(k), fmt.Sprintf("region %q (also allowedRegions[%d])", r, j)))
-			} else if r != "" {
-				regionAt[r] = k
 			}
 		}
-		if j, dup := productAt[pr.Name]; dup {
+		if j, dup := productAt.seen(pr.Name, i); dup {
 			errs = append(errs, field.Duplicate(p, fmt.Sprintf("product name %q (also products[%d])", pr.Name, j)))
-		} else if pr.Name != "" {
-			productAt[pr.Name] = i
 		}
-		if j, dup := prefixAt[pr.PathPrefix]; dup {
+		if j, dup := prefixAt.seen(pr.PathPrefix, i); dup {
 			errs = append(errs, field.Duplicate(p.Child("pathPrefix"),
 				fmt.Sprintf("each product needs its own pathPrefix: %q is also the pathPrefix of products[%d]", pr.PathPrefix, j)))
-		} else if pr.PathPrefix != "" {
-			prefixAt[pr.PathPrefix] = i
 		}
 		out.Products = append(out.Products, partitionmap.Product{
 			Name: pr.Name, PathPrefix: pr.PathPrefix, AllowedRegions: slices.Clone(pr.AllowedRegions),
@@ -154,13 +159,11 @@ func Partition(in *v1alpha1.Partition) (topology.Partition, field.ErrorList) {
 
 	rp := sp.Child("replicas")
 	errs = listSize(errs, rp, len(s.Replicas), v1alpha1.MaxSpatialReplicas)
-	seen := map[string]int{}
+	replicaAt := firstIndex{}
 	for i, r := range s.Replicas {
 		errs = validateLabel(errs, rp.Index(i), r, "a replica name of the domain")
-		if j, dup := seen[r]; dup {
+		if j, dup := replicaAt.seen(r, i); dup {
 			errs = append(errs, field.Duplicate(rp.Index(i), fmt.Sprintf("replica %q (also replicas[%d])", r, j)))
-		} else if r != "" {
-			seen[r] = i
 		}
 	}
 
