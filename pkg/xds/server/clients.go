@@ -2,7 +2,6 @@ package server
 
 import (
 	"cmp"
-	"context"
 	"log/slog"
 	"slices"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/xds/translate"
@@ -71,8 +69,7 @@ type NACK struct {
 	At      time.Time `json:"at"`
 }
 
-// Clients is the registry of connected clients. It implements
-// go-control-plane's server callbacks.
+// Clients is the registry of connected clients, fed by the xDS server.
 type Clients struct {
 	mu sync.Mutex
 	// SotW and Delta streams are numbered independently, each from 1, so a
@@ -234,50 +231,29 @@ func (c *Clients) response(k streamKey, typeURL, version, nonce string, count in
 	}
 }
 
-// go-control-plane callbacks.
-
-func (c *Clients) OnStreamOpen(_ context.Context, id int64, _ string) error {
-	c.open(streamKey{"sotw", id})
-	return nil
+// knownVersion returns version as a string, the one last sent for the type
+// when it is that one (an ACK), so an ACK allocates nothing for it.
+func (c *Clients) knownVersion(k streamKey, typeURL string, version []byte) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl := c.streams[k]; cl != nil {
+		if ts := cl.Types[xdscache.ShortType(typeURL)]; ts != nil && string(version) == ts.LastSentVersion {
+			return ts.LastSentVersion
+		}
+	}
+	return string(version)
 }
 
-func (c *Clients) OnStreamClosed(id int64, _ *core.Node) { c.closed(streamKey{"sotw", id}) }
-
-func (c *Clients) OnStreamRequest(id int64, r *discovery.DiscoveryRequest) error {
-	c.request(streamKey{"sotw", id}, r.GetNode(), r.GetTypeUrl(), r.GetVersionInfo(), r.GetResponseNonce(), r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil)
-	return nil
-}
-
-func (c *Clients) OnStreamResponse(_ context.Context, id int64, req *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
-	c.response(streamKey{"sotw", id}, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce(), len(r.GetResources()))
-}
-
-func (c *Clients) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error { return nil }
-
-func (c *Clients) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.DiscoveryResponse) {}
-
-func (c *Clients) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
-	c.open(streamKey{"delta", id})
-	return nil
-}
-
-func (c *Clients) OnDeltaStreamClosed(id int64, _ *core.Node) { c.closed(streamKey{"delta", id}) }
-
-func (c *Clients) OnStreamDeltaRequest(id int64, r *discovery.DeltaDiscoveryRequest) error {
-	// A delta request names no version: an ACK accepts the one sent with its
-	// nonce; a NACK keeps the last accepted one, which is not this.
+// deltaRequest records a Delta request. It names no version: an ACK
+// accepts the one sent with its nonce; a NACK keeps the last accepted one.
+func (c *Clients) deltaRequest(k streamKey, n *core.Node, typeURL, nonce, errDetail string, isNACK bool) {
 	version := ""
 	c.mu.Lock()
-	if cl := c.streams[streamKey{"delta", id}]; cl != nil && r.GetResponseNonce() != "" && r.GetErrorDetail() == nil {
-		if ts := cl.Types[xdscache.ShortType(r.GetTypeUrl())]; ts != nil && ts.LastSentNonce == r.GetResponseNonce() {
+	if cl := c.streams[k]; cl != nil && nonce != "" && !isNACK {
+		if ts := cl.Types[xdscache.ShortType(typeURL)]; ts != nil && ts.LastSentNonce == nonce {
 			version = ts.LastSentVersion
 		}
 	}
 	c.mu.Unlock()
-	c.request(streamKey{"delta", id}, r.GetNode(), r.GetTypeUrl(), version, r.GetResponseNonce(), r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil)
-	return nil
-}
-
-func (c *Clients) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
-	c.response(streamKey{"delta", id}, r.GetTypeUrl(), r.GetSystemVersionInfo(), r.GetNonce(), len(r.GetResources())+len(r.GetRemovedResources()))
+	c.request(k, n, typeURL, version, nonce, errDetail, isNACK)
 }

@@ -10,17 +10,11 @@ import (
 	"os"
 	"time"
 
-	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
-	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
-	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
-	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
-	gcp "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
-	xds "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+
+	"poise.dev/poise/pkg/xds/xdscache"
 )
 
 // TLS configures serving xDS over TLS; with ClientCAFile, clients must
@@ -39,7 +33,7 @@ type Config struct {
 
 // New builds a gRPC server that serves ADS (SotW and Delta) and the
 // per-type discovery services from cache, recording clients in clients.
-func New(ctx context.Context, cache gcp.Cache, clients *Clients, cfg Config) (*grpc.Server, error) {
+func New(ctx context.Context, cache *xdscache.Cache, clients *Clients, cfg Config) (*grpc.Server, error) {
 	kt, kto := cfg.KeepaliveTime, cfg.KeepaliveTimeout
 	if kt == 0 {
 		kt = 30 * time.Second
@@ -52,6 +46,7 @@ func New(ctx context.Context, cache gcp.Cache, clients *Clients, cfg Config) (*g
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: kt, Timeout: kto}),
 		// Envoy pings every few seconds when configured to; do not punish it.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		grpc.ForceServerCodecV2(newCodec()),
 	}
 	if cfg.TLS != nil {
 		creds, err := serverTLS(*cfg.TLS)
@@ -61,14 +56,8 @@ func New(ctx context.Context, cache gcp.Cache, clients *Clients, cfg Config) (*g
 		opts = append(opts, grpc.Creds(creds))
 	}
 	g := grpc.NewServer(opts...)
-	// Ordered ADS sends a stream's responses in the order the cache produces
-	// them: clusters before their endpoints, listeners before their routes.
-	x := xds.NewServer(ctx, cache, clients, sotw.WithOrderedADS())
-	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(g, x)
-	endpointservice.RegisterEndpointDiscoveryServiceServer(g, x)
-	clusterservice.RegisterClusterDiscoveryServiceServer(g, x)
-	routeservice.RegisterRouteDiscoveryServiceServer(g, x)
-	listenerservice.RegisterListenerDiscoveryServiceServer(g, x)
+	x := &xdsServer{ctx: ctx, cache: cache, clients: clients}
+	x.register(g)
 	return g, nil
 }
 

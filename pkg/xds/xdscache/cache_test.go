@@ -1,6 +1,7 @@
 package xdscache_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -9,11 +10,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	gcp "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
-	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -30,7 +27,7 @@ func newCache() *xdscache.Cache {
 	return xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
 }
 
-func mustEntry(t *testing.T, name, version string, m proto.Message) *xdscache.Entry {
+func mustEntry(t testing.TB, name, version string, m proto.Message) *xdscache.Entry {
 	t.Helper()
 	e, err := xdscache.NewEntry(name, version, m)
 	if err != nil {
@@ -56,45 +53,70 @@ func change(view int, typeURL string, e *xdscache.Entry) xdscache.Change {
 	return xdscache.Change{View: view, TypeURL: typeURL, Name: e.Name, Entry: e}
 }
 
-// watch opens a SotW watch as the server would, with a subscription that
-// holds returned, and gives back the channel it answers on.
-func watch(t *testing.T, c *xdscache.Cache, node *core.Node, typeURL string, names []string, returned map[string]string) (chan gcp.Response, func()) {
-	t.Helper()
-	sub := stream.NewSotwSubscription(names, true)
-	if returned != nil {
-		sub.SetReturnedResources(returned)
-	}
-	out := make(chan gcp.Response, 1)
-	cancel, err := c.CreateWatch(&gcp.Request{Node: node, TypeUrl: typeURL, ResourceNames: names}, sub, out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out, cancel
+// sotwClient drives one SotW stream of the cache as the server would.
+type sotwClient struct {
+	t     testing.TB
+	c     *xdscache.Cache
+	s     *xdscache.Stream
+	names map[string][]string
+	out   []xdscache.Response
 }
 
-func answer(t *testing.T, out chan gcp.Response) *discovery.DiscoveryResponse {
-	t.Helper()
-	select {
-	case r := <-out:
-		d, err := r.GetDiscoveryResponse()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	default:
-		t.Fatal("watch not answered")
-	}
-	return nil
+func openSotw(t testing.TB, c *xdscache.Cache, node *core.Node) *sotwClient {
+	s := c.NewStream(false)
+	s.SetNode(node)
+	return &sotwClient{t: t, c: c, s: s, names: map[string][]string{}}
 }
 
-func silent(t *testing.T, out chan gcp.Response) {
-	t.Helper()
-	select {
-	case r := <-out:
-		d, _ := r.GetDiscoveryResponse()
-		t.Fatalf("unexpected answer %s with %d resources", d.GetVersionInfo(), len(d.GetResources()))
-	default:
+func (sc *sotwClient) request(typeURL, version, nonce string, nack bool, names ...string) {
+	sc.t.Helper()
+	sc.names[typeURL] = names
+	if err := sc.s.Sotw(xdscache.SotwRequest{TypeURL: typeURL, Version: version, Nonce: nonce, NACK: nack,
+		NamesHash: sc.c.HashNames(names), Names: func() []string { return names }}); err != nil {
+		sc.t.Fatal(err)
 	}
+}
+
+// ack acknowledges r, repeating the subscription as a SotW client does.
+func (sc *sotwClient) ack(r xdscache.Response) {
+	sc.t.Helper()
+	sc.request(r.TypeURL, r.Version, r.Nonce, false, sc.names[r.TypeURL]...)
+}
+
+// next returns what the stream would send now.
+func (sc *sotwClient) next() []xdscache.Response {
+	sc.out = sc.s.Next(sc.out[:0])
+	return sc.out
+}
+
+// expect checks that exactly one response is ready and what it holds.
+func (sc *sotwClient) expect(typeURL, version string, names ...string) xdscache.Response {
+	sc.t.Helper()
+	rs := sc.next()
+	if len(rs) != 1 {
+		sc.t.Fatalf("%d responses ready, want one %s %s %v", len(rs), xdscache.ShortType(typeURL), version, names)
+	}
+	r := rs[0]
+	if r.TypeURL != typeURL || r.Version != version || !slices.Equal(entryNames(r.Entries), names) {
+		sc.t.Fatalf("got %s %s %v, want %s %s %v", xdscache.ShortType(r.TypeURL), r.Version, entryNames(r.Entries),
+			xdscache.ShortType(typeURL), version, names)
+	}
+	return r
+}
+
+func (sc *sotwClient) silent() {
+	sc.t.Helper()
+	if rs := sc.next(); len(rs) != 0 {
+		sc.t.Fatalf("unexpected %s %s %v", xdscache.ShortType(rs[0].TypeURL), rs[0].Version, entryNames(rs[0].Entries))
+	}
+}
+
+func entryNames(es []*xdscache.Entry) []string {
+	out := []string{}
+	for _, e := range es {
+		out = append(out, e.Name)
+	}
+	return out
 }
 
 func TestNewEntryIsDeterministic(t *testing.T) {
@@ -109,31 +131,38 @@ func TestNewEntryIsDeterministic(t *testing.T) {
 // something is published, so Envoy does not hold its start for it.
 func TestFirstApplyAnswersEmptyViews(t *testing.T) {
 	c := newCache()
-	lds, _ := watch(t, c, envoy, resource.ListenerType, nil, nil)
-	cds, _ := watch(t, c, envoy, resource.ClusterType, nil, nil)
-	eds, _ := watch(t, c, envoy, resource.EndpointType, []string{"c1"}, nil)
-	silent(t, lds) // nothing published yet
+	env := openSotw(t, c, envoy)
+	env.request(resource.ListenerType, "", "", false)
+	env.request(resource.ClusterType, "", "", false)
+	env.request(resource.EndpointType, "", "", false, "c1")
+	env.silent() // nothing published yet
 	c.Apply(xdscache.Update{Version: "v1", Changes: []xdscache.Change{
 		change(1, resource.ListenerType, mustEntry(t, "svc", "v1", &listenerv3.Listener{Name: "svc"})),
 	}})
-	for _, out := range []chan gcp.Response{lds, cds} {
-		if r := answer(t, out); r.GetVersionInfo() != "v1" || len(r.GetResources()) != 0 {
-			t.Fatalf("got %s with %d resources, want an empty v1", r.GetVersionInfo(), len(r.GetResources()))
+	rs := env.next()
+	if len(rs) != 2 || rs[0].TypeURL != resource.ClusterType || rs[1].TypeURL != resource.ListenerType {
+		t.Fatalf("got %d responses, want CDS then LDS", len(rs))
+	}
+	for _, r := range rs {
+		if r.Version != "v1" || len(r.Entries) != 0 {
+			t.Fatalf("got %s with %d resources, want an empty v1", r.Version, len(r.Entries))
 		}
 	}
-	silent(t, eds) // a named CLA that does not exist is not answered
-
-	// Once answered (and ACKed), an empty view stays quiet until it changes.
-	lds = make(chan gcp.Response, 1)
-	ack := &gcp.Request{Node: envoy, TypeUrl: resource.ListenerType, VersionInfo: "v1", ResponseNonce: "1"}
-	if _, err := c.CreateWatch(ack, stream.NewSotwSubscription(nil, true), lds); err != nil {
-		t.Fatal(err)
-	}
-	silent(t, lds)
+	// Once answered (and ACKed), an empty view stays quiet until it changes;
+	// a named CLA that does not exist is not answered.
+	lds := rs[1]
+	env.ack(rs[0])
+	env.ack(lds)
+	env.silent()
 	c.Apply(xdscache.Update{Version: "v2", Changes: []xdscache.Change{
 		change(1, resource.ListenerType, mustEntry(t, "svc2", "v2", &listenerv3.Listener{Name: "svc2"})),
 	}})
-	silent(t, lds)
+	env.silent()
+
+	// A reconnecting client that already holds the (empty) version is not re-sent it.
+	again := openSotw(t, c, envoy)
+	again.request(resource.ListenerType, "v1", "", false)
+	again.silent()
 }
 
 func TestOneAnyForEveryViewAndClient(t *testing.T) {
@@ -141,9 +170,10 @@ func TestOneAnyForEveryViewAndClient(t *testing.T) {
 	c1 := mustEntry(t, "c1", "v1", cluster("c1", 1))
 	c.Apply(xdscache.Update{Version: "v1", Changes: []xdscache.Change{change(0, resource.ClusterType, c1), change(1, resource.ClusterType, c1)}})
 	for _, n := range []*core.Node{envoy, grpc, envoy} {
-		out, _ := watch(t, c, n, resource.ClusterType, nil, nil)
-		if r := answer(t, out); len(r.GetResources()) != 1 || r.GetResources()[0] != c1.Any {
-			t.Fatalf("%s was not handed the published *anypb.Any", n.GetId())
+		sc := openSotw(t, c, n)
+		sc.request(resource.ClusterType, "", "", false)
+		if r := sc.expect(resource.ClusterType, "v1", "c1"); r.Entries[0] != c1 {
+			t.Fatalf("%s was not handed the published entry", n.GetId())
 		}
 	}
 	for view := range 2 {
@@ -153,40 +183,69 @@ func TestOneAnyForEveryViewAndClient(t *testing.T) {
 	}
 }
 
-// A client that NACKed a version keeps it in its returned map: the same
-// content is not offered again; a new version is.
+// A client that NACKed a version is not offered the same content again; a new version is.
 func TestNACKedVersionIsNotOfferedAgain(t *testing.T) {
 	c := newCache()
 	c.Apply(xdscache.Update{Version: "v1", Changes: []xdscache.Change{
 		change(0, resource.EndpointType, mustEntry(t, "c1", "v1", cla("c1", 1))),
 		change(0, resource.EndpointType, mustEntry(t, "c2", "v1", cla("c2", 1))),
 	}})
-	sub := stream.NewSotwSubscription([]string{"c1", "c2"}, true)
-	sub.SetReturnedResources(map[string]string{"c1": "v1", "c2": "v1"})
-	out := make(chan gcp.Response, 1)
-	req := func() *gcp.Request {
-		return &gcp.Request{Node: envoy, TypeUrl: resource.EndpointType, ResourceNames: []string{"c1", "c2"}, VersionInfo: "v1"}
-	}
-	if _, err := c.CreateWatch(req(), sub, out); err != nil {
-		t.Fatal(err)
-	}
+	env := openSotw(t, c, envoy)
+	env.request(resource.EndpointType, "", "", false, "c1", "c2")
+	env.ack(env.expect(resource.EndpointType, "v1", "c1", "c2"))
 	c.Apply(xdscache.Update{Version: "v2", Changes: []xdscache.Change{change(0, resource.EndpointType, mustEntry(t, "c1", "v2", cla("c1", 0)))}})
-	resp := <-out
-	if d, _ := resp.GetDiscoveryResponse(); len(d.GetResources()) != 1 {
-		t.Fatalf("sent %d CLAs, want the changed one", len(d.GetResources()))
-	}
-	sub.SetReturnedResources(resp.GetReturnedResources()) // the server does this when it sends
-
-	nack := req()
-	nack.ErrorDetail = &status.Status{Message: "bad"}
-	if _, err := c.CreateWatch(nack, sub, out); err != nil {
-		t.Fatal(err)
-	}
-	silent(t, out)
+	bad := env.expect(resource.EndpointType, "v2", "c1")
+	env.request(resource.EndpointType, "v1", bad.Nonce, true, "c1", "c2")
+	env.silent()
 	c.Apply(xdscache.Update{Version: "v3", Changes: []xdscache.Change{change(0, resource.EndpointType, mustEntry(t, "c1", "v3", cla("c1", 2)))}})
-	if d := answer(t, out); d.GetVersionInfo() != "v3" || len(d.GetResources()) != 1 {
-		t.Fatalf("got %s with %d resources, want v3 with c1", d.GetVersionInfo(), len(d.GetResources()))
+	env.expect(resource.EndpointType, "v3", "c1")
+}
+
+// At most one response per type awaits its ACK; what changes meanwhile is
+// sent together after it, and a stale nonce is ignored.
+func TestChangesWaitForTheACKAndMerge(t *testing.T) {
+	c := newCache()
+	put := func(v string, names ...string) {
+		var chs []xdscache.Change
+		for _, n := range names {
+			chs = append(chs, change(0, resource.EndpointType, mustEntry(t, n, v, cla(n, 1))))
+		}
+		c.Apply(xdscache.Update{Version: v, Changes: chs})
 	}
+	put("v1", "a", "b", "c")
+	env := openSotw(t, c, envoy)
+	env.request(resource.EndpointType, "", "", false, "a", "b", "c")
+	first := env.expect(resource.EndpointType, "v1", "a", "b", "c")
+	put("v2", "b")
+	put("v3", "a")
+	put("v4", "b")
+	env.silent() // v1 is not ACKed yet
+	env.request(resource.EndpointType, "", "stale", false, "a", "b", "c")
+	env.silent()
+	env.ack(first)
+	env.expect(resource.EndpointType, "v4", "a", "b")
+}
+
+// A SotW client that adds a name is sent that one alone; one that drops a
+// name is no longer sent its changes.
+func TestSubscriptionChanges(t *testing.T) {
+	c := newCache()
+	var chs []xdscache.Change
+	for _, n := range []string{"a", "b", "c"} {
+		chs = append(chs, change(0, resource.EndpointType, mustEntry(t, n, "v1", cla(n, 1))))
+	}
+	c.Apply(xdscache.Update{Version: "v1", Changes: chs})
+	env := openSotw(t, c, envoy)
+	env.request(resource.EndpointType, "", "", false, "a", "b")
+	r := env.expect(resource.EndpointType, "v1", "a", "b")
+	env.request(resource.EndpointType, "v1", r.Nonce, false, "c", "b", "a")
+	r = env.expect(resource.EndpointType, "v1", "c")
+	env.request(resource.EndpointType, "v1", r.Nonce, false, "c")
+	env.silent()
+	c.Apply(xdscache.Update{Version: "v2", Changes: []xdscache.Change{change(0, resource.EndpointType, mustEntry(t, "a", "v2", cla("a", 2)))}})
+	env.silent()
+	c.Apply(xdscache.Update{Version: "v3", Changes: []xdscache.Change{change(0, resource.EndpointType, mustEntry(t, "c", "v3", cla("c", 2)))}})
+	env.expect(resource.EndpointType, "v3", "c")
 }
 
 func TestVersionsMoveOnlyWithChanges(t *testing.T) {
@@ -196,9 +255,10 @@ func TestVersionsMoveOnlyWithChanges(t *testing.T) {
 	// Deleting what does not exist is no change.
 	c.Apply(xdscache.Update{Version: "v2", Changes: []xdscache.Change{{View: 0, TypeURL: resource.EndpointType, Name: "nope"}}})
 	c.Apply(xdscache.Update{Version: "v3", Changes: []xdscache.Change{change(0, resource.ClusterType, mustEntry(t, "c1", "v3", cluster("c1", 1)))}})
-	out, _ := watch(t, c, envoy, resource.EndpointType, []string{"c1"}, nil)
-	if d := answer(t, out); d.GetVersionInfo() != "v1" || d.GetResources()[0] != e1.Any {
-		t.Fatalf("EDS at %s, want v1 with the original entry", d.GetVersionInfo())
+	env := openSotw(t, c, envoy)
+	env.request(resource.EndpointType, "", "", false, "c1")
+	if r := env.expect(resource.EndpointType, "v1", "c1"); r.Entries[0] != e1 {
+		t.Fatalf("EDS sent another entry than the original")
 	}
 	if got := c.Resources(0)[resource.EndpointType]; got[0] != e1 {
 		t.Fatalf("the unchanged entry was replaced")
@@ -208,9 +268,133 @@ func TestVersionsMoveOnlyWithChanges(t *testing.T) {
 // A control plane that starts with nothing to publish still answers.
 func TestEmptyFirstUpdateAnswers(t *testing.T) {
 	c := newCache()
-	cds, _ := watch(t, c, grpc, resource.ClusterType, nil, nil)
+	g := openSotw(t, c, grpc)
+	g.request(resource.ClusterType, "", "", false)
 	c.Apply(xdscache.Update{Version: "v1"})
-	if r := answer(t, cds); r.GetVersionInfo() != "v1" || len(r.GetResources()) != 0 {
-		t.Fatalf("got %s with %d resources, want an empty v1", r.GetVersionInfo(), len(r.GetResources()))
+	g.expect(resource.ClusterType, "v1")
+}
+
+func TestUnknownTypeKeepsNoState(t *testing.T) {
+	c := newCache()
+	s := c.NewStream(false)
+	err := s.Sotw(xdscache.SotwRequest{TypeURL: "type.googleapis.com/bogus", Names: func() []string { return nil }})
+	if err != xdscache.ErrUnknownType {
+		t.Fatalf("got %v, want ErrUnknownType", err)
+	}
+	if err := c.NewStream(true).Delta(xdscache.DeltaRequest{TypeURL: "x"}); err != xdscache.ErrUnknownType {
+		t.Fatalf("delta: got %v, want ErrUnknownType", err)
+	}
+}
+
+// deltaClient drives one Delta stream of the cache.
+type deltaClient struct {
+	t   testing.TB
+	s   *xdscache.Stream
+	out []xdscache.Response
+}
+
+func openDelta(t testing.TB, c *xdscache.Cache, node *core.Node) *deltaClient {
+	s := c.NewStream(true)
+	s.SetNode(node)
+	return &deltaClient{t: t, s: s}
+}
+
+func (d *deltaClient) send(r xdscache.DeltaRequest) {
+	d.t.Helper()
+	if err := d.s.Delta(r); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+func (d *deltaClient) expect(typeURL string, updated, removed []string) xdscache.Response {
+	d.t.Helper()
+	d.out = d.s.Next(d.out[:0])
+	if len(d.out) != 1 {
+		d.t.Fatalf("%d responses ready, want one", len(d.out))
+	}
+	r := d.out[0]
+	if r.TypeURL != typeURL || !slices.Equal(entryNames(r.Entries), append([]string{}, updated...)) || !slices.Equal(r.Removed, removed) {
+		d.t.Fatalf("got %s %v removed %v, want %v removed %v", xdscache.ShortType(r.TypeURL), entryNames(r.Entries), r.Removed, updated, removed)
+	}
+	return r
+}
+
+func (d *deltaClient) silent() {
+	d.t.Helper()
+	if d.out = d.s.Next(d.out[:0]); len(d.out) != 0 {
+		d.t.Fatalf("unexpected %s %v removed %v", xdscache.ShortType(d.out[0].TypeURL), entryNames(d.out[0].Entries), d.out[0].Removed)
+	}
+}
+
+func TestDeltaRemovalsAndSubscriptions(t *testing.T) {
+	c := newCache()
+	c.Apply(xdscache.Update{Version: "v1", Changes: []xdscache.Change{
+		change(0, resource.EndpointType, mustEntry(t, "a", "v1", cla("a", 1))),
+		change(0, resource.EndpointType, mustEntry(t, "b", "v1", cla("b", 1))),
+	}})
+	d := openDelta(t, c, envoy)
+	// A name that does not exist is neither sent nor reported removed.
+	d.send(xdscache.DeltaRequest{TypeURL: resource.EndpointType, Subscribe: []string{"a", "x"}})
+	r := d.expect(resource.EndpointType, []string{"a"}, nil)
+	d.send(xdscache.DeltaRequest{TypeURL: resource.EndpointType, Nonce: r.Nonce})
+	d.silent()
+	d.send(xdscache.DeltaRequest{TypeURL: resource.EndpointType, Subscribe: []string{"b"}, Unsubscribe: []string{"a"}})
+	r = d.expect(resource.EndpointType, []string{"b"}, nil)
+	d.send(xdscache.DeltaRequest{TypeURL: resource.EndpointType, Nonce: r.Nonce})
+	c.Apply(xdscache.Update{Version: "v2", Changes: []xdscache.Change{
+		{View: 0, TypeURL: resource.EndpointType, Name: "a"},
+		{View: 0, TypeURL: resource.EndpointType, Name: "b"},
+	}})
+	r = d.expect(resource.EndpointType, nil, []string{"b"}) // a was unsubscribed
+	d.send(xdscache.DeltaRequest{TypeURL: resource.EndpointType, Nonce: r.Nonce})
+	c.Apply(xdscache.Update{Version: "v3", Changes: []xdscache.Change{change(0, resource.EndpointType, mustEntry(t, "x", "v3", cla("x", 1)))}})
+	d.expect(resource.EndpointType, []string{"x"}, nil)
+}
+
+// Clients that subscribe to the same names share one subscription set:
+// a change is found through the reverse index, and each interested stream
+// is woken once per Apply.
+func TestFanOutWakesOnlyInterestedStreams(t *testing.T) {
+	c := newCache()
+	var chs []xdscache.Change
+	names := make([]string, 100)
+	for i := range names {
+		names[i] = fmt.Sprintf("c%03d", i)
+		chs = append(chs, change(0, resource.EndpointType, mustEntry(t, names[i], "v1", cla(names[i], 1))))
+	}
+	c.Apply(xdscache.Update{Version: "v1", Changes: chs})
+	var all, some []*sotwClient
+	for range 10 {
+		sc := openSotw(t, c, envoy)
+		sc.request(resource.EndpointType, "", "", false, names...)
+		sc.ack(sc.expect(resource.EndpointType, "v1", names...))
+		all = append(all, sc)
+		sc = openSotw(t, c, envoy)
+		sc.request(resource.EndpointType, "", "", false, names[:10]...)
+		sc.ack(sc.expect(resource.EndpointType, "v1", names[:10]...))
+		some = append(some, sc)
+	}
+	for _, sc := range append(all, some...) {
+		select {
+		case <-sc.s.Wake():
+		default:
+		}
+	}
+	c.Apply(xdscache.Update{Version: "v2", Changes: []xdscache.Change{change(0, resource.EndpointType, mustEntry(t, "c050", "v2", cla("c050", 2)))}})
+	for _, sc := range all {
+		select {
+		case <-sc.s.Wake():
+		default:
+			t.Fatal("an interested stream was not woken")
+		}
+		sc.ack(sc.expect(resource.EndpointType, "v2", "c050"))
+	}
+	for _, sc := range some {
+		select {
+		case <-sc.s.Wake():
+			t.Fatal("a stream that does not subscribe to c050 was woken")
+		default:
+		}
+		sc.silent()
 	}
 }

@@ -1,201 +1,503 @@
 package xdscache
 
 import (
-	"cmp"
-	"context"
+	"hash/maphash"
 	"slices"
+	"strconv"
 
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	gcp "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"google.golang.org/protobuf/types/known/anypb"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
 
-// A watch answers at most once; the server opens a new one with the
-// client's next request. What the client holds is the subscription's
-// returned-resources map, which the server keeps per stream and type: a
-// response updates it when it is actually sent, so a response the server
-// drops never counts as delivered.
-
-type sotwWatch struct {
-	req *gcp.Request
-	sub gcp.Subscription
-	out chan gcp.Response
+// Stream is the cache's side of one client stream (SotW or Delta): one
+// watch per type, what is pending for each, and a signal to the goroutine
+// that sends. It knows nothing of gRPC: the server feeds it requests and
+// sends what Next returns.
+//
+// Flow control follows the protocol: a watch has at most one response
+// awaiting the client's ACK or NACK; changes that arrive meanwhile are
+// merged into its pending names and sent together once it answers. A
+// NACKed response is not re-sent: nothing of it stays pending, so the same
+// content is sent again only when it changes.
+type Stream struct {
+	c       *Cache
+	delta   bool
+	view    int
+	viewSet bool
+	watches [numTypes]*Watch
+	wakeCh  chan struct{}
+	epoch   uint64 // the Apply that last queued this stream for waking
+	nonce   uint64
+	closed  bool
 }
 
-// respond sends what the client lacks, if anything, and reports whether it did.
-// A NACK leaves the rejected versions in the returned map, so the same
-// content is not sent again until it changes.
-func (w *sotwWatch) respond(ts *typeState) bool {
-	if ts.version == "" {
-		return false // nothing published yet
+// Watch is one stream's subscription to one type.
+type Watch struct {
+	stream   *Stream
+	ts       *typeState
+	wildcard bool
+	legacy   bool    // SotW: the first request named nothing, so an empty list means everything
+	subset   *subset // the names subscribed, shared with other watches; nil when wildcard
+	reqHash  uint64  // SotW: hash of the last request's names, in order
+
+	pending    []string // names changed since the last response; may repeat until compacted
+	compacted  int
+	pendingAll bool
+
+	first      bool   // never answered
+	reqVersion string // SotW: the version the opening request said it holds
+	reqNACK    bool
+	awaiting   bool   // a response is out and neither ACKed nor NACKed
+	nonce      string // of the last response
+}
+
+// NewStream opens a stream; delta says which protocol it speaks.
+func (c *Cache) NewStream(delta bool) *Stream {
+	return &Stream{c: c, delta: delta, view: c.viewOf(nil), wakeCh: make(chan struct{}, 1)}
+}
+
+// Seed is the seed of the hash the server computes over a SotW request's
+// resource names (see SotwRequest.NamesHash and WriteName).
+func (c *Cache) Seed() maphash.Seed { return c.seed }
+
+// HashNames hashes names in order as SotwRequest.NamesHash wants.
+func (c *Cache) HashNames(names []string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	for _, n := range names {
+		writeName(&h, n)
 	}
-	returned := w.sub.ReturnedResources()
-	var scope, changed []*Entry
-	consider := func(e *Entry) {
-		scope = append(scope, e)
-		if returned[e.Name] != e.Version {
-			changed = append(changed, e)
+	return h.Sum64()
+}
+
+// writeName hashes one name as it is encoded on the wire in a
+// DiscoveryRequest (field 3, length-delimited), so a server can hash the
+// raw bytes of a request without decoding its names.
+func writeName(h *maphash.Hash, n string) {
+	var buf [11]byte
+	buf[0] = 3<<3 | 2
+	i := 1
+	l := uint64(len(n))
+	for l >= 0x80 {
+		buf[i] = byte(l) | 0x80
+		l >>= 7
+		i++
+	}
+	buf[i] = byte(l)
+	_, _ = h.Write(buf[:i+1])
+	_, _ = h.WriteString(n)
+}
+
+// Wake is signalled when the stream may have something to send.
+func (s *Stream) Wake() <-chan struct{} { return s.wakeCh }
+
+func (s *Stream) signal() {
+	select {
+	case s.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// SetNode chooses the stream's view from the first node it sees, before
+// its first watch.
+func (s *Stream) SetNode(n *core.Node) {
+	if n == nil {
+		return
+	}
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	if !s.viewSet && s.watches == [numTypes]*Watch{} {
+		s.view, s.viewSet = s.c.viewOf(n), true
+	}
+}
+
+// View is the view the stream reads.
+func (s *Stream) View() int {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.view
+}
+
+// Close drops every watch of the stream.
+func (s *Stream) Close() {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	for i, w := range s.watches {
+		if w != nil {
+			w.unregister()
+			s.watches[i] = nil
 		}
 	}
-	if w.sub.IsWildcard() {
-		for _, e := range ts.resources {
-			consider(e)
-		}
-	} else {
-		for name := range w.sub.SubscribedResources() {
-			if e := ts.resources[name]; e != nil {
-				consider(e)
-			}
-		}
+	s.closed = true
+}
+
+func (w *Watch) unregister() {
+	if w.wildcard {
+		delete(w.ts.wildcard, w)
 	}
-	send := changed
-	if fullState(ts.typeURL) {
-		send = scope
-		gone := false
-		for name := range returned {
-			if ts.resources[name] == nil {
-				gone = true
-				break
-			}
-		}
-		// A client that holds nothing and for which nothing exists still
-		// needs an (empty) answer to finish starting; a NACK never gets one.
-		first := len(scope) == 0 && len(returned) == 0 && w.req.GetErrorDetail() == nil && w.req.GetVersionInfo() != ts.version
-		if len(changed) == 0 && !gone && !first {
-			return false
-		}
-	} else if len(changed) == 0 {
+	w.ts.release(w)
+}
+
+// mark adds name to what w must be sent.
+func (w *Watch) mark(name string) {
+	if w.pendingAll {
+		return
+	}
+	w.pending = append(w.pending, name)
+	if n := len(w.pending); n > 64 && n > 2*w.compacted {
+		slices.Sort(w.pending)
+		w.pending = slices.Compact(w.pending)
+		w.compacted = len(w.pending)
+	}
+}
+
+func (w *Watch) hasPending() bool { return w.pendingAll || len(w.pending) > 0 }
+
+// inScope reports whether w subscribes to name.
+func (w *Watch) inScope(name string) bool {
+	if w.wildcard {
+		return true
+	}
+	if w.subset == nil {
 		return false
 	}
-	sortEntries(send)
-	w.out <- &sotwResponse{req: w.req, version: ts.version, entries: send, typeURL: ts.typeURL, full: fullState(ts.typeURL), returned: returned}
-	return true
+	_, ok := slices.BinarySearch(w.subset.names, name)
+	return ok
 }
 
-func sortEntries(es []*Entry) {
-	slices.SortFunc(es, func(a, b *Entry) int { return cmp.Compare(a.Name, b.Name) })
-}
-
-type sotwResponse struct {
-	req      *gcp.Request
-	version  string
-	typeURL  string
-	entries  []*Entry
-	full     bool
-	returned map[string]string
-}
-
-// GetDiscoveryResponse builds the envelope; the resources inside are the
-// shared, already marshalled Anys.
-func (r *sotwResponse) GetDiscoveryResponse() (*discovery.DiscoveryResponse, error) {
-	out := &discovery.DiscoveryResponse{VersionInfo: r.version, TypeUrl: r.typeURL}
-	out.Resources = make([]*anypb.Any, len(r.entries))
-	for i, e := range r.entries {
-		out.Resources[i] = e.Any
+// scopeNames is what w subscribes to when not wildcard.
+func (w *Watch) scopeNames() []string {
+	if w.subset == nil {
+		return nil
 	}
-	return out, nil
+	return w.subset.names
 }
 
-func (r *sotwResponse) GetRequest() *discovery.DiscoveryRequest { return r.req }
-func (r *sotwResponse) GetVersion() (string, error)             { return r.version, nil }
-func (r *sotwResponse) GetResponseVersion() string              { return r.version }
-func (r *sotwResponse) GetContext() context.Context             { return context.Background() }
-
-// GetReturnedResources is called by the server when it sends the response.
-func (r *sotwResponse) GetReturnedResources() map[string]string {
-	if r.full || r.returned == nil {
-		m := make(map[string]string, len(r.entries))
-		for _, e := range r.entries {
-			m[e.Name] = e.Version
+// setScope makes w wildcard or subscribe to names (sorted, unique, without
+// "*"), and returns the names newly in scope when it stays non-wildcard.
+func (c *Cache) setScope(w *Watch, wildcard bool, names []string) (added []string, changed bool) {
+	ts := w.ts
+	if wildcard {
+		if w.wildcard {
+			return nil, false
 		}
-		return m
+		ts.release(w)
+		w.wildcard = true
+		ts.wildcard[w] = struct{}{}
+		return nil, true
 	}
-	for _, e := range r.entries {
-		r.returned[e.Name] = e.Version
+	old := w.scopeNames()
+	wasWildcard := w.wildcard
+	if !wasWildcard && slices.Equal(old, names) {
+		return nil, false
 	}
-	return r.returned
+	ss := c.intern(ts, names)
+	if wasWildcard {
+		delete(ts.wildcard, w)
+		w.wildcard = false
+	}
+	if w.subset != ss {
+		ts.release(w)
+		w.subset = ss
+		ss.members[w] = struct{}{}
+	}
+	if wasWildcard {
+		return nil, true // everything it can hold is already in scope
+	}
+	added = c.scope[:0]
+	i := 0
+	for _, n := range ss.names {
+		for i < len(old) && old[i] < n {
+			i++
+		}
+		if i < len(old) && old[i] == n {
+			continue
+		}
+		added = append(added, n)
+	}
+	c.scope = added
+	return added, true
 }
 
-type deltaWatch struct {
-	req *gcp.DeltaRequest
-	sub gcp.Subscription
-	out chan gcp.DeltaResponse
+// canonical sorts names, drops duplicates and reports (and drops) "*".
+func canonical(names []string) (sorted []string, star bool) {
+	sorted = slices.Clone(names)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	if i, ok := slices.BinarySearch(sorted, "*"); ok {
+		sorted = slices.Delete(sorted, i, i+1)
+		star = true
+	}
+	return sorted, star
 }
 
-func (w *deltaWatch) respond(ts *typeState) bool {
-	if ts.version == "" {
-		return false
+// SotwRequest is what the cache needs of a SotW DiscoveryRequest.
+type SotwRequest struct {
+	TypeURL string
+	Version string // version_info: what the client holds
+	Nonce   string // response_nonce
+	NACK    bool   // error_detail is set
+	// NamesHash is the hash of resource_names in request order (HashNames);
+	// Names returns them and is called only when the hash differs from the
+	// previous request's, so an ACK that repeats its subscription (SotW
+	// repeats every name in every request) costs no decoding and no
+	// allocation here.
+	NamesHash uint64
+	Names     func() []string
+}
+
+// lock takes the cache lock for a request of typeURL on an open stream;
+// ok is false (and the lock not held) otherwise.
+func (s *Stream) lock(typeURL string) (t int, c *Cache, ok bool, err error) {
+	if t = TypeIndex(typeURL); t < 0 {
+		return t, nil, false, ErrUnknownType
 	}
-	returned := w.sub.ReturnedResources()
-	var updates []*Entry
-	var removed []string
-	if w.sub.IsWildcard() {
-		for _, e := range ts.resources {
-			if returned[e.Name] != e.Version {
-				updates = append(updates, e)
-			}
-		}
-		for name := range returned {
-			if ts.resources[name] == nil {
-				removed = append(removed, name)
-			}
-		}
-	} else {
-		for name := range w.sub.SubscribedResources() {
-			e := ts.resources[name]
+	c = s.c
+	c.mu.Lock()
+	if s.closed {
+		c.mu.Unlock()
+		return t, c, false, nil
+	}
+	return t, c, true, nil
+}
+
+// Sotw processes a SotW request. A request that answers an older response
+// than the last one sent (a stale nonce) is ignored, as the protocol says.
+func (s *Stream) Sotw(r SotwRequest) error {
+	t, c, ok, err := s.lock(r.TypeURL)
+	if !ok {
+		return err
+	}
+	w := s.watches[t]
+	signal := false
+	if w == nil {
+		names := r.Names()
+		w = &Watch{stream: s, ts: c.views[s.view].types[t], first: true, pendingAll: true,
+			reqVersion: r.Version, reqNACK: r.NACK, reqHash: r.NamesHash, legacy: fullState(t) && len(names) == 0}
+		s.watches[t] = w
+		sorted, star := canonical(names)
+		c.setScope(w, star || (w.legacy && len(sorted) == 0), sorted)
+		signal = true
+	} else if r.Nonce == "" || r.Nonce == w.nonce {
+		w.awaiting = false
+		if r.NamesHash != w.reqHash {
+			w.reqHash = r.NamesHash
+			sorted, star := canonical(r.Names())
+			added, changed := c.setScope(w, star || (w.legacy && len(sorted) == 0), sorted)
 			switch {
-			case e != nil && returned[e.Name] != e.Version:
-				updates = append(updates, e)
-			case e == nil && returned[name] != "":
-				removed = append(removed, name)
+			case !changed:
+			case fullState(t) || w.wildcard:
+				w.pendingAll = true // SotW full state: the response is the whole new scope
+			default:
+				for _, n := range added {
+					if w.ts.resources[n] != nil {
+						w.mark(n)
+					}
+				}
+			}
+		}
+		signal = w.hasPending()
+	}
+	c.mu.Unlock()
+	if signal {
+		s.signal()
+	}
+	return nil
+}
+
+// DeltaRequest is what the cache needs of a DeltaDiscoveryRequest.
+type DeltaRequest struct {
+	TypeURL     string
+	Nonce       string
+	NACK        bool
+	Subscribe   []string
+	Unsubscribe []string
+	// Initial is initial_resource_versions: what a reconnecting client holds.
+	Initial map[string]string
+}
+
+// Delta processes a Delta request.
+func (s *Stream) Delta(r DeltaRequest) error {
+	t, c, ok, err := s.lock(r.TypeURL)
+	if !ok {
+		return err
+	}
+	w := s.watches[t]
+	if w == nil {
+		w = &Watch{stream: s, ts: c.views[s.view].types[t]}
+		s.watches[t] = w
+		sorted, star := canonical(r.Subscribe)
+		c.setScope(w, star || len(r.Subscribe) == 0, sorted)
+		if len(r.Initial) == 0 {
+			w.pendingAll, w.first = true, true
+		} else {
+			// Send what the client lacks or holds at another version, and the
+			// removal of what it holds that no longer exists.
+			for name, v := range r.Initial {
+				if !w.inScope(name) {
+					continue
+				}
+				if e := w.ts.resources[name]; e == nil || e.Version != v {
+					w.mark(name)
+				}
+			}
+			scope := w.scopeNames()
+			if w.wildcard {
+				for _, e := range w.ts.all() {
+					if _, held := r.Initial[e.Name]; !held {
+						w.mark(e.Name)
+					}
+				}
+			} else {
+				for _, n := range scope {
+					if _, held := r.Initial[n]; !held && w.ts.resources[n] != nil {
+						w.mark(n)
+					}
+				}
+			}
+		}
+	} else {
+		if r.Nonce != "" && r.Nonce == w.nonce {
+			w.awaiting = false
+		}
+		if len(r.Subscribe) > 0 || len(r.Unsubscribe) > 0 {
+			sub, starOn := canonical(r.Subscribe)
+			unsub, starOff := canonical(r.Unsubscribe)
+			wildcard := (w.wildcard || starOn) && !starOff
+			names := mergeNames(w.scopeNames(), sub, unsub)
+			was := w.wildcard
+			added, _ := c.setScope(w, wildcard, names)
+			if wildcard && !was {
+				w.pendingAll = true
+			}
+			for _, n := range added {
+				if w.ts.resources[n] != nil {
+					w.mark(n)
+				}
 			}
 		}
 	}
-	first := w.req.GetResponseNonce() == "" && len(returned) == 0
-	if len(updates) == 0 && len(removed) == 0 && !first {
-		return false
+	signal := w.hasPending()
+	c.mu.Unlock()
+	if signal {
+		s.signal()
 	}
-	sortEntries(updates)
-	slices.Sort(removed)
-	w.out <- &deltaResponse{req: w.req, version: ts.version, typeURL: ts.typeURL, updates: updates, removed: removed, returned: returned}
-	return true
+	return nil
 }
 
-type deltaResponse struct {
-	req      *gcp.DeltaRequest
-	version  string
-	typeURL  string
-	updates  []*Entry
-	removed  []string
-	returned map[string]string
+// mergeNames is (old ∪ add) ∖ remove, all sorted and unique.
+func mergeNames(old, add, remove []string) []string {
+	out := make([]string, 0, len(old)+len(add))
+	out = append(out, old...)
+	out = append(out, add...)
+	slices.Sort(out)
+	out = slices.Compact(out)
+	return slices.DeleteFunc(out, func(n string) bool {
+		_, ok := slices.BinarySearch(remove, n)
+		return ok
+	})
 }
 
-func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryResponse, error) {
-	out := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: r.version, TypeUrl: r.typeURL, RemovedResources: r.removed}
-	out.Resources = make([]*discovery.Resource, len(r.updates))
-	for i, e := range r.updates {
-		out.Resources[i] = &discovery.Resource{Name: e.Name, Version: e.Version, Resource: e.Any}
-	}
-	return out, nil
+// Response is one response to send: the resources (SotW: the response's
+// resources; Delta: the updated ones) and, for Delta, the removed names.
+// Entries may be shared with other responses: do not modify it.
+type Response struct {
+	TypeURL string
+	Version string
+	Nonce   string
+	Entries []*Entry
+	Removed []string
 }
 
-func (r *deltaResponse) GetDeltaRequest() *discovery.DeltaDiscoveryRequest { return r.req }
-func (r *deltaResponse) GetSystemVersion() (string, error)                 { return r.version, nil }
-func (r *deltaResponse) GetResponseVersion() string                        { return r.version }
-func (r *deltaResponse) GetContext() context.Context                       { return context.Background() }
-func (r *deltaResponse) GetNextVersionMap() map[string]string              { return r.GetReturnedResources() }
+// Next appends to out the responses the stream should send now, in type
+// order (clusters before endpoints, listeners before routes), and marks
+// each as awaiting its ACK.
+func (s *Stream) Next(out []Response) []Response {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range s.watches {
+		if w == nil || w.awaiting || w.ts.version == "" || !w.hasPending() {
+			continue
+		}
+		var r Response
+		var ok bool
+		if s.delta {
+			r, ok = w.buildDelta()
+		} else {
+			r, ok = w.buildSotw()
+		}
+		w.pending, w.pendingAll, w.compacted, w.first = w.pending[:0], false, 0, false
+		if !ok {
+			continue
+		}
+		s.nonce++
+		w.nonce = strconv.FormatUint(s.nonce, 10)
+		w.awaiting = true
+		r.TypeURL, r.Version, r.Nonce = w.ts.typeURL, w.ts.version, w.nonce
+		out = append(out, r)
+	}
+	return out
+}
 
-// GetReturnedResources is called by the server when it sends the response.
-func (r *deltaResponse) GetReturnedResources() map[string]string {
-	m := r.returned
-	if m == nil {
-		m = map[string]string{}
+// inScopeEntries is every resource w subscribes to that exists, by name.
+func (w *Watch) inScopeEntries() []*Entry {
+	if w.wildcard {
+		return w.ts.all()
 	}
-	for _, e := range r.updates {
-		m[e.Name] = e.Version
+	var out []*Entry
+	for _, n := range w.scopeNames() {
+		if e := w.ts.resources[n]; e != nil {
+			out = append(out, e)
+		}
 	}
-	for _, name := range r.removed {
-		delete(m, name)
+	return out
+}
+
+func (w *Watch) sortedPending() []string {
+	slices.Sort(w.pending)
+	w.pending = slices.Compact(w.pending)
+	return w.pending
+}
+
+func (w *Watch) buildSotw() (Response, bool) {
+	if fullState(w.ts.typ) {
+		entries := w.inScopeEntries()
+		// A client that holds nothing and for which nothing exists still
+		// needs an (empty) answer to finish starting, unless it already
+		// holds this version or rejected it.
+		if len(entries) == 0 && w.first && (w.reqNACK || w.reqVersion == w.ts.version) {
+			return Response{}, false
+		}
+		return Response{Entries: entries}, true
 	}
-	return m
+	var entries []*Entry
+	if w.pendingAll {
+		entries = w.inScopeEntries()
+	} else {
+		for _, n := range w.sortedPending() {
+			if e := w.ts.resources[n]; e != nil && w.inScope(n) {
+				entries = append(entries, e)
+			}
+		}
+	}
+	return Response{Entries: entries}, len(entries) > 0
+}
+
+func (w *Watch) buildDelta() (Response, bool) {
+	var r Response
+	if w.pendingAll {
+		r.Entries = w.inScopeEntries()
+	} else {
+		for _, n := range w.sortedPending() {
+			if !w.inScope(n) {
+				continue
+			}
+			if e := w.ts.resources[n]; e != nil {
+				r.Entries = append(r.Entries, e)
+			} else {
+				r.Removed = append(r.Removed, n)
+			}
+		}
+	}
+	return r, len(r.Entries) > 0 || len(r.Removed) > 0 || w.first
 }

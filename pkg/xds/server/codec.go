@@ -1,0 +1,232 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/encoding"
+	protocodec "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"poise.dev/poise/pkg/xds/xdscache"
+)
+
+// codec is gRPC's proto codec, except that a SotW DiscoveryRequest is read
+// into a sotwRequest: its bytes are kept in a buffer the stream reuses, and
+// its resource names are hashed where they lie and decoded only when they
+// changed. A SotW client repeats every subscribed name in every request, so
+// decoding them would make each ACK cost (and allocate) in proportion to
+// the subscription.
+type codec struct{ proto encoding.CodecV2 }
+
+func newCodec() codec { return codec{proto: encoding.GetCodecV2(protocodec.Name)} }
+
+func (c codec) Name() string { return protocodec.Name }
+
+func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if r, ok := v.(*sotwRequest); ok {
+		r.buf = r.buf[:0]
+		for _, b := range data {
+			r.buf = append(r.buf, b.ReadOnlyData()...)
+		}
+		return r.parse()
+	}
+	return c.proto.Unmarshal(data, v)
+}
+
+// sotwRequest is a DiscoveryRequest as it arrived: the fields the server
+// needs are slices of buf, valid until the next message is read into it.
+type sotwRequest struct {
+	seed maphash.Seed
+	buf  []byte
+
+	version, node, typeURL, nonce, errorDetail []byte
+	hasNode, hasError                          bool
+
+	namesHash uint64 // xdscache.HashNames of the names, in order
+	names     int
+	span      namesSpan // where the names lie in buf, when they are contiguous
+	// known holds, per type, the names of the stream's last request of that
+	// type; a request that repeats them is recognised by one hash over
+	// their bytes, without walking them.
+	known [4]namesSpan
+}
+
+type namesSpan struct {
+	start, end, count int
+	hash              uint64
+}
+
+// DiscoveryRequest field numbers (envoy.service.discovery.v3).
+const (
+	fieldVersionInfo   = 1
+	fieldNode          = 2
+	fieldResourceNames = 3
+	fieldTypeURL       = 4
+	fieldResponseNonce = 5
+	fieldErrorDetail   = 6
+)
+
+var errMalformed = errors.New("malformed DiscoveryRequest")
+
+func (r *sotwRequest) parse() error {
+	r.version, r.node, r.typeURL, r.nonce, r.errorDetail = nil, nil, nil, nil, nil
+	r.hasNode, r.hasError, r.names = false, false, 0
+	span := namesSpan{start: -1}
+	contiguous, hashed := true, false
+	b := r.buf
+	for len(b) > 0 {
+		off := len(r.buf) - len(b)
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return errMalformed
+		}
+		if num == fieldResourceNames && span.start < 0 {
+			if k, ok := r.repeated(off); ok {
+				span, hashed, r.names = k, true, k.count
+				b = r.buf[k.end:]
+				continue
+			}
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			m := protowire.ConsumeFieldValue(num, typ, b)
+			if m < 0 {
+				return errMalformed
+			}
+			b = b[m:]
+			continue
+		}
+		v, m := protowire.ConsumeBytes(b)
+		if m < 0 {
+			return errMalformed
+		}
+		b = b[m:]
+		switch num {
+		case fieldVersionInfo:
+			r.version = v
+		case fieldNode:
+			r.node, r.hasNode = v, true
+		case fieldResourceNames:
+			if span.start < 0 {
+				span.start = off
+			} else if off != span.end {
+				contiguous = false
+			}
+			span.end = len(r.buf) - len(b)
+			r.names++
+		case fieldTypeURL:
+			r.typeURL = v
+		case fieldResponseNonce:
+			r.nonce = v
+		case fieldErrorDetail:
+			r.errorDetail, r.hasError = v, true
+		}
+	}
+	switch {
+	case !contiguous:
+		// Names interleaved with other fields: hash them one by one, the
+		// same bytes in the same order.
+		var h maphash.Hash
+		h.SetSeed(r.seed)
+		for _, name := range r.resourceNames() {
+			_, _ = h.Write(protowire.AppendString(protowire.AppendTag(nil, fieldResourceNames, protowire.BytesType), name))
+		}
+		r.namesHash, r.span = h.Sum64(), namesSpan{}
+		return nil
+	case span.start < 0:
+		var h maphash.Hash
+		h.SetSeed(r.seed)
+		r.namesHash, span = h.Sum64(), namesSpan{}
+	case !hashed:
+		span.hash = maphash.Bytes(r.seed, r.buf[span.start:span.end])
+		r.namesHash = span.hash
+	default:
+		r.namesHash = span.hash
+	}
+	span.count = r.names
+	r.span = span
+	return nil
+}
+
+// repeated reports whether the names starting at off are byte for byte
+// those of an earlier request (of some type), and where they end.
+func (r *sotwRequest) repeated(off int) (namesSpan, bool) {
+	for _, k := range r.known {
+		l := k.end - k.start
+		end := off + l
+		if k.count == 0 || end > len(r.buf) {
+			continue
+		}
+		if end < len(r.buf) && r.buf[end] == fieldResourceNames<<3|byte(protowire.BytesType) {
+			continue // more names follow
+		}
+		if maphash.Bytes(r.seed, r.buf[off:end]) == k.hash {
+			return namesSpan{start: off, end: end, count: k.count, hash: k.hash}, true
+		}
+	}
+	return namesSpan{}, false
+}
+
+// remember records this request's names as the last of type t.
+func (r *sotwRequest) remember(t int) {
+	if t >= 0 && t < len(r.known) && r.span.count > 0 {
+		r.known[t] = r.span
+	}
+}
+
+// resourceNames decodes the names, in request order.
+func (r *sotwRequest) resourceNames() []string {
+	out := make([]string, 0, r.names)
+	b := r.buf
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		b = b[n:]
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if num == fieldResourceNames && typ == protowire.BytesType {
+			v, _ := protowire.ConsumeBytes(b)
+			out = append(out, string(v))
+		}
+		b = b[m:]
+	}
+	return out
+}
+
+// typeURLString returns the type URL, without allocating for the published types.
+func (r *sotwRequest) typeURLString() string {
+	for _, t := range xdscache.TypeOrder {
+		if string(r.typeURL) == t {
+			return t
+		}
+	}
+	return string(r.typeURL)
+}
+
+func (r *sotwRequest) decodeNode() (*core.Node, error) {
+	if !r.hasNode {
+		return nil, nil
+	}
+	n := &core.Node{}
+	if err := proto.Unmarshal(r.node, n); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	return n, nil
+}
+
+func (r *sotwRequest) decodeError() (*status.Status, error) {
+	if !r.hasError {
+		return nil, nil
+	}
+	s := &status.Status{}
+	if err := proto.Unmarshal(r.errorDetail, s); err != nil {
+		return nil, fmt.Errorf("error_detail: %w", err)
+	}
+	return s, nil
+}

@@ -1,0 +1,340 @@
+package server
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	gcp "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/topology/topologytest"
+	"poise.dev/poise/pkg/xds/publish"
+	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xds/xdscache"
+)
+
+// fixture is F100k as clients see it: the 5,000 ClusterLoadAssignments of
+// topologytest.Batch(5000) (20 endpoints over 3 localities each), as Envoy's
+// rendering publishes them, and the two states of one CLA that an endpoint
+// flip moves between.
+type fixture struct {
+	names []string
+	clas  []*endpointv3.ClusterLoadAssignment
+	flip  [2]*endpointv3.ClusterLoadAssignment
+}
+
+func newFixture(tb testing.TB) *fixture {
+	tb.Helper()
+	d := topology.NewDirectory()
+	c := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
+	p := publish.New(c, "bench", nil)
+	publishBatch := func(b topology.Batch) {
+		snap, err := d.Apply(b)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := p.Publish(snap); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	publishBatch(topologytest.Batch(5000))
+	f := &fixture{}
+	for _, e := range c.Resources(int(translate.Weighted))[resource.EndpointType] {
+		f.names = append(f.names, e.Name)
+		f.clas = append(f.clas, e.Resource.(*endpointv3.ClusterLoadAssignment))
+	}
+	flipped := translate.ClusterName(topology.Key{Namespace: "bench", Name: topologytest.UpstreamName(2500)})
+	for i := range 2 {
+		publishBatch(topologytest.Flip(2500, 1-i))
+		for _, e := range c.Resources(int(translate.Weighted))[resource.EndpointType] {
+			if e.Name == flipped {
+				f.flip[i] = e.Resource.(*endpointv3.ClusterLoadAssignment)
+			}
+		}
+	}
+	if len(f.names) != 5000 || f.flip[0] == nil || proto.Equal(f.flip[0], f.flip[1]) {
+		tb.Fatalf("fixture: %d CLAs, flip %v", len(f.names), f.flip[0] != nil)
+	}
+	return f
+}
+
+// ackBytes is a SotW ACK as it arrives on the wire: every subscribed name again.
+func ackBytes(names []string, version, nonce string) []byte {
+	var b []byte
+	b = protowire.AppendTag(b, fieldVersionInfo, protowire.BytesType)
+	b = protowire.AppendString(b, version)
+	for _, n := range names {
+		b = protowire.AppendTag(b, fieldResourceNames, protowire.BytesType)
+		b = protowire.AppendString(b, n)
+	}
+	b = protowire.AppendTag(b, fieldTypeURL, protowire.BytesType)
+	b = protowire.AppendString(b, resource.EndpointType)
+	b = protowire.AppendTag(b, fieldResponseNonce, protowire.BytesType)
+	return protowire.AppendString(b, nonce)
+}
+
+// BenchmarkFanOut measures one endpoint flip reaching E clients, each
+// subscribed to all 5,000 CLAs, from the new CLA to every response
+// marshalled and every client's ACK processed (the server's CPU work,
+// without the gRPC transport), for Poise and, on the same fixture in the
+// same run, for go-control-plane's LinearCache driven as its own server
+// drives it (the anchor).
+func BenchmarkFanOut(b *testing.B) {
+	f := newFixture(b)
+	for _, clients := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("poise-sotw/clients=%d", clients), func(b *testing.B) { benchPoiseSotw(b, f, clients) })
+		b.Run(fmt.Sprintf("linearcache-sotw/clients=%d", clients), func(b *testing.B) { benchLinearSotw(b, f, clients) })
+		b.Run(fmt.Sprintf("poise-delta/clients=%d", clients), func(b *testing.B) { benchPoiseDelta(b, f, clients) })
+		b.Run(fmt.Sprintf("linearcache-delta/clients=%d", clients), func(b *testing.B) { benchLinearDelta(b, f, clients) })
+	}
+}
+
+// flips runs the measured loop: each iteration moves the flipped CLA to
+// its other state at a new version.
+func flips(b *testing.B, f *fixture, flip func(version string, cla *endpointv3.ClusterLoadAssignment)) {
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		flip("v"+strconv.Itoa(i), f.flip[(i+1)%2])
+	}
+}
+
+func poiseCache(b *testing.B, f *fixture) *xdscache.Cache {
+	c := xdscache.New(1, func(*core.Node) int { return 0 })
+	u := xdscache.Update{Version: "v0"}
+	for i, name := range f.names {
+		e, err := xdscache.NewEntry(name, "v0", f.clas[i])
+		if err != nil {
+			b.Fatal(err)
+		}
+		u.Changes = append(u.Changes, xdscache.Change{TypeURL: resource.EndpointType, Name: name, Entry: e})
+	}
+	c.Apply(u)
+	return c
+}
+
+type poiseClient struct {
+	st  *xdscache.Stream
+	key streamKey
+	req *sotwRequest
+	out []xdscache.Response
+}
+
+func benchPoiseSotw(b *testing.B, f *fixture, n int) {
+	c := poiseCache(b, f)
+	x := &xdsServer{cache: c, clients: NewClients(nil, nil)}
+	clients := make([]*poiseClient, n)
+	first, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: f.names, Node: &core.Node{Id: "envoy"}})
+	// An ACK as it arrives: the version and every name, then the type and
+	// nonce, written into one reused buffer as a transport would.
+	block := ackBytes(f.names, "", "")
+	block = block[2 : len(block)-2-len(resource.EndpointType)-2] // the names alone
+	var wire []byte
+	ack := func(version, nonce string) []byte {
+		wire = protowire.AppendTag(wire[:0], fieldVersionInfo, protowire.BytesType)
+		wire = protowire.AppendString(wire, version)
+		wire = append(wire, block...)
+		wire = protowire.AppendTag(wire, fieldTypeURL, protowire.BytesType)
+		wire = protowire.AppendString(wire, resource.EndpointType)
+		wire = protowire.AppendTag(wire, fieldResponseNonce, protowire.BytesType)
+		return protowire.AppendString(wire, nonce)
+	}
+	step := func(cl *poiseClient) {
+		cl.out = cl.st.Next(cl.out[:0])
+		if len(cl.out) != 1 {
+			b.Fatalf("%d responses", len(cl.out))
+		}
+		r := cl.out[0]
+		x.clients.response(cl.key, r.TypeURL, r.Version, r.Nonce, len(r.Entries))
+		if _, err := proto.Marshal(sotwResponse(r)); err != nil {
+			b.Fatal(err)
+		}
+		if err := newCodec().Unmarshal(bufferOf(ack(r.Version, r.Nonce)), cl.req); err != nil {
+			b.Fatal(err)
+		}
+		if err := x.handleSotw(cl.st, cl.key, "", cl.req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range clients {
+		cl := &poiseClient{st: c.NewStream(false), key: streamKey{"sotw", int64(i + 1)}, req: &sotwRequest{seed: c.Seed()}}
+		x.clients.open(cl.key)
+		decodeInto(b, cl.req, first)
+		if err := x.handleSotw(cl.st, cl.key, "", cl.req); err != nil {
+			b.Fatal(err)
+		}
+		step(cl)
+		clients[i] = cl
+	}
+	flips(b, f, func(version string, cla *endpointv3.ClusterLoadAssignment) {
+		e, err := xdscache.NewEntry(cla.GetClusterName(), version, cla)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Apply(xdscache.Update{Version: version, Changes: []xdscache.Change{{TypeURL: resource.EndpointType, Name: e.Name, Entry: e}}})
+		for _, cl := range clients {
+			step(cl)
+			if len(cl.out[0].Entries) != 1 {
+				b.Fatalf("sent %d CLAs for one flip", len(cl.out[0].Entries))
+			}
+		}
+	})
+}
+
+func benchPoiseDelta(b *testing.B, f *fixture, n int) {
+	c := poiseCache(b, f)
+	x := &xdsServer{cache: c, clients: NewClients(nil, nil)}
+	clients := make([]*poiseClient, n)
+	step := func(cl *poiseClient) {
+		cl.out = cl.st.Next(cl.out[:0])
+		if len(cl.out) != 1 {
+			b.Fatalf("%d responses", len(cl.out))
+		}
+		r := cl.out[0]
+		x.clients.response(cl.key, r.TypeURL, r.Version, r.Nonce, len(r.Entries))
+		if _, err := proto.Marshal(deltaResponse(r)); err != nil {
+			b.Fatal(err)
+		}
+		ackMsg, _ := proto.Marshal(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResponseNonce: r.Nonce})
+		req := &discovery.DeltaDiscoveryRequest{}
+		if err := proto.Unmarshal(ackMsg, req); err != nil {
+			b.Fatal(err)
+		}
+		if err := x.handleDelta(cl.st, cl.key, "", req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range clients {
+		cl := &poiseClient{st: c.NewStream(true), key: streamKey{"delta", int64(i + 1)}}
+		x.clients.open(cl.key)
+		if err := x.handleDelta(cl.st, cl.key, "", &discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType,
+			ResourceNamesSubscribe: f.names, Node: &core.Node{Id: "envoy"}}); err != nil {
+			b.Fatal(err)
+		}
+		step(cl)
+		clients[i] = cl
+	}
+	flips(b, f, func(version string, cla *endpointv3.ClusterLoadAssignment) {
+		e, err := xdscache.NewEntry(cla.GetClusterName(), version, cla)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Apply(xdscache.Update{Version: version, Changes: []xdscache.Change{{TypeURL: resource.EndpointType, Name: e.Name, Entry: e}}})
+		for _, cl := range clients {
+			step(cl)
+		}
+	})
+}
+
+func linearCache(f *fixture) *gcp.LinearCache {
+	initial := make(map[string]types.Resource, len(f.names))
+	for i, name := range f.names {
+		initial[name] = f.clas[i]
+	}
+	return gcp.NewLinearCache(resource.EndpointType, gcp.WithInitialResources(initial), gcp.WithVersionPrefix("bench-"))
+}
+
+// benchLinearSotw drives LinearCache as go-control-plane's SotW server does
+// for each response and ACK: take the response, record what it returned,
+// decode the ACK, reset the subscription from its names, open a new watch.
+func benchLinearSotw(b *testing.B, f *fixture, n int) {
+	lc := linearCache(f)
+	type client struct {
+		sub stream.Subscription
+		out chan gcp.Response
+	}
+	clients := make([]*client, n)
+	node := &core.Node{Id: "envoy"}
+	step := func(cl *client) {
+		r := <-cl.out
+		d, err := r.GetDiscoveryResponse()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := proto.Marshal(d); err != nil {
+			b.Fatal(err)
+		}
+		cl.sub.SetReturnedResources(r.GetReturnedResources())
+		req := &discovery.DiscoveryRequest{}
+		if err := proto.Unmarshal(ackBytes(f.names, d.GetVersionInfo(), "1"), req); err != nil {
+			b.Fatal(err)
+		}
+		req.Node = node
+		cl.sub.SetResourceSubscription(req.GetResourceNames())
+		if _, err := lc.CreateWatch(req, &cl.sub, cl.out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range clients {
+		cl := &client{sub: stream.NewSotwSubscription(f.names, false), out: make(chan gcp.Response, 1)}
+		if _, err := lc.CreateWatch(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: f.names}, &cl.sub, cl.out); err != nil {
+			b.Fatal(err)
+		}
+		step(cl)
+		clients[i] = cl
+	}
+	flips(b, f, func(_ string, cla *endpointv3.ClusterLoadAssignment) {
+		if err := lc.UpdateResource(cla.GetClusterName(), cla); err != nil {
+			b.Fatal(err)
+		}
+		for _, cl := range clients {
+			step(cl)
+		}
+	})
+}
+
+func benchLinearDelta(b *testing.B, f *fixture, n int) {
+	lc := linearCache(f)
+	type client struct {
+		sub stream.Subscription
+		out chan gcp.DeltaResponse
+	}
+	clients := make([]*client, n)
+	node := &core.Node{Id: "envoy"}
+	step := func(cl *client) {
+		r := <-cl.out
+		d, err := r.GetDeltaDiscoveryResponse()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := proto.Marshal(d); err != nil {
+			b.Fatal(err)
+		}
+		cl.sub.SetReturnedResources(r.GetNextVersionMap())
+		ackMsg, _ := proto.Marshal(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResponseNonce: "1"})
+		req := &discovery.DeltaDiscoveryRequest{}
+		if err := proto.Unmarshal(ackMsg, req); err != nil {
+			b.Fatal(err)
+		}
+		req.Node = node
+		if _, err := lc.CreateDeltaWatch(req, &cl.sub, cl.out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range clients {
+		cl := &client{sub: stream.NewDeltaSubscription(f.names, nil, nil, false), out: make(chan gcp.DeltaResponse, 1)}
+		if _, err := lc.CreateDeltaWatch(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: f.names}, &cl.sub, cl.out); err != nil {
+			b.Fatal(err)
+		}
+		step(cl)
+		clients[i] = cl
+	}
+	flips(b, f, func(_ string, cla *endpointv3.ClusterLoadAssignment) {
+		if err := lc.UpdateResource(cla.GetClusterName(), cla); err != nil {
+			b.Fatal(err)
+		}
+		for _, cl := range clients {
+			step(cl)
+		}
+	})
+}

@@ -1,0 +1,264 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync/atomic"
+
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"poise.dev/poise/pkg/xds/xdscache"
+)
+
+// xdsServer serves the xDS services from the cache. Each stream has two
+// goroutines: one reads requests and feeds them to the stream's watches,
+// the other sends whatever the cache says is ready, in type order.
+type xdsServer struct {
+	ctx     context.Context
+	cache   *xdscache.Cache
+	clients *Clients
+	// SotW and Delta streams are numbered independently, each from 1.
+	sotwIDs, deltaIDs atomic.Int64
+}
+
+// register adds ADS and the four per-type services to g. It reuses the
+// generated service descriptions (names, methods, metadata) with this
+// server's handlers, so the services are the standard ones on the wire.
+func (x *xdsServer) register(g *grpc.Server) {
+	services := []struct {
+		desc    grpc.ServiceDesc
+		typeURL string // "" for ADS: any type on one stream
+	}{
+		{discovery.AggregatedDiscoveryService_ServiceDesc, ""},
+		{clusterservice.ClusterDiscoveryService_ServiceDesc, resource.ClusterType},
+		{endpointservice.EndpointDiscoveryService_ServiceDesc, resource.EndpointType},
+		{listenerservice.ListenerDiscoveryService_ServiceDesc, resource.ListenerType},
+		{routeservice.RouteDiscoveryService_ServiceDesc, resource.RouteType},
+	}
+	for _, svc := range services {
+		desc := svc.desc
+		desc.HandlerType = (*any)(nil)
+		desc.Streams = nil
+		for _, sd := range svc.desc.Streams {
+			only := svc.typeURL
+			switch {
+			case strings.HasPrefix(sd.StreamName, "Delta"):
+				sd.Handler = func(_ any, ss grpc.ServerStream) error { return x.delta(ss, only) }
+			default:
+				sd.Handler = func(_ any, ss grpc.ServerStream) error { return x.sotw(ss, only) }
+			}
+			desc.Streams = append(desc.Streams, sd)
+		}
+		desc.Methods = nil
+		for _, md := range svc.desc.Methods {
+			only := svc.typeURL
+			md.Handler = func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				return x.fetch(ctx, dec, only)
+			}
+			desc.Methods = append(desc.Methods, md)
+		}
+		g.RegisterService(&desc, x)
+	}
+}
+
+// typeFor checks a request's type URL against the service's.
+func typeFor(got, only string) (string, error) {
+	if only == "" {
+		return got, nil
+	}
+	if got != "" && got != only {
+		return "", status.Errorf(codes.InvalidArgument, "type %q on the %s service", got, xdscache.ShortType(only))
+	}
+	return only, nil
+}
+
+func unknownType(typeURL string) error {
+	return status.Errorf(codes.InvalidArgument, "type %q is not served (served: CDS, EDS, LDS, RDS)", typeURL)
+}
+
+// streamEnd turns a stream's end into the handler's result.
+func streamEnd(err error) error {
+	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func (x *xdsServer) sotw(ss grpc.ServerStream, only string) error {
+	return x.serve(ss, "sotw", func(st *xdscache.Stream, key streamKey) error { return x.recvSotw(ss, st, key, only) },
+		func(r xdscache.Response) any { return sotwResponse(r) })
+}
+
+func (x *xdsServer) delta(ss grpc.ServerStream, only string) error {
+	return x.serve(ss, "delta", func(st *xdscache.Stream, key streamKey) error { return x.recvDelta(ss, st, key, only) },
+		func(r xdscache.Response) any { return deltaResponse(r) })
+}
+
+// serve runs one stream: recv reads and handles its requests on another
+// goroutine while this one sends what the cache says is ready.
+func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdscache.Stream, streamKey) error,
+	envelope func(xdscache.Response) any) error {
+	ids := &x.sotwIDs
+	if protocol == "delta" {
+		ids = &x.deltaIDs
+	}
+	key := streamKey{protocol, ids.Add(1)}
+	x.clients.open(key)
+	defer x.clients.closed(key)
+	st := x.cache.NewStream(protocol == "delta")
+	defer st.Close()
+
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- recv(st, key) }()
+	var out []xdscache.Response
+	for {
+		select {
+		case <-ss.Context().Done():
+			return nil
+		case <-x.ctx.Done():
+			return nil
+		case err := <-recvErr:
+			return streamEnd(err)
+		case <-st.Wake():
+			out = st.Next(out[:0])
+			for _, r := range out {
+				// Recorded before sending, so an ACK can never arrive before its nonce is known.
+				x.clients.response(key, r.TypeURL, r.Version, r.Nonce, len(r.Entries)+len(r.Removed))
+				if err := ss.SendMsg(envelope(r)); err != nil {
+					return streamEnd(err)
+				}
+			}
+		}
+	}
+}
+
+func (x *xdsServer) recvSotw(ss grpc.ServerStream, st *xdscache.Stream, key streamKey, only string) error {
+	req := &sotwRequest{seed: x.cache.Seed()}
+	for {
+		if err := ss.RecvMsg(req); err != nil {
+			if errors.Is(err, errMalformed) {
+				return status.Error(codes.InvalidArgument, err.Error())
+			}
+			return err
+		}
+		if err := x.handleSotw(st, key, only, req); err != nil {
+			return err
+		}
+	}
+}
+
+// handleSotw feeds one request to the stream's watches and the registry.
+func (x *xdsServer) handleSotw(st *xdscache.Stream, key streamKey, only string, req *sotwRequest) error {
+	typeURL, err := typeFor(req.typeURLString(), only)
+	if err != nil {
+		return err
+	}
+	t := xdscache.TypeIndex(typeURL)
+	if t < 0 {
+		return unknownType(typeURL)
+	}
+	node, err := req.decodeNode()
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	detail, err := req.decodeError()
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	st.SetNode(node)
+	req.remember(t)
+	nonce, version := string(req.nonce), x.clients.knownVersion(key, typeURL, req.version)
+	x.clients.request(key, node, typeURL, version, nonce, detail.GetMessage(), detail != nil)
+	if err := st.Sotw(xdscache.SotwRequest{TypeURL: typeURL, Version: version, Nonce: nonce, NACK: detail != nil,
+		NamesHash: req.namesHash, Names: req.resourceNames}); err != nil {
+		return unknownType(typeURL)
+	}
+	return nil
+}
+
+// sotwResponse is the envelope of a response; the resources in it are the
+// cache's marshalled Anys, shared by every client they are sent to.
+func sotwResponse(r xdscache.Response) *discovery.DiscoveryResponse {
+	resp := &discovery.DiscoveryResponse{VersionInfo: r.Version, TypeUrl: r.TypeURL, Nonce: r.Nonce,
+		Resources: make([]*anypb.Any, len(r.Entries))}
+	for i, e := range r.Entries {
+		resp.Resources[i] = e.Any
+	}
+	return resp
+}
+
+func deltaResponse(r xdscache.Response) *discovery.DeltaDiscoveryResponse {
+	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: r.Version, TypeUrl: r.TypeURL, Nonce: r.Nonce,
+		RemovedResources: r.Removed, Resources: make([]*discovery.Resource, len(r.Entries))}
+	for i, e := range r.Entries {
+		resp.Resources[i] = &discovery.Resource{Name: e.Name, Version: e.Version, Resource: e.Any}
+	}
+	return resp
+}
+
+func (x *xdsServer) recvDelta(ss grpc.ServerStream, st *xdscache.Stream, key streamKey, only string) error {
+	for {
+		req := &discovery.DeltaDiscoveryRequest{}
+		if err := ss.RecvMsg(req); err != nil {
+			return err
+		}
+		if err := x.handleDelta(st, key, only, req); err != nil {
+			return err
+		}
+	}
+}
+
+func (x *xdsServer) handleDelta(st *xdscache.Stream, key streamKey, only string, req *discovery.DeltaDiscoveryRequest) error {
+	typeURL, err := typeFor(req.GetTypeUrl(), only)
+	if err != nil {
+		return err
+	}
+	if xdscache.TypeIndex(typeURL) < 0 {
+		return unknownType(typeURL)
+	}
+	st.SetNode(req.GetNode())
+	x.clients.deltaRequest(key, req.GetNode(), typeURL, req.GetResponseNonce(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
+	if err := st.Delta(xdscache.DeltaRequest{TypeURL: typeURL, Nonce: req.GetResponseNonce(), NACK: req.GetErrorDetail() != nil,
+		Subscribe: req.GetResourceNamesSubscribe(), Unsubscribe: req.GetResourceNamesUnsubscribe(),
+		Initial: req.GetInitialResourceVersions()}); err != nil {
+		return unknownType(typeURL)
+	}
+	return nil
+}
+
+// fetch answers the unary Fetch* methods with the current resources.
+func (x *xdsServer) fetch(ctx context.Context, dec func(any) error, only string) (any, error) {
+	req := &discovery.DiscoveryRequest{}
+	if err := dec(req); err != nil {
+		return nil, err
+	}
+	typeURL, err := typeFor(req.GetTypeUrl(), only)
+	if err != nil {
+		return nil, err
+	}
+	entries, version, ok, err := x.cache.Fetch(ctx, req.GetNode(), typeURL, req.GetVersionInfo(), req.GetResourceNames())
+	switch {
+	case err != nil:
+		return nil, unknownType(typeURL)
+	case version == "":
+		return nil, status.Error(codes.Unavailable, "nothing published yet")
+	case !ok:
+		return nil, status.Errorf(codes.NotFound, "the client holds the current version %s", version)
+	}
+	resp := &discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: typeURL, Resources: make([]*anypb.Any, len(entries))}
+	for i, e := range entries {
+		resp.Resources[i] = e.Any
+	}
+	return resp, nil
+}
