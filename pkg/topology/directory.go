@@ -158,7 +158,8 @@ func (d *Directory) Apply(b Batch) (*Snapshot, error) {
 		st.orphansChanged = true
 	}
 	d.commit(st)
-	next := &Snapshot{Revision: rev, upstreams: mergeUpstreams(prev.upstreams, states)}
+	keys := sortedKeys(states)
+	next := &Snapshot{Revision: rev, list: prev.list.merge(keys, states), changes: newChangeSet(rev, keys, prev.changes)}
 	next.spatial = d.applySpatial(prev, st, states, next)
 	next.orphans = d.orphans(prev, st)
 	d.current.Store(next)
@@ -363,28 +364,6 @@ func (d *Directory) orphans(prev *Snapshot, st *staged) []ObjectRef {
 	return out
 }
 
-// mergeUpstreams copies the sorted upstream list, replacing, inserting or
-// removing (nil) the given states. The copy is a slice of pointers; the
-// states of unaffected upstreams are shared.
-func mergeUpstreams(prev []*UpstreamState, states map[Key]*UpstreamState) []*UpstreamState {
-	out := make([]*UpstreamState, 0, len(prev)+len(states))
-	keys := sortedKeys(states)
-	i := 0
-	for _, k := range keys {
-		for i < len(prev) && prev[i].Upstream.Key.Compare(k) < 0 {
-			out = append(out, prev[i])
-			i++
-		}
-		if i < len(prev) && prev[i].Upstream.Key == k {
-			i++
-		}
-		if s := states[k]; s != nil {
-			out = append(out, s)
-		}
-	}
-	return append(out, prev[i:]...)
-}
-
 func sortedKeys[V any](m map[Key]V) []Key {
 	keys := make([]Key, 0, len(m))
 	for k := range m {
@@ -432,7 +411,11 @@ func (d *Directory) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 		g.LocalityObjects = append(g.LocalityObjects, l.Key)
 	}
 
-	state := &UpstreamState{Upstream: u}
+	total := 0
+	for _, s := range sets {
+		total += len(s.Endpoints)
+	}
+	state := &UpstreamState{Upstream: u, Endpoints: make([]weights.Endpoint, 0, total), Origins: make([]Origin, 0, total)}
 	for _, s := range sets {
 		ref := ObjectRef{s.Kind, s.Key}
 		var prio uint32
@@ -465,6 +448,7 @@ func (d *Directory) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 			state.Origins = append(state.Origins, Origin{Set: ref, Health: e.Health})
 		}
 	}
+	state.Groups = make([]Group, 0, len(groups))
 	for _, g := range groups {
 		state.Groups = append(state.Groups, *g)
 	}

@@ -1,7 +1,9 @@
 package topology
 
 import (
-	"sort"
+	"slices"
+	"sync"
+	"sync/atomic"
 
 	"poise.dev/poise/pkg/weights"
 )
@@ -11,27 +13,82 @@ import (
 // reader may keep any snapshot for as long as it likes. Nothing in a
 // Snapshot may be modified.
 type Snapshot struct {
-	Revision  uint64
-	upstreams []*UpstreamState // sorted by key
-	spatial   []*SpatialState  // sorted by key
-	orphans   []ObjectRef      // sorted
+	Revision uint64
+	list     upstreamList
+	spatial  []*SpatialState // sorted by key
+	orphans  []ObjectRef     // sorted
+	changes  *changeSet      // the upstreams that changed at this revision, and before
+
+	flatOnce sync.Once
+	flat     []*UpstreamState
 }
 
-// Upstreams returns every upstream in key order. The slice is shared: do not modify it.
-func (s *Snapshot) Upstreams() []*UpstreamState { return s.upstreams }
+// Upstreams returns every upstream in key order. It is built on first use;
+// the slice is shared: do not modify it.
+func (s *Snapshot) Upstreams() []*UpstreamState {
+	s.flatOnce.Do(func() { s.flat = s.list.flatten() })
+	return s.flat
+}
 
 // Upstream returns the state of one upstream, or nil.
-func (s *Snapshot) Upstream(k Key) *UpstreamState {
-	i, ok := s.find(k)
-	if !ok {
-		return nil
-	}
-	return s.upstreams[i]
+func (s *Snapshot) Upstream(k Key) *UpstreamState { return s.list.get(k) }
+
+// NumUpstreams is the number of upstreams.
+func (s *Snapshot) NumUpstreams() int { return s.list.n }
+
+// changeSet is the upstreams whose state changed at one revision; older
+// links to the revision before, for a bounded number of revisions.
+type changeSet struct {
+	revision uint64
+	keys     []Key // sorted
+	older    atomic.Pointer[changeSet]
 }
 
-func (s *Snapshot) find(k Key) (int, bool) {
-	i := sort.Search(len(s.upstreams), func(i int) bool { return s.upstreams[i].Upstream.Key.Compare(k) >= 0 })
-	return i, i < len(s.upstreams) && s.upstreams[i].Upstream.Key == k
+// changeHistory is how many revisions a snapshot can say what changed in.
+const changeHistory = 64
+
+func newChangeSet(rev uint64, keys []Key, prev *changeSet) *changeSet {
+	cs := &changeSet{revision: rev, keys: keys}
+	cs.older.Store(prev)
+	n := cs
+	for range changeHistory {
+		if n = n.older.Load(); n == nil {
+			return cs
+		}
+	}
+	n.older.Store(nil) // forget the rest: readers that need it fall back to a full comparison
+	return cs
+}
+
+// ChangedSince returns the keys of the upstreams whose state may differ
+// between the snapshot of revision rev and this one, sorted, and false when
+// this snapshot no longer remembers that far back.
+func (s *Snapshot) ChangedSince(rev uint64) ([]Key, bool) {
+	if rev >= s.Revision {
+		return nil, true
+	}
+	var lists [][]Key
+	for cs := s.changes; ; cs = cs.older.Load() {
+		if cs == nil {
+			return nil, false
+		}
+		if cs.revision <= rev {
+			break
+		}
+		lists = append(lists, cs.keys)
+		if cs.revision == rev+1 {
+			break
+		}
+	}
+	if len(lists) == 1 {
+		return lists[0], true
+	}
+	var out []Key
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	slices.SortFunc(out, Key.Compare)
+	return slices.Compact(out), true
 }
 
 // Orphans lists the Locality and EndpointSet objects whose upstream does not

@@ -27,24 +27,46 @@ func (e *InconsistencyError) Error() string {
 // go-control-plane's own check does not open — and every cluster a route
 // sends to, exists in the same view.
 func Consistent(res map[string][]*xdscache.Entry) error {
-	has := map[string]map[string]bool{}
-	for t, entries := range res {
-		has[t] = map[string]bool{}
-		for _, e := range entries {
-			has[t][e.Name] = true
+	var clusters []*cluster.Cluster
+	var listeners []*listener.Listener
+	var routes []*route.RouteConfiguration
+	for _, e := range res[resource.ClusterType] {
+		var c cluster.Cluster
+		if e.Decode(&c) == nil {
+			clusters = append(clusters, &c)
 		}
 	}
+	for _, e := range res[resource.ListenerType] {
+		var l listener.Listener
+		if e.Decode(&l) == nil {
+			listeners = append(listeners, &l)
+		}
+	}
+	for _, e := range res[resource.RouteType] {
+		var rc route.RouteConfiguration
+		if e.Decode(&rc) == nil {
+			routes = append(routes, &rc)
+		}
+	}
+	return consistent(func(typeURL, name string) bool {
+		for _, e := range res[typeURL] {
+			if e.Name == name {
+				return true
+			}
+		}
+		return false
+	}, clusters, listeners, routes)
+}
+
+// consistent checks the references of the given resources against has.
+func consistent(has func(typeURL, name string) bool, clusters []*cluster.Cluster, listeners []*listener.Listener, routes []*route.RouteConfiguration) error {
 	var missing []string
 	need := func(typeURL, name, from string) {
-		if !has[typeURL][name] {
+		if !has(typeURL, name) {
 			missing = append(missing, fmt.Sprintf("%s needs %s %q", from, xdscache.ShortType(typeURL), name))
 		}
 	}
-	for _, e := range res[resource.ClusterType] {
-		c, ok := e.Resource.(*cluster.Cluster)
-		if !ok {
-			continue
-		}
+	for _, c := range clusters {
 		if c.GetType() == cluster.Cluster_EDS {
 			name := c.GetEdsClusterConfig().GetServiceName()
 			if name == "" {
@@ -53,20 +75,12 @@ func Consistent(res map[string][]*xdscache.Entry) error {
 			need(resource.EndpointType, name, "cluster "+c.GetName())
 		}
 	}
-	for _, e := range res[resource.ListenerType] {
-		l, ok := e.Resource.(*listener.Listener)
-		if !ok {
-			continue
-		}
+	for _, l := range listeners {
 		for _, rds := range listenerRoutes(l) {
 			need(resource.RouteType, rds, "listener "+l.GetName())
 		}
 	}
-	for _, e := range res[resource.RouteType] {
-		rc, ok := e.Resource.(*route.RouteConfiguration)
-		if !ok {
-			continue
-		}
+	for _, rc := range routes {
 		for _, vh := range rc.GetVirtualHosts() {
 			for _, r := range vh.GetRoutes() {
 				if c := r.GetRoute().GetCluster(); c != "" {

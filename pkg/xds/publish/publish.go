@@ -11,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -54,6 +57,7 @@ type Publisher struct {
 	spatial  spatialSet
 
 	spatialOptions translate.SpatialOptions
+	scratch        []byte // the wire encoding of the CLA being built
 	// OnPublish, when set, is called after each publication.
 	OnPublish func(Stats)
 	// OnReject, when set, is called when a snapshot cannot be published.
@@ -164,11 +168,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 			st.Changes[typeURL]++
 		}
 	}
-	var prevList []*topology.UpstreamState
-	if p.last != nil {
-		prevList = p.last.Upstreams()
-	}
-	err := diff(prevList, s.Upstreams(), func(old, cur *topology.UpstreamState) error {
+	err := p.changedUpstreams(s, func(old, cur *topology.UpstreamState) error {
 		var prev *published
 		if old != nil {
 			prev = p.upstream[old.Upstream.Key]
@@ -183,13 +183,13 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 			del(int(translate.PerEndpoint), resource.ListenerType, prev.listener)
 			return nil
 		}
-		pub, err := p.translate(prev, cur, st.Version)
+		pub, objs, err := p.translate(prev, cur, st.Version)
 		if err != nil {
 			return err
 		}
 		// an endpoint-only change keeps the references it had (a CLA is named after its cluster)
-		if prev == nil || pub.cluster != prev.cluster || pub.listener != prev.listener || pub.route != prev.route {
-			if err := pub.consistent(); err != nil {
+		if objs != nil {
+			if err := pub.consistent(objs); err != nil {
 				return fmt.Errorf("upstream %s: %w", cur.Upstream.Key, err)
 			}
 		}
@@ -241,6 +241,29 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 	return st, nil
 }
 
+// changedUpstreams calls fn for every upstream that differs between the last
+// published snapshot and s: from the keys s says changed since, or by
+// comparing the two whole lists when s no longer remembers that far.
+func (p *Publisher) changedUpstreams(s *topology.Snapshot, fn func(old, cur *topology.UpstreamState) error) error {
+	if p.last == nil {
+		return diff(nil, s.Upstreams(), fn)
+	}
+	keys, ok := s.ChangedSince(p.last.Revision)
+	if !ok {
+		return diff(p.last.Upstreams(), s.Upstreams(), fn)
+	}
+	for _, k := range keys {
+		old, cur := p.last.Upstream(k), s.Upstream(k)
+		if old == cur {
+			continue
+		}
+		if err := fn(old, cur); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // diff calls fn for every upstream that differs between two key-sorted
 // lists: (nil, cur) added, (old, nil) removed, (old, cur) changed. States
 // are immutable and shared while unchanged, so a pointer compare suffices.
@@ -278,66 +301,83 @@ func diff(prev, cur []*topology.UpstreamState, fn func(old, cur *topology.Upstre
 	return nil
 }
 
+// objects are the messages of an upstream's cluster, listener and route,
+// kept while a publication checks their references.
+type objects struct {
+	cluster  *cluster.Cluster
+	listener *listener.Listener
+	route    *route.RouteConfiguration
+}
+
 // translate builds the entries of one upstream, reusing a previous entry
 // (and its version) wherever the marshalled bytes did not change. An
 // upstream whose Upstream object did not change is translated only for its
-// endpoints; a cluster change always re-sends the endpoints too.
-func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, version string) (*published, error) {
-	pub := &published{state: cur}
+// endpoints, which are encoded straight to the wire; a cluster change always
+// re-sends the endpoints too. objs is nil when the cluster, listener and
+// route were not rebuilt.
+func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, version string) (pub *published, objs *objects, err error) {
+	pub = &published{state: cur}
 	clusterChanged := prev == nil || prev.state.ClusterRevision != cur.ClusterRevision
 	if clusterChanged {
-		c, err := translate.Cluster(cur)
-		if err != nil {
-			return nil, err
+		objs = &objects{}
+		if objs.cluster, err = translate.Cluster(cur); err != nil {
+			return nil, nil, err
 		}
-		l, err := translate.Listener(cur)
-		if err != nil {
-			return nil, err
+		if objs.listener, err = translate.Listener(cur); err != nil {
+			return nil, nil, err
 		}
-		r, err := translate.Route(cur)
-		if err != nil {
-			return nil, err
+		if objs.route, err = translate.Route(cur); err != nil {
+			return nil, nil, err
 		}
-		if pub.cluster, err = reuse(prev.get(resource.ClusterType, 0), c, version, false); err != nil {
-			return nil, err
+		if pub.cluster, err = reuse(prev.get(resource.ClusterType, 0), objs.cluster, version, false); err != nil {
+			return nil, nil, err
 		}
-		if pub.listener, err = reuse(prev.get(resource.ListenerType, 0), l, version, false); err != nil {
-			return nil, err
+		if pub.listener, err = reuse(prev.get(resource.ListenerType, 0), objs.listener, version, false); err != nil {
+			return nil, nil, err
 		}
-		if pub.route, err = reuse(prev.get(resource.RouteType, 0), r, version, false); err != nil {
-			return nil, err
+		if pub.route, err = reuse(prev.get(resource.RouteType, 0), objs.route, version, false); err != nil {
+			return nil, nil, err
+		}
+		if prev != nil && pub.cluster == prev.cluster && pub.listener == prev.listener && pub.route == prev.route {
+			objs = nil // nothing that refers to anything changed
 		}
 	} else {
 		pub.cluster, pub.listener, pub.route = prev.cluster, prev.listener, prev.route
 	}
+	name := translate.ClusterName(cur.Upstream.Key)
 	for v := range translate.NumRenderings {
-		cla, err := translate.Endpoints(cur, v)
+		p.scratch, err = translate.AppendEndpoints(p.scratch[:0], cur, v)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		// a changed cluster makes clients re-fetch its endpoints: always send them
-		if pub.endpoints[v], err = reuse(prev.get(resource.EndpointType, v), cla, version, clusterChanged); err != nil {
-			return nil, err
+		if old := prev.get(resource.EndpointType, v); old != nil && !clusterChanged && bytes.Equal(old.Any.GetValue(), p.scratch) {
+			pub.endpoints[v] = old
+		} else {
+			pub.endpoints[v] = xdscache.NewEntryBytes(name, version, resource.EndpointType, bytes.Clone(p.scratch))
 		}
 	}
-	return pub, nil
+	return pub, objs, nil
 }
 
 // consistent checks the references between one upstream's resources in
 // every view. An upstream's resources refer only to each other, so checking
 // each changed upstream keeps the whole publication coherent at a cost that
 // grows with the change.
-func (p *published) consistent() error {
+func (p *published) consistent(objs *objects) error {
 	for v := range translate.NumRenderings {
-		view := map[string][]*xdscache.Entry{
-			resource.ClusterType:  {p.cluster},
-			resource.EndpointType: {p.endpoints[v]},
-			resource.RouteType:    {p.route},
+		has := func(typeURL, name string) bool {
+			e := p.get(typeURL, v)
+			if typeURL == resource.ListenerType && v != translate.PerEndpoint {
+				e = nil
+			}
+			return e != nil && e.Name == name
 		}
+		var listeners []*listener.Listener
 		if v == translate.PerEndpoint {
-			view[resource.ListenerType] = []*xdscache.Entry{p.listener}
+			listeners = append(listeners, objs.listener)
 		}
-		if err := Consistent(view); err != nil {
+		if err := consistent(has, []*cluster.Cluster{objs.cluster}, listeners, []*route.RouteConfiguration{objs.route}); err != nil {
 			return err
 		}
 	}

@@ -109,3 +109,37 @@ func TestVersionsCarryTheInstance(t *testing.T) {
 		t.Fatalf("version %q", v)
 	}
 }
+
+// TestFlipAllocs guards the allocations of one endpoint flip from the batch
+// to the new CLA bytes in the cache, before any fan-out, on the
+// 100k-endpoint topology: they do not grow with the topology.
+func TestFlipAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the 100k-endpoint topology takes seconds to build")
+	}
+	for _, upstreams := range []int{500, 5000} {
+		d := topology.NewDirectory()
+		p := publish.New(newCache(), "inst", nil)
+		if _, err := p.Publish(apply(t, d, topologytest.Batch(upstreams))); err != nil {
+			t.Fatal(err)
+		}
+		flips := [2]topology.Batch{topologytest.Flip(upstreams/2, 0), topologytest.Flip(upstreams/2, 1)}
+		i := 0
+		allocs := testing.AllocsPerRun(200, func() {
+			i++
+			st, err := p.Publish(apply(t, d, flips[i%2]))
+			if err != nil || st.Changes[resource.EndpointType] != 2 {
+				t.Fatalf("a flip published %+v (%v)", st, err)
+			}
+		})
+		// The goal is 40; the race detector's sync.Pool drops pooled objects at random.
+		limit := 64.0
+		if raceEnabled {
+			limit += 16
+		}
+		t.Logf("%d upstreams: %.0f allocations per flip", upstreams, allocs)
+		if allocs > limit {
+			t.Errorf("%d upstreams: a flip allocates %.0f times, want at most %.0f", upstreams, allocs, limit)
+		}
+	}
+}

@@ -57,7 +57,10 @@ func spatialLua(t *testing.T, c *xdscache.Cache) string {
 		if e.Name != translate.SpatialRouteName {
 			continue
 		}
-		rc := e.Resource.(*route.RouteConfiguration)
+		rc := &route.RouteConfiguration{}
+		if err := e.Decode(rc); err != nil {
+			t.Fatal(err)
+		}
 		var pr lua.LuaPerRoute
 		if err := rc.VirtualHosts[0].TypedPerFilterConfig[translate.SpatialLuaFilter].UnmarshalTo(&pr); err != nil {
 			t.Fatal(err)

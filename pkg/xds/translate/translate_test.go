@@ -1,6 +1,7 @@
 package translate_test
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -369,6 +370,9 @@ func checkUpstream(t tester, u *topology.UpstreamState) *translate.Resources {
 		t.Fatalf("translate %s: %v", u.Upstream.Key, err)
 	}
 	k := u.Upstream.Key
+	for r := range translate.NumRenderings {
+		checkWire(t, u, r, res.Endpoints[r])
+	}
 	for name, v := range map[string]interface{ ValidateAll() error }{
 		"Cluster": res.Cluster, "CLA weighted": res.Endpoints[translate.Weighted],
 		"CLA per-endpoint": res.Endpoints[translate.PerEndpoint], "Listener": res.Listener, "Route": res.Route,
@@ -708,4 +712,56 @@ func TestRandomTopologies(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkWire holds the wire encoding a publication sends equal, byte for
+// byte, to the deterministic marshalling of the message, and valid by the
+// message's own generated rules.
+func checkWire(t tester, u *topology.UpstreamState, r translate.Rendering, cla *endpoint.ClusterLoadAssignment) {
+	t.Helper()
+	want, err := proto.MarshalOptions{Deterministic: true}.Marshal(cla)
+	if err != nil {
+		t.Fatalf("%s: marshal: %v", r, err)
+	}
+	got, err := translate.AppendEndpoints([]byte("prefix"), u, r)
+	if err != nil {
+		t.Fatalf("%s: %v", r, err)
+	}
+	if string(got[:6]) != "prefix" || !bytes.Equal(got[6:], want) {
+		t.Fatalf("%s: the wire encoding differs from the marshalled message (%d vs %d bytes)", r, len(got)-6, len(want))
+	}
+	if err := cla.ValidateAll(); err != nil {
+		t.Fatalf("%s: %v", r, err)
+	}
+}
+
+// The wire encoder refuses what the message's validation refuses.
+func TestWireValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  topology.EndpointSet
+	}{
+		{"empty address", topology.EndpointSet{Endpoints: []topology.Endpoint{{Address: "", Port: 80, Weight: 1}}}},
+		{"port out of range", topology.EndpointSet{Endpoints: []topology.Endpoint{{Address: "10.0.0.1", Port: 70000, Weight: 1}}}},
+		{"not UTF-8", topology.EndpointSet{Endpoints: []topology.Endpoint{{Address: "10.0.0.\xff", Port: 80, Weight: 1}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b topology.Batch
+			b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "ns", Name: "up"}, Policy: weights.DefaultPolicy(), HealthAdjustment: topology.ControlPlane})
+			tc.set.Key, tc.set.Upstream = topology.Key{Namespace: "ns", Name: "set"}, "up"
+			b.PutEndpointSet(tc.set)
+			snap, err := topology.NewDirectory().Apply(b)
+			if err != nil {
+				t.Skipf("refused before translation: %v", err)
+			}
+			u := snap.Upstreams()[0]
+			for r := range translate.NumRenderings {
+				_, werr := translate.AppendEndpoints(nil, u, r)
+				_, perr := translate.Endpoints(u, r)
+				if werr == nil || perr == nil {
+					t.Fatalf("%s: accepted (wire %v, message %v)", r, werr, perr)
+				}
+			}
+		})
+	}
 }

@@ -56,12 +56,12 @@ var ErrUnknownType = errors.New("type not served")
 func fullState(t int) bool { return t == 0 || t == 2 }
 
 // Entry is one resource at one version, marshalled once and shared by every
-// view and every client it is sent to.
+// view and every client it is sent to. Only its bytes are kept; Decode
+// reads them back for the rare reader that needs the message.
 type Entry struct {
-	Name     string
-	Version  string
-	Any      *anypb.Any
-	Resource proto.Message
+	Name    string
+	Version string
+	Any     *anypb.Any
 }
 
 // NewEntry marshals a resource deterministically.
@@ -70,8 +70,20 @@ func NewEntry(name, version string, m proto.Message) (*Entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("marshal %s: %w", name, err)
 	}
-	a := &anypb.Any{TypeUrl: "type.googleapis.com/" + string(m.ProtoReflect().Descriptor().FullName()), Value: b}
-	return &Entry{Name: name, Version: version, Any: a, Resource: m}, nil
+	return NewEntryBytes(name, version, "type.googleapis.com/"+string(m.ProtoReflect().Descriptor().FullName()), b), nil
+}
+
+// NewEntryBytes makes an entry of already marshalled bytes, which it keeps.
+func NewEntryBytes(name, version, typeURL string, b []byte) *Entry {
+	return &Entry{Name: name, Version: version, Any: &anypb.Any{TypeUrl: typeURL, Value: b}}
+}
+
+// Decode unmarshals the entry into m.
+func (e *Entry) Decode(m proto.Message) error {
+	if err := proto.Unmarshal(e.Any.GetValue(), m); err != nil {
+		return fmt.Errorf("%s %s: %w", ShortType(e.Any.GetTypeUrl()), e.Name, err)
+	}
+	return nil
 }
 
 // Change puts (Entry != nil) or deletes one named resource of a type in a view.

@@ -1,0 +1,5 @@
+//go:build !race
+
+package publish_test
+
+const raceEnabled = false

@@ -1,0 +1,581 @@
+package translate
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"unicode/utf8"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/weights"
+)
+
+// An endpoint flip rebuilds one upstream's ClusterLoadAssignments, so they
+// are built into a flat model first, with no message per endpoint; the model
+// is then either encoded straight to the wire (AppendEndpoints, the path a
+// publication takes) or turned into the proto message (Endpoints, for
+// explain, goldens and tests). Both come from the same model, and a property
+// test holds the wire bytes equal to the deterministic marshalling of the
+// message.
+
+// claModel is one ClusterLoadAssignment.
+type claModel struct {
+	name     string
+	overprov uint32
+	drop     uint32 // panic drops in millionths; 0 for none
+	locs     []locModel
+	eps      []epModel
+}
+
+// locModel is one LocalityLbEndpoints; its endpoints are eps[first:first+count].
+type locModel struct {
+	loc      weights.Locality
+	weight   uint32
+	priority uint32
+	// perEndpoint: the sub_zone is loc.SubZone + EndpointSuffix + the host
+	// and port of its one endpoint (written without building the string).
+	perEndpoint  bool
+	first, count int
+}
+
+type epModel struct {
+	addr   string
+	port   uint32
+	health core.HealthStatus
+	weight uint32
+}
+
+var models = sync.Pool{New: func() any { return &claModel{} }}
+
+func getModel() *claModel {
+	m := models.Get().(*claModel)
+	m.locs, m.eps = m.locs[:0], m.eps[:0]
+	m.drop = 0
+	return m
+}
+
+func putModel(m *claModel) {
+	clear(m.locs[:cap(m.locs)])
+	clear(m.eps[:cap(m.eps)])
+	models.Put(m)
+}
+
+// Endpoints is the EDS resource of one upstream in one rendering.
+func Endpoints(u *topology.UpstreamState, r Rendering) (*endpoint.ClusterLoadAssignment, error) {
+	m := getModel()
+	defer putModel(m)
+	m.build(u, r)
+	cla := m.proto()
+	if err := m.validate(); err != nil {
+		return nil, &ValidationError{Upstream: u.Upstream.Key, Resource: "ClusterLoadAssignment (" + r.String() + ")", Err: err}
+	}
+	return cla, nil
+}
+
+// AppendEndpoints appends the deterministic wire encoding of Endpoints(u, r)
+// to b, checked by the same rules as the message's generated validation.
+func AppendEndpoints(b []byte, u *topology.UpstreamState, r Rendering) ([]byte, error) {
+	m := getModel()
+	defer putModel(m)
+	m.build(u, r)
+	if err := m.validate(); err != nil {
+		return b, &ValidationError{Upstream: u.Upstream.Key, Resource: "ClusterLoadAssignment (" + r.String() + ")", Err: err}
+	}
+	return m.appendWire(b), nil
+}
+
+func (m *claModel) build(u *topology.UpstreamState, r Rendering) {
+	m.name = ClusterName(u.Upstream.Key)
+	if u.Upstream.HealthAdjustment == topology.Proxy {
+		m.delegated(u)
+	} else {
+		m.exact(u, r)
+	}
+}
+
+func (m *claModel) addLocality(loc weights.Locality, weight uint64, priority uint32) *locModel {
+	m.locs = append(m.locs, locModel{loc: loc, weight: uint32(weight), priority: priority, first: len(m.eps)})
+	return &m.locs[len(m.locs)-1]
+}
+
+func (m *claModel) addEndpoint(l *locModel, e weights.Endpoint, weight uint64, health core.HealthStatus) {
+	m.eps = append(m.eps, epModel{addr: e.Address, port: e.Port, health: health, weight: uint32(weight)})
+	l.count++
+}
+
+// taken reports whether a locality of priority 0 already has this name.
+func (m *claModel) taken(loc weights.Locality) bool {
+	for i := range m.locs {
+		if l := &m.locs[i]; !l.perEndpoint && l.priority == 0 && l.loc == loc {
+			return true
+		}
+	}
+	return false
+}
+
+// exact is the ControlPlane rendering of specs/xds-publishing.md: priority
+// 0 carries every (priority, locality) with traffic, weighted by its traffic
+// in millionths; standby localities follow as priorities 1..N.
+func (m *claModel) exact(u *topology.UpstreamState, r Rendering) {
+	res := u.Result
+	// The loads already carry the factor. Below 100 Envoy would apply it a
+	// second time to a fully HEALTHY priority 0 and spill part of its
+	// traffic to the standby priorities, so it never goes below 100.
+	m.overprov = max(u.Upstream.Policy.OverprovisioningFactor, 100)
+	if res.Outcome != weights.Routable {
+		return // no endpoints: the proxy answers "no healthy upstream"
+	}
+	m.drop = uint32(res.DroppedMillionths)
+	var names []weights.Locality // the per-endpoint renderings' locality names, for collisions
+	for li := range res.Localities {
+		l := &res.Localities[li]
+		if l.Traffic == 0 {
+			continue
+		}
+		loc := l.Locality
+		// Repeat the suffix while the name is taken: a source sub_zone may
+		// itself end in "~p<n>" and equal another's suffixed name.
+		if r == PerEndpoint {
+			for containsLocality(names, loc) {
+				loc.SubZone += PrioritySuffix + strconv.FormatUint(uint64(l.Priority), 10)
+			}
+			names = append(names, loc)
+			for ei := l.FirstEndpoint; ei < l.FirstEndpoint+l.EndpointCount; ei++ {
+				er, e, _ := u.EndpointResult(ei)
+				if er.Selectable && er.Share > 0 {
+					lm := m.addLocality(loc, er.Share, 0)
+					lm.perEndpoint = true
+					m.addEndpoint(lm, e, 1, core.HealthStatus_HEALTHY)
+				}
+			}
+			continue
+		}
+		for m.taken(loc) {
+			loc.SubZone += PrioritySuffix + strconv.FormatUint(uint64(l.Priority), 10)
+		}
+		lm := m.addLocality(loc, l.Traffic, 0)
+		for ei := l.FirstEndpoint; ei < l.FirstEndpoint+l.EndpointCount; ei++ {
+			er, e, _ := u.EndpointResult(ei)
+			if er.Selectable {
+				m.addEndpoint(lm, e, e.Weight, core.HealthStatus_HEALTHY)
+			}
+		}
+	}
+	m.standby(u, r)
+}
+
+func containsLocality(list []weights.Locality, l weights.Locality) bool {
+	for _, x := range list {
+		if x == l {
+			return true
+		}
+	}
+	return false
+}
+
+// standby appends, as EDS priorities 1..N in source-priority order, the
+// localities that get no traffic now but have eligible endpoints, so a proxy
+// can fail over before the next push.
+func (m *claModel) standby(u *topology.UpstreamState, r Rendering) {
+	res := u.Result
+	next := uint32(1)
+	var perEndpointWeights []uint64
+	for pi := range res.Priorities {
+		pr := &res.Priorities[pi]
+		added := false
+		firstPerEndpoint := len(m.locs)
+		perEndpointWeights = perEndpointWeights[:0]
+		for li := pr.FirstLocality; li < pr.FirstLocality+pr.LocalityCount; li++ {
+			l := &res.Localities[li]
+			if l.Traffic > 0 {
+				continue
+			}
+			if r == PerEndpoint {
+				for ei := l.FirstEndpoint; ei < l.FirstEndpoint+l.EndpointCount; ei++ {
+					er, e, _ := u.EndpointResult(ei)
+					if er.Eligible {
+						lm := m.addLocality(l.Locality, 1, next)
+						lm.perEndpoint = true
+						m.addEndpoint(lm, e, 1, core.HealthStatus_HEALTHY)
+						perEndpointWeights = append(perEndpointWeights, l.LocalityWeight*e.Weight)
+					}
+				}
+				continue
+			}
+			lm := m.addLocality(l.Locality, l.LocalityWeight, next)
+			for ei := l.FirstEndpoint; ei < l.FirstEndpoint+l.EndpointCount; ei++ {
+				er, e, _ := u.EndpointResult(ei)
+				if er.Eligible {
+					m.addEndpoint(lm, e, e.Weight, core.HealthStatus_HEALTHY)
+				}
+			}
+			if lm.count == 0 {
+				m.locs = m.locs[:len(m.locs)-1]
+			} else {
+				added = true
+			}
+		}
+		if len(perEndpointWeights) > 0 {
+			// locality weight × endpoint weight, scaled to millionths so the
+			// per-priority sum stays within what clients accept
+			for i, w := range weights.Apportion(weights.Million, perEndpointWeights) {
+				m.locs[firstPerEndpoint+i].weight = uint32(max(w, 1))
+			}
+			added = true
+		}
+		if added {
+			next++
+		}
+	}
+}
+
+// delegated is the Proxy rendering: the source topology as is, with health
+// statuses, for the proxy's own math.
+func (m *claModel) delegated(u *topology.UpstreamState) {
+	res := u.Result
+	m.overprov = u.Upstream.Policy.OverprovisioningFactor
+	next := uint32(0)
+	for pi := range res.Priorities {
+		pr := &res.Priorities[pi]
+		added := false
+		for li := pr.FirstLocality; li < pr.FirstLocality+pr.LocalityCount; li++ {
+			l := &res.Localities[li]
+			lm := m.addLocality(l.Locality, l.LocalityWeight, next)
+			for ei := l.FirstEndpoint; ei < l.FirstEndpoint+l.EndpointCount; ei++ {
+				er, e, _ := u.EndpointResult(ei)
+				if health, ok := delegatedHealth(er, e); ok {
+					m.addEndpoint(lm, e, e.Weight, health)
+				}
+			}
+			if lm.count == 0 {
+				m.locs = m.locs[:len(m.locs)-1]
+			} else {
+				added = true
+			}
+		}
+		if added {
+			next++
+		}
+	}
+}
+
+// delegatedHealth maps an endpoint's state to the EDS status the proxy
+// understands. Out-of-scope and Unavailable endpoints are not published.
+func delegatedHealth(er weights.EndpointResult, e weights.Endpoint) (core.HealthStatus, bool) {
+	switch er.Reason {
+	case weights.ReasonOutOfScope, weights.ReasonUnavailable:
+		return 0, false
+	case weights.ReasonDraining:
+		return core.HealthStatus_DRAINING, true
+	case weights.ReasonProbeUnhealthy, weights.ReasonCircuitOpen, weights.ReasonOutlierEjected:
+		return core.HealthStatus_UNHEALTHY, true
+	}
+	if e.Probe == weights.ProbeHealthy {
+		return core.HealthStatus_HEALTHY, true
+	}
+	return core.HealthStatus_UNKNOWN, true
+}
+
+func (m *claModel) subZone(l *locModel) string {
+	if !l.perEndpoint {
+		return l.loc.SubZone
+	}
+	e := m.eps[l.first]
+	return l.loc.SubZone + EndpointSuffix + hostPort(e.addr, e.port)
+}
+
+func hostPort(addr string, port uint32) string {
+	for i := 0; i < len(addr); i++ {
+		if addr[i] == ':' {
+			return "[" + addr + "]:" + strconv.FormatUint(uint64(port), 10)
+		}
+	}
+	return addr + ":" + strconv.FormatUint(uint64(port), 10)
+}
+
+// proto builds the message.
+func (m *claModel) proto() *endpoint.ClusterLoadAssignment {
+	cla := &endpoint.ClusterLoadAssignment{
+		ClusterName: m.name,
+		Policy:      &endpoint.ClusterLoadAssignment_Policy{OverprovisioningFactor: wrapperspb.UInt32(m.overprov)},
+	}
+	if m.drop > 0 {
+		cla.Policy.DropOverloads = []*endpoint.ClusterLoadAssignment_Policy_DropOverload{{
+			Category:       "panic",
+			DropPercentage: &typev3.FractionalPercent{Numerator: m.drop, Denominator: typev3.FractionalPercent_MILLION},
+		}}
+	}
+	for i := range m.locs {
+		l := &m.locs[i]
+		lle := &endpoint.LocalityLbEndpoints{
+			Locality:            &core.Locality{Region: l.loc.Region, Zone: l.loc.Zone, SubZone: m.subZone(l)},
+			LoadBalancingWeight: wrapperspb.UInt32(l.weight),
+			Priority:            l.priority,
+		}
+		for _, e := range m.eps[l.first : l.first+l.count] {
+			lle.LbEndpoints = append(lle.LbEndpoints, lbEndpoint(weights.Endpoint{Address: e.addr, Port: e.port}, uint64(e.weight), e.health))
+		}
+		cla.Endpoints = append(cla.Endpoints, lle)
+	}
+	return cla
+}
+
+func lbEndpoint(e weights.Endpoint, weight uint64, health core.HealthStatus) *endpoint.LbEndpoint {
+	return &endpoint.LbEndpoint{
+		HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+			Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+				Protocol: core.SocketAddress_TCP, Address: e.Address,
+				PortSpecifier: &core.SocketAddress_PortValue{PortValue: e.Port},
+			}}},
+		}},
+		HealthStatus:        health,
+		LoadBalancingWeight: wrapperspb.UInt32(uint32(weight)),
+	}
+}
+
+// validate applies the rules of the messages' generated validation that
+// this model can break, and protobuf's: strings are UTF-8.
+func (m *claModel) validate() error {
+	var errs []error
+	if m.name == "" || !utf8.ValidString(m.name) {
+		errs = append(errs, fmt.Errorf("cluster_name %q: want a non-empty UTF-8 string", m.name))
+	}
+	if m.overprov == 0 {
+		errs = append(errs, errors.New("policy.overprovisioning_factor: value must be greater than 0"))
+	}
+	for i := range m.locs {
+		l := &m.locs[i]
+		if l.weight < 1 {
+			errs = append(errs, fmt.Errorf("endpoints[%d].load_balancing_weight: value must be greater than or equal to 1", i))
+		}
+		if l.priority > 128 {
+			errs = append(errs, fmt.Errorf("endpoints[%d].priority: value must be less than or equal to 128", i))
+		}
+		if !utf8.ValidString(l.loc.Region) || !utf8.ValidString(l.loc.Zone) || !utf8.ValidString(l.loc.SubZone) {
+			errs = append(errs, fmt.Errorf("endpoints[%d].locality: not UTF-8", i))
+		}
+		for j, e := range m.eps[l.first : l.first+l.count] {
+			switch {
+			case e.addr == "" || !utf8.ValidString(e.addr):
+				errs = append(errs, fmt.Errorf("endpoints[%d].lb_endpoints[%d].address %q: want a non-empty UTF-8 string", i, j, e.addr))
+			case e.port > 65535:
+				errs = append(errs, fmt.Errorf("endpoints[%d].lb_endpoints[%d].port_value: value must be less than or equal to 65535", i, j))
+			case e.weight < 1:
+				errs = append(errs, fmt.Errorf("endpoints[%d].lb_endpoints[%d].load_balancing_weight: value must be greater than or equal to 1", i, j))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ClusterLoadAssignment and nested field numbers (envoy.config.endpoint.v3,
+// envoy.config.core.v3, envoy.type.v3, google.protobuf.UInt32Value).
+const (
+	claClusterName    = 1
+	claEndpoints      = 2
+	claPolicy         = 4
+	policyDrops       = 2
+	policyOverprov    = 3
+	dropCategory      = 1
+	dropPercentage    = 2
+	fractionNumerator = 1
+	fractionDenom     = 2
+	lleLocality       = 1
+	lleLbEndpoints    = 2
+	lleWeight         = 3
+	llePriority       = 5
+	localityRegion    = 1
+	localityZone      = 2
+	localitySubZone   = 3
+	lbeEndpoint       = 1
+	lbeHealth         = 2
+	lbeWeight         = 4
+	endpointAddress   = 1
+	addressSocket     = 1
+	socketAddress     = 2
+	socketPort        = 3
+	uint32Value       = 1
+)
+
+// The encoding below writes fields in field-number order, oneof members
+// last, as protobuf-go's deterministic marshalling does, so the bytes are
+// the same.
+
+func tagSize(num protowire.Number) int { return protowire.SizeTag(num) }
+
+func sizeString(num protowire.Number, s string) int {
+	if s == "" {
+		return 0
+	}
+	return tagSize(num) + protowire.SizeBytes(len(s))
+}
+
+func sizeVarint(num protowire.Number, v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return tagSize(num) + protowire.SizeVarint(v)
+}
+
+func sizeMessage(num protowire.Number, n int) int { return tagSize(num) + protowire.SizeBytes(n) }
+
+func appendString(b []byte, num protowire.Number, s string) []byte {
+	if s == "" {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendString(b, s)
+}
+
+func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.VarintType)
+	return protowire.AppendVarint(b, v)
+}
+
+func appendMessage(b []byte, num protowire.Number, n int) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendVarint(b, uint64(n))
+}
+
+func sizeUInt32Value(num protowire.Number, v uint32) int {
+	return sizeMessage(num, sizeVarint(uint32Value, uint64(v)))
+}
+
+func appendUInt32Value(b []byte, num protowire.Number, v uint32) []byte {
+	b = appendMessage(b, num, sizeVarint(uint32Value, uint64(v)))
+	return appendVarint(b, uint32Value, uint64(v))
+}
+
+// hostPortLen is len(hostPort(addr, port)), without building it.
+func hostPortLen(addr string, port uint32) int {
+	n := len(addr) + 1 + len(strconv.AppendUint(make([]byte, 0, 10), uint64(port), 10))
+	for i := 0; i < len(addr); i++ {
+		if addr[i] == ':' {
+			return n + 2
+		}
+	}
+	return n
+}
+
+func appendHostPort(b []byte, addr string, port uint32) []byte {
+	v6 := false
+	for i := 0; i < len(addr); i++ {
+		if addr[i] == ':' {
+			v6 = true
+			break
+		}
+	}
+	if v6 {
+		b = append(b, '[')
+	}
+	b = append(b, addr...)
+	if v6 {
+		b = append(b, ']')
+	}
+	b = append(b, ':')
+	return strconv.AppendUint(b, uint64(port), 10)
+}
+
+func (m *claModel) subZoneLen(l *locModel) int {
+	if !l.perEndpoint {
+		return len(l.loc.SubZone)
+	}
+	e := m.eps[l.first]
+	return len(l.loc.SubZone) + len(EndpointSuffix) + hostPortLen(e.addr, e.port)
+}
+
+func (m *claModel) sizeLocality(l *locModel) int {
+	n := sizeString(localityRegion, l.loc.Region) + sizeString(localityZone, l.loc.Zone)
+	if z := m.subZoneLen(l); z > 0 {
+		n += tagSize(localitySubZone) + protowire.SizeBytes(z)
+	}
+	return n
+}
+
+func sizeSocket(e *epModel) int {
+	return sizeString(socketAddress, e.addr) + sizeVarint(socketPort, uint64(e.port))
+}
+
+func sizeLbEndpoint(e *epModel) int {
+	address := sizeMessage(addressSocket, sizeSocket(e))
+	ep := sizeMessage(endpointAddress, address)
+	return sizeMessage(lbeEndpoint, ep) + sizeVarint(lbeHealth, uint64(e.health)) + sizeUInt32Value(lbeWeight, e.weight)
+}
+
+func (m *claModel) sizeLLE(l *locModel) int {
+	n := sizeMessage(lleLocality, m.sizeLocality(l))
+	for i := l.first; i < l.first+l.count; i++ {
+		n += sizeMessage(lleLbEndpoints, sizeLbEndpoint(&m.eps[i]))
+	}
+	return n + sizeUInt32Value(lleWeight, l.weight) + sizeVarint(llePriority, uint64(l.priority))
+}
+
+func (m *claModel) sizeDrop() int {
+	fraction := sizeVarint(fractionNumerator, uint64(m.drop)) + sizeVarint(fractionDenom, uint64(typev3.FractionalPercent_MILLION))
+	return sizeString(dropCategory, "panic") + sizeMessage(dropPercentage, fraction)
+}
+
+func (m *claModel) sizePolicy() int {
+	n := 0
+	if m.drop > 0 {
+		n += sizeMessage(policyDrops, m.sizeDrop())
+	}
+	return n + sizeUInt32Value(policyOverprov, m.overprov)
+}
+
+// appendWire appends the message's deterministic encoding.
+func (m *claModel) appendWire(b []byte) []byte {
+	b = appendString(b, claClusterName, m.name)
+	for i := range m.locs {
+		l := &m.locs[i]
+		b = appendMessage(b, claEndpoints, m.sizeLLE(l))
+		b = appendMessage(b, lleLocality, m.sizeLocality(l))
+		b = appendString(b, localityRegion, l.loc.Region)
+		b = appendString(b, localityZone, l.loc.Zone)
+		if z := m.subZoneLen(l); z > 0 {
+			b = protowire.AppendTag(b, localitySubZone, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(z))
+			b = append(b, l.loc.SubZone...)
+			if l.perEndpoint {
+				e := m.eps[l.first]
+				b = append(b, EndpointSuffix...)
+				b = appendHostPort(b, e.addr, e.port)
+			}
+		}
+		for j := l.first; j < l.first+l.count; j++ {
+			e := &m.eps[j]
+			socket := sizeSocket(e)
+			address := sizeMessage(addressSocket, socket)
+			b = appendMessage(b, lleLbEndpoints, sizeLbEndpoint(e))
+			b = appendVarint(b, lbeHealth, uint64(e.health))
+			b = appendUInt32Value(b, lbeWeight, e.weight)
+			// host_identifier is a oneof: protobuf-go writes oneofs after the other fields
+			b = appendMessage(b, lbeEndpoint, sizeMessage(endpointAddress, address))
+			b = appendMessage(b, endpointAddress, address)
+			b = appendMessage(b, addressSocket, socket)
+			b = appendString(b, socketAddress, e.addr)
+			b = appendVarint(b, socketPort, uint64(e.port))
+		}
+		b = appendUInt32Value(b, lleWeight, l.weight)
+		b = appendVarint(b, llePriority, uint64(l.priority))
+	}
+	b = appendMessage(b, claPolicy, m.sizePolicy())
+	if m.drop > 0 {
+		b = appendMessage(b, policyDrops, m.sizeDrop())
+		b = appendString(b, dropCategory, "panic")
+		b = appendMessage(b, dropPercentage, sizeVarint(fractionNumerator, uint64(m.drop))+sizeVarint(fractionDenom, uint64(typev3.FractionalPercent_MILLION)))
+		b = appendVarint(b, fractionNumerator, uint64(m.drop))
+		b = appendVarint(b, fractionDenom, uint64(typev3.FractionalPercent_MILLION))
+	}
+	return appendUInt32Value(b, policyOverprov, m.overprov)
+}
