@@ -182,15 +182,46 @@ func (cl *Client) typeState(typeURL string) *TypeState {
 	return ts
 }
 
-// request records an ACK or a NACK. A NACK is logged with the client's
-// error detail and counted; the cache does not re-send the rejected version.
-func (c *Clients) request(k streamKey, n *core.Node, typeURL, version, nonce string, errDetail string, isNACK bool) {
+// sotwRequest records a SotW request and returns its version_info as a
+// string: the version last sent for the type when it is that one (an ACK),
+// so an ACK allocates nothing for it.
+func (c *Clients) sotwRequest(k streamKey, n *core.Node, typeURL string, version []byte, nonce, errDetail string, isNACK bool) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl := c.streams[k]
+	if cl == nil {
+		return string(version)
+	}
+	var v string
+	if ts := cl.Types[xdscache.ShortType(typeURL)]; ts != nil && string(version) == ts.LastSentVersion {
+		v = ts.LastSentVersion
+	} else {
+		v = string(version)
+	}
+	c.record(cl, n, typeURL, v, nonce, errDetail, isNACK)
+	return v
+}
+
+// deltaRequest records a Delta request. It names no version: an ACK
+// accepts the one sent with its nonce; a NACK keeps the last accepted one.
+func (c *Clients) deltaRequest(k streamKey, n *core.Node, typeURL, nonce, errDetail string, isNACK bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cl := c.streams[k]
 	if cl == nil {
 		return
 	}
+	version := ""
+	if ts := cl.Types[xdscache.ShortType(typeURL)]; ts != nil && nonce != "" && !isNACK && ts.LastSentNonce == nonce {
+		version = ts.LastSentVersion
+	}
+	c.record(cl, n, typeURL, version, nonce, errDetail, isNACK)
+}
+
+// record records an ACK or a NACK; c.mu is held. A NACK is logged with the
+// client's error detail and counted; the cache does not re-send the
+// rejected version.
+func (c *Clients) record(cl *Client, n *core.Node, typeURL, version, nonce string, errDetail string, isNACK bool) {
 	c.identify(cl, n)
 	if nonce == "" {
 		return // a first request: neither ACK nor NACK
@@ -229,31 +260,4 @@ func (c *Clients) response(k streamKey, typeURL, version, nonce string, count in
 	if c.metrics != nil {
 		c.metrics.Pushes.WithLabelValues(xdscache.ShortType(typeURL)).Inc()
 	}
-}
-
-// knownVersion returns version as a string, the one last sent for the type
-// when it is that one (an ACK), so an ACK allocates nothing for it.
-func (c *Clients) knownVersion(k streamKey, typeURL string, version []byte) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if cl := c.streams[k]; cl != nil {
-		if ts := cl.Types[xdscache.ShortType(typeURL)]; ts != nil && string(version) == ts.LastSentVersion {
-			return ts.LastSentVersion
-		}
-	}
-	return string(version)
-}
-
-// deltaRequest records a Delta request. It names no version: an ACK
-// accepts the one sent with its nonce; a NACK keeps the last accepted one.
-func (c *Clients) deltaRequest(k streamKey, n *core.Node, typeURL, nonce, errDetail string, isNACK bool) {
-	version := ""
-	c.mu.Lock()
-	if cl := c.streams[k]; cl != nil && nonce != "" && !isNACK {
-		if ts := cl.Types[xdscache.ShortType(typeURL)]; ts != nil && ts.LastSentNonce == nonce {
-			version = ts.LastSentVersion
-		}
-	}
-	c.mu.Unlock()
-	c.request(k, n, typeURL, version, nonce, errDetail, isNACK)
 }

@@ -132,13 +132,11 @@ func (r *sotwRequest) parse() error {
 	}
 	switch {
 	case !contiguous:
-		// Names interleaved with other fields: hash them one by one, the
+		// Names interleaved with other fields: hash each where it lies, the
 		// same bytes in the same order.
 		var h maphash.Hash
 		h.SetSeed(r.seed)
-		for _, name := range r.resourceNames() {
-			_, _ = h.Write(protowire.AppendString(protowire.AppendTag(nil, fieldResourceNames, protowire.BytesType), name))
-		}
+		r.eachName(func(field, _ []byte) { _, _ = h.Write(field) })
 		r.namesHash, r.span = h.Sum64(), namesSpan{}
 		return nil
 	case span.start < 0:
@@ -182,20 +180,25 @@ func (r *sotwRequest) remember(t int) {
 	}
 }
 
-// resourceNames decodes the names, in request order.
-func (r *sotwRequest) resourceNames() []string {
-	out := make([]string, 0, r.names)
+// eachName calls f with each resource_names field of a parsed request, in
+// order: the whole field (tag, length, bytes) and the name's bytes.
+func (r *sotwRequest) eachName(f func(field, name []byte)) {
 	b := r.buf
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
-		b = b[n:]
-		m := protowire.ConsumeFieldValue(num, typ, b)
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
 		if num == fieldResourceNames && typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(b)
-			out = append(out, string(v))
+			v, _ := protowire.ConsumeBytes(b[n:])
+			f(b[:n+m], v)
 		}
-		b = b[m:]
+		b = b[n+m:]
 	}
+}
+
+// resourceNames decodes the names, in request order.
+func (r *sotwRequest) resourceNames() []string {
+	out := make([]string, 0, r.names)
+	r.eachName(func(_, name []byte) { out = append(out, string(name)) })
 	return out
 }
 
@@ -211,22 +214,22 @@ func (r *sotwRequest) typeURLString() string {
 
 func (r *sotwRequest) decodeNode() (*core.Node, error) {
 	if !r.hasNode {
-		return nil, nil
+		return nil, nil // Envoy sends its node on the first request only
 	}
-	n := &core.Node{}
-	if err := proto.Unmarshal(r.node, n); err != nil {
-		return nil, fmt.Errorf("node: %w", err)
-	}
-	return n, nil
+	return unmarshalField(r.node, &core.Node{}, "node")
 }
 
 func (r *sotwRequest) decodeError() (*status.Status, error) {
 	if !r.hasError {
 		return nil, nil
 	}
-	s := &status.Status{}
-	if err := proto.Unmarshal(r.errorDetail, s); err != nil {
-		return nil, fmt.Errorf("error_detail: %w", err)
+	return unmarshalField(r.errorDetail, &status.Status{}, "error_detail")
+}
+
+func unmarshalField[M proto.Message](b []byte, m M, field string) (M, error) {
+	if err := proto.Unmarshal(b, m); err != nil {
+		var none M
+		return none, fmt.Errorf("%s: %w", field, err)
 	}
-	return s, nil
+	return m, nil
 }

@@ -117,6 +117,41 @@ func flips(b *testing.B, f *fixture, flip func(version string, cla *endpointv3.C
 	}
 }
 
+// fanOut opens n clients and lets each take its first response, then
+// measures flips: update publishes the flipped CLA, step takes one client's
+// response and answers it as the client would.
+func fanOut[C any](b *testing.B, f *fixture, n int, open func(i int) C, step func(C), update func(version string, cla *endpointv3.ClusterLoadAssignment)) {
+	clients := make([]C, n)
+	for i := range clients {
+		clients[i] = open(i)
+		step(clients[i])
+	}
+	flips(b, f, func(version string, cla *endpointv3.ClusterLoadAssignment) {
+		update(version, cla)
+		for _, cl := range clients {
+			step(cl)
+		}
+	})
+}
+
+func poiseUpdate(b *testing.B, c *xdscache.Cache) func(string, *endpointv3.ClusterLoadAssignment) {
+	return func(version string, cla *endpointv3.ClusterLoadAssignment) {
+		e, err := xdscache.NewEntry(cla.GetClusterName(), version, cla)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Apply(xdscache.Update{Version: version, Changes: []xdscache.Change{{TypeURL: resource.EndpointType, Name: e.Name, Entry: e}}})
+	}
+}
+
+func linearUpdate(b *testing.B, lc *gcp.LinearCache) func(string, *endpointv3.ClusterLoadAssignment) {
+	return func(_ string, cla *endpointv3.ClusterLoadAssignment) {
+		if err := lc.UpdateResource(cla.GetClusterName(), cla); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func poiseCache(b *testing.B, f *fixture) *xdscache.Cache {
 	c := xdscache.New(1, func(*core.Node) int { return 0 })
 	u := xdscache.Update{Version: "v0"}
@@ -141,7 +176,6 @@ type poiseClient struct {
 func benchPoiseSotw(b *testing.B, f *fixture, n int) {
 	c := poiseCache(b, f)
 	x := &xdsServer{cache: c, clients: NewClients(nil, nil)}
-	clients := make([]*poiseClient, n)
 	first, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: f.names, Node: &core.Node{Id: "envoy"}})
 	// An ACK as it arrives: the version and every name, then the type and
 	// nonce, written into one reused buffer as a transport would.
@@ -173,36 +207,24 @@ func benchPoiseSotw(b *testing.B, f *fixture, n int) {
 		if err := x.handleSotw(cl.st, cl.key, "", cl.req); err != nil {
 			b.Fatal(err)
 		}
+		if len(r.Entries) != 1 && len(r.Entries) != len(f.names) {
+			b.Fatalf("sent %d CLAs: want all of them first, then the flipped one", len(r.Entries))
+		}
 	}
-	for i := range clients {
+	fanOut(b, f, n, func(i int) *poiseClient {
 		cl := &poiseClient{st: c.NewStream(false), key: streamKey{"sotw", int64(i + 1)}, req: &sotwRequest{seed: c.Seed()}}
 		x.clients.open(cl.key)
 		decodeInto(b, cl.req, first)
 		if err := x.handleSotw(cl.st, cl.key, "", cl.req); err != nil {
 			b.Fatal(err)
 		}
-		step(cl)
-		clients[i] = cl
-	}
-	flips(b, f, func(version string, cla *endpointv3.ClusterLoadAssignment) {
-		e, err := xdscache.NewEntry(cla.GetClusterName(), version, cla)
-		if err != nil {
-			b.Fatal(err)
-		}
-		c.Apply(xdscache.Update{Version: version, Changes: []xdscache.Change{{TypeURL: resource.EndpointType, Name: e.Name, Entry: e}}})
-		for _, cl := range clients {
-			step(cl)
-			if len(cl.out[0].Entries) != 1 {
-				b.Fatalf("sent %d CLAs for one flip", len(cl.out[0].Entries))
-			}
-		}
-	})
+		return cl
+	}, step, poiseUpdate(b, c))
 }
 
 func benchPoiseDelta(b *testing.B, f *fixture, n int) {
 	c := poiseCache(b, f)
 	x := &xdsServer{cache: c, clients: NewClients(nil, nil)}
-	clients := make([]*poiseClient, n)
 	step := func(cl *poiseClient) {
 		cl.out = cl.st.Next(cl.out[:0])
 		if len(cl.out) != 1 {
@@ -222,26 +244,15 @@ func benchPoiseDelta(b *testing.B, f *fixture, n int) {
 			b.Fatal(err)
 		}
 	}
-	for i := range clients {
+	fanOut(b, f, n, func(i int) *poiseClient {
 		cl := &poiseClient{st: c.NewStream(true), key: streamKey{"delta", int64(i + 1)}}
 		x.clients.open(cl.key)
 		if err := x.handleDelta(cl.st, cl.key, "", &discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType,
 			ResourceNamesSubscribe: f.names, Node: &core.Node{Id: "envoy"}}); err != nil {
 			b.Fatal(err)
 		}
-		step(cl)
-		clients[i] = cl
-	}
-	flips(b, f, func(version string, cla *endpointv3.ClusterLoadAssignment) {
-		e, err := xdscache.NewEntry(cla.GetClusterName(), version, cla)
-		if err != nil {
-			b.Fatal(err)
-		}
-		c.Apply(xdscache.Update{Version: version, Changes: []xdscache.Change{{TypeURL: resource.EndpointType, Name: e.Name, Entry: e}}})
-		for _, cl := range clients {
-			step(cl)
-		}
-	})
+		return cl
+	}, step, poiseUpdate(b, c))
 }
 
 func linearCache(f *fixture) *gcp.LinearCache {
@@ -261,7 +272,6 @@ func benchLinearSotw(b *testing.B, f *fixture, n int) {
 		sub stream.Subscription
 		out chan gcp.Response
 	}
-	clients := make([]*client, n)
 	node := &core.Node{Id: "envoy"}
 	step := func(cl *client) {
 		r := <-cl.out
@@ -283,22 +293,13 @@ func benchLinearSotw(b *testing.B, f *fixture, n int) {
 			b.Fatal(err)
 		}
 	}
-	for i := range clients {
+	fanOut(b, f, n, func(int) *client {
 		cl := &client{sub: stream.NewSotwSubscription(f.names, false), out: make(chan gcp.Response, 1)}
 		if _, err := lc.CreateWatch(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: f.names}, &cl.sub, cl.out); err != nil {
 			b.Fatal(err)
 		}
-		step(cl)
-		clients[i] = cl
-	}
-	flips(b, f, func(_ string, cla *endpointv3.ClusterLoadAssignment) {
-		if err := lc.UpdateResource(cla.GetClusterName(), cla); err != nil {
-			b.Fatal(err)
-		}
-		for _, cl := range clients {
-			step(cl)
-		}
-	})
+		return cl
+	}, step, linearUpdate(b, lc))
 }
 
 func benchLinearDelta(b *testing.B, f *fixture, n int) {
@@ -307,7 +308,6 @@ func benchLinearDelta(b *testing.B, f *fixture, n int) {
 		sub stream.Subscription
 		out chan gcp.DeltaResponse
 	}
-	clients := make([]*client, n)
 	node := &core.Node{Id: "envoy"}
 	step := func(cl *client) {
 		r := <-cl.out
@@ -329,22 +329,13 @@ func benchLinearDelta(b *testing.B, f *fixture, n int) {
 			b.Fatal(err)
 		}
 	}
-	for i := range clients {
+	fanOut(b, f, n, func(int) *client {
 		cl := &client{sub: stream.NewDeltaSubscription(f.names, nil, nil, false), out: make(chan gcp.DeltaResponse, 1)}
 		if _, err := lc.CreateDeltaWatch(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: f.names}, &cl.sub, cl.out); err != nil {
 			b.Fatal(err)
 		}
-		step(cl)
-		clients[i] = cl
-	}
-	flips(b, f, func(_ string, cla *endpointv3.ClusterLoadAssignment) {
-		if err := lc.UpdateResource(cla.GetClusterName(), cla); err != nil {
-			b.Fatal(err)
-		}
-		for _, cl := range clients {
-			step(cl)
-		}
-	})
+		return cl
+	}, step, linearUpdate(b, lc))
 }
 
 // BenchmarkACK is one SotW ACK of a 5,000-name subscription as the server

@@ -178,8 +178,8 @@ func (x *xdsServer) handleSotw(st *xdscache.Stream, key streamKey, only string, 
 	}
 	st.SetNode(node)
 	req.remember(t)
-	nonce, version := string(req.nonce), x.clients.knownVersion(key, typeURL, req.version)
-	x.clients.request(key, node, typeURL, version, nonce, detail.GetMessage(), detail != nil)
+	nonce := string(req.nonce)
+	version := x.clients.sotwRequest(key, node, typeURL, req.version, nonce, detail.GetMessage(), detail != nil)
 	if err := st.Sotw(xdscache.SotwRequest{TypeURL: typeURL, Version: version, Nonce: nonce, NACK: detail != nil,
 		NamesHash: req.namesHash, Names: req.resourceNames}); err != nil {
 		return unknownType(typeURL)

@@ -3,7 +3,9 @@ package translate
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -32,6 +34,7 @@ type claModel struct {
 	drop     uint32 // panic drops in millionths; 0 for none
 	locs     []locModel
 	eps      []epModel
+	names    []weights.Locality // the names of the localities with traffic, for collisions
 }
 
 // locModel is one LocalityLbEndpoints; its endpoints are eps[first:first+count].
@@ -56,7 +59,7 @@ var models = sync.Pool{New: func() any { return &claModel{} }}
 
 func getModel() *claModel {
 	m := models.Get().(*claModel)
-	m.locs, m.eps = m.locs[:0], m.eps[:0]
+	m.locs, m.eps, m.names = m.locs[:0], m.eps[:0], m.names[:0]
 	m.drop = 0
 	return m
 }
@@ -64,6 +67,7 @@ func getModel() *claModel {
 func putModel(m *claModel) {
 	clear(m.locs[:cap(m.locs)])
 	clear(m.eps[:cap(m.eps)])
+	clear(m.names[:cap(m.names)])
 	models.Put(m)
 }
 
@@ -110,16 +114,6 @@ func (m *claModel) addEndpoint(l *locModel, e weights.Endpoint, weight uint64, h
 	l.count++
 }
 
-// taken reports whether a locality of priority 0 already has this name.
-func (m *claModel) taken(loc weights.Locality) bool {
-	for i := range m.locs {
-		if l := &m.locs[i]; !l.perEndpoint && l.priority == 0 && l.loc == loc {
-			return true
-		}
-	}
-	return false
-}
-
 // exact is the ControlPlane rendering of specs/xds-publishing.md: priority
 // 0 carries every (priority, locality) with traffic, weighted by its traffic
 // in millionths; standby localities follow as priorities 1..N.
@@ -133,7 +127,6 @@ func (m *claModel) exact(u *topology.UpstreamState, r Rendering) {
 		return // no endpoints: the proxy answers "no healthy upstream"
 	}
 	m.drop = uint32(res.DroppedMillionths)
-	var names []weights.Locality // the per-endpoint renderings' locality names, for collisions
 	for li := range res.Localities {
 		l := &res.Localities[li]
 		if l.Traffic == 0 {
@@ -142,11 +135,11 @@ func (m *claModel) exact(u *topology.UpstreamState, r Rendering) {
 		loc := l.Locality
 		// Repeat the suffix while the name is taken: a source sub_zone may
 		// itself end in "~p<n>" and equal another's suffixed name.
+		for slices.Contains(m.names, loc) {
+			loc.SubZone += PrioritySuffix + strconv.FormatUint(uint64(l.Priority), 10)
+		}
+		m.names = append(m.names, loc)
 		if r == PerEndpoint {
-			for containsLocality(names, loc) {
-				loc.SubZone += PrioritySuffix + strconv.FormatUint(uint64(l.Priority), 10)
-			}
-			names = append(names, loc)
 			for ei := l.FirstEndpoint; ei < l.FirstEndpoint+l.EndpointCount; ei++ {
 				er, e, _ := u.EndpointResult(ei)
 				if er.Selectable && er.Share > 0 {
@@ -157,9 +150,6 @@ func (m *claModel) exact(u *topology.UpstreamState, r Rendering) {
 			}
 			continue
 		}
-		for m.taken(loc) {
-			loc.SubZone += PrioritySuffix + strconv.FormatUint(uint64(l.Priority), 10)
-		}
 		lm := m.addLocality(loc, l.Traffic, 0)
 		for ei := l.FirstEndpoint; ei < l.FirstEndpoint+l.EndpointCount; ei++ {
 			er, e, _ := u.EndpointResult(ei)
@@ -169,15 +159,6 @@ func (m *claModel) exact(u *topology.UpstreamState, r Rendering) {
 		}
 	}
 	m.standby(u, r)
-}
-
-func containsLocality(list []weights.Locality, l weights.Locality) bool {
-	for _, x := range list {
-		if x == l {
-			return true
-		}
-	}
-	return false
 }
 
 // standby appends, as EDS priorities 1..N in source-priority order, the
@@ -291,13 +272,22 @@ func (m *claModel) subZone(l *locModel) string {
 	return l.loc.SubZone + EndpointSuffix + hostPort(e.addr, e.port)
 }
 
-func hostPort(addr string, port uint32) string {
-	for i := 0; i < len(addr); i++ {
-		if addr[i] == ':' {
-			return "[" + addr + "]:" + strconv.FormatUint(uint64(port), 10)
-		}
+func hostPort(addr string, port uint32) string { return string(appendHostPort(nil, addr, port)) }
+
+// appendHostPort appends host:port, with an IPv6 address in brackets.
+func appendHostPort(b []byte, addr string, port uint32) []byte {
+	if strings.Contains(addr, ":") {
+		b = append(append(append(b, '['), addr...), ']')
+	} else {
+		b = append(b, addr...)
 	}
-	return addr + ":" + strconv.FormatUint(uint64(port), 10)
+	return strconv.AppendUint(append(b, ':'), uint64(port), 10)
+}
+
+// hostPortLen is len(hostPort(addr, port)), without building it on the heap.
+func hostPortLen(addr string, port uint32) int {
+	var buf [64]byte
+	return len(appendHostPort(buf[:0], addr, port))
 }
 
 // proto builds the message.
@@ -454,36 +444,6 @@ func sizeUInt32Value(num protowire.Number, v uint32) int {
 func appendUInt32Value(b []byte, num protowire.Number, v uint32) []byte {
 	b = appendMessage(b, num, sizeVarint(uint32Value, uint64(v)))
 	return appendVarint(b, uint32Value, uint64(v))
-}
-
-// hostPortLen is len(hostPort(addr, port)), without building it.
-func hostPortLen(addr string, port uint32) int {
-	n := len(addr) + 1 + len(strconv.AppendUint(make([]byte, 0, 10), uint64(port), 10))
-	for i := 0; i < len(addr); i++ {
-		if addr[i] == ':' {
-			return n + 2
-		}
-	}
-	return n
-}
-
-func appendHostPort(b []byte, addr string, port uint32) []byte {
-	v6 := false
-	for i := 0; i < len(addr); i++ {
-		if addr[i] == ':' {
-			v6 = true
-			break
-		}
-	}
-	if v6 {
-		b = append(b, '[')
-	}
-	b = append(b, addr...)
-	if v6 {
-		b = append(b, ']')
-	}
-	b = append(b, ':')
-	return strconv.AppendUint(b, uint64(port), 10)
 }
 
 func (m *claModel) subZoneLen(l *locModel) int {

@@ -172,12 +172,6 @@ func (c *Cache) viewOf(n *core.Node) int {
 func (c *Cache) Apply(u Update) {
 	c.mu.Lock()
 	c.epoch++
-	// which (view, type) pairs changed: their version moves
-	var touched [8 * numTypes]bool
-	mark := touched[:]
-	if n := len(c.views) * numTypes; n > len(touched) {
-		mark = make([]bool, n)
-	}
 	for _, ch := range u.Changes {
 		t := TypeIndex(ch.TypeURL)
 		if t < 0 || ch.View < 0 || ch.View >= len(c.views) {
@@ -196,13 +190,8 @@ func (c *Cache) Apply(u Update) {
 			ts.resources[ch.Name] = ch.Entry
 		}
 		ts.sorted = nil
-		mark[ch.View*numTypes+t] = true
+		c.setVersion(ts, u.Version)
 		c.interested(ts, ch.Name)
-	}
-	for i, changed := range mark[:len(c.views)*numTypes] {
-		if changed {
-			c.views[i/numTypes].types[i%numTypes].version = u.Version
-		}
 	}
 	// The first publication publishes every type in every view, if only as
 	// empty: a client waiting for its first answer (Envoy holds its start for
@@ -210,8 +199,7 @@ func (c *Cache) Apply(u Update) {
 	for _, v := range c.views {
 		for _, ts := range v.types {
 			if ts.version == "" {
-				ts.version = u.Version
-				ts.forEachWatch(func(w *Watch) { c.wake(w) })
+				c.setVersion(ts, u.Version)
 			}
 		}
 	}
@@ -223,6 +211,15 @@ func (c *Cache) Apply(u Update) {
 	}
 	c.notify = c.notify[:0]
 	c.mu.Unlock()
+}
+
+// setVersion moves a type's version. Its first version wakes every watch of
+// the type: until then none could be answered.
+func (c *Cache) setVersion(ts *typeState, version string) {
+	if ts.version == "" {
+		ts.forEachWatch(c.wake)
+	}
+	ts.version = version
 }
 
 // interested marks name pending on every watch that wants it.
@@ -352,12 +349,13 @@ func (c *Cache) Fetch(_ context.Context, node *core.Node, typeURL, version strin
 	if len(names) == 0 {
 		return slices.Clone(ts.all()), ts.version, true, nil
 	}
-	for _, e := range ts.all() {
-		if slices.Contains(names, e.Name) {
+	for _, n := range names {
+		if e := ts.resources[n]; e != nil {
 			entries = append(entries, e)
 		}
 	}
-	return entries, ts.version, true, nil
+	slices.SortFunc(entries, func(a, b *Entry) int { return strings.Compare(a.Name, b.Name) })
+	return slices.CompactFunc(entries, func(a, b *Entry) bool { return a == b }), ts.version, true, nil
 }
 
 // ShortType names a type URL for people and metric labels: CDS, EDS, LDS, RDS.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Stream is the cache's side of one client stream (SotW or Delta): one
@@ -56,7 +57,7 @@ func (c *Cache) NewStream(delta bool) *Stream {
 }
 
 // Seed is the seed of the hash the server computes over a SotW request's
-// resource names (see SotwRequest.NamesHash and WriteName).
+// resource names (see SotwRequest.NamesHash and HashNames).
 func (c *Cache) Seed() maphash.Seed { return c.seed }
 
 // HashNames hashes names in order as SotwRequest.NamesHash wants.
@@ -73,17 +74,9 @@ func (c *Cache) HashNames(names []string) uint64 {
 // DiscoveryRequest (field 3, length-delimited), so a server can hash the
 // raw bytes of a request without decoding its names.
 func writeName(h *maphash.Hash, n string) {
-	var buf [11]byte
-	buf[0] = 3<<3 | 2
-	i := 1
-	l := uint64(len(n))
-	for l >= 0x80 {
-		buf[i] = byte(l) | 0x80
-		l >>= 7
-		i++
-	}
-	buf[i] = byte(l)
-	_, _ = h.Write(buf[:i+1])
+	var buf [16]byte
+	b := protowire.AppendTag(buf[:0], 3, protowire.BytesType)
+	_, _ = h.Write(protowire.AppendVarint(b, uint64(len(n))))
 	_, _ = h.WriteString(n)
 }
 
@@ -108,13 +101,6 @@ func (s *Stream) SetNode(n *core.Node) {
 	if !s.viewSet && s.watches == [numTypes]*Watch{} {
 		s.view, s.viewSet = s.c.viewOf(n), true
 	}
-}
-
-// View is the view the stream reads.
-func (s *Stream) View() int {
-	s.c.mu.Lock()
-	defer s.c.mu.Unlock()
-	return s.view
 }
 
 // Close drops every watch of the stream.
@@ -274,15 +260,13 @@ func (s *Stream) Sotw(r SotwRequest) error {
 		w = &Watch{stream: s, ts: c.views[s.view].types[t], first: true, pendingAll: true,
 			reqVersion: r.Version, reqNACK: r.NACK, reqHash: r.NamesHash, legacy: fullState(t) && len(names) == 0}
 		s.watches[t] = w
-		sorted, star := canonical(names)
-		c.setScope(w, star || (w.legacy && len(sorted) == 0), sorted)
+		c.setSotwScope(w, names)
 		signal = true
 	} else if r.Nonce == "" || r.Nonce == w.nonce {
 		w.awaiting = false
 		if r.NamesHash != w.reqHash {
 			w.reqHash = r.NamesHash
-			sorted, star := canonical(r.Names())
-			added, changed := c.setScope(w, star || (w.legacy && len(sorted) == 0), sorted)
+			added, changed := c.setSotwScope(w, r.Names())
 			switch {
 			case !changed:
 			case fullState(t) || w.wildcard:
@@ -302,6 +286,13 @@ func (s *Stream) Sotw(r SotwRequest) error {
 		s.signal()
 	}
 	return nil
+}
+
+// setSotwScope subscribes w to the names of a SotW request: "*" or, after
+// an empty first request, an empty list means every resource.
+func (c *Cache) setSotwScope(w *Watch, names []string) (added []string, changed bool) {
+	sorted, star := canonical(names)
+	return c.setScope(w, star || (w.legacy && len(sorted) == 0), sorted)
 }
 
 // DeltaRequest is what the cache needs of a DeltaDiscoveryRequest.
@@ -340,15 +331,14 @@ func (s *Stream) Delta(r DeltaRequest) error {
 					w.mark(name)
 				}
 			}
-			scope := w.scopeNames()
 			if w.wildcard {
-				for _, e := range w.ts.all() {
-					if _, held := r.Initial[e.Name]; !held {
-						w.mark(e.Name)
+				for name := range w.ts.resources {
+					if _, held := r.Initial[name]; !held {
+						w.mark(name)
 					}
 				}
 			} else {
-				for _, n := range scope {
+				for _, n := range w.scopeNames() {
 					if _, held := r.Initial[n]; !held && w.ts.resources[n] != nil {
 						w.mark(n)
 					}
