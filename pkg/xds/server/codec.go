@@ -32,6 +32,11 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if r, ok := v.(*sotwRequest); ok {
+		// The buffer lives as long as the stream: one large request must not
+		// keep it large.
+		if n := data.Len(); cap(r.buf) > 64<<10 && cap(r.buf) > 4*n {
+			r.buf = make([]byte, 0, n)
+		}
 		r.buf = r.buf[:0]
 		for _, b := range data {
 			r.buf = append(r.buf, b.ReadOnlyData()...)

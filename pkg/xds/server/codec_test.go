@@ -133,3 +133,16 @@ func TestACKAllocatesO1(t *testing.T) {
 }
 
 func bufferOf(b []byte) mem.BufferSlice { return mem.BufferSlice{mem.SliceBuffer(b)} }
+
+// A stream's request buffer shrinks back after one large request.
+func TestRequestBufferShrinks(t *testing.T) {
+	c := xdscache.New(1, func(*core.Node) int { return 0 })
+	r := &sotwRequest{seed: c.Seed()}
+	large, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: names(50000, "svc")})
+	small, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: names(10, "svc")})
+	decodeInto(t, r, large)
+	decodeInto(t, r, small)
+	if cap(r.buf) > 64<<10 {
+		t.Fatalf("the buffer kept %d bytes for a %d-byte request", cap(r.buf), len(small))
+	}
+}

@@ -87,6 +87,17 @@ func unknownType(typeURL string) error {
 	return status.Errorf(codes.InvalidArgument, "type %q is not served (served: CDS, EDS, LDS, RDS)", typeURL)
 }
 
+// requestError is the status a stream ends with when the cache refuses a request.
+func requestError(typeURL string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, xdscache.ErrTooManyNames):
+		return status.Errorf(codes.ResourceExhausted, "%s: %v", xdscache.ShortType(typeURL), err)
+	}
+	return unknownType(typeURL)
+}
+
 // streamEnd turns a stream's end into the handler's result.
 func streamEnd(err error) error {
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
@@ -180,11 +191,8 @@ func (x *xdsServer) handleSotw(st *xdscache.Stream, key streamKey, only string, 
 	req.remember(t)
 	nonce := string(req.nonce)
 	version := x.clients.sotwRequest(key, node, typeURL, req.version, nonce, detail.GetMessage(), detail != nil)
-	if err := st.Sotw(xdscache.SotwRequest{TypeURL: typeURL, Version: version, Nonce: nonce, NACK: detail != nil,
-		NamesHash: req.namesHash, Names: req.resourceNames}); err != nil {
-		return unknownType(typeURL)
-	}
-	return nil
+	return requestError(typeURL, st.Sotw(xdscache.SotwRequest{TypeURL: typeURL, Version: version, Nonce: nonce, NACK: detail != nil,
+		NamesHash: req.namesHash, Names: req.resourceNames}))
 }
 
 // sotwResponse is the envelope of a response; the resources in it are the
@@ -229,12 +237,9 @@ func (x *xdsServer) handleDelta(st *xdscache.Stream, key streamKey, only string,
 	}
 	st.SetNode(req.GetNode())
 	x.clients.deltaRequest(key, req.GetNode(), typeURL, req.GetResponseNonce(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
-	if err := st.Delta(xdscache.DeltaRequest{TypeURL: typeURL, Nonce: req.GetResponseNonce(), NACK: req.GetErrorDetail() != nil,
+	return requestError(typeURL, st.Delta(xdscache.DeltaRequest{TypeURL: typeURL, Nonce: req.GetResponseNonce(), NACK: req.GetErrorDetail() != nil,
 		Subscribe: req.GetResourceNamesSubscribe(), Unsubscribe: req.GetResourceNamesUnsubscribe(),
-		Initial: req.GetInitialResourceVersions()}); err != nil {
-		return unknownType(typeURL)
-	}
-	return nil
+		Initial: req.GetInitialResourceVersions()}))
 }
 
 // fetch answers the unary Fetch* methods with the current resources.

@@ -50,6 +50,15 @@ func TypeIndex(typeURL string) int {
 // publish; the cache keeps no state for it.
 var ErrUnknownType = errors.New("type not served")
 
+// MaxSubscribedNames bounds what one stream may subscribe to of one type:
+// what it subscribes to is kept, and a Delta stream adds to it request by
+// request. A million endpoints in upstreams of 20 are 50,000 names.
+const MaxSubscribedNames = 1 << 18
+
+// ErrTooManyNames is returned for a request that would subscribe one stream
+// to more than MaxSubscribedNames names of a type; nothing of it is applied.
+var ErrTooManyNames = fmt.Errorf("more than %d resource names subscribed", MaxSubscribedNames)
+
 // fullState types are sent whole in SotW: a resource missing from a
 // response is deleted on the client. They also allow the legacy wildcard
 // (an empty first request).

@@ -398,3 +398,32 @@ func TestFanOutWakesOnlyInterestedStreams(t *testing.T) {
 		sc.silent()
 	}
 }
+
+// A stream cannot subscribe to more than MaxSubscribedNames names of a
+// type, at once (SotW) or request by request (Delta); the refused request
+// changes nothing.
+func TestSubscriptionsAreBounded(t *testing.T) {
+	c := newCache()
+	half := make([]string, xdscache.MaxSubscribedNames/2+1)
+	other := make([]string, len(half))
+	for i := range half {
+		half[i], other[i] = fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i)
+	}
+	all := append(slices.Clone(half), other...)
+	s := c.NewStream(false)
+	if err := s.Sotw(xdscache.SotwRequest{TypeURL: resource.EndpointType, NamesHash: c.HashNames(all), Names: func() []string { return all }}); err != xdscache.ErrTooManyNames {
+		t.Fatalf("SotW: got %v, want ErrTooManyNames", err)
+	}
+	d := c.NewStream(true)
+	if err := d.Delta(xdscache.DeltaRequest{TypeURL: resource.EndpointType, Subscribe: half}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Delta(xdscache.DeltaRequest{TypeURL: resource.EndpointType, Subscribe: other}); err != xdscache.ErrTooManyNames {
+		t.Fatalf("Delta: got %v, want ErrTooManyNames", err)
+	}
+	// what it had still holds: a change of one of its names reaches it
+	c.Apply(xdscache.Update{Version: "v1", Changes: []xdscache.Change{change(0, resource.EndpointType, mustEntry(t, "a7", "v1", cla("a7", 1)))}})
+	if rs := d.Next(nil); len(rs) != 1 || len(rs[0].Entries) != 1 || rs[0].Entries[0].Name != "a7" {
+		t.Fatalf("after the refused request: %v", rs)
+	}
+}

@@ -257,6 +257,10 @@ func (s *Stream) Sotw(r SotwRequest) error {
 	signal := false
 	if w == nil {
 		names := r.Names()
+		if len(names) > MaxSubscribedNames {
+			c.mu.Unlock()
+			return ErrTooManyNames
+		}
 		w = &Watch{stream: s, ts: c.views[s.view].types[t], first: true, pendingAll: true,
 			reqVersion: r.Version, reqNACK: r.NACK, reqHash: r.NamesHash, legacy: fullState(t) && len(names) == 0}
 		s.watches[t] = w
@@ -265,8 +269,13 @@ func (s *Stream) Sotw(r SotwRequest) error {
 	} else if r.Nonce == "" || r.Nonce == w.nonce {
 		w.awaiting = false
 		if r.NamesHash != w.reqHash {
+			names := r.Names()
+			if len(names) > MaxSubscribedNames {
+				c.mu.Unlock()
+				return ErrTooManyNames
+			}
 			w.reqHash = r.NamesHash
-			added, changed := c.setSotwScope(w, r.Names())
+			added, changed := c.setSotwScope(w, names)
 			switch {
 			case !changed:
 			case fullState(t) || w.wildcard:
@@ -313,6 +322,10 @@ func (s *Stream) Delta(r DeltaRequest) error {
 		return err
 	}
 	w := s.watches[t]
+	if w == nil && len(r.Subscribe) > MaxSubscribedNames {
+		c.mu.Unlock()
+		return ErrTooManyNames
+	}
 	if w == nil {
 		w = &Watch{stream: s, ts: c.views[s.view].types[t]}
 		s.watches[t] = w
@@ -354,6 +367,10 @@ func (s *Stream) Delta(r DeltaRequest) error {
 			unsub, starOff := canonical(r.Unsubscribe)
 			wildcard := (w.wildcard || starOn) && !starOff
 			names := mergeNames(w.scopeNames(), sub, unsub)
+			if len(names) > MaxSubscribedNames {
+				c.mu.Unlock()
+				return ErrTooManyNames
+			}
 			was := w.wildcard
 			added, _ := c.setScope(w, wildcard, names)
 			if wildcard && !was {
