@@ -92,7 +92,9 @@ func Run(ctx context.Context, cfg Config) error {
 		m.SnapshotDuration.Observe(st.Duration.Seconds())
 		m.PublishedRevision.Set(float64(st.Revision))
 		for t, n := range st.Changes {
-			m.ResourceChanges.WithLabelValues(xdscache.ShortType(t)).Add(float64(n))
+			if n > 0 {
+				m.ResourceChanges.WithLabelValues(xdscache.ShortType(xdscache.TypeOrder[t])).Add(float64(n))
+			}
 		}
 	}
 	pub.OnReject = func(rev uint64, err error) {

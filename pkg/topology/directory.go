@@ -2,7 +2,6 @@ package topology
 
 import (
 	"fmt"
-	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -83,9 +82,11 @@ type Directory struct {
 	domainsOf    map[Key]map[Key]struct{} // upstream → domains with a replica on it
 	partitionsOf map[Key]map[Key]struct{} // domain → its partitions, present or not
 	calc         *weights.Calculator
+	// scratch is reused by every Apply (they are serialized), so a small
+	// change allocates only what the new snapshot keeps.
+	scratch applyScratch
 
 	current atomic.Pointer[Snapshot]
-	changed atomic.Pointer[chan struct{}]
 }
 
 // NewDirectory returns a Directory publishing an empty snapshot at revision 0.
@@ -102,9 +103,7 @@ func NewDirectory() *Directory {
 		partitionsOf: map[Key]map[Key]struct{}{},
 		calc:         weights.NewCalculator(),
 	}
-	d.current.Store(&Snapshot{})
-	ch := make(chan struct{})
-	d.changed.Store(&ch)
+	d.current.Store(&Snapshot{superseded: make(chan struct{})})
 	return d
 }
 
@@ -114,7 +113,7 @@ func (d *Directory) Current() *Snapshot { return d.current.Load() }
 // Changed returns a channel that is closed when a snapshot newer than the
 // current one is published. Readers then call Current, so a slow reader
 // skips straight to the newest revision.
-func (d *Directory) Changed() <-chan struct{} { return *d.changed.Load() }
+func (d *Directory) Changed() <-chan struct{} { return d.current.Load().superseded }
 
 // Apply applies a batch atomically: every affected upstream is resolved,
 // validated and computed; if any fails the batch is rejected whole with a
@@ -125,6 +124,7 @@ func (d *Directory) Apply(b Batch) (*Snapshot, error) {
 	defer d.mu.Unlock()
 
 	st := d.stage(b)
+	defer st.release()
 	prev := d.current.Load()
 	if len(st.affected) == 0 && !st.objectsChanged && !st.spatialChanged() {
 		return prev, nil
@@ -132,11 +132,16 @@ func (d *Directory) Apply(b Batch) (*Snapshot, error) {
 	rev := prev.Revision + 1
 
 	var problems []Problem
-	states := make(map[Key]*UpstreamState, len(st.affected))
-	for _, k := range sortedKeys(st.affected) {
+	keys := make([]Key, 0, len(st.affected)) // kept by the snapshot's change set
+	for k := range st.affected {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, Key.Compare)
+	states := d.scratch.states[:0]
+	for _, k := range keys {
 		u, ok := st.upstream(k)
 		if !ok {
-			states[k] = nil
+			states = append(states, nil)
 			continue
 		}
 		state, prob := d.resolve(st, u)
@@ -149,8 +154,10 @@ func (d *Directory) Apply(b Batch) (*Snapshot, error) {
 		if old := prev.Upstream(k); old != nil && !st.upstreamChanged(k) {
 			state.ClusterRevision = old.ClusterRevision
 		}
-		states[k] = state
+		states = append(states, state)
 	}
+	d.scratch.states = states
+	defer clear(states)
 	if len(problems) > 0 {
 		return prev, &BatchError{Problems: problems}
 	}
@@ -158,38 +165,62 @@ func (d *Directory) Apply(b Batch) (*Snapshot, error) {
 		st.orphansChanged = true
 	}
 	d.commit(st)
-	keys := sortedKeys(states)
-	next := &Snapshot{Revision: rev, list: prev.list.merge(keys, states), changes: newChangeSet(rev, keys, prev.changes)}
-	next.spatial = d.applySpatial(prev, st, states, next)
+	next := &Snapshot{Revision: rev, list: prev.list.merge(keys, states), changes: newChangeSet(rev, keys, prev.changes),
+		superseded: make(chan struct{})}
+	next.spatial = d.applySpatial(prev, st, keys, next)
 	next.orphans = d.orphans(prev, st)
 	d.current.Store(next)
-	ch := make(chan struct{})
-	old := d.changed.Swap(&ch)
-	close(*old)
+	close(prev.superseded)
 	return next, nil
 }
 
 // staged is a batch laid over the directory's state: reads see the batch
-// first, and nothing is written until commit.
+// first, and nothing is written until commit. The Directory reuses one.
 type staged struct {
 	d        *Directory
 	b        Batch
 	affected map[Key]struct{}
-	// the batch's puts indexed by the upstream they name
-	batchLocalitiesOf map[Key][]Key
-	batchSetsOf       map[Key][]Key
+	// the batch's puts indexed by the upstream they name, sorted
+	batchLocalities []namedBy
+	batchSets       []namedBy
 	// orphansChanged: the orphan list may differ from the previous snapshot's
 	orphansChanged bool
 	// objectsChanged: some locality or set changed even if no upstream is affected (orphans)
 	objectsChanged bool
 }
 
+// namedBy is an object of a batch and the upstream it names.
+type namedBy struct{ upstream, object Key }
+
+func compareNamedBy(a, b namedBy) int {
+	if c := a.upstream.Compare(b.upstream); c != 0 {
+		return c
+	}
+	return a.object.Compare(b.object)
+}
+
+// of returns the objects naming upstream k in a sorted list.
+func of(list []namedBy, k Key) []namedBy {
+	i, _ := slices.BinarySearchFunc(list, k, func(n namedBy, k Key) int {
+		return n.upstream.Compare(k)
+	})
+	j := i
+	for j < len(list) && list[j].upstream == k {
+		j++
+	}
+	return list[i:j]
+}
+
 func (d *Directory) stage(b Batch) *staged {
-	st := &staged{d: d, affected: map[Key]struct{}{}, batchLocalitiesOf: map[Key][]Key{}, batchSetsOf: map[Key][]Key{}}
+	st := &d.scratch.st
+	st.d = d
+	if st.affected == nil {
+		st.affected = map[Key]struct{}{}
+	}
 	st.stageSpatial(b)
 	for k, u := range b.upstreams {
 		old, had := d.upstreams[k]
-		if (u == nil && !had) || (u != nil && had && reflect.DeepEqual(old, *u)) {
+		if (u == nil && !had) || (u != nil && had && old.equal(u)) {
 			continue
 		}
 		setOp(&st.b.upstreams, k, u)
@@ -200,7 +231,7 @@ func (d *Directory) stage(b Batch) *staged {
 	}
 	for k, l := range b.localities {
 		old, had := d.localities[k]
-		if (l == nil && !had) || (l != nil && had && reflect.DeepEqual(old, *l)) {
+		if (l == nil && !had) || (l != nil && had && old == *l) {
 			continue
 		}
 		setOp(&st.b.localities, k, l)
@@ -211,12 +242,12 @@ func (d *Directory) stage(b Batch) *staged {
 		if l != nil {
 			up := Key{k.Namespace, l.Upstream}
 			st.touch(up)
-			st.batchLocalitiesOf[up] = append(st.batchLocalitiesOf[up], k)
+			st.batchLocalities = append(st.batchLocalities, namedBy{up, k})
 		}
 	}
 	for k, s := range b.sets {
 		old, had := d.sets[k]
-		if (s == nil && !had) || (s != nil && had && reflect.DeepEqual(old, *s)) {
+		if (s == nil && !had) || (s != nil && had && old.equal(s)) {
 			continue
 		}
 		setOp(&st.b.sets, k, s)
@@ -227,10 +258,46 @@ func (d *Directory) stage(b Batch) *staged {
 		if s != nil {
 			up := Key{k.Namespace, s.Upstream}
 			st.touch(up)
-			st.batchSetsOf[up] = append(st.batchSetsOf[up], k)
+			st.batchSets = append(st.batchSets, namedBy{up, k})
 		}
 	}
+	slices.SortFunc(st.batchLocalities, compareNamedBy)
+	slices.SortFunc(st.batchSets, compareNamedBy)
 	return st
+}
+
+// release empties the staged batch for the next Apply. Maps that grew large
+// (a first load) are dropped rather than cleared, so their buckets do not
+// stay allocated for the life of the Directory.
+func (st *staged) release() {
+	st.b.upstreams = clearOrDrop(st.b.upstreams)
+	st.b.localities = clearOrDrop(st.b.localities)
+	st.b.sets = clearOrDrop(st.b.sets)
+	st.b.domains = clearOrDrop(st.b.domains)
+	st.b.partitions = clearOrDrop(st.b.partitions)
+	st.affected = clearOrDrop(st.affected)
+	st.batchLocalities = clearSlice(st.batchLocalities)
+	st.batchSets = clearSlice(st.batchSets)
+	st.orphansChanged, st.objectsChanged = false, false
+}
+
+// scratchLimit is the size above which scratch space is given back rather than kept.
+const scratchLimit = 1024
+
+func clearOrDrop[V any](m map[Key]V) map[Key]V {
+	if len(m) > scratchLimit {
+		return nil
+	}
+	clear(m)
+	return m
+}
+
+func clearSlice[S ~[]E, E any](s S) S {
+	if cap(s) > scratchLimit {
+		return nil
+	}
+	clear(s[:cap(s)])
+	return s[:0]
 }
 
 // touch marks an upstream affected if it exists before or after the batch;
@@ -262,31 +329,29 @@ func (st *staged) upstream(k Key) (Upstream, bool) {
 	return u, ok
 }
 
-// localitiesOf returns the Locality objects naming upstream k after the batch, sorted by key.
-func (st *staged) localitiesOf(k Key) []Locality {
-	var out []Locality
+// localitiesOf appends the Locality objects naming upstream k after the batch, sorted by key.
+func (st *staged) localitiesOf(out []Locality, k Key) []Locality {
 	for lk := range st.d.localitiesOf[k] {
 		if _, overridden := st.b.localities[lk]; !overridden {
 			out = append(out, st.d.localities[lk])
 		}
 	}
-	for _, lk := range st.batchLocalitiesOf[k] {
-		out = append(out, *st.b.localities[lk])
+	for _, n := range of(st.batchLocalities, k) {
+		out = append(out, *st.b.localities[n.object])
 	}
 	slices.SortFunc(out, func(a, b Locality) int { return a.Key.Compare(b.Key) })
 	return out
 }
 
-// setsOf returns the endpoint sets naming upstream k after the batch, sorted by key.
-func (st *staged) setsOf(k Key) []EndpointSet {
-	var out []EndpointSet
+// setsOf appends the endpoint sets naming upstream k after the batch, sorted by key.
+func (st *staged) setsOf(out []EndpointSet, k Key) []EndpointSet {
 	for sk := range st.d.setsOf[k] {
 		if _, overridden := st.b.sets[sk]; !overridden {
 			out = append(out, st.d.sets[sk])
 		}
 	}
-	for _, sk := range st.batchSetsOf[k] {
-		out = append(out, *st.b.sets[sk])
+	for _, n := range of(st.batchSets, k) {
+		out = append(out, *st.b.sets[n.object])
 	}
 	slices.SortFunc(out, func(a, b EndpointSet) int { return a.Key.Compare(b.Key) })
 	return out
@@ -364,93 +429,159 @@ func (d *Directory) orphans(prev *Snapshot, st *staged) []ObjectRef {
 	return out
 }
 
-func sortedKeys[V any](m map[Key]V) []Key {
-	keys := make([]Key, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, Key.Compare)
-	return keys
+// applyScratch is the working space of Apply and resolve.
+type applyScratch struct {
+	st     staged
+	states []*UpstreamState
+	locs   []Locality
+	sets   []EndpointSet
+	groups []groupBuild
+	// groupOf: (priority, locality) → index in groups
+	groupOf map[groupKey]int
+	// byLocality: locality → the first Locality object naming it and, when
+	// another names it at a different priority, that one
+	byLocality map[weights.Locality]localityMatch
+	setGroup   []int // the group of each set
+}
+
+type groupKey struct {
+	priority uint32
+	locality weights.Locality
+}
+
+// groupBuild is a group while it is resolved.
+type groupBuild struct {
+	Group
+	firstLocality int // index in locs of the Locality object that set its weight, -1 for none
+	localities    int // how many Locality objects
+	sets          int // how many endpoint sets
+}
+
+type localityMatch struct{ first, conflict int }
+
+// stateWithResult allocates an upstream's state and its result together.
+type stateWithResult struct {
+	state  UpstreamState
+	result weights.Result
 }
 
 // resolve places every endpoint of one upstream into its (priority,
 // locality) group, then validates and computes it with pkg/weights.
 func (d *Directory) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
-	locs := st.localitiesOf(u.Key)
-	sets := st.setsOf(u.Key)
-
-	type groupKey struct {
-		priority uint32
-		locality weights.Locality
+	sc := &d.scratch
+	locs := st.localitiesOf(sc.locs[:0], u.Key)
+	sets := st.setsOf(sc.sets[:0], u.Key)
+	sc.locs, sc.sets = locs, sets
+	if sc.groupOf == nil {
+		sc.groupOf, sc.byLocality = map[groupKey]int{}, map[weights.Locality]localityMatch{}
 	}
-	byLocality := map[weights.Locality][]Locality{}
-	for _, l := range locs {
-		byLocality[l.Locality] = append(byLocality[l.Locality], l)
-	}
-	groups := map[groupKey]*Group{}
-	group := func(k groupKey) *Group {
-		g := groups[k]
-		if g == nil {
-			g = &Group{Priority: k.priority, Locality: k.locality, LocalityWeight: 1}
-			groups[k] = g
+	groups := sc.groups[:0]
+	defer func() {
+		sc.locs, sc.sets, sc.groups = clearSlice(locs), clearSlice(sets), clearSlice(groups)
+		clear(sc.groupOf)
+		clear(sc.byLocality)
+	}()
+	group := func(k groupKey) int {
+		gi, ok := sc.groupOf[k]
+		if !ok {
+			gi = len(groups)
+			groups = append(groups, groupBuild{Group: Group{Priority: k.priority, Locality: k.locality, LocalityWeight: 1}, firstLocality: -1})
+			sc.groupOf[k] = gi
 		}
-		return g
+		return gi
 	}
 	// Locality objects first: their weight, and a conflict between two of them.
-	for _, l := range locs {
-		g := group(groupKey{l.Priority, l.Locality})
-		if len(g.LocalityObjects) > 0 && g.LocalityWeight != l.Weight {
+	for i, l := range locs {
+		if m, ok := sc.byLocality[l.Locality]; !ok {
+			sc.byLocality[l.Locality] = localityMatch{first: i, conflict: -1}
+		} else if m.conflict < 0 && locs[m.first].Priority != l.Priority {
+			m.conflict = i
+			sc.byLocality[l.Locality] = m
+		}
+		g := &groups[group(groupKey{l.Priority, l.Locality})]
+		if g.firstLocality >= 0 && g.LocalityWeight != l.Weight {
+			first := locs[g.firstLocality].Key
 			return nil, &Problem{
 				Upstream: u.Key,
-				Objects:  []ObjectRef{{KindLocality, g.LocalityObjects[0]}, {KindLocality, l.Key}},
+				Objects:  []ObjectRef{{KindLocality, first}, {KindLocality, l.Key}},
 				Err: fmt.Errorf("%w: Locality %s sets weight %d and Locality %s sets weight %d for priority %d locality %q",
-					weights.ErrInconsistentTopology, g.LocalityObjects[0], g.LocalityWeight, l.Key, l.Weight, l.Priority, l.Locality.String()),
+					weights.ErrInconsistentTopology, first, g.LocalityWeight, l.Key, l.Weight, l.Priority, l.Locality.String()),
 			}
 		}
+		if g.firstLocality < 0 {
+			g.firstLocality = i
+		}
 		g.LocalityWeight = l.Weight
-		g.LocalityObjects = append(g.LocalityObjects, l.Key)
+		g.localities++
 	}
 
 	total := 0
+	setGroup := sc.setGroup[:0]
 	for _, s := range sets {
 		total += len(s.Endpoints)
-	}
-	state := &UpstreamState{Upstream: u, Endpoints: make([]weights.Endpoint, 0, total), Origins: make([]Origin, 0, total)}
-	for _, s := range sets {
-		ref := ObjectRef{s.Kind, s.Key}
 		var prio uint32
-		switch matches := byLocality[s.Locality]; {
+		switch m, ok := sc.byLocality[s.Locality]; {
 		case s.Priority != nil:
 			prio = *s.Priority
-		case len(matches) == 0:
+		case !ok:
 			prio = 0
-		default:
-			prio = matches[0].Priority
-			for _, m := range matches[1:] {
-				if m.Priority != prio {
-					return nil, &Problem{
-						Upstream: u.Key,
-						Objects:  []ObjectRef{ref, {KindLocality, matches[0].Key}, {KindLocality, m.Key}},
-						Err: fmt.Errorf("%w: %s sets no priority and locality %q has Locality %s at priority %d and Locality %s at priority %d; set spec.priority",
-							weights.ErrInconsistentTopology, ref, s.Locality.String(), matches[0].Key, prio, m.Key, m.Priority),
-					}
-				}
+		case m.conflict >= 0:
+			ref, first, other := ObjectRef{s.Kind, s.Key}, locs[m.first], locs[m.conflict]
+			sc.setGroup = setGroup
+			return nil, &Problem{
+				Upstream: u.Key,
+				Objects:  []ObjectRef{ref, {KindLocality, first.Key}, {KindLocality, other.Key}},
+				Err: fmt.Errorf("%w: %s sets no priority and locality %q has Locality %s at priority %d and Locality %s at priority %d; set spec.priority",
+					weights.ErrInconsistentTopology, ref, s.Locality.String(), first.Key, first.Priority, other.Key, other.Priority),
 			}
+		default:
+			prio = locs[m.first].Priority
 		}
-		g := group(groupKey{prio, s.Locality})
+		gi := group(groupKey{prio, s.Locality})
+		groups[gi].sets++
+		setGroup = append(setGroup, gi)
+	}
+	sc.setGroup = setGroup
+
+	// One allocation each for the state with its result, the endpoints, their
+	// origins, the groups, and the objects of all groups.
+	alloc := &stateWithResult{}
+	state := &alloc.state
+	state.Upstream = u
+	state.Endpoints = make([]weights.Endpoint, 0, total)
+	state.Origins = make([]Origin, 0, total)
+	var localityKeys []Key
+	if len(locs) > 0 {
+		localityKeys = make([]Key, 0, len(locs))
+	}
+	setRefs := make([]ObjectRef, 0, len(sets))
+	for i := range groups {
+		g := &groups[i]
+		g.LocalityObjects = localityKeys[len(localityKeys) : len(localityKeys) : len(localityKeys)+g.localities]
+		localityKeys = localityKeys[:len(localityKeys)+g.localities]
+		g.Sets = setRefs[len(setRefs) : len(setRefs) : len(setRefs)+g.sets]
+		setRefs = setRefs[:len(setRefs)+g.sets]
+	}
+	for _, l := range locs {
+		g := &groups[sc.groupOf[groupKey{l.Priority, l.Locality}]]
+		g.LocalityObjects = append(g.LocalityObjects, l.Key)
+	}
+	for si, s := range sets {
+		g := &groups[setGroup[si]]
+		ref := ObjectRef{s.Kind, s.Key}
 		g.Sets = append(g.Sets, ref)
 		for _, e := range s.Endpoints {
 			state.Endpoints = append(state.Endpoints, weights.Endpoint{
-				Address: e.Address, Port: e.Port, Priority: prio, Locality: s.Locality,
+				Address: e.Address, Port: e.Port, Priority: g.Priority, Locality: s.Locality,
 				LocalityWeight: g.LocalityWeight, Weight: e.Weight, Admin: e.Admin,
 				Probe: e.Health.Probe, Circuit: e.Health.Circuit, Ejected: e.Health.Ejected, Scope: e.Health.Scope,
 			})
 			state.Origins = append(state.Origins, Origin{Set: ref, Health: e.Health})
 		}
 	}
-	state.Groups = make([]Group, 0, len(groups))
-	for _, g := range groups {
-		state.Groups = append(state.Groups, *g)
+	state.Groups = make([]Group, len(groups))
+	for i := range groups {
+		state.Groups[i] = groups[i].Group
 	}
 	slices.SortFunc(state.Groups, func(a, b Group) int {
 		if a.Priority != b.Priority {
@@ -466,7 +597,8 @@ func (d *Directory) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 	if err != nil {
 		return nil, &Problem{Upstream: u.Key, Objects: state.involved(u, err), Err: err}
 	}
-	state.Result = res.Clone()
+	res.CloneInto(&alloc.result)
+	state.Result = &alloc.result
 	return state, nil
 }
 

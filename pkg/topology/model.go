@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,6 +69,16 @@ type Upstream struct {
 	Service *ServiceRef
 }
 
+// equal reports whether u and o are the same object (o non-nil).
+func (u Upstream) equal(o *Upstream) bool {
+	a, b := u, *o
+	a.Service, b.Service = nil, nil
+	if a != b || (u.Service == nil) != (o.Service == nil) {
+		return false
+	}
+	return u.Service == nil || *u.Service == *o.Service
+}
+
 // ServiceRef names a Service in the upstream's namespace and one of its ports.
 type ServiceRef struct {
 	Name string
@@ -95,6 +106,15 @@ type EndpointSet struct {
 	// Locality object does, and without one the group is priority 0.
 	Priority  *uint32
 	Endpoints []Endpoint
+}
+
+// equal reports whether s and o are the same object (o non-nil).
+func (s EndpointSet) equal(o *EndpointSet) bool {
+	if s.Key != o.Key || s.Kind != o.Kind || s.Upstream != o.Upstream || s.Locality != o.Locality ||
+		(s.Priority == nil) != (o.Priority == nil) || (s.Priority != nil && *s.Priority != *o.Priority) {
+		return false
+	}
+	return slices.Equal(s.Endpoints, o.Endpoints)
 }
 
 // Endpoint is one address in an EndpointSet with its admin state and its

@@ -18,6 +18,8 @@ type Snapshot struct {
 	spatial  []*SpatialState // sorted by key
 	orphans  []ObjectRef     // sorted
 	changes  *changeSet      // the upstreams that changed at this revision, and before
+	// superseded is closed when a newer snapshot is published.
+	superseded chan struct{}
 
 	flatOnce sync.Once
 	flat     []*UpstreamState

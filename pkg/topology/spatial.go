@@ -97,7 +97,10 @@ func (st *staged) spatialChanged() bool { return len(st.b.domains) > 0 || len(st
 
 // applySpatial commits the batch's spatial objects and recomputes every domain they or
 // the changed upstreams touch. Costs grow with the domains touched, not with all.
-func (d *Directory) applySpatial(prev *Snapshot, st *staged, upstreams map[Key]*UpstreamState, next *Snapshot) []*SpatialState {
+func (d *Directory) applySpatial(prev *Snapshot, st *staged, upstreams []Key, next *Snapshot) []*SpatialState {
+	if len(d.domains) == 0 && !st.spatialChanged() {
+		return prev.spatial
+	}
 	// touched[k]: domain k needs a new state; true when its map must be rebuilt, false
 	// when only its replicas' health may have changed.
 	touched := map[Key]bool{}
@@ -142,7 +145,7 @@ func (d *Directory) applySpatial(prev *Snapshot, st *staged, upstreams map[Key]*
 			}
 		}
 	}
-	for up := range upstreams {
+	for _, up := range upstreams {
 		for k := range d.domainsOf[up] {
 			if _, rebuild := touched[k]; !rebuild {
 				touched[k] = false

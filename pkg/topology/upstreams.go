@@ -51,17 +51,17 @@ func (l upstreamList) flatten() []*UpstreamState {
 	return out
 }
 
-// merge returns the list with the given states replacing, inserting or
-// removing (nil) the upstreams of keys, which are sorted. The chunks of
-// unaffected upstreams are shared with l.
-func (l upstreamList) merge(keys []Key, states map[Key]*UpstreamState) upstreamList {
+// merge returns the list with states[i] replacing, inserting or removing
+// (nil) the upstream of keys[i]; keys are sorted. The chunks of unaffected
+// upstreams are shared with l.
+func (l upstreamList) merge(keys []Key, states []*UpstreamState) upstreamList {
 	if len(keys) == 0 {
 		return l
 	}
 	out := upstreamList{chunks: slices.Clone(l.chunks), n: l.n}
 	copied := -1
-	for _, k := range keys {
-		s := states[k]
+	for ki, k := range keys {
+		s := states[ki]
 		if len(out.chunks) == 0 {
 			if s != nil {
 				out.chunks = [][]*UpstreamState{{s}}

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
@@ -27,7 +28,12 @@ func TestUpstreamListMatchesSortedList(t *testing.T) {
 					states[k] = &UpstreamState{Upstream: Upstream{Key: k}}
 				}
 			}
-			l = l.merge(sortedKeys(states), states)
+			keys := sortedKeys(states)
+			list := make([]*UpstreamState, len(keys))
+			for i, k := range keys {
+				list[i] = states[k]
+			}
+			l = l.merge(keys, list)
 			for k, s := range states {
 				if s == nil {
 					delete(ref, k)
@@ -102,4 +108,10 @@ func TestChangedSince(t *testing.T) {
 			}
 		}
 	}
+}
+
+func sortedKeys[V any](m map[Key]V) []Key {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, Key.Compare)
+	return keys
 }

@@ -83,8 +83,10 @@ func BenchmarkCompute(b *testing.B) {
 	}
 }
 
-func benchCompute(b *testing.B, n int) {
-	in, p := benchTopology(n), DefaultPolicy()
+func benchCompute(b *testing.B, n int) { benchComputeOn(b, benchTopology(n)) }
+
+func benchComputeOn(b *testing.B, in []Endpoint) {
+	p := DefaultPolicy()
 	c := NewCalculator()
 	if _, err := c.Compute(p, in); err != nil {
 		b.Fatal(err)
@@ -214,3 +216,29 @@ func TestComputeScalesNLogN(t *testing.T) {
 		t.Errorf("time ratio 100k/1k = %.1f ≥ %.1f: worse than n log n", ratio, bound)
 	}
 }
+
+// synthetic20 is the upstream of the scale fixture: 20 endpoints over three
+// regions (7, 7 and 6), weights 1..3, one priority, one endpoint unhealthy.
+func synthetic20() []Endpoint {
+	regions := []string{"eu-west", "eu-central", "us-east"}
+	var out []Endpoint
+	for r, region := range regions {
+		n := 7
+		if r == 2 {
+			n = 6
+		}
+		for i := range n {
+			e := Endpoint{Address: fmt.Sprintf("10.9.%d.%d", r, 10+i), Port: 8080, Locality: Locality{Region: region},
+				LocalityWeight: 1, Weight: uint64(1 + i%3), Probe: ProbeHealthy}
+			if r == 0 && i == 3 {
+				e.Probe = ProbeUnhealthy
+			}
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// BenchmarkComputeUpstream is one upstream of the 100k-endpoint fixture, the
+// work of one endpoint flip.
+func BenchmarkComputeUpstream(b *testing.B) { benchComputeOn(b, synthetic20()) }

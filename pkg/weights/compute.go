@@ -104,11 +104,17 @@ func Validate(p Policy, eps []Endpoint) error {
 
 // Clone returns a deep copy that no Calculator will overwrite.
 func (r *Result) Clone() *Result {
-	out := *r
+	out := new(Result)
+	r.CloneInto(out)
+	return out
+}
+
+// CloneInto makes out a copy of r that shares nothing with it.
+func (r *Result) CloneInto(out *Result) {
+	*out = *r
 	out.Priorities = append([]PriorityResult(nil), r.Priorities...)
 	out.Localities = append([]LocalityResult(nil), r.Localities...)
 	out.Endpoints = append([]EndpointResult(nil), r.Endpoints...)
-	return &out
 }
 
 func (r *Result) reset() {
@@ -194,15 +200,20 @@ func (c *Calculator) sortCanonical() {
 	}
 	c.groups, c.groupSize = c.groups[:0], c.groupSize[:0]
 	c.epGroup = growTo(c.epGroup, n)
+	g := int32(-1)
 	for i := range c.eps {
 		k := groupKey{c.eps[i].Priority, c.eps[i].Locality}
-		slot := c.groupOf[k]
-		g := slot.id
-		if slot.generation != c.generation {
-			g = int32(len(c.groups))
-			c.groupOf[k] = groupSlot{generation: c.generation, id: g}
-			c.groups = append(c.groups, k)
-			c.groupSize = append(c.groupSize, 0)
+		// inputs usually arrive a group at a time: compare with the group
+		// of the endpoint before instead of hashing every key
+		if g < 0 || c.groups[g] != k {
+			slot := c.groupOf[k]
+			g = slot.id
+			if slot.generation != c.generation {
+				g = int32(len(c.groups))
+				c.groupOf[k] = groupSlot{generation: c.generation, id: g}
+				c.groups = append(c.groups, k)
+				c.groupSize = append(c.groupSize, 0)
+			}
 		}
 		c.epGroup[i] = g
 		c.groupSize[g]++
@@ -247,6 +258,9 @@ func growTo(s []int32, n int) []int32 {
 // depend on input order (nor on the hash seed).
 func (c *Calculator) checkDuplicates() error {
 	n := len(c.order)
+	if n <= smallDuplicateCheck && !c.mayHaveDuplicates() {
+		return nil
+	}
 	if cap(c.addrs) < n {
 		c.addrs = make([]addrHash, n)
 	}
@@ -291,6 +305,34 @@ func (c *Calculator) checkDuplicates() error {
 	}
 	e := &c.eps[c.order[second]]
 	return &DuplicateEndpointError{Address: e.Address, Port: e.Port, Indexes: [2]int{i, j}}
+}
+
+// smallDuplicateCheck is the most endpoints mayHaveDuplicates checks with
+// its table on the stack.
+const smallDuplicateCheck = 64
+
+// mayHaveDuplicates reports whether two endpoints may share address and
+// port, by an open-addressed table of their hashes: a small upstream, the
+// common case of a change, then skips sorting. A true answer (a real
+// duplicate, or two keys whose hashes collide) leaves the exact search,
+// and the choice of which duplicate to report, to the sort.
+func (c *Calculator) mayHaveDuplicates() bool {
+	const size = 2 * smallDuplicateCheck // a power of two, at most half full
+	var table [size]uint64               // 0: empty; hashes are made odd
+	for i := range c.eps {
+		e := &c.eps[i]
+		h := (maphash.String(c.seed, e.Address) ^ uint64(e.Port)*0x9e3779b97f4a7c15) | 1
+		for slot := h % size; ; slot = (slot + 1) % size {
+			if table[slot] == 0 {
+				table[slot] = h
+				break
+			}
+			if table[slot] == h {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // group walks the canonical order once, classifying endpoints and summing

@@ -28,7 +28,7 @@ func BenchmarkPublish(b *testing.B) {
 	b.Run("full-rebuild", func(b *testing.B) { benchFullRebuild(b, full) })
 	b.Run("endpoint-flip", func(b *testing.B) {
 		benchAlternating(b, full, [2]topology.Batch{topologytest.Flip(2500, 0), topologytest.Flip(2500, 1)}, func(st publish.Stats) {
-			if st.Upstreams != 1 || st.EndpointOnly != 1 || st.Changes[clusterType] != 0 {
+			if st.Upstreams != 1 || st.EndpointOnly != 1 || st.Changes.Of(clusterType) != 0 {
 				b.Fatalf("an endpoint flip published %+v", st)
 			}
 		})
@@ -136,7 +136,7 @@ func BenchmarkPublishSpatial(b *testing.B) {
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			benchAlternating(b, full, [2]topology.Batch{bc.batch(0), bc.batch(1)}, func(st publish.Stats) {
-				if st.Changes[routeType] != bc.routes {
+				if st.Changes.Of(routeType) != bc.routes {
 					b.Fatalf("published %v routes, want %d", st.Changes, bc.routes)
 				}
 			})

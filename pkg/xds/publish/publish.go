@@ -39,9 +39,37 @@ type Stats struct {
 	Version  string
 	// Upstreams translated, and of those how many only for their endpoints.
 	Upstreams, EndpointOnly int
-	// Changes per type URL: resources put or deleted.
-	Changes  map[string]int
+	// Changes per type: resources put or deleted.
+	Changes  Counts
 	Duration time.Duration
+}
+
+// Counts is a number for each published type, in xdscache.TypeOrder.
+type Counts [4]int
+
+// Of is the count of one type URL.
+func (c *Counts) Of(typeURL string) int {
+	if t := xdscache.TypeIndex(typeURL); t >= 0 {
+		return c[t]
+	}
+	return 0
+}
+
+func (c *Counts) add(typeURL string) {
+	if t := xdscache.TypeIndex(typeURL); t >= 0 {
+		c[t]++
+	}
+}
+
+// Types is how many types have a count.
+func (c *Counts) Types() int {
+	n := 0
+	for _, v := range c {
+		if v > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // Publisher publishes topology snapshots to a cache. Publish calls are
@@ -58,6 +86,9 @@ type Publisher struct {
 
 	spatialOptions translate.SpatialOptions
 	scratch        []byte // the wire encoding of the CLA being built
+	// changes and next are reused by every publication
+	changes []xdscache.Change
+	next    map[topology.Key]*published
 	// OnPublish, when set, is called after each publication.
 	OnPublish func(Stats)
 	// OnReject, when set, is called when a snapshot cannot be published.
@@ -69,6 +100,7 @@ type Publisher struct {
 // published is what was last published for one upstream.
 type published struct {
 	state     *topology.UpstreamState
+	name      string // of the cluster, and of its endpoints
 	cluster   *xdscache.Entry
 	endpoints [translate.NumRenderings]*xdscache.Entry
 	listener  *xdscache.Entry
@@ -93,7 +125,9 @@ func (p *Publisher) SetSpatialOptions(o translate.SpatialOptions) {
 
 // Version is the version string of a topology revision.
 func (p *Publisher) Version(rev uint64) string {
-	return p.instance + "-" + strconv.FormatUint(rev, 10)
+	b := make([]byte, 0, len(p.instance)+21)
+	b = append(append(b, p.instance...), '-')
+	return string(strconv.AppendUint(b, rev, 10))
 }
 
 // LastRevision is the last revision published, 0 before the first.
@@ -143,29 +177,45 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	start := time.Now()
-	st := Stats{Revision: s.Revision, Version: p.Version(s.Revision), Changes: map[string]int{}}
+	st := Stats{Revision: s.Revision, Version: p.Version(s.Revision)}
 	if p.last != nil && p.last.Revision >= s.Revision && p.last != s {
 		return st, nil // an older or equal revision: already covered
 	}
 	if p.last == s {
 		return st, nil
 	}
+	if p.next == nil {
+		p.next = map[topology.Key]*published{}
+	}
 	var (
-		changes []xdscache.Change
-		next    = map[topology.Key]*published{}
+		changes = p.changes[:0]
+		next    = p.next
 		gone    []topology.Key
 	)
+	defer func() {
+		// keep the scratch small after a first publication of everything
+		if cap(changes) > 1024 {
+			changes = nil
+		}
+		clear(changes[:cap(changes)])
+		p.changes = changes[:0]
+		if len(next) > 1024 {
+			p.next = nil
+		} else {
+			clear(next)
+		}
+	}()
 	put := func(view int, typeURL string, old, e *xdscache.Entry) {
 		if old == e {
 			return
 		}
 		changes = append(changes, xdscache.Change{View: view, TypeURL: typeURL, Name: e.Name, Entry: e})
-		st.Changes[typeURL]++
+		st.Changes.add(typeURL)
 	}
 	del := func(view int, typeURL string, e *xdscache.Entry) {
 		if e != nil {
 			changes = append(changes, xdscache.Change{View: view, TypeURL: typeURL, Name: e.Name})
-			st.Changes[typeURL]++
+			st.Changes.add(typeURL)
 		}
 	}
 	err := p.changedUpstreams(s, func(old, cur *topology.UpstreamState) error {
@@ -236,8 +286,10 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 	if p.OnPublish != nil {
 		p.OnPublish(st)
 	}
-	p.log.Debug("published", "revision", st.Revision, "version", st.Version, "upstreams", st.Upstreams,
-		"endpointOnly", st.EndpointOnly, "changes", len(changes), "duration", st.Duration)
+	if p.log.Enabled(context.Background(), slog.LevelDebug) {
+		p.log.Debug("published", "revision", st.Revision, "version", st.Version, "upstreams", st.Upstreams,
+			"endpointOnly", st.EndpointOnly, "changes", len(changes), "duration", st.Duration)
+	}
 	return st, nil
 }
 
@@ -317,6 +369,11 @@ type objects struct {
 // route were not rebuilt.
 func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, version string) (pub *published, objs *objects, err error) {
 	pub = &published{state: cur}
+	if prev != nil {
+		pub.name = prev.name
+	} else {
+		pub.name = translate.ClusterName(cur.Upstream.Key)
+	}
 	clusterChanged := prev == nil || prev.state.ClusterRevision != cur.ClusterRevision
 	if clusterChanged {
 		objs = &objects{}
@@ -344,9 +401,8 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, vers
 	} else {
 		pub.cluster, pub.listener, pub.route = prev.cluster, prev.listener, prev.route
 	}
-	name := translate.ClusterName(cur.Upstream.Key)
 	for v := range translate.NumRenderings {
-		p.scratch, err = translate.AppendEndpoints(p.scratch[:0], cur, v)
+		p.scratch, err = translate.AppendEndpointsNamed(p.scratch[:0], pub.name, cur, v)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -354,7 +410,7 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, vers
 		if old := prev.get(resource.EndpointType, v); old != nil && !clusterChanged && bytes.Equal(old.Any.GetValue(), p.scratch) {
 			pub.endpoints[v] = old
 		} else {
-			pub.endpoints[v] = xdscache.NewEntryBytes(name, version, resource.EndpointType, bytes.Clone(p.scratch))
+			pub.endpoints[v] = xdscache.NewEntryBytes(pub.name, version, resource.EndpointType, bytes.Clone(p.scratch))
 		}
 	}
 	return pub, objs, nil

@@ -38,6 +38,9 @@ type spatialSet struct {
 func (p *Publisher) spatialUpdate(s *topology.Snapshot, version string, put func(int, string, *xdscache.Entry, *xdscache.Entry),
 	del func(int, string, *xdscache.Entry)) (spatialSet, error) {
 	prev := p.spatial
+	if len(prev.domains) == 0 && prev.listener == nil && prev.route == nil && len(s.Spatial()) == 0 {
+		return prev, nil // no spatial routing before or now
+	}
 	next := spatialSet{domains: map[topology.Key]*spatialPublished{}, listener: prev.listener, route: prev.route}
 	routesChanged := false
 	for _, st := range s.Spatial() {

@@ -111,7 +111,7 @@ func TestPublishSpatial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Changes[resource.RouteType] != 0 || st.Changes[resource.ClusterType] != 0 || st.Changes[resource.EndpointType] == 0 {
+	if st.Changes.Of(resource.RouteType) != 0 || st.Changes.Of(resource.ClusterType) != 0 || st.Changes.Of(resource.EndpointType) == 0 {
 		t.Fatalf("endpoint change inside a healthy replica published %v", st.Changes)
 	}
 
@@ -122,7 +122,7 @@ func TestPublishSpatial(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Changes[resource.RouteType] != 1 || st.Changes[resource.ListenerType] != 0 {
+	if st.Changes.Of(resource.RouteType) != 1 || st.Changes.Of(resource.ListenerType) != 0 {
 		t.Fatalf("health change published %v", st.Changes)
 	}
 	lua2 := spatialLua(t, c)

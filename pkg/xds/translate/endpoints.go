@@ -46,6 +46,9 @@ type locModel struct {
 	// and port of its one endpoint (written without building the string).
 	perEndpoint  bool
 	first, count int
+	// encoded sizes, set by measure: the sub_zone string, the Locality
+	// message, the LocalityLbEndpoints message
+	subZoneSize, localitySize, size int
 }
 
 type epModel struct {
@@ -53,6 +56,8 @@ type epModel struct {
 	port   uint32
 	health core.HealthStatus
 	weight uint32
+	// encoded sizes, set by measure: the SocketAddress and LbEndpoint messages
+	socketSize, size int
 }
 
 var models = sync.Pool{New: func() any { return &claModel{} }}
@@ -86,9 +91,16 @@ func Endpoints(u *topology.UpstreamState, r Rendering) (*endpoint.ClusterLoadAss
 // AppendEndpoints appends the deterministic wire encoding of Endpoints(u, r)
 // to b, checked by the same rules as the message's generated validation.
 func AppendEndpoints(b []byte, u *topology.UpstreamState, r Rendering) ([]byte, error) {
+	return AppendEndpointsNamed(b, ClusterName(u.Upstream.Key), u, r)
+}
+
+// AppendEndpointsNamed is AppendEndpoints for a caller that keeps the
+// upstream's ClusterName.
+func AppendEndpointsNamed(b []byte, name string, u *topology.UpstreamState, r Rendering) ([]byte, error) {
 	m := getModel()
 	defer putModel(m)
-	m.build(u, r)
+	m.name = name
+	m.fill(u, r)
 	if err := m.validate(); err != nil {
 		return b, &ValidationError{Upstream: u.Upstream.Key, Resource: "ClusterLoadAssignment (" + r.String() + ")", Err: err}
 	}
@@ -97,6 +109,10 @@ func AppendEndpoints(b []byte, u *topology.UpstreamState, r Rendering) ([]byte, 
 
 func (m *claModel) build(u *topology.UpstreamState, r Rendering) {
 	m.name = ClusterName(u.Upstream.Key)
+	m.fill(u, r)
+}
+
+func (m *claModel) fill(u *topology.UpstreamState, r Rendering) {
 	if u.Upstream.HealthAdjustment == topology.Proxy {
 		m.delegated(u)
 	} else {
@@ -416,25 +432,42 @@ func sizeVarint(num protowire.Number, v uint64) int {
 
 func sizeMessage(num protowire.Number, n int) int { return tagSize(num) + protowire.SizeBytes(n) }
 
+// appendTag and appendUvarint write the one-byte cases (every field number
+// here is below 16, most lengths below 128) without a call.
+func appendTag(b []byte, num protowire.Number, typ protowire.Type) []byte {
+	if num < 16 {
+		return append(b, byte(num)<<3|byte(typ))
+	}
+	return protowire.AppendTag(b, num, typ)
+}
+
+func appendUvarint(b []byte, v uint64) []byte {
+	if v < 0x80 {
+		return append(b, byte(v))
+	}
+	return protowire.AppendVarint(b, v)
+}
+
 func appendString(b []byte, num protowire.Number, s string) []byte {
 	if s == "" {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendString(b, s)
+	b = appendTag(b, num, protowire.BytesType)
+	b = appendUvarint(b, uint64(len(s)))
+	return append(b, s...)
 }
 
 func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.VarintType)
-	return protowire.AppendVarint(b, v)
+	b = appendTag(b, num, protowire.VarintType)
+	return appendUvarint(b, v)
 }
 
 func appendMessage(b []byte, num protowire.Number, n int) []byte {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendVarint(b, uint64(n))
+	b = appendTag(b, num, protowire.BytesType)
+	return appendUvarint(b, uint64(n))
 }
 
 func sizeUInt32Value(num protowire.Number, v uint32) int {
@@ -454,30 +487,30 @@ func (m *claModel) subZoneLen(l *locModel) int {
 	return len(l.loc.SubZone) + len(EndpointSuffix) + hostPortLen(e.addr, e.port)
 }
 
-func (m *claModel) sizeLocality(l *locModel) int {
-	n := sizeString(localityRegion, l.loc.Region) + sizeString(localityZone, l.loc.Zone)
-	if z := m.subZoneLen(l); z > 0 {
-		n += tagSize(localitySubZone) + protowire.SizeBytes(z)
+// measure computes every nested message's size once, bottom up, and returns
+// the size of the whole message.
+func (m *claModel) measure() int {
+	n := sizeString(claClusterName, m.name)
+	for i := range m.locs {
+		l := &m.locs[i]
+		l.subZoneSize = m.subZoneLen(l)
+		l.localitySize = sizeString(localityRegion, l.loc.Region) + sizeString(localityZone, l.loc.Zone)
+		if l.subZoneSize > 0 {
+			l.localitySize += tagSize(localitySubZone) + protowire.SizeBytes(l.subZoneSize)
+		}
+		size := sizeMessage(lleLocality, l.localitySize)
+		for j := l.first; j < l.first+l.count; j++ {
+			e := &m.eps[j]
+			e.socketSize = sizeString(socketAddress, e.addr) + sizeVarint(socketPort, uint64(e.port))
+			address := sizeMessage(addressSocket, e.socketSize)
+			e.size = sizeMessage(lbeEndpoint, sizeMessage(endpointAddress, address)) +
+				sizeVarint(lbeHealth, uint64(e.health)) + sizeUInt32Value(lbeWeight, e.weight)
+			size += sizeMessage(lleLbEndpoints, e.size)
+		}
+		l.size = size + sizeUInt32Value(lleWeight, l.weight) + sizeVarint(llePriority, uint64(l.priority))
+		n += sizeMessage(claEndpoints, l.size)
 	}
-	return n
-}
-
-func sizeSocket(e *epModel) int {
-	return sizeString(socketAddress, e.addr) + sizeVarint(socketPort, uint64(e.port))
-}
-
-func sizeLbEndpoint(e *epModel) int {
-	address := sizeMessage(addressSocket, sizeSocket(e))
-	ep := sizeMessage(endpointAddress, address)
-	return sizeMessage(lbeEndpoint, ep) + sizeVarint(lbeHealth, uint64(e.health)) + sizeUInt32Value(lbeWeight, e.weight)
-}
-
-func (m *claModel) sizeLLE(l *locModel) int {
-	n := sizeMessage(lleLocality, m.sizeLocality(l))
-	for i := l.first; i < l.first+l.count; i++ {
-		n += sizeMessage(lleLbEndpoints, sizeLbEndpoint(&m.eps[i]))
-	}
-	return n + sizeUInt32Value(lleWeight, l.weight) + sizeVarint(llePriority, uint64(l.priority))
+	return n + sizeMessage(claPolicy, m.sizePolicy())
 }
 
 func (m *claModel) sizeDrop() int {
@@ -495,16 +528,17 @@ func (m *claModel) sizePolicy() int {
 
 // appendWire appends the message's deterministic encoding.
 func (m *claModel) appendWire(b []byte) []byte {
+	b = slices.Grow(b, m.measure())
 	b = appendString(b, claClusterName, m.name)
 	for i := range m.locs {
 		l := &m.locs[i]
-		b = appendMessage(b, claEndpoints, m.sizeLLE(l))
-		b = appendMessage(b, lleLocality, m.sizeLocality(l))
+		b = appendMessage(b, claEndpoints, l.size)
+		b = appendMessage(b, lleLocality, l.localitySize)
 		b = appendString(b, localityRegion, l.loc.Region)
 		b = appendString(b, localityZone, l.loc.Zone)
-		if z := m.subZoneLen(l); z > 0 {
+		if l.subZoneSize > 0 {
 			b = protowire.AppendTag(b, localitySubZone, protowire.BytesType)
-			b = protowire.AppendVarint(b, uint64(z))
+			b = protowire.AppendVarint(b, uint64(l.subZoneSize))
 			b = append(b, l.loc.SubZone...)
 			if l.perEndpoint {
 				e := m.eps[l.first]
@@ -514,15 +548,14 @@ func (m *claModel) appendWire(b []byte) []byte {
 		}
 		for j := l.first; j < l.first+l.count; j++ {
 			e := &m.eps[j]
-			socket := sizeSocket(e)
-			address := sizeMessage(addressSocket, socket)
-			b = appendMessage(b, lleLbEndpoints, sizeLbEndpoint(e))
+			address := sizeMessage(addressSocket, e.socketSize)
+			b = appendMessage(b, lleLbEndpoints, e.size)
 			b = appendVarint(b, lbeHealth, uint64(e.health))
 			b = appendUInt32Value(b, lbeWeight, e.weight)
 			// host_identifier is a oneof: protobuf-go writes oneofs after the other fields
 			b = appendMessage(b, lbeEndpoint, sizeMessage(endpointAddress, address))
 			b = appendMessage(b, endpointAddress, address)
-			b = appendMessage(b, addressSocket, socket)
+			b = appendMessage(b, addressSocket, e.socketSize)
 			b = appendString(b, socketAddress, e.addr)
 			b = appendVarint(b, socketPort, uint64(e.port))
 		}

@@ -84,7 +84,14 @@ func NewEntry(name, version string, m proto.Message) (*Entry, error) {
 
 // NewEntryBytes makes an entry of already marshalled bytes, which it keeps.
 func NewEntryBytes(name, version, typeURL string, b []byte) *Entry {
-	return &Entry{Name: name, Version: version, Any: &anypb.Any{TypeUrl: typeURL, Value: b}}
+	// one allocation for the entry and its Any
+	ea := &struct {
+		e Entry
+		a anypb.Any
+	}{}
+	ea.a.TypeUrl, ea.a.Value = typeURL, b
+	ea.e = Entry{Name: name, Version: version, Any: &ea.a}
+	return &ea.e
 }
 
 // Decode unmarshals the entry into m.
