@@ -11,9 +11,6 @@ import (
 	"sync"
 	"time"
 
-	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -85,6 +82,7 @@ type Publisher struct {
 	spatial  spatialSet
 
 	spatialOptions translate.SpatialOptions
+	enc            *translate.Encoder
 	scratch        []byte // the wire encoding of the CLA being built
 	// changes and next are reused by every publication
 	changes []xdscache.Change
@@ -112,7 +110,8 @@ func New(c xdscache.Publisher, instance string, log *slog.Logger) *Publisher {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Publisher{cache: c, instance: instance, log: log, upstream: map[topology.Key]*published{}, changed: make(chan struct{})}
+	return &Publisher{cache: c, instance: instance, log: log, upstream: map[topology.Key]*published{}, changed: make(chan struct{}),
+		enc: translate.NewEncoder()}
 }
 
 // SetSpatialOptions says where Envoy's spatial listener listens; call it before the
@@ -233,15 +232,12 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 			del(int(translate.PerEndpoint), resource.ListenerType, prev.listener)
 			return nil
 		}
-		pub, objs, err := p.translate(prev, cur, st.Version)
+		pub, err := p.translate(prev, cur, st.Version)
 		if err != nil {
 			return err
 		}
-		// an endpoint-only change keeps the references it had (a CLA is named after its cluster)
-		if objs != nil {
-			if err := pub.consistent(objs); err != nil {
-				return fmt.Errorf("upstream %s: %w", cur.Upstream.Key, err)
-			}
+		if err := pub.references(cur.Upstream.Key); err != nil {
+			return fmt.Errorf("upstream %s: %w", cur.Upstream.Key, err)
 		}
 		next[cur.Upstream.Key] = pub
 		st.Upstreams++
@@ -353,21 +349,12 @@ func diff(prev, cur []*topology.UpstreamState, fn func(old, cur *topology.Upstre
 	return nil
 }
 
-// objects are the messages of an upstream's cluster, listener and route,
-// kept while a publication checks their references.
-type objects struct {
-	cluster  *cluster.Cluster
-	listener *listener.Listener
-	route    *route.RouteConfiguration
-}
-
 // translate builds the entries of one upstream, reusing a previous entry
-// (and its version) wherever the marshalled bytes did not change. An
-// upstream whose Upstream object did not change is translated only for its
-// endpoints, which are encoded straight to the wire; a cluster change always
-// re-sends the endpoints too. objs is nil when the cluster, listener and
-// route were not rebuilt.
-func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, version string) (pub *published, objs *objects, err error) {
+// (and its version) wherever the encoded bytes did not change. An upstream
+// whose Upstream object did not change is translated only for its
+// endpoints; a cluster change always re-sends the endpoints too. Every
+// resource is encoded straight to the wire.
+func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, version string) (pub *published, err error) {
 	pub = &published{state: cur}
 	if prev != nil {
 		pub.name = prev.name
@@ -376,27 +363,20 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, vers
 	}
 	clusterChanged := prev == nil || prev.state.ClusterRevision != cur.ClusterRevision
 	if clusterChanged {
-		objs = &objects{}
-		if objs.cluster, err = translate.Cluster(cur); err != nil {
-			return nil, nil, err
-		}
-		if objs.listener, err = translate.Listener(cur); err != nil {
-			return nil, nil, err
-		}
-		if objs.route, err = translate.Route(cur); err != nil {
-			return nil, nil, err
-		}
-		if pub.cluster, err = reuse(prev.get(resource.ClusterType, 0), objs.cluster, version, false); err != nil {
-			return nil, nil, err
-		}
-		if pub.listener, err = reuse(prev.get(resource.ListenerType, 0), objs.listener, version, false); err != nil {
-			return nil, nil, err
-		}
-		if pub.route, err = reuse(prev.get(resource.RouteType, 0), objs.route, version, false); err != nil {
-			return nil, nil, err
-		}
-		if prev != nil && pub.cluster == prev.cluster && pub.listener == prev.listener && pub.route == prev.route {
-			objs = nil // nothing that refers to anything changed
+		k := cur.Upstream.Key
+		for _, r := range []struct {
+			typeURL, name string
+			append        func([]byte, *topology.UpstreamState) ([]byte, error)
+			entry         **xdscache.Entry
+		}{
+			{resource.ClusterType, pub.name, p.enc.AppendCluster, &pub.cluster},
+			{resource.ListenerType, translate.ListenerName(k), p.enc.AppendListener, &pub.listener},
+			{resource.RouteType, translate.RouteName(k), p.enc.AppendRoute, &pub.route},
+		} {
+			if p.scratch, err = r.append(p.scratch[:0], cur); err != nil {
+				return nil, err
+			}
+			*r.entry = p.entry(prev.get(r.typeURL, 0), r.name, version, r.typeURL)
 		}
 	} else {
 		pub.cluster, pub.listener, pub.route = prev.cluster, prev.listener, prev.route
@@ -404,38 +384,45 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, vers
 	for v := range translate.NumRenderings {
 		p.scratch, err = translate.AppendEndpointsNamed(p.scratch[:0], pub.name, cur, v)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		// a changed cluster makes clients re-fetch its endpoints: always send them
-		if old := prev.get(resource.EndpointType, v); old != nil && !clusterChanged && bytes.Equal(old.Any.GetValue(), p.scratch) {
-			pub.endpoints[v] = old
+		if old := prev.get(resource.EndpointType, v); old != nil && !clusterChanged {
+			pub.endpoints[v] = p.entry(old, pub.name, version, resource.EndpointType)
 		} else {
-			pub.endpoints[v] = xdscache.NewEntryBytes(pub.name, version, resource.EndpointType, bytes.Clone(p.scratch))
+			pub.endpoints[v] = p.entry(nil, pub.name, version, resource.EndpointType)
 		}
 	}
-	return pub, objs, nil
+	return pub, nil
 }
 
-// consistent checks the references between one upstream's resources in
-// every view. An upstream's resources refer only to each other, so checking
-// each changed upstream keeps the whole publication coherent at a cost that
-// grows with the change.
-func (p *published) consistent(objs *objects) error {
+// entry is old when it holds the bytes in p.scratch, else a new entry of them.
+func (p *Publisher) entry(old *xdscache.Entry, name, version, typeURL string) *xdscache.Entry {
+	if old != nil && old.Name == name && bytes.Equal(old.Any.GetValue(), p.scratch) {
+		return old
+	}
+	return xdscache.NewEntryBytes(name, version, typeURL, bytes.Clone(p.scratch))
+}
+
+// references checks what one upstream's resources refer to by name: the
+// cluster's endpoints and the route's cluster are the upstream's cluster
+// name, and the listener's routes are the route (the encoder writes
+// exactly these names; a mismatch here is a bug, and is never published).
+func (p *published) references(k topology.Key) error {
+	var missing []string
 	for v := range translate.NumRenderings {
-		has := func(typeURL, name string) bool {
-			e := p.get(typeURL, v)
-			if typeURL == resource.ListenerType && v != translate.PerEndpoint {
-				e = nil
-			}
-			return e != nil && e.Name == name
+		if e := p.endpoints[v]; e == nil || e.Name != p.cluster.Name {
+			missing = append(missing, fmt.Sprintf("cluster %s needs EDS %q (%s)", p.cluster.Name, p.cluster.Name, v))
 		}
-		var listeners []*listener.Listener
-		if v == translate.PerEndpoint {
-			listeners = append(listeners, objs.listener)
-		}
-		if err := consistent(has, []*cluster.Cluster{objs.cluster}, listeners, []*route.RouteConfiguration{objs.route}); err != nil {
-			return err
-		}
+	}
+	if p.route.Name != translate.RouteName(k) || p.cluster.Name != translate.ClusterName(k) {
+		missing = append(missing, fmt.Sprintf("route %s needs CDS %q", p.route.Name, translate.ClusterName(k)))
+	}
+	if p.listener.Name != translate.ListenerName(k) {
+		missing = append(missing, fmt.Sprintf("listener %s needs RDS %q", p.listener.Name, translate.RouteName(k)))
+	}
+	if len(missing) > 0 {
+		return &InconsistencyError{Missing: missing}
 	}
 	return nil
 }

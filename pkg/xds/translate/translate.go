@@ -167,9 +167,15 @@ func Listener(u *topology.UpstreamState) (*listener.Listener, error) {
 			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: mustAny(&router.Router{})},
 		}},
 	}
+	// the manager carries the upstream's names: one that protobuf cannot
+	// encode is an error for this upstream, not a bug
+	a, err := anypb.New(m)
+	if err != nil {
+		return nil, &ValidationError{Upstream: k, Resource: "Listener", Err: err}
+	}
 	l := &listener.Listener{
 		Name:        ListenerName(k),
-		ApiListener: &listener.ApiListener{ApiListener: mustAny(m)},
+		ApiListener: &listener.ApiListener{ApiListener: a},
 	}
 	return l, check(u, "Listener", l)
 }

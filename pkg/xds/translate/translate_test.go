@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -373,6 +374,7 @@ func checkUpstream(t tester, u *topology.UpstreamState) *translate.Resources {
 	for r := range translate.NumRenderings {
 		checkWire(t, u, r, res.Endpoints[r])
 	}
+	checkResourceWire(t, u, res)
 	for name, v := range map[string]interface{ ValidateAll() error }{
 		"Cluster": res.Cluster, "CLA weighted": res.Endpoints[translate.Weighted],
 		"CLA per-endpoint": res.Endpoints[translate.PerEndpoint], "Listener": res.Listener, "Route": res.Route,
@@ -636,7 +638,7 @@ func genUpstream(t *rapid.T) topology.Batch {
 		},
 		HealthAdjustment: rapid.SampledFrom([]topology.HealthAdjustment{topology.ControlPlane, topology.ControlPlane, topology.ControlPlane, topology.Proxy}).Draw(t, "mode"),
 		LoadBalancing:    rapid.SampledFrom([]string{"RoundRobin", "LeastRequest", "Random", "RingHash", "Maglev"}).Draw(t, "lb"),
-		ConnectTimeout:   5e9,
+		ConnectTimeout:   time.Duration(rapid.SampledFrom([]int64{0, 5e9, 25e7, 1_500_000_001, 3 * 3600e9}).Draw(t, "timeout")),
 		Protocol:         rapid.SampledFrom([]string{"HTTP1", "HTTP2", "GRPC", "TCP"}).Draw(t, "protocol"),
 	}
 	b.PutUpstream(up)
@@ -714,6 +716,34 @@ func TestRandomTopologies(t *testing.T) {
 	})
 }
 
+// checkResourceWire holds the Encoder's bytes for the cluster, listener and
+// route equal to the deterministic marshalling of the messages.
+func checkResourceWire(t tester, u *topology.UpstreamState, res *translate.Resources) {
+	t.Helper()
+	enc := translate.NewEncoder()
+	for _, c := range []struct {
+		name   string
+		msg    proto.Message
+		append func([]byte, *topology.UpstreamState) ([]byte, error)
+	}{
+		{"Cluster", res.Cluster, enc.AppendCluster},
+		{"Listener", res.Listener, enc.AppendListener},
+		{"RouteConfiguration", res.Route, enc.AppendRoute},
+	} {
+		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(c.msg)
+		if err != nil {
+			t.Fatalf("%s: marshal: %v", c.name, err)
+		}
+		got, err := c.append([]byte("prefix"), u)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if string(got[:6]) != "prefix" || !bytes.Equal(got[6:], want) {
+			t.Fatalf("%s of %s: the wire encoding differs from the marshalled message:\n got %x\nwant %x", c.name, u.Upstream.Key, got[6:], want)
+		}
+	}
+}
+
 // checkWire holds the wire encoding a publication sends equal, byte for
 // byte, to the deterministic marshalling of the message, and valid by the
 // message's own generated rules.
@@ -763,5 +793,34 @@ func TestWireValidation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestEncoderOddNames: names the generated validation might refuse take the
+// message path, so they are refused (or written) exactly as there.
+func TestEncoderOddNames(t *testing.T) {
+	enc := translate.NewEncoder()
+	for _, name := range []string{"plain", "new\nline", "bad\xffutf8", "nul\x00"} {
+		u := &topology.UpstreamState{Upstream: topology.Upstream{Key: topology.Key{Namespace: "ns", Name: name},
+			Policy: weights.DefaultPolicy(), HealthAdjustment: topology.Proxy, Protocol: "GRPC", ConnectTimeout: 1}}
+		for _, c := range []struct {
+			what   string
+			msg    func(*topology.UpstreamState) (proto.Message, error)
+			append func([]byte, *topology.UpstreamState) ([]byte, error)
+		}{
+			{"Cluster", func(u *topology.UpstreamState) (proto.Message, error) { return translate.Cluster(u) }, enc.AppendCluster},
+			{"Listener", func(u *topology.UpstreamState) (proto.Message, error) { return translate.Listener(u) }, enc.AppendListener},
+			{"Route", func(u *topology.UpstreamState) (proto.Message, error) { return translate.Route(u) }, enc.AppendRoute},
+		} {
+			got, gotErr := c.append(nil, u)
+			var want []byte
+			m, wantErr := c.msg(u)
+			if wantErr == nil {
+				want, wantErr = proto.MarshalOptions{Deterministic: true}.Marshal(m)
+			}
+			if (gotErr == nil) != (wantErr == nil) || !bytes.Equal(got, want) {
+				t.Errorf("%q %s: encoder gave %x, %v; the message path %x, %v", name, c.what, got, gotErr, want, wantErr)
+			}
+		}
 	}
 }
