@@ -23,6 +23,7 @@ import (
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/test/splitcheck"
 )
 
@@ -182,21 +183,22 @@ func (p *plane) waitExplain(t *testing.T, ns, name, what string, cond func(expla
 	return rep, took
 }
 
+// clients is GET /debug/clients: every stream connected to the plane.
+func (p *plane) clients() ([]server.Client, error) {
+	var v struct {
+		Clients []server.Client `json:"clients"`
+	}
+	err := getJSON(p.adminURL+"/debug/clients", &v)
+	return v.Clients, err
+}
+
 // ackedEDS is the revision of the EDS version the node last ACKed.
 func (p *plane) ackedEDS(node string) (uint64, string, error) {
-	var v struct {
-		Clients []struct {
-			NodeID string `json:"nodeId"`
-			Types  map[string]struct {
-				LastAckedVersion string `json:"lastAckedVersion"`
-				NACKs            uint64 `json:"nacks"`
-			} `json:"types"`
-		} `json:"clients"`
-	}
-	if err := getJSON(p.adminURL+"/debug/clients", &v); err != nil {
+	clients, err := p.clients()
+	if err != nil {
 		return 0, "", err
 	}
-	for _, c := range v.Clients {
+	for _, c := range clients {
 		if c.NodeID != node {
 			continue
 		}
@@ -205,7 +207,10 @@ func (p *plane) ackedEDS(node string) (uint64, string, error) {
 				return 0, "", fmt.Errorf("node %s NACKed %s", node, typ)
 			}
 		}
-		ver := c.Types["EDS"].LastAckedVersion
+		var ver string
+		if ts := c.Types["EDS"]; ts != nil {
+			ver = ts.LastAckedVersion
+		}
 		i := strings.LastIndex(ver, "-")
 		rev, err := strconv.ParseUint(ver[i+1:], 10, 64)
 		if err != nil {
