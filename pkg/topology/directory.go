@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -81,7 +82,6 @@ type Directory struct {
 	setsOf       map[Key]map[Key]struct{}
 	domainsOf    map[Key]map[Key]struct{} // upstream → domains with a replica on it
 	partitionsOf map[Key]map[Key]struct{} // domain → its partitions, present or not
-	calc         *weights.Calculator
 	// scratch is reused by every Apply (they are serialized), so a small
 	// change allocates only what the new snapshot keeps.
 	scratch applyScratch
@@ -101,7 +101,6 @@ func NewDirectory() *Directory {
 		partitions:   map[Key]Partition{},
 		domainsOf:    map[Key]map[Key]struct{}{},
 		partitionsOf: map[Key]map[Key]struct{}{},
-		calc:         weights.NewCalculator(),
 	}
 	d.current.Store(&Snapshot{superseded: make(chan struct{})})
 	return d
@@ -137,27 +136,13 @@ func (d *Directory) Apply(b Batch) (*Snapshot, error) {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, Key.Compare)
-	states := d.scratch.states[:0]
-	for _, k := range keys {
-		u, ok := st.upstream(k)
-		if !ok {
-			states = append(states, nil)
-			continue
+	states := d.resolveAll(st, prev, keys, rev)
+	defer func() { d.scratch.states, d.scratch.problems = clearSlice(states), clearSlice(d.scratch.problems) }()
+	for _, p := range d.scratch.problems {
+		if p != nil {
+			problems = append(problems, *p)
 		}
-		state, prob := d.resolve(st, u)
-		if prob != nil {
-			problems = append(problems, *prob)
-			continue
-		}
-		state.Revision = rev
-		state.ClusterRevision = rev
-		if old := prev.Upstream(k); old != nil && !st.upstreamChanged(k) {
-			state.ClusterRevision = old.ClusterRevision
-		}
-		states = append(states, state)
 	}
-	d.scratch.states = states
-	defer clear(states)
 	if len(problems) > 0 {
 		return prev, &BatchError{Problems: problems}
 	}
@@ -429,10 +414,71 @@ func (d *Directory) orphans(prev *Snapshot, st *staged) []ObjectRef {
 	return out
 }
 
-// applyScratch is the working space of Apply and resolve.
+// parallelResolve is how many affected upstreams make Apply resolve them on
+// every core: a first load, or a large batch.
+const parallelResolve = 256
+
+// resolveAll resolves the upstreams of keys (nil for one that is gone), in
+// parallel when there are many; problems land in d.scratch.problems by key.
+func (d *Directory) resolveAll(st *staged, prev *Snapshot, keys []Key, rev uint64) []*UpstreamState {
+	sc := &d.scratch
+	states, problems := sc.states[:0], sc.problems[:0]
+	for range keys {
+		states, problems = append(states, nil), append(problems, nil)
+	}
+	sc.problems = problems
+	one := func(r *resolver, i int) {
+		k := keys[i]
+		u, ok := st.upstream(k)
+		if !ok {
+			return
+		}
+		state, prob := r.resolve(st, u)
+		if prob != nil {
+			problems[i] = prob
+			return
+		}
+		state.Revision = rev
+		state.ClusterRevision = rev
+		if old := prev.Upstream(k); old != nil && !st.upstreamChanged(k) {
+			state.ClusterRevision = old.ClusterRevision
+		}
+		states[i] = state
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(keys)/parallelResolve+1)
+	for len(sc.resolvers) < workers {
+		sc.resolvers = append(sc.resolvers, &resolver{calc: weights.NewCalculator()})
+	}
+	if workers <= 1 {
+		for i := range keys {
+			one(sc.resolvers[0], i)
+		}
+		return states
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		r := sc.resolvers[w]
+		wg.Go(func() {
+			for i := w; i < len(keys); i += workers {
+				one(r, i)
+			}
+		})
+	}
+	wg.Wait()
+	return states
+}
+
+// applyScratch is the working space of Apply.
 type applyScratch struct {
-	st     staged
-	states []*UpstreamState
+	st        staged
+	states    []*UpstreamState
+	problems  []*Problem
+	resolvers []*resolver // one per core that resolves
+}
+
+// resolver is the working space of resolving one upstream at a time.
+type resolver struct {
+	calc   *weights.Calculator
 	locs   []Locality
 	sets   []EndpointSet
 	groups []groupBuild
@@ -467,8 +513,7 @@ type stateWithResult struct {
 
 // resolve places every endpoint of one upstream into its (priority,
 // locality) group, then validates and computes it with pkg/weights.
-func (d *Directory) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
-	sc := &d.scratch
+func (sc *resolver) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 	locs := st.localitiesOf(sc.locs[:0], u.Key)
 	sets := st.setsOf(sc.sets[:0], u.Key)
 	sc.locs, sc.sets = locs, sets
@@ -593,7 +638,7 @@ func (d *Directory) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 		return a.Locality.Compare(b.Locality)
 	})
 
-	res, err := d.calc.Compute(u.Policy, state.Endpoints)
+	res, err := sc.calc.Compute(u.Policy, state.Endpoints)
 	if err != nil {
 		return nil, &Problem{Upstream: u.Key, Objects: state.involved(u, err), Err: err}
 	}

@@ -288,3 +288,57 @@ func TestChangedWakesReaders(t *testing.T) {
 		t.Fatal("wrong revision")
 	}
 }
+
+// TestLargeBatchesResolveAsSmallOnes: a batch large enough to be resolved on
+// every core gives the same states as the same objects applied in batches
+// resolved one upstream at a time, and its problems come in key order.
+func TestLargeBatchesResolveAsSmallOnes(t *testing.T) {
+	const n = 4*parallelResolve + 3
+	var big Batch
+	small := make([]Batch, (n+parallelResolve-1)/parallelResolve)
+	for i := range n {
+		name := fmt.Sprintf("up-%04d", i)
+		u, s1, s2 := upstream(name), set(name+"-a", name, "a", 3+i%5, i%3), set(name+"-b", name, "b", 2+i%4, i%2)
+		for _, b := range []*Batch{&big, &small[i/parallelResolve]} {
+			b.PutUpstream(u)
+			b.PutEndpointSet(s1)
+			b.PutEndpointSet(s2)
+		}
+	}
+	one, many := NewDirectory(), NewDirectory()
+	got := mustApply(t, one, big)
+	var want *Snapshot
+	for _, b := range small {
+		want = mustApply(t, many, b)
+	}
+	if got.NumUpstreams() != n || want.NumUpstreams() != n {
+		t.Fatalf("%d and %d upstreams, want %d", got.NumUpstreams(), want.NumUpstreams(), n)
+	}
+	for i, g := range got.Upstreams() {
+		w := want.Upstreams()[i]
+		if g.Upstream.Key != w.Upstream.Key || fmt.Sprint(g.Groups, g.Endpoints, g.Origins, *g.Result) != fmt.Sprint(w.Groups, w.Endpoints, w.Origins, *w.Result) {
+			t.Fatalf("%s resolves differently in one large batch", g.Upstream.Key)
+		}
+	}
+
+	// two broken upstreams, far apart: both problems, in key order
+	var broken Batch
+	for _, i := range []int{n - 2, 7} {
+		name := fmt.Sprintf("up-%04d", i)
+		dup := set(name+"-c", name, "c", 2, 0)
+		dup.Endpoints[1].Address = dup.Endpoints[0].Address
+		broken.PutEndpointSet(dup)
+	}
+	for i := range n {
+		name := fmt.Sprintf("up-%04d", i)
+		broken.PutEndpointSet(set(name+"-d", name, "d", 1, 0))
+	}
+	_, err := one.Apply(broken)
+	var be *BatchError
+	if !errors.As(err, &be) || len(be.Problems) != 2 || be.Problems[0].Upstream.Name != "up-0007" || be.Problems[1].Upstream.Name != fmt.Sprintf("up-%04d", n-2) {
+		t.Fatalf("a large batch with two broken upstreams: %v", err)
+	}
+	if one.Current() != got {
+		t.Fatal("a refused batch changed the current snapshot")
+	}
+}

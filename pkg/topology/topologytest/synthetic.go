@@ -18,13 +18,18 @@ var Regions = []string{"eu-west", "eu-central", "us-east"}
 func Batch(n int) topology.Batch {
 	var b topology.Batch
 	for u := range n {
-		b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "bench", Name: UpstreamName(u)}, Policy: weights.DefaultPolicy(),
-			HealthAdjustment: topology.ControlPlane, LoadBalancing: "RoundRobin", Protocol: "HTTP2"})
+		b.PutUpstream(Upstream(u))
 		for r := range Regions {
 			b.PutEndpointSet(Set(u, r, nil))
 		}
 	}
 	return b
+}
+
+// Upstream is synthetic upstream u.
+func Upstream(u int) topology.Upstream {
+	return topology.Upstream{Key: topology.Key{Namespace: "bench", Name: UpstreamName(u)}, Policy: weights.DefaultPolicy(),
+		HealthAdjustment: topology.ControlPlane, LoadBalancing: "RoundRobin", Protocol: "HTTP2"}
 }
 
 // UpstreamName is the name of synthetic upstream u.

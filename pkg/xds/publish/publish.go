@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -87,6 +88,8 @@ type Publisher struct {
 	// changes and next are reused by every publication
 	changes []xdscache.Change
 	next    map[topology.Key]*published
+	pairs   []change
+	pubs    []*published
 	// OnPublish, when set, is called after each publication.
 	OnPublish func(Stats)
 	// OnReject, when set, is called when a snapshot cannot be published.
@@ -217,7 +220,18 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 			st.Changes.add(typeURL)
 		}
 	}
+	pairs := p.pairs[:0]
 	err := p.changedUpstreams(s, func(old, cur *topology.UpstreamState) error {
+		pairs = append(pairs, change{old: old, cur: cur})
+		return nil
+	})
+	defer func() { p.pairs, p.pubs = clearSlice(pairs), clearSlice(p.pubs) }()
+	var pubs []*published
+	if err == nil {
+		pubs, err = p.translateAll(pairs, st.Version)
+	}
+	for i := 0; err == nil && i < len(pairs); i++ {
+		old, cur, pub := pairs[i].old, pairs[i].cur, pubs[i]
 		var prev *published
 		if old != nil {
 			prev = p.upstream[old.Upstream.Key]
@@ -230,14 +244,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 				del(int(v), resource.RouteType, prev.route)
 			}
 			del(int(translate.PerEndpoint), resource.ListenerType, prev.listener)
-			return nil
-		}
-		pub, err := p.translate(prev, cur, st.Version)
-		if err != nil {
-			return err
-		}
-		if err := pub.references(cur.Upstream.Key); err != nil {
-			return fmt.Errorf("upstream %s: %w", cur.Upstream.Key, err)
+			continue
 		}
 		next[cur.Upstream.Key] = pub
 		st.Upstreams++
@@ -255,8 +262,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 		}
 		// API listeners are for proxyless gRPC; an Envoy would reject them.
 		put(int(translate.PerEndpoint), resource.ListenerType, was.listener, pub.listener)
-		return nil
-	})
+	}
 	var spatial spatialSet
 	if err == nil {
 		spatial, err = p.spatialUpdate(s, st.Version, put, del)
@@ -349,12 +355,75 @@ func diff(prev, cur []*topology.UpstreamState, fn func(old, cur *topology.Upstre
 	return nil
 }
 
+// change is one upstream to publish: (nil, cur) added, (old, nil) removed.
+type change struct{ old, cur *topology.UpstreamState }
+
+// parallelTranslation is how many changed upstreams make a publication
+// translate them on every core: a first publication, or a large batch.
+const parallelTranslation = 256
+
+// translateAll translates every changed upstream (nil for a removed one),
+// checking each one's references; on several cores when there are many. The
+// first error in key order is returned, whatever the scheduling.
+func (p *Publisher) translateAll(pairs []change, version string) ([]*published, error) {
+	pubs := p.pubs[:0]
+	for range pairs {
+		pubs = append(pubs, nil)
+	}
+	p.pubs = pubs
+	one := func(i int, scratch *[]byte) error {
+		old, cur := pairs[i].old, pairs[i].cur
+		if cur == nil {
+			return nil
+		}
+		var prev *published
+		if old != nil {
+			prev = p.upstream[old.Upstream.Key]
+		}
+		pub, err := p.translate(prev, cur, version, scratch)
+		if err == nil {
+			err = pub.references(cur.Upstream.Key)
+		}
+		if err != nil {
+			return fmt.Errorf("upstream %s: %w", cur.Upstream.Key, err)
+		}
+		pubs[i] = pub
+		return nil
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(pairs)/parallelTranslation+1)
+	if workers <= 1 {
+		for i := range pairs {
+			if err := one(i, &p.scratch); err != nil {
+				return nil, err
+			}
+		}
+		return pubs, nil
+	}
+	errs := make([]error, len(pairs))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			var scratch []byte
+			for i := w; i < len(pairs); i += workers {
+				errs[i] = one(i, &scratch)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return pubs, nil
+}
+
 // translate builds the entries of one upstream, reusing a previous entry
 // (and its version) wherever the encoded bytes did not change. An upstream
 // whose Upstream object did not change is translated only for its
 // endpoints; a cluster change always re-sends the endpoints too. Every
-// resource is encoded straight to the wire.
-func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, version string) (pub *published, err error) {
+// resource is encoded straight to the wire, in scratch.
+func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, version string, scratch *[]byte) (pub *published, err error) {
 	pub = &published{state: cur}
 	if prev != nil {
 		pub.name = prev.name
@@ -373,35 +442,41 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, vers
 			{resource.ListenerType, translate.ListenerName(k), p.enc.AppendListener, &pub.listener},
 			{resource.RouteType, translate.RouteName(k), p.enc.AppendRoute, &pub.route},
 		} {
-			if p.scratch, err = r.append(p.scratch[:0], cur); err != nil {
+			if *scratch, err = r.append((*scratch)[:0], cur); err != nil {
 				return nil, err
 			}
-			*r.entry = p.entry(prev.get(r.typeURL, 0), r.name, version, r.typeURL)
+			*r.entry = entry(prev.get(r.typeURL, 0), r.name, version, r.typeURL, *scratch)
 		}
 	} else {
 		pub.cluster, pub.listener, pub.route = prev.cluster, prev.listener, prev.route
 	}
 	for v := range translate.NumRenderings {
-		p.scratch, err = translate.AppendEndpointsNamed(p.scratch[:0], pub.name, cur, v)
-		if err != nil {
+		if *scratch, err = translate.AppendEndpointsNamed((*scratch)[:0], pub.name, cur, v); err != nil {
 			return nil, err
 		}
-		// a changed cluster makes clients re-fetch its endpoints: always send them
-		if old := prev.get(resource.EndpointType, v); old != nil && !clusterChanged {
-			pub.endpoints[v] = p.entry(old, pub.name, version, resource.EndpointType)
-		} else {
-			pub.endpoints[v] = p.entry(nil, pub.name, version, resource.EndpointType)
+		var old *xdscache.Entry
+		if !clusterChanged { // a changed cluster makes clients re-fetch its endpoints: always send them
+			old = prev.get(resource.EndpointType, v)
 		}
+		pub.endpoints[v] = entry(old, pub.name, version, resource.EndpointType, *scratch)
 	}
 	return pub, nil
 }
 
-// entry is old when it holds the bytes in p.scratch, else a new entry of them.
-func (p *Publisher) entry(old *xdscache.Entry, name, version, typeURL string) *xdscache.Entry {
-	if old != nil && old.Name == name && bytes.Equal(old.Any.GetValue(), p.scratch) {
+// entry is old when it holds b, else a new entry of a copy of b.
+func entry(old *xdscache.Entry, name, version, typeURL string, b []byte) *xdscache.Entry {
+	if old != nil && old.Name == name && bytes.Equal(old.Any.GetValue(), b) {
 		return old
 	}
-	return xdscache.NewEntryBytes(name, version, typeURL, bytes.Clone(p.scratch))
+	return xdscache.NewEntryBytes(name, version, typeURL, bytes.Clone(b))
+}
+
+func clearSlice[S ~[]E, E any](s S) S {
+	if cap(s) > 1024 {
+		return nil
+	}
+	clear(s[:cap(s)])
+	return s[:0]
 }
 
 // references checks what one upstream's resources refer to by name: the

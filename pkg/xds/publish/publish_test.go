@@ -1,6 +1,7 @@
 package publish_test
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -140,6 +141,44 @@ func TestFlipAllocs(t *testing.T) {
 		t.Logf("%d upstreams: %.0f allocations per flip", upstreams, allocs)
 		if allocs > limit {
 			t.Errorf("%d upstreams: a flip allocates %.0f times, want at most %.0f", upstreams, allocs, limit)
+		}
+	}
+}
+
+// TestLargePublicationsAsSmallOnes: a publication large enough to be
+// translated on every core publishes the same bytes as the same upstreams
+// published a few at a time.
+func TestLargePublicationsAsSmallOnes(t *testing.T) {
+	const n = 700
+	full := topologytest.Batch(n)
+	one, many := newCache(), newCache()
+	if _, err := publish.New(one, "inst", nil).Publish(apply(t, topology.NewDirectory(), full)); err != nil {
+		t.Fatal(err)
+	}
+	d, p := topology.NewDirectory(), publish.New(many, "inst", nil)
+	for i := 0; i < n; i += 50 {
+		var b topology.Batch
+		for u := i; u < i+50; u++ {
+			b.PutUpstream(topologytest.Upstream(u))
+			for r := range topologytest.Regions {
+				b.PutEndpointSet(topologytest.Set(u, r, nil))
+			}
+		}
+		if _, err := p.Publish(apply(t, d, b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for v := range translate.NumRenderings {
+		a, b := one.Resources(int(v)), many.Resources(int(v))
+		for typeURL, entries := range a {
+			if len(entries) != len(b[typeURL]) {
+				t.Fatalf("%s view %d: %d and %d resources", typeURL, v, len(entries), len(b[typeURL]))
+			}
+			for i, e := range entries {
+				if o := b[typeURL][i]; e.Name != o.Name || !bytes.Equal(e.Any.GetValue(), o.Any.GetValue()) {
+					t.Fatalf("%s %s differs when published in one large publication", typeURL, e.Name)
+				}
+			}
 		}
 	}
 }
