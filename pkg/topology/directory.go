@@ -615,13 +615,14 @@ func (sc *resolver) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 		g := &groups[setGroup[si]]
 		ref := ObjectRef{s.Kind, s.Key}
 		g.Sets = append(g.Sets, ref)
-		for _, e := range s.Endpoints {
+		for ei := range s.Endpoints {
+			e := &s.Endpoints[ei]
 			state.Endpoints = append(state.Endpoints, weights.Endpoint{
 				Address: e.Address, Port: e.Port, Priority: g.Priority, Locality: s.Locality,
 				LocalityWeight: g.LocalityWeight, Weight: e.Weight, Admin: e.Admin,
 				Probe: e.Health.Probe, Circuit: e.Health.Circuit, Ejected: e.Health.Ejected, Scope: e.Health.Scope,
 			})
-			state.Origins = append(state.Origins, Origin{Set: ref, Health: e.Health})
+			state.Origins = append(state.Origins, Origin{Set: ref, Health: &e.Health})
 		}
 	}
 	state.Groups = make([]Group, len(groups))

@@ -145,8 +145,10 @@ type Group struct {
 
 // Origin is where one endpoint of the weights input came from.
 type Origin struct {
-	Set    ObjectRef
-	Health Health
+	Set ObjectRef
+	// Health is the endpoint's own, in its set (which is never modified in
+	// place): pointing at it keeps one copy of every signal and origin.
+	Health *Health
 }
 
 // EndpointResult pairs a computed endpoint with its input and origin.
