@@ -77,7 +77,7 @@ type client struct {
 	cursors []int32 // per subscribed name: flips of ph on it already credited
 
 	// Totals since the stream opened, read by phases as differences.
-	cdsResponses, cdsLosses, edsResponses, claUpdates, claResent, strays, unattributed atomic.Int64
+	cdsResponses, cdsLosses, edsResponses, claUpdates, claResent, strays atomic.Int64
 }
 
 // counters is a sum over the fleet of the clients' totals.

@@ -39,8 +39,7 @@ func newPhase(pos []int32, window, clients int) *phase {
 func (c *client) credit(p int, at int64) {
 	ph := c.f.phase.Load()
 	if ph == nil {
-		c.unattributed.Add(1)
-		return
+		return // no flips yet
 	}
 	if c.ph != ph {
 		c.ph = ph

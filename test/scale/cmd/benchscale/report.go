@@ -76,6 +76,7 @@ type singleResult struct {
 	ServerCPUPerFlipMs float64 `json:"server_cpu_per_flip_ms"` // idle subtracted
 	CDSResponses       int64   `json:"cds_responses"`          // over all clients; an endpoint change should send none
 	CDSLosses          int64   `json:"cds_losses"`             // CDS responses that lacked or removed clusters
+	StrayCLAs          int64   `json:"stray_clas"`             // CLAs sent to a client that did not subscribe to them
 	EDSResponses       int64   `json:"eds_responses"`
 	CLAUpdates         int64   `json:"cla_updates"`
 	CLAResent          int64   `json:"cla_resent"` // CLAs sent again with the same content
@@ -108,6 +109,7 @@ type sustainedResult struct {
 	FlipsPerCLAUpdate         float64 `json:"flips_per_cla_update"`     // coalescing: above 1 when flips of one cluster merge
 	CDSResponses              int64   `json:"cds_responses"`
 	CDSLosses                 int64   `json:"cds_losses"`
+	StrayCLAs                 int64   `json:"stray_clas"`
 	CLAResent                 int64   `json:"cla_resent"`
 	MultiCredits              int64   `json:"multi_credits"`
 	Unattributed              int64   `json:"unattributed"`
@@ -159,7 +161,8 @@ func printResult(w io.Writer, r *result) {
 		row("single: server CPU per flip", "%.2f ms (%.3f s over %.1f s, idle %.4f cores subtracted)", s.ServerCPUPerFlipMs,
 			s.ServerCPUSeconds, s.WallSeconds, s.IdleCores)
 		row("single: file-source batches", "%.0f", s.SourceBatches)
-		row("single: CDS responses", "%d (%d lacking clusters)", s.CDSResponses, s.CDSLosses)
+		row("single: hygiene", "%d CDS responses (%d lacking clusters), %d CLAs resent unchanged, %d not subscribed to",
+			s.CDSResponses, s.CDSLosses, s.CLAResent, s.StrayCLAs)
 	}
 	if s := r.Sustained; s != nil {
 		row("sustained: flips", "%d issued in %.1f s (%.0f/s of %.0f/s)", s.Issued, s.IssueSeconds, s.IssuedRate, s.TargetRate)
@@ -171,7 +174,8 @@ func printResult(w io.Writer, r *result) {
 		row("sustained: pushes per cluster", "%.3f/s for %.3f flips/s (%.2f flips per CLA update)", s.PushesPerClusterPerS,
 			s.FlipsPerClusterPerS, s.FlipsPerCLAUpdate)
 		row("sustained: file-source batches", "%.0f", s.SourceBatches)
-		row("sustained: CDS responses", "%d (%d lacking clusters)", s.CDSResponses, s.CDSLosses)
+		row("sustained: hygiene", "%d CDS responses (%d lacking clusters), %d CLAs resent unchanged, %d not subscribed to",
+			s.CDSResponses, s.CDSLosses, s.CLAResent, s.StrayCLAs)
 		row("sustained: bench process CPU", "%.2f cores", s.BenchCores)
 	}
 	if m := r.Memory.AtEnd; m != nil {

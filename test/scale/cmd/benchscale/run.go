@@ -33,11 +33,14 @@ func runConfig(o *options, t *tree, r *result, logPath string, stdout io.Writer)
 	// holds every subscribed resource.
 	sctx, scancel := context.WithTimeout(ctx, o.startupTimeout)
 	defer scancel()
-	ready := make(chan error, 1)
+	type readiness struct {
+		after time.Duration
+		err   error
+	}
+	ready := make(chan readiness, 1)
 	go func() {
 		d, err := srv.waitReady(sctx)
-		r.Startup.ReadyzSeconds = d.Seconds()
-		ready <- err
+		ready <- readiness{d, err}
 	}()
 	if err := srv.waitListening(sctx); err != nil {
 		return fmt.Errorf("startup: %w", err)
@@ -45,14 +48,19 @@ func runConfig(o *options, t *tree, r *result, logPath string, stdout io.Writer)
 	if err := f.connect(ctx, srv.xdsAddr, r.Clients); err != nil {
 		return err
 	}
-	defer f.close()
+	defer func() {
+		cancel() // the clients end quietly, before the server does
+		f.close()
+	}()
 	if err := waitFor(sctx, srv, f, func() bool { return f.synced.Load() == int64(r.Clients) }); err != nil {
 		return fmt.Errorf("startup: %d of %d clients hold every resource: %w", f.synced.Load(), r.Clients, err)
 	}
 	r.Startup.AllClientsSeconds = time.Duration(f.lastSync.Load() - procStart).Seconds()
-	if err := <-ready; err != nil {
-		return fmt.Errorf("readyz: %w", err)
+	rd := <-ready
+	if rd.err != nil {
+		return fmt.Errorf("readyz: %w", rd.err)
 	}
+	r.Startup.ReadyzSeconds = rd.after.Seconds()
 	if r.Memory.AfterStartup, err = sample(srv, true); err != nil {
 		return err
 	}
@@ -309,7 +317,7 @@ func sustained(ctx context.Context, o *options, t *tree, f *fleet, srv *server) 
 		FlipsPerClusterPerS:       float64(issued) / float64(max(clusters, 1)) / wall,
 		PushesPerClusterPerS:      float64(counts.claUpdates) / perClient / float64(max(clusters, 1)) / wall,
 		FlipsPerCLAUpdate:         ratio(float64(issued)*perClient, float64(counts.claUpdates)),
-		CDSResponses:              counts.cdsResponses, CDSLosses: counts.cdsLosses, CLAResent: counts.claResent,
+		CDSResponses:              counts.cdsResponses, CDSLosses: counts.cdsLosses, StrayCLAs: counts.strays, CLAResent: counts.claResent,
 		MultiCredits: ph.multiCredits.Load(), Unattributed: ph.unattributed.Load(),
 		SourceBatches:   sum(m1, "poise_source_batches_total", `result="applied"`) - sum(m0, "poise_source_batches_total", `result="applied"`),
 		ServerEDSPushes: sum(m1, "poise_xds_pushes_total", `type="EDS"`) - sum(m0, "poise_xds_pushes_total", `type="EDS"`),
