@@ -70,6 +70,23 @@ lint: ## gofmt and go vet must be clean (the kind suite is vetted with its build
 bench: ## Benchmarks with allocations.
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
 
+# The real binary at scale (test/scale/cmd/benchscale): every SIZE (endpoints,
+# 20 per upstream) with every CLIENTS count of raw ADS clients; startup, RSS and
+# heap, server CPU per flip, and flip -> last client latency for single flips and
+# for DURATION of 1,000 flips/s. SERVE_ARGS go to `controlplane serve`;
+# BENCH_SCALE_ARGS to the bench (e.g. -delta, -subscribe-all). Results also go
+# to bin/bench-scale.json. docs/performance.md says what it prints and how long
+# it takes.
+SIZE     ?= 100k,1M
+CLIENTS  ?= 100,1000
+DURATION ?= 60s
+
+.PHONY: bench-scale
+bench-scale: build ## The binary at 100k and 1M endpoints with 100 and 1,000 ADS clients (SIZE= CLIENTS= DURATION= SERVE_ARGS=).
+	$(GO) run ./test/scale/cmd/benchscale -build=false -binary $(BIN)/controlplane \
+		-sizes $(SIZE) -clients $(CLIENTS) -duration $(DURATION) -json $(BIN)/bench-scale.json \
+		$(if $(SERVE_ARGS),-serve-args '$(SERVE_ARGS)') $(BENCH_SCALE_ARGS)
+
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	$(GO) test -run='^$$' -fuzz=FuzzCompute -fuzztime=$(or $(FUZZTIME),30s) ./pkg/weights

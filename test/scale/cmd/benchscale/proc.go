@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// server is a running `controlplane serve`.
+type server struct {
+	cmd      *exec.Cmd
+	xdsAddr  string
+	adminURL string
+	logPath  string
+	log      *os.File
+	exited   chan struct{}
+	waitErr  error
+	start    time.Time
+}
+
+// freeAddr is a 127.0.0.1 address nothing listens on now.
+func freeAddr() (string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer lis.Close()
+	return lis.Addr().String(), nil
+}
+
+// startServer starts binary serving dir; its output goes to logPath.
+func startServer(binary, dir, logPath string, extra []string) (*server, error) {
+	xds, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	admin, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"serve", "-f", dir, "--xds-address", xds, "--admin-address", admin}, extra...)
+	s := &server{cmd: exec.Command(binary, args...), xdsAddr: xds, adminURL: "http://" + admin, logPath: logPath, log: log,
+		exited: make(chan struct{})}
+	s.cmd.Stdout, s.cmd.Stderr = log, log
+	s.start = time.Now()
+	if err := s.cmd.Start(); err != nil {
+		log.Close()
+		return nil, err
+	}
+	go func() {
+		s.waitErr = s.cmd.Wait()
+		close(s.exited)
+	}()
+	return s, nil
+}
+
+// alive is nil while the process runs.
+func (s *server) alive() error {
+	select {
+	case <-s.exited:
+		return fmt.Errorf("controlplane exited (%v); its log:\n%s", s.waitErr, s.tail(20))
+	default:
+		return nil
+	}
+}
+
+// tail is the last n lines of the server's log.
+func (s *server) tail(n int) string {
+	b, _ := os.ReadFile(s.logPath)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "  " + strings.Join(lines, "\n  ")
+}
+
+// stop ends the process: SIGTERM, then SIGKILL after 10 s.
+func (s *server) stop() {
+	select {
+	case <-s.exited:
+	default:
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exited:
+		case <-time.After(10 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+		}
+	}
+	s.log.Close()
+}
+
+// waitListening returns when the xDS port accepts connections.
+func (s *server) waitListening(ctx context.Context) error {
+	for {
+		c, err := net.DialTimeout("tcp", s.xdsAddr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if err := s.alive(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// waitReady returns the time from process start to /readyz answering 200.
+func (s *server) waitReady(ctx context.Context) (time.Duration, error) {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for {
+		resp, err := hc.Get(s.adminURL + "/readyz")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Since(s.start), nil
+			}
+		}
+		if err := s.alive(); err != nil {
+			return 0, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// get is the body of an admin path.
+func (s *server) get(path string) ([]byte, error) {
+	hc := &http.Client{Timeout: 30 * time.Second}
+	resp, err := hc.Get(s.adminURL + path)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return b, nil
+}
+
+// metrics is the admin /metrics in the Prometheus text format, by series
+// ("name{labels}").
+func (s *server) metrics() (map[string]float64, error) {
+	b, err := s.get("/metrics")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] = v
+	}
+	return out, sc.Err()
+}
+
+// sum adds the series of metric name whose labels contain every one of want
+// (e.g. `type="EDS"`).
+func sum(m map[string]float64, name string, want ...string) float64 {
+	var t float64
+	for k, v := range m {
+		series, labels, _ := strings.Cut(k, "{")
+		if series != name {
+			continue
+		}
+		ok := true
+		for _, w := range want {
+			ok = ok && strings.Contains(labels, w)
+		}
+		if ok {
+			t += v
+		}
+	}
+	return t
+}
+
+// gc makes the server collect its garbage, through the heap profile's gc=1.
+func (s *server) gc() error {
+	_, err := s.get("/debug/pprof/heap?gc=1")
+	return err
+}
+
+// clockTicks is sysconf(_SC_CLK_TCK), from getconf; 100 when unknown.
+var clockTicks = func() float64 {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if err == nil {
+		if v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && v > 0 {
+			return v
+		}
+	}
+	return 100
+}()
+
+// cpuSeconds is utime+stime of a process ("self" for this one), from
+// /proc/PID/stat.
+func cpuSeconds(pid string) (float64, error) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("malformed /proc stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("malformed /proc stat")
+	}
+	// f[0] is field 3 (state): utime and stime are fields 14 and 15.
+	ut, err1 := strconv.ParseFloat(f[11], 64)
+	st, err2 := strconv.ParseFloat(f[12], 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return (ut + st) / clockTicks, nil
+}
+
+func (s *server) cpu() (float64, error) { return cpuSeconds(strconv.Itoa(s.cmd.Process.Pid)) }
+
+// memory is VmRSS and VmHWM (the peak) of the process, in bytes.
+func (s *server) memory() (rss, hwm float64, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/status")
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) != 2 || f[1] != "kB" {
+			continue
+		}
+		n, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "VmRSS":
+			rss = n * 1024
+		case "VmHWM":
+			hwm = n * 1024
+		}
+	}
+	if rss == 0 {
+		return 0, 0, errors.New("no VmRSS in /proc status")
+	}
+	return rss, hwm, nil
+}
