@@ -42,6 +42,7 @@ type options struct {
 	jsonPath       string
 	workdir        string
 	keep           bool
+	heapProfiles   string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -67,6 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file")
 	fs.StringVar(&o.workdir, "workdir", defaultWorkdir(), "where the manifest directories are generated")
 	fs.BoolVar(&o.keep, "keep", false, "keep the generated manifests and server logs")
+	fs.StringVar(&o.heapProfiles, "heap-profiles", "", "keep the server's heap profiles taken after start-up and at the end as PREFIX-N.pb.gz")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

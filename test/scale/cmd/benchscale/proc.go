@@ -27,6 +27,10 @@ type server struct {
 	exited   chan struct{}
 	waitErr  error
 	start    time.Time
+	// profiles, when set, is where heap profiles taken after a GC are kept:
+	// PREFIX-1.pb.gz after start-up, PREFIX-2.pb.gz at the end.
+	profiles     string
+	profileCount int
 }
 
 // freeAddr is a 127.0.0.1 address nothing listens on now.
@@ -213,10 +217,15 @@ func sum(m map[string]float64, name string, want ...string) float64 {
 	return t
 }
 
-// gc makes the server collect its garbage, through the heap profile's gc=1.
+// gc makes the server collect its garbage, through the heap profile's gc=1,
+// and keeps the profile when asked to (-heap-profiles).
 func (s *server) gc() error {
-	_, err := s.get("/debug/pprof/heap?gc=1")
-	return err
+	b, err := s.get("/debug/pprof/heap?gc=1")
+	if err != nil || s.profiles == "" {
+		return err
+	}
+	s.profileCount++
+	return os.WriteFile(fmt.Sprintf("%s-%d.pb.gz", s.profiles, s.profileCount), b, 0o644)
 }
 
 // clockTicks is sysconf(_SC_CLK_TCK), from getconf; 100 when unknown.

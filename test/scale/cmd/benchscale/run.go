@@ -26,6 +26,9 @@ func runConfig(o *options, t *tree, r *result, logPath string, stdout io.Writer)
 		return err
 	}
 	defer srv.stop()
+	if o.heapProfiles != "" {
+		srv.profiles = fmt.Sprintf("%s-%s-%d", o.heapProfiles, r.Size, r.Clients)
+	}
 	procStart := int64(srv.start.Sub(f.epoch))
 
 	// Startup: the process starts; clients connect once the xDS port
