@@ -427,3 +427,89 @@ func TestSubscriptionsAreBounded(t *testing.T) {
 		t.Fatalf("after the refused request: %v", rs)
 	}
 }
+
+// TestLargeStartsComeInChunks: a client subscribing to more endpoints than
+// one response may carry receives them in responses of at most
+// MaxResponseBytes, one per ACK, every resource exactly once, in SotW and
+// Delta; a change to a resource still waiting is sent once, at its new
+// version. Clusters (full state in SotW) stay whole.
+func TestLargeStartsComeInChunks(t *testing.T) {
+	const n = 400
+	c := newCache()
+	var names []string
+	var changes []xdscache.Change
+	big := make([]byte, 4<<10) // 4 KiB a resource: 400 of them are three chunks
+	for i := range n {
+		name := fmt.Sprintf("cla-%03d", i)
+		names = append(names, name)
+		changes = append(changes, xdscache.Change{TypeURL: resource.EndpointType, Name: name,
+			Entry: xdscache.NewEntryBytes(name, "v1", resource.EndpointType, big)})
+	}
+	c.Apply(xdscache.Update{Version: "v1", Changes: changes})
+	for _, delta := range []bool{false, true} {
+		t.Run(fmt.Sprint("delta=", delta), func(t *testing.T) {
+			s := c.NewStream(delta)
+			s.SetNode(&core.Node{Id: "n"})
+			var err error
+			if delta {
+				err = s.Delta(xdscache.DeltaRequest{TypeURL: resource.EndpointType, Subscribe: names})
+			} else {
+				err = s.Sotw(xdscache.SotwRequest{TypeURL: resource.EndpointType, NamesHash: c.HashNames(names), Names: func() []string { return names }})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, last := map[string]int{}, map[string]string{}
+			responses := 0
+			for {
+				rs := s.Next(nil)
+				if len(rs) == 0 {
+					break
+				}
+				if len(rs) != 1 {
+					t.Fatalf("%d responses at once", len(rs))
+				}
+				size := 0
+				for _, e := range rs[0].Entries {
+					got[e.Name]++
+					last[e.Name] = string(e.Any.GetValue())
+					size += len(e.Any.GetValue())
+				}
+				if size > xdscache.MaxResponseBytes {
+					t.Fatalf("a response of %d bytes", size)
+				}
+				if len(s.Next(nil)) != 0 {
+					t.Fatal("a second response before the ACK")
+				}
+				responses++
+				if responses == 1 {
+					// a resource not yet sent changes: it must come once, at v2
+					e := xdscache.NewEntryBytes("cla-399", "v2", resource.EndpointType, []byte("changed"))
+					c.Apply(xdscache.Update{Version: "v2", Changes: []xdscache.Change{{TypeURL: resource.EndpointType, Name: e.Name, Entry: e}}})
+				}
+				if delta {
+					err = s.Delta(xdscache.DeltaRequest{TypeURL: resource.EndpointType, Nonce: rs[0].Nonce})
+				} else {
+					err = s.Sotw(xdscache.SotwRequest{TypeURL: resource.EndpointType, Version: rs[0].Version, Nonce: rs[0].Nonce,
+						NamesHash: c.HashNames(names), Names: func() []string { return names }})
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if responses < n*len(big)/xdscache.MaxResponseBytes {
+				t.Errorf("%d responses for %d bytes", responses, n*len(big))
+			}
+			for _, name := range names {
+				if got[name] != 1 {
+					t.Errorf("%s sent %d times", name, got[name])
+				}
+			}
+			if last["cla-399"] != "changed" {
+				t.Error("a resource changed before its chunk went out was sent at its old version")
+			}
+			// restore for the next protocol
+			c.Apply(xdscache.Update{Version: "v3", Changes: []xdscache.Change{changes[n-1]}})
+		})
+	}
+}

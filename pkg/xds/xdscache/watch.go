@@ -428,12 +428,14 @@ func (s *Stream) Next(out []Response) []Response {
 		}
 		var r Response
 		var ok bool
+		var left []string
 		if s.delta {
-			r, ok = w.buildDelta()
+			r, ok, left = w.buildDelta()
 		} else {
-			r, ok = w.buildSotw()
+			r, ok, left = w.buildSotw()
 		}
-		w.pending, w.pendingAll, w.compacted, w.first = w.pending[:0], false, 0, false
+		w.pendingAll, w.first = false, false
+		w.keepLeft(left)
 		if !ok {
 			continue
 		}
@@ -466,45 +468,99 @@ func (w *Watch) sortedPending() []string {
 	return w.pending
 }
 
-func (w *Watch) buildSotw() (Response, bool) {
+// MaxResponseBytes bounds the resources one response carries when the
+// protocol lets a response carry part of a client's resources (SotW
+// endpoints and routes; every Delta type): the rest follow in the next
+// responses, one per ACK. A client starting with 5,000 ClusterLoadAssignments
+// then holds at most this much of them marshalled at once, instead of a
+// whole multi-megabyte response per client while the transport drains it. A
+// single larger resource still goes alone.
+const MaxResponseBytes = 512 << 10
+
+// chunk collects entries up to MaxResponseBytes; what does not fit is left.
+type chunk struct {
+	entries []*Entry
+	size    int
+	left    []string
+}
+
+// add takes e unless the chunk is full; a full chunk keeps name for later.
+func (c *chunk) add(name string, e *Entry) {
+	n := len(e.Any.GetValue())
+	if len(c.left) > 0 || (len(c.entries) > 0 && c.size+n > MaxResponseBytes) {
+		c.left = append(c.left, name)
+		return
+	}
+	c.entries = append(c.entries, e)
+	c.size += n
+}
+
+// fromScope fills the chunk from every resource in w's scope that exists.
+func (c *chunk) fromScope(w *Watch) {
+	if w.wildcard {
+		for _, e := range w.ts.all() {
+			c.add(e.Name, e)
+		}
+		return
+	}
+	for _, n := range w.scopeNames() {
+		if e := w.ts.resources[n]; e != nil {
+			c.add(n, e)
+		}
+	}
+}
+
+// keepLeft makes what a chunk left w's pending names; left may share
+// w.pending's array (a suffix of it).
+func (w *Watch) keepLeft(left []string) {
+	w.pending = w.pending[:copy(w.pending[:cap(w.pending)], left)]
+	if len(left) > cap(w.pending) {
+		w.pending = append(w.pending[:0:0], left...)
+	}
+	w.compacted = len(w.pending)
+}
+
+func (w *Watch) buildSotw() (Response, bool, []string) {
 	if fullState(w.ts.typ) {
 		entries := w.inScopeEntries()
 		// A client that holds nothing and for which nothing exists still
 		// needs an (empty) answer to finish starting, unless it already
 		// holds this version or rejected it.
 		if len(entries) == 0 && w.first && (w.reqNACK || w.reqVersion == w.ts.version) {
-			return Response{}, false
+			return Response{}, false, nil
 		}
-		return Response{Entries: entries}, true
+		return Response{Entries: entries}, true, nil
 	}
-	var entries []*Entry
+	var c chunk
 	if w.pendingAll {
-		entries = w.inScopeEntries()
+		c.fromScope(w)
 	} else {
 		for _, n := range w.sortedPending() {
 			if e := w.ts.resources[n]; e != nil && w.inScope(n) {
-				entries = append(entries, e)
+				c.add(n, e)
 			}
 		}
 	}
-	return Response{Entries: entries}, len(entries) > 0
+	return Response{Entries: c.entries}, len(c.entries) > 0, c.left
 }
 
-func (w *Watch) buildDelta() (Response, bool) {
+func (w *Watch) buildDelta() (Response, bool, []string) {
 	var r Response
+	var c chunk
 	if w.pendingAll {
-		r.Entries = w.inScopeEntries()
+		c.fromScope(w)
 	} else {
 		for _, n := range w.sortedPending() {
 			if !w.inScope(n) {
 				continue
 			}
 			if e := w.ts.resources[n]; e != nil {
-				r.Entries = append(r.Entries, e)
+				c.add(n, e)
 			} else {
 				r.Removed = append(r.Removed, n)
 			}
 		}
 	}
-	return r, len(r.Entries) > 0 || len(r.Removed) > 0 || w.first
+	r.Entries = c.entries
+	return r, len(r.Entries) > 0 || len(r.Removed) > 0 || w.first, c.left
 }
