@@ -60,6 +60,14 @@ func (b *Batch) Len() int {
 	return len(b.upstreams) + len(b.localities) + len(b.sets) + len(b.domains) + len(b.partitions)
 }
 
+// reserve makes an empty map room for n entries: a first load fills it
+// without growing it step by step.
+func reserve[V any](m *map[Key]V, n int) {
+	if len(*m) == 0 && n > 8 {
+		*m = make(map[Key]V, n)
+	}
+}
+
 func setOp[T any](m *map[Key]*T, k Key, v *T) {
 	if *m == nil {
 		*m = make(map[Key]*T)
@@ -203,6 +211,9 @@ func (d *Directory) stage(b Batch) *staged {
 		st.affected = map[Key]struct{}{}
 	}
 	st.stageSpatial(b)
+	reserve(&st.b.upstreams, len(b.upstreams))
+	reserve(&st.b.localities, len(b.localities))
+	reserve(&st.b.sets, len(b.sets))
 	for k, u := range b.upstreams {
 		old, had := d.upstreams[k]
 		if (u == nil && !had) || (u != nil && had && old.equal(u)) {
@@ -343,6 +354,10 @@ func (st *staged) setsOf(out []EndpointSet, k Key) []EndpointSet {
 }
 
 func (d *Directory) commit(st *staged) {
+	reserve(&d.upstreams, len(st.b.upstreams))
+	reserve(&d.localities, len(st.b.localities))
+	reserve(&d.sets, len(st.b.sets))
+	reserve(&d.setsOf, len(st.b.upstreams))
 	for k, u := range st.b.upstreams {
 		if u == nil {
 			delete(d.upstreams, k)
