@@ -35,6 +35,21 @@ func BenchmarkPublish(b *testing.B) {
 	})
 }
 
+// BenchmarkFlipBySize is one endpoint flip, source to bytes, on topologies of
+// 10k, 100k and 1M endpoints (500, 5,000 and 50,000 upstreams of 20): its
+// cost should not grow with the topology.
+func BenchmarkFlipBySize(b *testing.B) {
+	for _, n := range []int{500, 5000, 50000} {
+		b.Run(fmt.Sprintf("endpoints=%d", 20*n), func(b *testing.B) {
+			benchAlternating(b, topologytest.Batch(n), [2]topology.Batch{topologytest.Flip(n/2, 0), topologytest.Flip(n/2, 1)}, func(st publish.Stats) {
+				if st.Upstreams != 1 || st.EndpointOnly != 1 {
+					b.Fatalf("an endpoint flip published %+v", st)
+				}
+			})
+		})
+	}
+}
+
 // benchFullRebuild measures applying full to a fresh Directory and publishing it all.
 func benchFullRebuild(b *testing.B, full topology.Batch) {
 	b.ReportAllocs()
