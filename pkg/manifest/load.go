@@ -1,11 +1,9 @@
 package manifest
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +12,6 @@ import (
 
 	yamlv3 "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
@@ -201,26 +198,69 @@ func decodeInto(set *Set, seen map[string]Object, file string, data []byte) Erro
 // splitDocuments calls fn with each document of a file that holds more than
 // comments, numbered from 1. A file that cannot be split is reported at the
 // document where splitting failed.
+//
+// It splits as Kubernetes' YAML reader (utilyaml.NewYAMLReader) does: a
+// document is the lines up to a line starting with "---", each line ended by
+// "\n" ("\r\n" is read as "\n"); a "---" line opening a document is part
+// of it. Unlike that reader it copies no line, nor a document that needs no
+// change: raw is a slice of data unless the document had "\r" in it or ends
+// the file without a newline.
 func splitDocuments(file string, data []byte, fn func(doc int, raw []byte)) *Error {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for doc := 1; ; doc++ {
-		raw, err := r.Read()
-		if err == io.EOF {
-			return nil
+	doc := 1
+	start := -1 // where the current document starts in data; -1: none yet
+	emit := func(end int) {
+		raw := data[start:end]
+		if bytes.IndexByte(raw, '\r') >= 0 || raw[len(raw)-1] != '\n' {
+			raw = bytes.ReplaceAll(raw, []byte("\r\n"), []byte("\n"))
+			if raw[len(raw)-1] != '\n' {
+				raw = append(raw, '\n')
+			}
 		}
-		if err != nil {
-			return &Error{File: file, Document: doc, Detail: fmt.Sprintf("cannot split YAML documents: %v", err)}
+		start = -1
+		if !isEmptyDocument(raw) {
+			fn(doc, raw)
+			doc++
 		}
-		if isEmptyDocument(raw) {
-			doc--
-			continue
-		}
-		fn(doc, raw)
 	}
+	for pos := 0; pos < len(data); {
+		next := len(data)
+		line := data[pos:]
+		if i := bytes.IndexByte(line, '\n'); i >= 0 {
+			next = pos + i + 1
+			line = bytes.TrimSuffix(line[:i], []byte("\r"))
+		}
+		if rest, ok := bytes.CutPrefix(line, []byte("---")); ok {
+			// only a comment may follow a separator
+			if t := bytes.TrimSpace(rest); len(t) > 0 && t[0] != '#' {
+				return &Error{File: file, Document: doc, Detail: fmt.Sprintf("cannot split YAML documents: invalid Yaml document separator: %s", t)}
+			}
+			if start >= 0 {
+				emit(pos)
+				pos = next
+				continue
+			}
+		}
+		if start < 0 {
+			start = pos
+		}
+		pos = next
+	}
+	if start >= 0 {
+		emit(len(data))
+	}
+	return nil
 }
 
+// isEmptyDocument reports whether a document holds nothing but blank lines,
+// comments and "---" lines.
 func isEmptyDocument(raw []byte) bool {
-	for _, line := range bytes.Split(raw, []byte("\n")) {
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
 		t := bytes.TrimSpace(line)
 		if len(t) > 0 && t[0] != '#' && !bytes.Equal(t, []byte("---")) {
 			return false
