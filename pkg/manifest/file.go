@@ -26,8 +26,9 @@ type Document struct {
 	value any // topology.Upstream, Locality, EndpointSet, SpatialDomain or Partition
 }
 
-// Put adds the document's object to a batch.
-func (d *Document) Put(b *topology.Batch) {
+// Put adds the document's object to a batch. It reports false, putting
+// nothing, for a document of a released file.
+func (d *Document) Put(b *topology.Batch) bool {
 	switch v := d.value.(type) {
 	case topology.Upstream:
 		b.PutUpstream(v)
@@ -39,7 +40,10 @@ func (d *Document) Put(b *topology.Batch) {
 		b.PutSpatialDomain(v)
 	case topology.Partition:
 		b.PutPartition(v)
+	default:
+		return false
 	}
+	return true
 }
 
 // File is one manifest file decoded document by document, for a caller that
@@ -57,6 +61,15 @@ type File struct {
 	// Decoded counts the documents decoded; the others were taken from the
 	// previous version of the file.
 	Decoded int
+}
+
+// Release drops the decoded objects and keeps what identifies each
+// document, for a caller that has put them where they are kept anyway: its
+// documents can no longer be put, nor can those DecodeFile takes from it.
+func (f *File) Release() {
+	for i := range f.Documents {
+		f.Documents[i].value = nil
+	}
 }
 
 // Err returns the file's problems as an error, or nil.

@@ -134,3 +134,21 @@ func TestDuplicateNamesBoth(t *testing.T) {
 		t.Errorf("got  %s\nwant %s", err, want)
 	}
 }
+
+// TestRelease: a released file's documents cannot be put, nor those taken
+// from it; those decoded anew can.
+func TestRelease(t *testing.T) {
+	v1 := manifest.DecodeFile("a.yaml", []byte(docs(upstreamX, localityX)), nil)
+	v1.Release()
+	var b topology.Batch
+	if v1.Documents[0].Put(&b) || b.Len() != 0 {
+		t.Error("a released document was put")
+	}
+	v2 := manifest.DecodeFile("a.yaml", []byte(docs(upstreamX, setX)), v1)
+	if v2.Documents[0].Put(&b) {
+		t.Error("a document taken from a released file was put")
+	}
+	if !v2.Documents[1].Put(&b) || b.Len() != 1 {
+		t.Errorf("the document decoded anew was not put (batch of %d)", b.Len())
+	}
+}

@@ -308,3 +308,26 @@ func fullLoad(t *testing.T, dir string) *state {
 	st := stateOf(snap)
 	return &st
 }
+
+// TestReleasedDocumentsAreDecodedAgain: should a document to be put come
+// from content whose decoded objects were released, its file is decoded
+// afresh and the change is applied all the same.
+func TestReleasedDocumentsAreDecodedAgain(t *testing.T) {
+	h := newHarness(t, tenFiles())
+	h.write("f3.yaml", fileOf(3, map[int]bool{3: true}))
+	h.src.mu.Lock()
+	f := h.src.files[h.path("f3.yaml")]
+	h.src.read(f, true, false)
+	f.disk.Release()
+	h.src.mu.Unlock()
+	_, decodes := h.counters()
+	if _, err := h.sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := probe(h.src.Dir.Current(), 3, 3); got != weights.ProbeUnhealthy {
+		t.Errorf("endpoint 3 of upstream 3 is %v, want Unhealthy", got)
+	}
+	if _, after := h.counters(); after-decodes != 1 {
+		t.Errorf("decoded %d files, want f3.yaml afresh", after-decodes)
+	}
+}

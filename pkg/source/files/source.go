@@ -276,28 +276,30 @@ func (s *Source) sync(ch *changes, full bool) (outcome, error) {
 	}
 	slices.SortFunc(pending, func(a, b *file) int { return s.compare(a.name, b.name) })
 
-	if err := s.problems(pending); err != nil {
-		s.refuse()
-		return out, err
-	}
-	delta := s.delta(pending, full)
-	if errs := s.duplicates(delta); len(errs) > 0 {
-		s.refuse()
-		return out, errs
-	}
-
-	// The batch: what the pending files define anew that the Directory
-	// does not hold as is, and the deletion of what they no longer define.
-	var b topology.Batch
-	for ref, defs := range delta.added {
-		if old := delta.dropped[ref]; old != nil && old.Sum == defs[0].Sum && !full {
-			continue // moved as is
+	var (
+		delta *fileDelta
+		b     topology.Batch
+	)
+	for fresh := false; ; fresh = true {
+		if err := s.problems(pending); err != nil {
+			s.refuse()
+			return out, err
 		}
-		defs[0].Put(&b)
-	}
-	for ref := range delta.dropped {
-		if delta.added[ref] == nil {
-			remove(&b, ref)
+		delta = s.delta(pending, full)
+		if errs := s.duplicates(delta); len(errs) > 0 {
+			s.refuse()
+			return out, errs
+		}
+		var stale []*file
+		b, stale = delta.batch(s, full)
+		if len(stale) == 0 || fresh {
+			break
+		}
+		// A document taken from content already applied (and released) is
+		// never new to its file, so it is never put; should one be, its
+		// file decoded afresh puts it right.
+		for _, f := range stale {
+			s.read(f, true, true)
 		}
 	}
 	out.batch = b.Len()
@@ -316,7 +318,8 @@ func (s *Source) sync(ch *changes, full bool) (outcome, error) {
 		}
 	}
 
-	// The Directory holds the pending files now.
+	// The Directory holds the pending files now; their decoded objects are
+	// of no more use.
 	for ref := range delta.dropped {
 		delete(s.owners, ref)
 	}
@@ -324,6 +327,9 @@ func (s *Source) sync(ch *changes, full bool) (outcome, error) {
 		s.owners[ref] = defs[0].File
 	}
 	for _, f := range pending {
+		if f.disk != nil {
+			f.disk.Release()
+		}
 		f.applied = f.disk
 		delete(s.pending, f.name)
 		if f.disk == nil {
@@ -432,6 +438,27 @@ func pointers(docs []manifest.Document) []*manifest.Document {
 		out[i] = &docs[i]
 	}
 	return out
+}
+
+// batch returns what the Directory is to be given: the objects defined
+// anew, but for those moved unchanged from another file (full: all of
+// them), and the deletion of those no longer defined. stale lists the files
+// of documents that could not be put.
+func (c *fileDelta) batch(s *Source, full bool) (b topology.Batch, stale []*file) {
+	for ref, defs := range c.added {
+		if old := c.dropped[ref]; old != nil && old.Sum == defs[0].Sum && !full {
+			continue
+		}
+		if !defs[0].Put(&b) {
+			stale = append(stale, s.files[defs[0].File])
+		}
+	}
+	for ref := range c.dropped {
+		if c.added[ref] == nil {
+			remove(&b, ref)
+		}
+	}
+	return b, stale
 }
 
 // definition returns where an object is defined once the pending files are
