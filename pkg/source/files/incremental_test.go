@@ -1,7 +1,9 @@
 package files
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -329,5 +331,35 @@ func TestReleasedDocumentsAreDecodedAgain(t *testing.T) {
 	}
 	if _, after := h.counters(); after-decodes != 1 {
 		t.Errorf("decoded %d files, want f3.yaml afresh", after-decodes)
+	}
+}
+
+// TestRevertAfterRefusalIsLogged: a refused edit put back as it was is
+// logged once as such; it applies nothing.
+func TestRevertAfterRefusalIsLogged(t *testing.T) {
+	h := newHarness(t, tenFiles())
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	burst := func() {
+		ch := h.ch
+		h.ch = newChanges()
+		h.src.apply(ch, log)
+	}
+	before := h.src.Dir.Current()
+	h.write("f2.yaml", strings.Replace(fileOf(2, nil), "weight: 1}", "weight: 0}", 1))
+	burst()
+	h.write("f2.yaml", fileOf(2, nil))
+	burst()
+	h.write("f2.yaml", fileOf(2, nil))
+	burst()
+	out := logs.String()
+	if n := strings.Count(out, "manifest change refused"); n != 1 {
+		t.Errorf("%d refusals logged, want 1:\n%s", n, out)
+	}
+	if n := strings.Count(out, "manifest files are back to the applied topology"); n != 1 {
+		t.Errorf("the revert was logged %d times, want once:\n%s", n, out)
+	}
+	if h.src.Dir.Current() != before {
+		t.Error("the Directory changed")
 	}
 }

@@ -266,6 +266,7 @@ func (s *Source) sync(ch *changes, full bool) (outcome, error) {
 	}
 	out.decoded = s.documents - decodedBefore
 	if len(s.pending) == 0 && len(s.rootErrs) == 0 {
+		s.refused = false // what was refused is undone
 		return out, nil
 	}
 	out.files = len(s.pending)
