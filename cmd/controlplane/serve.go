@@ -11,9 +11,9 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
-	"time"
 
 	"poise.dev/poise/pkg/controlplane"
+	"poise.dev/poise/pkg/source/files"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
 )
@@ -27,7 +27,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	tlsCert := fs.String("tls-cert", "", "serve xDS over TLS with this certificate (PEM)")
 	tlsKey := fs.String("tls-key", "", "private key of --tls-cert (PEM)")
 	tlsCA := fs.String("tls-client-ca", "", "require client certificates signed by this CA (mTLS)")
-	debounce := fs.Duration("debounce", 100*time.Millisecond, "coalesce manifest changes arriving within this interval")
+	debounce := fs.Duration("debounce", files.DefaultDebounce,
+		"apply a manifest change once the files have been quiet this long (with --source=kubernetes: coalesce the changes arriving within this interval)")
+	debounceMax := fs.Duration("debounce-max", 0, "apply manifest changes that never fall quiet at the latest this long after the first (0: twice --debounce)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	source := fs.String("source", "files", "where the topology comes from: files (-f) or kubernetes")
@@ -44,6 +46,12 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	switch {
+	case *debounce < 0 || *debounceMax < 0:
+		fmt.Fprintln(stderr, "error: --debounce and --debounce-max must not be negative")
+		return exitUsage
+	case *debounceMax != 0 && *debounceMax < *debounce:
+		fmt.Fprintf(stderr, "error: --debounce-max %v is shorter than --debounce %v: a burst could never be applied on quiet\n", *debounceMax, *debounce)
+		return exitUsage
 	case *source != "files" && *source != "kubernetes":
 		fmt.Fprintf(stderr, "error: --source %q: want files or kubernetes\n", *source)
 		return exitUsage
@@ -67,7 +75,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	err = controlplane.Run(ctx, controlplane.Config{
 		Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace,
-		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, TLS: tlsCfg, Debounce: *debounce, Spatial: spatial,
+		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, TLS: tlsCfg, Debounce: *debounce, DebounceMax: *debounceMax, Spatial: spatial,
 		Log: log, Out: stdout, Version: version,
 	})
 	if err != nil {

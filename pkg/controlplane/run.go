@@ -41,11 +41,18 @@ type Config struct {
 	XDSAddress, AdminAddress                       string
 	TLS                                            *server.TLS
 	// Spatial says where Envoy's spatial routing listener binds (zero: 0.0.0.0:10080).
-	Spatial  translate.SpatialOptions
+	Spatial translate.SpatialOptions
+	// Debounce: the files source applies a change once the files have been
+	// quiet this long; the Kubernetes source coalesces the changes arriving
+	// within it. 0: the source's default.
 	Debounce time.Duration
-	Log      *slog.Logger
-	Out      io.Writer // where the start-up banner goes; nil for none
-	Version  string
+	// DebounceMax bounds how long the files source holds changes that never
+	// fall quiet: they are applied at the latest this long after the first.
+	// 0: twice Debounce.
+	DebounceMax time.Duration
+	Log         *slog.Logger
+	Out         io.Writer // where the start-up banner goes; nil for none
+	Version     string
 	// Started, when set, is called once both ports listen.
 	Started func(Addrs)
 }
@@ -138,7 +145,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 	default:
-		src := &files.Source{Paths: cfg.Paths, Dir: dir, Debounce: cfg.Debounce, Log: log, Metrics: m}
+		src := &files.Source{Paths: cfg.Paths, Dir: dir, Debounce: cfg.Debounce, MaxDelay: cfg.DebounceMax, Log: log, Metrics: m}
 		if _, err := src.Load(); err != nil {
 			return fmt.Errorf("initial manifests are invalid; nothing to serve:\n%s", "  "+strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		}

@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -53,6 +55,41 @@ var fuzzSeeds = []string{
 	"apiVersion: poise.dev/v1alpha1\nkind: Partition\nmetadata: {name: p}\nspec: {domain: nowhere, extent: {west: 0, south: 0, east: 0, north: 0}, replicas: [ghost]}\n",
 }
 
+// checkDecodeFile: DecodeFile agrees with Decode on the same data, and
+// reusing documents from another version of the file changes nothing.
+func checkDecodeFile(t *testing.T, data []byte, set *manifest.Set, err error, prev *manifest.File) {
+	file := manifest.DecodeFile("fuzz.yaml", data, nil)
+	if again := manifest.DecodeFile("fuzz.yaml", data, prev); !reflect.DeepEqual(again.Documents, file.Documents) ||
+		!reflect.DeepEqual(again.Errors, file.Errors) {
+		t.Fatalf("reusing documents changed the result:\n%+v %v\n%+v %v", again.Documents, again.Err(), file.Documents, file.Err())
+	}
+	if again := manifest.DecodeFile("fuzz.yaml", data, file); again.Decoded != countDocs(again.Errors) {
+		t.Fatalf("decoding the same data again decoded %d documents, with errors in %d", again.Decoded, countDocs(again.Errors))
+	}
+	if err == nil {
+		var objects []manifest.Object
+		for _, d := range file.Documents {
+			objects = append(objects, d.Object)
+		}
+		if file.Err() != nil || !slices.Equal(objects, set.Objects) {
+			t.Fatalf("Decode gives %+v, DecodeFile %+v, %v", set.Objects, objects, file.Err())
+		}
+		return
+	}
+	// Decode's errors are DecodeFile's and one per later definition of an object.
+	var errs manifest.Errors
+	errors.As(err, &errs)
+	var decodeErrs manifest.Errors
+	for _, e := range errs {
+		if !strings.Contains(e.Detail, " is also defined in ") {
+			decodeErrs = append(decodeErrs, e)
+		}
+	}
+	if !reflect.DeepEqual(decodeErrs, file.Errors) {
+		t.Fatalf("Decode reports %v\nDecodeFile reports %v", decodeErrs, file.Err())
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	examples, err := filepath.Glob("../../examples/*.yaml")
 	if err != nil || len(examples) == 0 {
@@ -67,12 +104,15 @@ func FuzzDecode(f *testing.F) {
 		f.Add(b)
 		all = append(all, string(b))
 	}
-	f.Add([]byte(strings.Join(all, "\n---\n")))
+	joined := []byte(strings.Join(all, "\n---\n"))
+	f.Add(joined)
 	for _, s := range fuzzSeeds {
 		f.Add([]byte(s))
 	}
+	prev := manifest.DecodeFile("fuzz.yaml", joined, nil)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		set, err := manifest.Decode("fuzz.yaml", data)
+		checkDecodeFile(t, data, set, err, prev)
 		if err != nil {
 			if set != nil {
 				t.Fatal("Decode returned a set with an error")

@@ -1,11 +1,9 @@
 package manifest
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +12,6 @@ import (
 
 	yamlv3 "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
@@ -177,29 +174,93 @@ type typeMeta struct {
 
 func decodeInto(set *Set, seen map[string]Object, file string, data []byte) Errors {
 	var errs Errors
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for doc := 1; ; doc++ {
-		raw, err := r.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			errs = append(errs, &Error{File: file, Document: doc, Detail: fmt.Sprintf("cannot split YAML documents: %v", err)})
-			break
-		}
-		if isEmptyDocument(raw) {
-			doc--
-			continue
-		}
-		if e := decodeDocument(set, seen, file, doc, raw); e != nil {
+	err := splitDocuments(file, data, func(doc int, raw []byte) {
+		d, e := decodeDocument(file, doc, raw)
+		if e != nil {
 			errs = append(errs, e...)
+			return
 		}
+		id := d.String()
+		if prev, dup := seen[id]; dup {
+			errs = append(errs, Duplicate(d.Object, prev))
+			return
+		}
+		seen[id] = d.Object
+		d.Put(&set.Batch)
+		set.Objects = append(set.Objects, d.Object)
+	})
+	if err != nil {
+		errs = append(errs, err)
 	}
 	return errs
 }
 
+// splitDocuments calls fn with each document of a file that holds more than
+// comments, numbered from 1. A file that cannot be split is reported at the
+// document where splitting failed.
+//
+// It splits as Kubernetes' YAML reader (utilyaml.NewYAMLReader) does: a
+// document is the lines up to a line starting with "---", each line ended by
+// "\n" ("\r\n" is read as "\n"); a "---" line opening a document is part
+// of it. Unlike that reader it copies no line, nor a document that needs no
+// change: raw is a slice of data unless the document had "\r" in it or ends
+// the file without a newline.
+func splitDocuments(file string, data []byte, fn func(doc int, raw []byte)) *Error {
+	doc := 1
+	start := -1 // where the current document starts in data; -1: none yet
+	emit := func(end int) {
+		raw := data[start:end]
+		if bytes.IndexByte(raw, '\r') >= 0 || raw[len(raw)-1] != '\n' {
+			raw = bytes.ReplaceAll(raw, []byte("\r\n"), []byte("\n"))
+			if raw[len(raw)-1] != '\n' {
+				raw = append(raw, '\n')
+			}
+		}
+		start = -1
+		if !isEmptyDocument(raw) {
+			fn(doc, raw)
+			doc++
+		}
+	}
+	for pos := 0; pos < len(data); {
+		next := len(data)
+		line := data[pos:]
+		if i := bytes.IndexByte(line, '\n'); i >= 0 {
+			next = pos + i + 1
+			line = bytes.TrimSuffix(line[:i], []byte("\r"))
+		}
+		if rest, ok := bytes.CutPrefix(line, []byte("---")); ok {
+			// only a comment may follow a separator
+			if t := bytes.TrimSpace(rest); len(t) > 0 && t[0] != '#' {
+				return &Error{File: file, Document: doc, Detail: fmt.Sprintf("cannot split YAML documents: invalid Yaml document separator: %s", t)}
+			}
+			if start >= 0 {
+				emit(pos)
+				pos = next
+				continue
+			}
+		}
+		if start < 0 {
+			start = pos
+		}
+		pos = next
+	}
+	if start >= 0 {
+		emit(len(data))
+	}
+	return nil
+}
+
+// isEmptyDocument reports whether a document holds nothing but blank lines,
+// comments and "---" lines.
 func isEmptyDocument(raw []byte) bool {
-	for _, line := range bytes.Split(raw, []byte("\n")) {
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
 		t := bytes.TrimSpace(line)
 		if len(t) > 0 && t[0] != '#' && !bytes.Equal(t, []byte("---")) {
 			return false
@@ -208,9 +269,11 @@ func isEmptyDocument(raw []byte) bool {
 	return true
 }
 
-func decodeDocument(set *Set, seen map[string]Object, file string, doc int, raw []byte) Errors {
-	fail := func(object, fieldPath, detail string) Errors {
-		return Errors{{File: file, Document: doc, Object: object, Field: fieldPath, Detail: detail}}
+// decodeDocument decodes one document into its object, or says everything
+// wrong with it. Whether the object is defined elsewhere too is for the caller.
+func decodeDocument(file string, doc int, raw []byte) (Document, Errors) {
+	fail := func(object, fieldPath, detail string) (Document, Errors) {
+		return Document{}, Errors{{File: file, Document: doc, Object: object, Field: fieldPath, Detail: detail}}
 	}
 	// The strict conversion rejects a key repeated in one mapping, as
 	// kubectl does; the lenient one would silently keep the last value.
@@ -238,17 +301,18 @@ func decodeDocument(set *Set, seen map[string]Object, file string, doc int, raw 
 	}
 
 	if dupErr != nil {
-		return duplicateKeys(file, doc, object, raw, dupErr)
+		return Document{}, duplicateKeys(file, doc, object, raw, dupErr)
 	}
 
 	var (
 		ferrs field.ErrorList
 		key   topology.Key
+		value any
 	)
 	strict := func(obj any) Errors {
 		strictErrs, err := sigsjson.UnmarshalStrict(js, obj)
 		if err != nil {
-			return fail(object, "", fmt.Sprintf("cannot decode: %v", err))
+			return Errors{{File: file, Document: doc, Object: object, Detail: fmt.Sprintf("cannot decode: %v", err)}}
 		}
 		var out Errors
 		for _, se := range strictErrs {
@@ -259,36 +323,29 @@ func decodeDocument(set *Set, seen map[string]Object, file string, doc int, raw 
 	var decodeErrs Errors
 	switch tm.Kind {
 	case topology.KindUpstream:
-		key, ferrs, decodeErrs = decodeAs(strict, convert.Upstream, func(u topology.Upstream) topology.Key { return u.Key }, set.Batch.PutUpstream)
+		value, key, ferrs, decodeErrs = decodeAs(strict, convert.Upstream, func(u topology.Upstream) topology.Key { return u.Key })
 	case topology.KindLocality:
-		key, ferrs, decodeErrs = decodeAs(strict, convert.Locality, func(l topology.Locality) topology.Key { return l.Key }, set.Batch.PutLocality)
+		value, key, ferrs, decodeErrs = decodeAs(strict, convert.Locality, func(l topology.Locality) topology.Key { return l.Key })
 	case topology.KindEndpointSet:
-		key, ferrs, decodeErrs = decodeAs(strict, convert.EndpointSet, func(e topology.EndpointSet) topology.Key { return e.Key }, set.Batch.PutEndpointSet)
+		value, key, ferrs, decodeErrs = decodeAs(strict, convert.EndpointSet, func(e topology.EndpointSet) topology.Key { return e.Key })
 	case topology.KindSpatialDomain:
-		key, ferrs, decodeErrs = decodeAs(strict, convert.SpatialDomain, func(d topology.SpatialDomain) topology.Key { return d.Key }, set.Batch.PutSpatialDomain)
+		value, key, ferrs, decodeErrs = decodeAs(strict, convert.SpatialDomain, func(d topology.SpatialDomain) topology.Key { return d.Key })
 	case topology.KindPartition:
-		key, ferrs, decodeErrs = decodeAs(strict, convert.Partition, func(p topology.Partition) topology.Key { return p.Key }, set.Batch.PutPartition)
+		value, key, ferrs, decodeErrs = decodeAs(strict, convert.Partition, func(p topology.Partition) topology.Key { return p.Key })
 	default:
 		return fail(object, "kind", fmt.Sprintf("unknown kind %q: want Upstream, Locality, EndpointSet, SpatialDomain or Partition", tm.Kind))
 	}
 	if decodeErrs != nil {
-		return decodeErrs
+		return Document{}, decodeErrs
 	}
 	if len(ferrs) > 0 {
 		var out Errors
 		for _, fe := range ferrs {
 			out = append(out, &Error{File: file, Document: doc, Object: object, Field: fe.Field, Detail: fe.ErrorBody()})
 		}
-		return out
+		return Document{}, out
 	}
-	o := Object{File: file, Document: doc, Kind: tm.Kind, Key: key}
-	id := o.String()
-	if prev, dup := seen[id]; dup {
-		return fail(object, "metadata.name", fmt.Sprintf("%s is also defined in %s document %d", id, prev.File, prev.Document))
-	}
-	seen[id] = o
-	set.Objects = append(set.Objects, o)
-	return nil
+	return Document{Object: Object{File: file, Document: doc, Kind: tm.Kind, Key: key}, value: value}, nil
 }
 
 // duplicateKeys reports each key repeated in one mapping of a document with
@@ -339,18 +396,14 @@ func duplicateKeys(file string, doc int, object string, raw []byte, cause error)
 	return errs
 }
 
-// decodeAs decodes one object of API type T strictly, validates and converts it, and
-// puts it into the batch when it is valid.
-func decodeAs[T, O any](strict func(any) Errors, conv func(*T) (O, field.ErrorList), keyOf func(O) topology.Key, put func(O)) (topology.Key, field.ErrorList, Errors) {
+// decodeAs decodes one object of API type T strictly, validates and converts it.
+func decodeAs[T, O any](strict func(any) Errors, conv func(*T) (O, field.ErrorList), keyOf func(O) topology.Key) (any, topology.Key, field.ErrorList, Errors) {
 	var obj T
 	if e := strict(&obj); e != nil {
-		return topology.Key{}, nil, e
+		return nil, topology.Key{}, nil, e
 	}
 	o, ferrs := conv(&obj)
-	if len(ferrs) == 0 {
-		put(o)
-	}
-	return keyOf(o), ferrs, nil
+	return o, keyOf(o), ferrs, nil
 }
 
 // strictError turns `unknown field "spec.x"` into Field "spec.x", Detail
@@ -368,19 +421,28 @@ func strictError(file string, doc int, object string, se error) *Error {
 // Locate adds to a topology rejection the file and document of every object
 // it involves, so a person can go straight to the lines to fix.
 func (s *Set) Locate(err error) error {
-	var be *topology.BatchError
-	if !errors.As(err, &be) {
-		return err
-	}
 	where := make(map[string]Object, len(s.Objects))
 	for _, o := range s.Objects {
 		where[o.String()] = o
+	}
+	return Locate(err, func(ref topology.ObjectRef) (Object, bool) {
+		o, ok := where[ref.String()]
+		return o, ok
+	})
+}
+
+// Locate adds to a topology rejection where each object it involves is
+// defined, as where says; an object where does not know keeps no location.
+func Locate(err error, where func(topology.ObjectRef) (Object, bool)) error {
+	var be *topology.BatchError
+	if !errors.As(err, &be) {
+		return err
 	}
 	located := &topology.BatchError{Problems: slices.Clone(be.Problems)}
 	for i, p := range located.Problems {
 		locs := make([]string, len(p.Objects))
 		for j, ref := range p.Objects {
-			if o, ok := where[ref.String()]; ok {
+			if o, ok := where(ref); ok {
 				locs[j] = fmt.Sprintf("%s document %d", o.File, o.Document)
 			}
 		}

@@ -1,0 +1,117 @@
+package manifest
+
+import (
+	"crypto/sha256"
+	"fmt"
+
+	"poise.dev/poise/pkg/topology"
+)
+
+// Ref names the object as the topology does.
+func (o Object) Ref() topology.ObjectRef { return topology.ObjectRef{Kind: o.Kind, Key: o.Key} }
+
+// Duplicate is the problem of an object defined again after its first
+// definition; Load reports every later definition so.
+func Duplicate(again, first Object) *Error {
+	return &Error{File: again.File, Document: again.Document, Object: again.String(), Field: "metadata.name",
+		Detail: fmt.Sprintf("%s is also defined in %s document %d", again, first.File, first.Document)}
+}
+
+// Document is one object decoded from one document of a file.
+type Document struct {
+	Object
+	// Sum is the SHA-256 of the document's text as split from its file:
+	// documents with equal sums decode to equal objects.
+	Sum   [sha256.Size]byte
+	value any // topology.Upstream, Locality, EndpointSet, SpatialDomain or Partition
+}
+
+// Put adds the document's object to a batch. It reports false, putting
+// nothing, for a document of a released file.
+func (d *Document) Put(b *topology.Batch) bool {
+	switch v := d.value.(type) {
+	case topology.Upstream:
+		b.PutUpstream(v)
+	case topology.Locality:
+		b.PutLocality(v)
+	case topology.EndpointSet:
+		b.PutEndpointSet(v)
+	case topology.SpatialDomain:
+		b.PutSpatialDomain(v)
+	case topology.Partition:
+		b.PutPartition(v)
+	default:
+		return false
+	}
+	return true
+}
+
+// File is one manifest file decoded document by document, for a caller that
+// keeps files apart and decodes again only the one that changed.
+type File struct {
+	Name string
+	// Sum is the SHA-256 of the file's content.
+	Sum [sha256.Size]byte
+	// Documents are the objects that decoded, in document order. Whether
+	// each is defined only once is not checked: that takes every file (see
+	// Duplicate).
+	Documents []Document
+	// Errors are the problems of the other documents, in document order.
+	Errors Errors
+	// Decoded counts the documents decoded; the others were taken from the
+	// previous version of the file.
+	Decoded int
+}
+
+// Release drops the decoded objects and keeps what identifies each
+// document, for a caller that has put them where they are kept anyway: its
+// documents can no longer be put, nor can those DecodeFile takes from it.
+func (f *File) Release() {
+	for i := range f.Documents {
+		f.Documents[i].value = nil
+	}
+}
+
+// Err returns the file's problems as an error, or nil.
+func (f *File) Err() error {
+	if len(f.Errors) == 0 {
+		return nil
+	}
+	return f.Errors
+}
+
+// DecodeFile decodes one file's content; name is used in messages. A
+// document whose text is unchanged from a valid document of prev, an earlier
+// version of the file (or nil), is taken from it instead of being decoded
+// again: a one-line edit of a large file decodes one document.
+func DecodeFile(name string, data []byte, prev *File) *File {
+	f := &File{Name: name, Sum: sha256.Sum256(data)}
+	var known map[[sha256.Size]byte]*Document
+	if prev != nil && len(prev.Documents) > 0 {
+		known = make(map[[sha256.Size]byte]*Document, len(prev.Documents))
+		for i := range prev.Documents {
+			known[prev.Documents[i].Sum] = &prev.Documents[i]
+		}
+	}
+	err := splitDocuments(name, data, func(doc int, raw []byte) {
+		sum := sha256.Sum256(raw)
+		if d, ok := known[sum]; ok {
+			reused := *d
+			reused.File, reused.Document = name, doc
+			f.Documents = append(f.Documents, reused)
+			return
+		}
+		f.Decoded++
+		d, errs := decodeDocument(name, doc, raw)
+		if errs != nil {
+			f.Errors = append(f.Errors, errs...)
+			return
+		}
+		d.Sum = sum
+		f.Documents = append(f.Documents, d)
+	})
+	if err != nil {
+		f.Errors = append(f.Errors, err)
+	}
+	return f
+}
