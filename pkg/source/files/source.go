@@ -616,9 +616,16 @@ func (s *Source) list(i int, ch *changes) {
 		}
 	}
 	for name, f := range r.files {
-		if !present[name] {
-			s.gone(f)
+		if present[name] {
+			continue
 		}
+		// A listing taken while files are renamed into the directory can
+		// miss one (tmpfs does): a file is gone only if its name is.
+		if _, err := os.Lstat(name); err == nil {
+			ch.read[name] = true
+			continue
+		}
+		s.gone(f)
 	}
 }
 
