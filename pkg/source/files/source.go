@@ -971,10 +971,11 @@ func (ws *watchSet) note(ch *changes, ev fsnotify.Event) bool {
 	}
 	base := filepath.Base(name)
 	if wd.root >= 0 && manifest.IsManifest(base) {
+		// Reading the named file is enough whatever happened to it: one that
+		// appeared is tracked, one that went is untracked. The directory is
+		// not listed again (that would cost every file in it, per event); a
+		// lost event (overflow) re-reads everything.
 		ch.read[filepath.Join(ws.roots[wd.root].path, base)] = true
-		if ev.Has(fsnotify.Create) || ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
-			ch.list[wd.root] = true
-		}
 		return true
 	}
 	// A link or a directory appearing here (a Kubernetes volume swaps its
