@@ -319,7 +319,7 @@ func TestReleasedDocumentsAreDecodedAgain(t *testing.T) {
 	h.write("f3.yaml", fileOf(3, map[int]bool{3: true}))
 	h.src.mu.Lock()
 	f := h.src.files[h.path("f3.yaml")]
-	h.src.read(f, true, false)
+	h.src.readAll([]*file{f}, true, false)
 	f.disk.Release()
 	h.src.mu.Unlock()
 	_, decodes := h.counters()

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -252,17 +253,21 @@ func (s *Source) sync(ch *changes, full bool) (outcome, error) {
 			ch.read[name] = true
 		}
 	}
+	var named []*file
 	for name := range ch.read {
 		if f := s.track(name); f != nil {
-			s.read(f, true, full)
+			named = append(named, f)
 		}
 	}
+	s.readAll(named, true, full)
 	if ch.all || len(ch.check) > 0 {
+		var checked []*file
 		for name, f := range s.files {
 			if !ch.read[name] && (ch.all || ch.check[filepath.Dir(filepath.Clean(name))]) {
-				s.read(f, false, false)
+				checked = append(checked, f)
 			}
 		}
+		s.readAll(checked, false, false)
 	}
 	out.decoded = s.documents - decodedBefore
 	if len(s.pending) == 0 && len(s.rootErrs) == 0 {
@@ -299,9 +304,7 @@ func (s *Source) sync(ch *changes, full bool) (outcome, error) {
 		// A document taken from content already applied (and released) is
 		// never new to its file, so it is never put; should one be, its
 		// file decoded afresh puts it right.
-		for _, f := range stale {
-			s.read(f, true, true)
-		}
+		s.readAll(stale, true, true)
 	}
 	out.batch = b.Len()
 
@@ -647,18 +650,62 @@ func (s *Source) settle(f *file) {
 	}
 }
 
-// read reads a file again if force, or else if its size, time or identity
-// changed, and decodes it if its content did (fresh: decodes every document
-// again).
-func (s *Source) read(f *file, force, fresh bool) {
-	defer s.settle(f)
+// readAll reads files again if force, or else those whose size, time or
+// identity changed, and decodes those whose content did (fresh: decodes
+// every document again). Decoding, the costly part, runs on every core
+// when there are many files (a start, or a burst touching many).
+func (s *Source) readAll(files []*file, force, fresh bool) {
+	var jobs []decodeJob
+	for _, f := range files {
+		if j, ok := s.readOne(f, force, fresh); ok {
+			jobs = append(jobs, j)
+		} else {
+			s.settle(f)
+		}
+	}
+	decodeAll(jobs)
+	for _, j := range jobs {
+		j.f.disk = j.out
+		s.documents += j.out.Decoded
+		s.settle(j.f)
+	}
+}
+
+// decodeJob is one file's content to decode, and what it decoded to.
+type decodeJob struct {
+	f    *file
+	data []byte
+	prev *manifest.File // whose unchanged documents need no decoding
+	out  *manifest.File
+}
+
+// parallelDecode is how many files make a read decode them on every core.
+const parallelDecode = 16
+
+func decodeAll(jobs []decodeJob) {
+	workers := min(runtime.GOMAXPROCS(0), len(jobs)/parallelDecode+1)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(jobs); i += workers {
+				j := &jobs[i]
+				j.out = manifest.DecodeFile(j.f.name, j.data, j.prev)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// readOne reads one file and reports the decoding it needs, if any; a file
+// it returns no job for is settled by the caller.
+func (s *Source) readOne(f *file, force, fresh bool) (decodeJob, bool) {
 	if f.root < 0 { // under none of the paths any more
 		f.info, f.disk, f.err = nil, nil, nil
-		return
+		return decodeJob{}, false
 	}
 	if !force && f.info != nil {
 		if info, err := os.Stat(f.name); err == nil && sameFile(info, f.info) {
-			return
+			return decodeJob{}, false
 		}
 	}
 	explicit := !s.rootOf(f).dir
@@ -668,34 +715,33 @@ func (s *Source) read(f *file, force, fresh bool) {
 			s.rootErrs[f.root] = fmt.Errorf("manifest path: %w", err)
 		}
 		f.info, f.disk, f.err = nil, nil, nil
-		return
+		return decodeJob{}, false
 	}
 	if explicit {
 		delete(s.rootErrs, f.root)
 	}
 	if err != nil {
 		f.err = err
-		return
+		return decodeJob{}, false
 	}
 	s.reads++
 	f.info, f.err = info, nil
 	sum := sha256.Sum256(data)
-	var prev *manifest.File // whose unchanged documents need no decoding
+	var prev *manifest.File
 	switch {
 	case fresh:
 	case f.disk != nil && f.disk.Sum == sum:
-		return
+		return decodeJob{}, false
 	case f.applied != nil && f.applied.Sum == sum:
 		f.disk = f.applied
-		return
+		return decodeJob{}, false
 	case f.disk != nil:
 		prev = f.disk
 	default:
 		prev = f.applied
 	}
 	s.decodes++
-	f.disk = manifest.DecodeFile(f.name, data, prev)
-	s.documents += f.disk.Decoded
+	return decodeJob{f: f, data: data, prev: prev}, true
 }
 
 // sameFile reports whether a file looks unchanged: the same file (a link
