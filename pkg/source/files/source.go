@@ -897,10 +897,46 @@ func (s *Source) Run(ctx context.Context) error {
 	ch.all = true
 	s.apply(ch, log)
 
+	// Events are taken in their own goroutine, so they keep being read while
+	// a burst is applied: left unread, the kernel's queue of them overflows
+	// under a steady stream of writes, and a lost event means looking at
+	// every file.
+	var (
+		mu    sync.Mutex
+		burst = newChanges()
+		ready = make(chan struct{}, 1)
+	)
+	done := make(chan struct{})
+	defer func() { <-done }()
+	watchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		defer close(done)
+		s.collect(watchCtx, w, watch, log, &mu, &burst, ready)
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-done:
+			return nil
+		case <-ready:
+			mu.Lock()
+			ch := burst
+			burst = newChanges()
+			mu.Unlock()
+			s.apply(ch, log)
+		}
+	}
+}
+
+// collect notes every event into *burst and signals ready once the burst has
+// been quiet for Debounce, or MaxDelay after its first event.
+func (s *Source) collect(ctx context.Context, w *fsnotify.Watcher, watch *watchSet, log *slog.Logger,
+	mu *sync.Mutex, burst **changes, ready chan<- struct{}) {
 	quiet, most := s.delays()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	ch = newChanges()
 	var first time.Time // of the burst; zero when none is waiting
 	wait := func() {
 		now := time.Now()
@@ -912,27 +948,34 @@ func (s *Source) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case ev, ok := <-w.Events:
 			if !ok {
-				return nil
+				return
 			}
-			if watch.note(ch, ev) {
+			mu.Lock()
+			noted := watch.note(*burst, ev)
+			mu.Unlock()
+			if noted {
 				wait()
 			}
 		case err, ok := <-w.Errors:
 			if !ok {
-				return nil
+				return
 			}
 			log.Warn("manifest watch error", "error", err)
 			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				ch.all = true
+				mu.Lock()
+				(*burst).all = true
+				mu.Unlock()
 				wait()
 			}
 		case <-timer.C:
 			first = time.Time{}
-			s.apply(ch, log)
-			ch = newChanges()
+			select {
+			case ready <- struct{}{}:
+			default: // an apply is already due: it takes this burst too
+			}
 		}
 	}
 }
