@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -205,6 +206,17 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}()
 	}
+	// A start decodes and builds the whole topology at once, and what that
+	// took is garbage once it is published: handing it back to the system
+	// then keeps the resident size near the live heap, not the start's peak.
+	firstPublication := pub.Changed()
+	go func() {
+		select {
+		case <-firstPublication:
+			debug.FreeOSMemory()
+		case <-ctx.Done():
+		}
+	}()
 	run("publisher", func() error { return pub.Run(ctx, dir) })
 	run("xds server", func() error { return server.Serve(ctx, grpcServer, xdsLis) })
 	run("admin server", func() error {
