@@ -27,7 +27,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	tlsCert := fs.String("tls-cert", "", "serve xDS over TLS with this certificate (PEM)")
 	tlsKey := fs.String("tls-key", "", "private key of --tls-cert (PEM)")
 	tlsCA := fs.String("tls-client-ca", "", "require client certificates signed by this CA (mTLS)")
-	debounce := fs.Duration("debounce", 100*time.Millisecond, "coalesce manifest changes arriving within this interval")
+	debounce := fs.Duration("debounce", 100*time.Millisecond, "coalesce changes into one batch: manifests changed within this interval; with --source=kubernetes, changes until they pause for a tenth of it, for at most all of it")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	source := fs.String("source", "files", "where the topology comes from: files (-f) or kubernetes")
