@@ -87,6 +87,15 @@ bench-scale: build ## The binary at 100k and 1M endpoints with 100 and 1,000 ADS
 		-sizes $(SIZE) -clients $(CLIENTS) -duration $(DURATION) -json $(BIN)/bench-scale.json \
 		$(if $(SERVE_ARGS),-serve-args '$(SERVE_ARGS)') $(BENCH_SCALE_ARGS)
 
+# The churn benchmark of docs/performance.md: writers flip endpoints on a real
+# apiserver (CHURN_RATE writes/s for CHURN_SECONDS), first alone, then with one
+# plane and 20 ADS clients; it prints rates, latencies and CPU.
+.PHONY: churn
+churn: ## The Kubernetes churn benchmark (1,000 writes/s for 60 s by default; CHURN_RATE=, CHURN_SECONDS= change them).
+	@assets=$$(bash hack/test-binaries.sh) && \
+	POISE_CHURN_RATE=$(or $(CHURN_RATE),1000) POISE_CHURN_SECONDS=$(or $(CHURN_SECONDS),60) KUBEBUILDER_ASSETS="$$assets" \
+	$(GO) test -count=1 -timeout 30m -run '^TestChurn$$' -v ./test/kube/
+
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	$(GO) test -run='^$$' -fuzz=FuzzCompute -fuzztime=$(or $(FUZZTIME),30s) ./pkg/weights

@@ -28,7 +28,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	tlsKey := fs.String("tls-key", "", "private key of --tls-cert (PEM)")
 	tlsCA := fs.String("tls-client-ca", "", "require client certificates signed by this CA (mTLS)")
 	debounce := fs.Duration("debounce", files.DefaultDebounce,
-		"apply a manifest change once the files have been quiet this long (with --source=kubernetes: coalesce the changes arriving within this interval)")
+		"apply a manifest change once the files have been quiet this long (with --source=kubernetes: once changes pause for a tenth of this, at the latest this long after the first)")
 	debounceMax := fs.Duration("debounce-max", 0, "apply manifest changes that never fall quiet at the latest this long after the first (0: twice --debounce)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")

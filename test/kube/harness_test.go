@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +50,14 @@ type plane struct {
 // ready (caches synced, first snapshot published).
 func startPlane(t *testing.T, ns, name string) *plane {
 	t.Helper()
+	return startPlaneWith(t, ns, name, nil)
+}
+
+// startPlaneWith is startPlane with the configuration adjusted by tune. The
+// plane's goroutines carry the pprof label plane=name, so a CPU profile
+// tells its work from the test's.
+func startPlaneWith(t *testing.T, ns, name string, tune func(*controlplane.Config)) *plane {
+	t.Helper()
 	p := &plane{name: name, logs: &logSink{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
@@ -68,7 +77,10 @@ func startPlane(t *testing.T, ns, name string) *plane {
 		Log:                     slog.New(slog.NewTextHandler(p.logs, nil)).With("plane", name),
 		Started:                 func(a controlplane.Addrs) { started <- a },
 	}
-	go func() { p.done <- controlplane.Run(ctx, cfg) }()
+	if tune != nil {
+		tune(&cfg)
+	}
+	go pprof.Do(ctx, pprof.Labels("plane", name), func(ctx context.Context) { p.done <- controlplane.Run(ctx, cfg) })
 	t.Cleanup(func() {
 		p.stop(t)
 		if t.Failed() {

@@ -38,13 +38,22 @@ func (s *Source) upstreamGone(k topology.Key) []op {
 	return ops
 }
 
+// forgetImporter drops an Upstream from the Service and Node indexes.
 func (s *Source) forgetImporter(up topology.Key) {
-	for svc, ups := range s.importers {
-		delete(ups, up)
-		if len(ups) == 0 {
+	if svc, ok := s.serviceOf[up]; ok {
+		delete(s.serviceOf, up)
+		delete(s.importers[svc], up)
+		if len(s.importers[svc]) == 0 {
 			delete(s.importers, svc)
 		}
 	}
+	for _, n := range s.nodesOf[up] {
+		delete(s.nodeUsers[n], up)
+		if len(s.nodeUsers[n]) == 0 {
+			delete(s.nodeUsers, n)
+		}
+	}
+	delete(s.nodesOf, up)
 }
 
 // importFor turns the Service an Upstream imports into endpoint sets, one
@@ -52,10 +61,11 @@ func (s *Source) forgetImporter(up topology.Key) {
 // A missing Service or port imports nothing; the status writer says why.
 func (s *Source) importFor(ctx context.Context, u topology.Upstream) ([]op, error) {
 	var sets []topology.EndpointSet
+	var nodes []string
 	ref := ""
 	if u.Service != nil {
 		var err error
-		if sets, ref, err = s.serviceSets(ctx, u); err != nil {
+		if sets, nodes, ref, err = s.serviceSets(ctx, u); err != nil {
 			return nil, err
 		}
 	}
@@ -79,6 +89,16 @@ func (s *Source) importFor(ctx context.Context, u topology.Upstream) ([]op, erro
 			s.importers[svc] = map[topology.Key]struct{}{}
 		}
 		s.importers[svc][u.Key] = struct{}{}
+		s.serviceOf[u.Key] = svc
+		for _, n := range nodes {
+			if s.nodeUsers[n] == nil {
+				s.nodeUsers[n] = map[topology.Key]struct{}{}
+			}
+			s.nodeUsers[n][u.Key] = struct{}{}
+		}
+		if len(nodes) > 0 {
+			s.nodesOf[u.Key] = nodes
+		}
 	}
 	var ops []op
 	now := map[topology.Key]bool{}
@@ -126,26 +146,27 @@ func AdminState(c discoveryv1.EndpointConditions) weights.AdminState {
 	return weights.Unavailable
 }
 
-// serviceSets reads the endpoint sets an Upstream imports, and how its
-// Service reference resolved (ReasonServiceNotFound, ReasonPortNotFound or
-// ReasonResolved).
-func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) ([]topology.EndpointSet, string, error) {
+// serviceSets reads the endpoint sets an Upstream imports, the Nodes that
+// place them, and how its Service reference resolved
+// (ReasonServiceNotFound, ReasonPortNotFound or ReasonResolved).
+func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) ([]topology.EndpointSet, []string, string, error) {
 	var svc corev1.Service
 	err := s.Reader.Get(ctx, types.NamespacedName{Namespace: u.Key.Namespace, Name: u.Service.Name}, &svc)
 	if apierrors.IsNotFound(err) {
-		return nil, ReasonServiceNotFound, nil
+		return nil, nil, ReasonServiceNotFound, nil
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("service %s/%s: %w", u.Key.Namespace, u.Service.Name, err)
+		return nil, nil, "", fmt.Errorf("service %s/%s: %w", u.Key.Namespace, u.Service.Name, err)
 	}
 	sp, ok := ServicePort(&svc, u.Service.Port)
 	if !ok {
-		return nil, ReasonPortNotFound, nil
+		return nil, nil, ReasonPortNotFound, nil
 	}
+	// the index reads this Service's slices only, not every slice of the namespace
 	var slices_ discoveryv1.EndpointSliceList
 	if err := s.Reader.List(ctx, &slices_, client.InNamespace(u.Key.Namespace),
-		client.MatchingLabels{discoveryv1.LabelServiceName: u.Service.Name}); err != nil {
-		return nil, "", fmt.Errorf("endpointslices of %s/%s: %w", u.Key.Namespace, u.Service.Name, err)
+		client.MatchingFields{sliceServiceIndex: u.Service.Name}); err != nil {
+		return nil, nil, "", fmt.Errorf("endpointslices of %s/%s: %w", u.Key.Namespace, u.Service.Name, err)
 	}
 	type locKey struct{ region, zone string }
 	byLoc := map[locKey]map[string]topology.Endpoint{}
@@ -168,7 +189,7 @@ func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) ([]topolo
 			if ep.NodeName != nil {
 				n, err := s.node(ctx, nodes, *ep.NodeName)
 				if err != nil {
-					return nil, "", err
+					return nil, nil, "", err
 				}
 				if n != nil {
 					region, zone = n.Labels[LabelRegion], n.Labels[LabelZone]
@@ -214,7 +235,12 @@ func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) ([]topolo
 		})
 		out = append(out, set)
 	}
-	return out, ReasonResolved, nil
+	// every node named, found or not: one appearing places its endpoints
+	names := make([]string, 0, len(nodes))
+	for n := range nodes {
+		names = append(names, n)
+	}
+	return out, names, ReasonResolved, nil
 }
 
 // ImportedSetName names the endpoints of one (region, zone) that an Upstream

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -36,9 +37,12 @@ const KindService = "Service"
 
 // Source feeds a Directory from the cluster. All replicas run it.
 type Source struct {
-	Reader   client.Reader // the informer cache
-	Dir      *topology.Directory
-	Debounce time.Duration // coalesce events arriving within this interval; 0 means 50ms
+	Reader client.Reader // the informer cache, with the index Register adds
+	Dir    *topology.Directory
+	// Debounce bounds how long a change waits for others to join its batch;
+	// 0 means 50ms. A batch is applied as soon as events pause for a tenth
+	// of it, and at the latest Debounce after its first event.
+	Debounce time.Duration
 	Log      *slog.Logger
 	Metrics  *metrics.Metrics
 
@@ -49,8 +53,14 @@ type Source struct {
 	rejected map[topology.ObjectRef]Rejection
 	// imported: the endpoint sets each Upstream imported from its Service
 	imported map[topology.Key][]topology.Key
-	// importers: which Upstreams import a Service (namespace/name)
+	// importers: which Upstreams import a Service (namespace/name), and
+	// which Service each importing Upstream imports
 	importers map[topology.Key]map[topology.Key]struct{}
+	serviceOf map[topology.Key]topology.Key
+	// nodeUsers: the importing Upstreams whose endpoints a Node places (at
+	// their last import), and nodesOf the other way round
+	nodeUsers map[string]map[topology.Key]struct{}
+	nodesOf   map[topology.Key][]string
 	// refs: how each importing Upstream's Service reference resolved at the
 	// last read (a ReasonServiceNotFound, ReasonPortNotFound or ReasonResolved)
 	refs    map[topology.Key]string
@@ -71,6 +81,9 @@ func (s *Source) init() {
 		s.rejected = map[topology.ObjectRef]Rejection{}
 		s.imported = map[topology.Key][]topology.Key{}
 		s.importers = map[topology.Key]map[topology.Key]struct{}{}
+		s.serviceOf = map[topology.Key]topology.Key{}
+		s.nodeUsers = map[string]map[topology.Key]struct{}{}
+		s.nodesOf = map[topology.Key][]string{}
 		s.refs = map[topology.Key]string{}
 		s.changed = make(chan struct{})
 		if s.Log == nil {
@@ -79,11 +92,25 @@ func (s *Source) init() {
 	}
 }
 
-// Register adds event handlers to the informers of every kind the source reads.
+// sliceServiceIndex indexes EndpointSlices by the Service they belong to,
+// so importing one Service reads its slices and no others.
+const sliceServiceIndex = "poise.dev/service-name"
+
+// Register adds event handlers to the informers of every kind the source
+// reads, and the index it reads EndpointSlices by. Call it before the cache
+// starts.
 func (s *Source) Register(ctx context.Context, c cache.Cache) error {
 	s.mu.Lock()
 	s.init()
 	s.mu.Unlock()
+	if err := c.IndexField(ctx, &discoveryv1.EndpointSlice{}, sliceServiceIndex, func(o client.Object) []string {
+		if svc := o.GetLabels()[discoveryv1.LabelServiceName]; svc != "" {
+			return []string{svc}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index EndpointSlices by Service: %w", err)
+	}
 	for _, k := range []struct {
 		obj  client.Object
 		kind string
@@ -111,14 +138,67 @@ func (s *Source) Register(ctx context.Context, c cache.Cache) error {
 			}
 		}
 		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    mark,
-			UpdateFunc: func(_, n any) { mark(n) },
+			AddFunc: mark,
+			UpdateFunc: func(o, n any) {
+				oldObj, ok1 := o.(client.Object)
+				newObj, ok2 := n.(client.Object)
+				if ok1 && ok2 {
+					s.update(kind, oldObj, newObj)
+				}
+			},
 			DeleteFunc: mark,
 		}); err != nil {
 			return fmt.Errorf("event handler for %s: %w", k.kind, err)
 		}
 	}
 	return nil
+}
+
+// update marks what an update changes, and nothing when it changes nothing
+// the source reads: the status writer's own status patches, a kubelet's
+// Node heartbeats, a resync.
+func (s *Source) update(kind string, o, n client.Object) {
+	switch o := o.(type) {
+	case *v1alpha1.EndpointSet:
+		// its health comes from status, which does not move the generation
+		if nn, ok := n.(*v1alpha1.EndpointSet); ok && o.Generation == nn.Generation && o.Generation != 0 &&
+			slices.Equal(o.Status.Health, nn.Status.Health) {
+			return
+		}
+	case *v1alpha1.Upstream, *v1alpha1.Locality, *v1alpha1.SpatialDomain, *v1alpha1.Partition:
+		// their status subresource keeps status changes out of the
+		// generation, and the source reads only spec and name
+		if o.GetGeneration() == n.GetGeneration() && o.GetGeneration() != 0 {
+			return
+		}
+	case *corev1.Service:
+		if nn, ok := n.(*corev1.Service); ok && samePorts(o.Spec.Ports, nn.Spec.Ports) {
+			return
+		}
+	case *discoveryv1.EndpointSlice:
+		nn, ok := n.(*discoveryv1.EndpointSlice)
+		if !ok {
+			break
+		}
+		if o.Labels[discoveryv1.LabelServiceName] != nn.Labels[discoveryv1.LabelServiceName] {
+			s.mark(kind, o) // it left that Service
+			break
+		}
+		if o.AddressType == nn.AddressType && equality.Semantic.DeepEqual(o.Ports, nn.Ports) &&
+			equality.Semantic.DeepEqual(o.Endpoints, nn.Endpoints) {
+			return
+		}
+	case *corev1.Node:
+		if nn, ok := n.(*corev1.Node); ok && o.Labels[LabelRegion] == nn.Labels[LabelRegion] && o.Labels[LabelZone] == nn.Labels[LabelZone] {
+			return
+		}
+	}
+	s.mark(kind, n)
+}
+
+// samePorts compares what ServicePort reads of a Service's ports.
+func samePorts(a, b []corev1.ServicePort) bool {
+	return slices.EqualFunc(a, b, func(x, y corev1.ServicePort) bool { return x.Name == y.Name && x.Port == y.Port })
 }
 
 // mark records a changed object; the Run loop picks it up after the debounce.
@@ -137,11 +217,9 @@ func (s *Source) mark(kind string, o client.Object) {
 			s.dirty[topology.ObjectRef{Kind: topology.KindUpstream, Key: up}] = struct{}{}
 		}
 	case "Node":
-		// a node's region labels place imported endpoints
-		for _, ups := range s.importers {
-			for up := range ups {
-				s.dirty[topology.ObjectRef{Kind: topology.KindUpstream, Key: up}] = struct{}{}
-			}
+		// a node's labels place the imported endpoints on it
+		for up := range s.nodeUsers[o.GetName()] {
+			s.dirty[topology.ObjectRef{Kind: topology.KindUpstream, Key: up}] = struct{}{}
 		}
 	default:
 		s.dirty[topology.ObjectRef{Kind: kind, Key: key}] = struct{}{}
@@ -188,21 +266,34 @@ func (s *Source) Start(ctx context.Context) error {
 	s.mu.Lock()
 	s.init()
 	s.mu.Unlock()
-	debounce := s.Debounce
-	if debounce <= 0 {
-		debounce = 50 * time.Millisecond
+	limit := s.Debounce
+	if limit <= 0 {
+		limit = 50 * time.Millisecond
 	}
+	quiet := max(limit/10, time.Millisecond)
+	timer := time.NewTimer(limit)
+	timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-s.kick:
 		}
-		// coalesce: whatever else arrives within the debounce joins this batch
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(debounce):
+		// coalesce: what arrives before events pause for quiet joins this
+		// batch, up to limit after its first event, so a lone change waits
+		// quiet and a stream of them is applied every limit
+		deadline := time.Now().Add(limit)
+		timer.Reset(quiet)
+	collect:
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-s.kick:
+				timer.Reset(min(quiet, time.Until(deadline)))
+			case <-timer.C:
+				break collect
+			}
 		}
 		s.sync(ctx)
 	}
