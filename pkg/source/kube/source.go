@@ -355,9 +355,11 @@ func (s *Source) sync(ctx context.Context) {
 		for _, o := range ops {
 			o.apply(&b)
 		}
+		current := s.Dir.Current()
 		snap, err := s.Dir.Apply(b)
 		if err == nil {
-			if s.Metrics != nil {
+			// a batch that changed nothing (a resync, a write of what is there) is not counted
+			if s.Metrics != nil && snap != current {
 				s.Metrics.SourceBatches.WithLabelValues(sourceName, "applied").Inc()
 				s.Metrics.Revision.Set(float64(snap.Revision))
 			}
