@@ -684,14 +684,19 @@ const parallelDecode = 16
 
 func decodeAll(jobs []decodeJob) {
 	workers := min(runtime.GOMAXPROCS(0), len(jobs)/parallelDecode+1)
+	stripe := func(w int) {
+		for i := w; i < len(jobs); i += workers {
+			j := &jobs[i]
+			j.out = manifest.DecodeFile(j.f.name, j.data, j.prev)
+		}
+	}
+	if workers == 1 { // the usual burst: a file or a few, decoded here
+		stripe(0)
+		return
+	}
 	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < len(jobs); i += workers {
-				j := &jobs[i]
-				j.out = manifest.DecodeFile(j.f.name, j.data, j.prev)
-			}
-		})
+		wg.Go(func() { stripe(w) })
 	}
 	wg.Wait()
 }

@@ -510,14 +510,17 @@ func (c *chunk) fromScope(w *Watch) {
 	}
 }
 
-// keepLeft makes what a chunk left w's pending names; left may share
-// w.pending's array (a suffix of it).
+// newChunk starts a chunk whose leftovers go into w.pending's own array:
+// a name is left only after it is read, so when the names come from
+// w.pending itself the writes never overtake the reads.
+func (w *Watch) newChunk() chunk { return chunk{left: w.pending[:0]} }
+
+// keepLeft makes what a chunk left w's pending names (sorted and unique).
 func (w *Watch) keepLeft(left []string) {
-	w.pending = w.pending[:copy(w.pending[:cap(w.pending)], left)]
-	if len(left) > cap(w.pending) {
-		w.pending = append(w.pending[:0:0], left...)
+	if left == nil { // a whole response: nothing left, the array kept
+		left = w.pending[:0]
 	}
-	w.compacted = len(w.pending)
+	w.pending, w.compacted = left, len(left)
 }
 
 func (w *Watch) buildSotw() (Response, bool, []string) {
@@ -531,7 +534,7 @@ func (w *Watch) buildSotw() (Response, bool, []string) {
 		}
 		return Response{Entries: entries}, true, nil
 	}
-	var c chunk
+	c := w.newChunk()
 	if w.pendingAll {
 		c.fromScope(w)
 	} else {
@@ -546,7 +549,7 @@ func (w *Watch) buildSotw() (Response, bool, []string) {
 
 func (w *Watch) buildDelta() (Response, bool, []string) {
 	var r Response
-	var c chunk
+	c := w.newChunk()
 	if w.pendingAll {
 		c.fromScope(w)
 	} else {

@@ -168,6 +168,44 @@ func cpuNow(srv *server) (cpuWindow, error) {
 	return cpuWindow{at: time.Now(), server: s, bench: b}, err
 }
 
+// phaseStart is where a measured phase began: its flips, the clients'
+// counters, the server's metrics and the CPU of both processes.
+type phaseStart struct {
+	f       *fleet
+	srv     *server
+	ph      *phase
+	before  counters
+	metrics map[string]float64
+	cpu     cpuWindow
+}
+
+// startPhase makes the clients credit the flips of pos, then reads where
+// everything stands.
+func startPhase(f *fleet, srv *server, pos []int32) (*phaseStart, error) {
+	st := &phaseStart{f: f, srv: srv, ph: newPhase(pos, f.w, len(f.clients))}
+	f.phase.Store(st.ph)
+	st.before = f.counters()
+	var err error
+	if st.metrics, err = srv.metrics(); err != nil {
+		return nil, err
+	}
+	if st.cpu, err = cpuNow(srv); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// end reads the clients' counters since the start and the server's metrics now.
+func (st *phaseStart) end() (counters, map[string]float64, error) {
+	m, err := st.srv.metrics()
+	return st.f.counters().sub(st.before), m, err
+}
+
+// since is how much the metric series of name matching want grew from the start to m.
+func (st *phaseStart) since(m map[string]float64, name string, want ...string) float64 {
+	return sum(m, name, want...) - sum(st.metrics, name, want...)
+}
+
 // singleFlips flips o.singleFlips upstreams one at a time, each awaited at
 // every client, then measures the server's idle CPU over an equal quiet
 // interval (at most o.idleMax).
@@ -178,17 +216,11 @@ func singleFlips(ctx context.Context, o *options, t *tree, f *fleet, srv *server
 	for i := range pos {
 		pos[i] = int32(i * step % f.w)
 	}
-	ph := newPhase(pos, f.w, len(f.clients))
-	f.phase.Store(ph)
-	before := f.counters()
-	m0, err := srv.metrics()
+	st, err := startPhase(f, srv, pos)
 	if err != nil {
 		return nil, err
 	}
-	c0, err := cpuNow(srv)
-	if err != nil {
-		return nil, err
-	}
+	ph, c0 := st.ph, st.cpu
 	timedOut := 0
 	for i := range k {
 		ph.t0[i].Store(f.now())
@@ -210,11 +242,10 @@ func singleFlips(ctx context.Context, o *options, t *tree, f *fleet, srv *server
 	if err != nil {
 		return nil, err
 	}
-	m1, err := srv.metrics()
+	counts, m1, err := st.end()
 	if err != nil {
 		return nil, err
 	}
-	counts := f.counters().sub(before)
 	wall := c1.at.Sub(c0.at)
 
 	// Idle: the same length of quiet, at most idleMax.
@@ -239,7 +270,7 @@ func singleFlips(ctx context.Context, o *options, t *tree, f *fleet, srv *server
 		ServerCPUPerFlipMs: (cpu - idleCores*wall.Seconds()) / float64(k) * 1000,
 		CDSResponses:       counts.cdsResponses, EDSResponses: counts.edsResponses, CLAUpdates: counts.claUpdates,
 		CLAResent: counts.claResent, MultiCredits: ph.multiCredits.Load(), Unattributed: ph.unattributed.Load(),
-		SourceBatches: sum(m1, "poise_source_batches_total", `result="applied"`) - sum(m0, "poise_source_batches_total", `result="applied"`),
+		SourceBatches: st.since(m1, "poise_source_batches_total", `result="applied"`),
 	}
 	return res, nil
 }
@@ -252,17 +283,11 @@ func sustained(ctx context.Context, o *options, t *tree, f *fleet, srv *server) 
 	for i := range pos {
 		pos[i] = int32(i % f.w)
 	}
-	ph := newPhase(pos, f.w, len(f.clients))
-	f.phase.Store(ph)
-	before := f.counters()
-	m0, err := srv.metrics()
+	st, err := startPhase(f, srv, pos)
 	if err != nil {
 		return nil, err
 	}
-	c0, err := cpuNow(srv)
-	if err != nil {
-		return nil, err
-	}
+	ph, c0 := st.ph, st.cpu
 	period := time.Duration(float64(time.Second) / o.rate)
 	deadline := c0.at.Add(o.duration)
 	issued := 0
@@ -298,11 +323,10 @@ func sustained(ctx context.Context, o *options, t *tree, f *fleet, srv *server) 
 	if err != nil {
 		return nil, err
 	}
-	m1, err := srv.metrics()
+	counts, m1, err := st.end()
 	if err != nil {
 		return nil, err
 	}
-	counts := f.counters().sub(before)
 	issueWall := c1.at.Sub(c0.at).Seconds()
 	wall := c2.at.Sub(c0.at).Seconds()
 	lat, partial, none := ph.latencies(issued)
@@ -322,8 +346,8 @@ func sustained(ctx context.Context, o *options, t *tree, f *fleet, srv *server) 
 		FlipsPerCLAUpdate:         ratio(float64(issued)*perClient, float64(counts.claUpdates)),
 		CDSResponses:              counts.cdsResponses, CDSLosses: counts.cdsLosses, StrayCLAs: counts.strays, CLAResent: counts.claResent,
 		MultiCredits: ph.multiCredits.Load(), Unattributed: ph.unattributed.Load(),
-		SourceBatches:   sum(m1, "poise_source_batches_total", `result="applied"`) - sum(m0, "poise_source_batches_total", `result="applied"`),
-		ServerEDSPushes: sum(m1, "poise_xds_pushes_total", `type="EDS"`) - sum(m0, "poise_xds_pushes_total", `type="EDS"`),
+		SourceBatches:   st.since(m1, "poise_source_batches_total", `result="applied"`),
+		ServerEDSPushes: st.since(m1, "poise_xds_pushes_total", `type="EDS"`),
 	}
 	return res, nil
 }
