@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"sync"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
@@ -32,25 +33,60 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if r, ok := v.(*sotwRequest); ok {
-		// The buffer lives as long as the stream: one large request must not
-		// keep it large.
-		if n := data.Len(); cap(r.buf) > 64<<10 && cap(r.buf) > 4*n {
-			r.buf = make([]byte, 0, n)
-		}
-		r.buf = r.buf[:0]
-		for _, b := range data {
-			r.buf = append(r.buf, b.ReadOnlyData()...)
+		r.release()
+		if len(data) == 1 {
+			// One piece (a small request): read it where the transport put it.
+			data.Ref()
+			r.held, r.buf = data, data[0].ReadOnlyData()
+		} else {
+			// Several pieces (one per HTTP/2 frame): join them in a scratch
+			// buffer shared by all streams. A per-stream buffer would hold a
+			// subscription's worth of bytes for every client, and be cold in
+			// the CPU cache each time the client answers.
+			p := scratch.Get().(*[]byte)
+			b := (*p)[:0]
+			for _, piece := range data {
+				b = append(b, piece.ReadOnlyData()...)
+			}
+			*p = b
+			r.scratch, r.buf = p, b
 		}
 		return r.parse()
 	}
 	return c.proto.Unmarshal(data, v)
 }
 
+// scratch holds the buffers requests that arrive in several pieces are
+// joined in, from Unmarshal until the request has been handled.
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledScratch keeps one very large request from keeping its buffer.
+const maxPooledScratch = 1 << 20
+
+// release gives back the bytes the last request was read into; the request's
+// fields are not valid after it.
+func (r *sotwRequest) release() {
+	if r.held != nil {
+		r.held.Free()
+		r.held = nil
+	}
+	if r.scratch != nil {
+		if cap(*r.scratch) <= maxPooledScratch {
+			scratch.Put(r.scratch)
+		}
+		r.scratch = nil
+	}
+	r.buf = nil
+	r.version, r.node, r.typeURL, r.nonce, r.errorDetail = nil, nil, nil, nil, nil
+}
+
 // sotwRequest is a DiscoveryRequest as it arrived: the fields the server
-// needs are slices of buf, valid until the next message is read into it.
+// needs are slices of buf, valid until release (or the next message).
 type sotwRequest struct {
-	seed maphash.Seed
-	buf  []byte
+	seed    maphash.Seed
+	buf     []byte
+	held    mem.BufferSlice // the transport's buffer buf lies in, or
+	scratch *[]byte         // the pooled buffer it was joined in
 
 	version, node, typeURL, nonce, errorDetail []byte
 	hasNode, hasError                          bool
@@ -59,14 +95,17 @@ type sotwRequest struct {
 	names     int
 	span      namesSpan // where the names lie in buf, when they are contiguous
 	// known holds, per type, the names of the stream's last request of that
-	// type; a request that repeats them is recognised by one hash over
-	// their bytes, without walking them.
-	known [4]namesSpan
+	// type; a request that repeats them is recognised by comparing their
+	// bytes with the block (or by one hash over them when there is none),
+	// without walking them.
+	known  [4]namesSpan
+	blocks *nameBlocks // where known's blocks come from; nil keeps none
 }
 
 type namesSpan struct {
 	start, end, count int
 	hash              uint64
+	block             *nameBlock // the same bytes, shared; nil when not held
 }
 
 // DiscoveryRequest field numbers (envoy.service.discovery.v3).
@@ -171,8 +210,14 @@ func (r *sotwRequest) repeated(off int) (namesSpan, bool) {
 		if end < len(r.buf) && r.buf[end] == fieldResourceNames<<3|byte(protowire.BytesType) {
 			continue // more names follow
 		}
-		if maphash.Bytes(r.seed, r.buf[off:end]) == k.hash {
-			return namesSpan{start: off, end: end, count: k.count, hash: k.hash}, true
+		same := false
+		if k.block != nil {
+			same = string(r.buf[off:end]) == string(k.block.raw)
+		} else {
+			same = maphash.Bytes(r.seed, r.buf[off:end]) == k.hash
+		}
+		if same {
+			return namesSpan{start: off, end: end, count: k.count, hash: k.hash, block: k.block}, true
 		}
 	}
 	return namesSpan{}, false
@@ -180,8 +225,34 @@ func (r *sotwRequest) repeated(off int) (namesSpan, bool) {
 
 // remember records this request's names as the last of type t.
 func (r *sotwRequest) remember(t int) {
-	if t >= 0 && t < len(r.known) && r.span.count > 0 {
-		r.known[t] = r.span
+	if t < 0 || t >= len(r.known) || r.span.count == 0 {
+		return
+	}
+	old := r.known[t].block
+	span := r.span
+	switch {
+	case r.blocks == nil:
+		span.block = nil
+	case span.block == old && old != nil:
+		// the same subscription again
+	case span.block != nil:
+		r.blocks.ref(span.block) // another type's names, repeated here
+	default:
+		span.block = r.blocks.acquire(r.buf[span.start:span.end], span.hash, span.count)
+	}
+	if span.block != old && r.blocks != nil {
+		r.blocks.release(old)
+	}
+	r.known[t] = span
+}
+
+// forget drops the stream's hold on its subscriptions' blocks.
+func (r *sotwRequest) forget() {
+	for i := range r.known {
+		if r.blocks != nil {
+			r.blocks.release(r.known[i].block)
+		}
+		r.known[i] = namesSpan{}
 	}
 }
 

@@ -26,16 +26,36 @@ func names(n int, prefix string) []string {
 
 func decodeInto(t testing.TB, r *sotwRequest, b []byte) {
 	t.Helper()
-	if err := newCodec().Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, r); err != nil {
+	if err := newCodec().Unmarshal(framesOf(b, frameSize), r); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// frameSize is HTTP/2's default largest frame: the transport hands a
+// message over in pieces of at most this size.
+const frameSize = 16 << 10
+
+// framesOf cuts b into pieces of size bytes, as the transport delivers it.
+func framesOf(b []byte, size int) mem.BufferSlice {
+	var out mem.BufferSlice
+	for len(b) > size {
+		out = append(out, mem.SliceBuffer(b[:size]))
+		b = b[size:]
+	}
+	return append(out, mem.SliceBuffer(b))
 }
 
 // The server's hash of a request's names, however it reads them, is the
 // cache's hash of the same names in the same order.
 func TestRequestNamesHash(t *testing.T) {
+	for _, blocks := range []*nameBlocks{nil, newNameBlocks(maxNameBlockBytes), newNameBlocks(100)} {
+		testRequestNamesHash(t, blocks)
+	}
+}
+
+func testRequestNamesHash(t *testing.T, blocks *nameBlocks) {
 	c := xdscache.New(1, func(*core.Node) int { return 0 })
-	r := &sotwRequest{seed: c.Seed()}
+	r := &sotwRequest{seed: c.Seed(), blocks: blocks}
 	eds, other := names(300, "svc"), names(300, "svd") // same lengths, other bytes
 	for i, tc := range []struct {
 		req  *discovery.DiscoveryRequest
@@ -55,15 +75,23 @@ func TestRequestNamesHash(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		decodeInto(t, r, b)
-		if r.namesHash != c.HashNames(tc.want) || !slices.Equal(r.resourceNames(), tc.want) && len(tc.want) > 0 {
-			t.Fatalf("case %d: hash or names differ from the request's", i)
+		// in one piece, in frames, and in pieces that split every field
+		for _, size := range []int{len(b) + 1, frameSize, 7} {
+			if err := newCodec().Unmarshal(framesOf(b, size), r); err != nil {
+				t.Fatal(err)
+			}
+			if r.namesHash != c.HashNames(tc.want) || !slices.Equal(r.resourceNames(), tc.want) && len(tc.want) > 0 {
+				t.Fatalf("case %d, pieces of %d: hash or names differ from the request's", i, size)
+			}
+			if string(r.typeURL) != tc.req.GetTypeUrl() || string(r.nonce) != tc.req.GetResponseNonce() || r.hasNode != (tc.req.Node != nil) ||
+				r.hasError != (tc.req.ErrorDetail != nil) || string(r.version) != tc.req.GetVersionInfo() {
+				t.Fatalf("case %d, pieces of %d: fields read wrongly", i, size)
+			}
+			if size == 7 {
+				r.remember(xdscache.TypeIndex(tc.req.GetTypeUrl()))
+			}
+			r.release()
 		}
-		if string(r.typeURL) != tc.req.GetTypeUrl() || string(r.nonce) != tc.req.GetResponseNonce() || r.hasNode != (tc.req.Node != nil) ||
-			r.hasError != (tc.req.ErrorDetail != nil) || string(r.version) != tc.req.GetVersionInfo() {
-			t.Fatalf("case %d: fields read wrongly", i)
-		}
-		r.remember(xdscache.TypeIndex(tc.req.GetTypeUrl()))
 	}
 
 	// Names interleaved with other fields hash the same as in order.
@@ -89,7 +117,7 @@ func TestRequestNamesHash(t *testing.T) {
 func TestACKAllocatesO1(t *testing.T) {
 	for _, n := range []int{10, 5000} {
 		c := xdscache.New(1, func(*core.Node) int { return 0 })
-		x := &xdsServer{cache: c, clients: NewClients(nil, nil)}
+		x := &xdsServer{cache: c, clients: NewClients(nil, nil), names: newNameBlocks(maxNameBlockBytes)}
 		key := streamKey{"sotw", 1}
 		x.clients.open(key)
 		st := c.NewStream(false)
@@ -103,7 +131,7 @@ func TestACKAllocatesO1(t *testing.T) {
 			changes = append(changes, xdscache.Change{TypeURL: resource.EndpointType, Name: name, Entry: e})
 		}
 		c.Apply(xdscache.Update{Version: "v1", Changes: changes})
-		req := &sotwRequest{seed: c.Seed()}
+		req := &sotwRequest{seed: c.Seed(), blocks: x.names}
 		first, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: list, Node: &core.Node{Id: "n"}})
 		decodeInto(t, req, first)
 		if err := x.handleSotw(st, key, "", req); err != nil {
@@ -116,14 +144,18 @@ func TestACKAllocatesO1(t *testing.T) {
 		x.clients.response(key, out[0].TypeURL, out[0].Version, out[0].Nonce, n)
 		ack, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: list, VersionInfo: "v1", ResponseNonce: out[0].Nonce})
 		nonce := out[0].Nonce
+		frames := framesOf(ack, frameSize)
 		allocs := testing.AllocsPerRun(100, func() {
-			decodeInto(t, req, ack)
+			if err := newCodec().Unmarshal(frames, req); err != nil {
+				t.Fatal(err)
+			}
 			if err := x.handleSotw(st, key, "", req); err != nil {
 				t.Fatal(err)
 			}
 			if string(req.nonce) != nonce {
 				t.Fatal("nonce")
 			}
+			req.release()
 		})
 		t.Logf("%d names: %.0f allocations per ACK", n, allocs)
 		if allocs > 6 {
@@ -132,17 +164,98 @@ func TestACKAllocatesO1(t *testing.T) {
 	}
 }
 
-func bufferOf(b []byte) mem.BufferSlice { return mem.BufferSlice{mem.SliceBuffer(b)} }
+// transportFrames hands b over as the transport does, into dst: copied
+// frame by frame into buffers from gRPC's pool, to be freed once read.
+func transportFrames(dst mem.BufferSlice, b []byte) mem.BufferSlice {
+	dst = dst[:0]
+	for len(b) > 0 {
+		n := min(len(b), frameSize)
+		dst = append(dst, mem.Copy(b[:n], mem.DefaultBufferPool()))
+		b = b[n:]
+	}
+	return dst
+}
 
-// A stream's request buffer shrinks back after one large request.
-func TestRequestBufferShrinks(t *testing.T) {
+// A stream holds no request bytes between requests, however large the
+// last one was: a thousand clients that each repeat a large subscription
+// must not each keep a copy of it.
+func TestRequestHoldsNoBytes(t *testing.T) {
 	c := xdscache.New(1, func(*core.Node) int { return 0 })
 	r := &sotwRequest{seed: c.Seed()}
 	large, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: names(50000, "svc")})
 	small, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: names(10, "svc")})
-	decodeInto(t, r, large)
-	decodeInto(t, r, small)
-	if cap(r.buf) > 64<<10 {
-		t.Fatalf("the buffer kept %d bytes for a %d-byte request", cap(r.buf), len(small))
+	for _, b := range [][]byte{large, small} {
+		decodeInto(t, r, b)
+		if len(r.buf) != len(b) {
+			t.Fatalf("read %d of %d bytes", len(r.buf), len(b))
+		}
+		r.release()
+		if r.buf != nil || r.scratch != nil || r.held != nil || r.nonce != nil {
+			t.Fatal("the request kept its bytes after release")
+		}
 	}
+}
+
+// Streams that subscribe to the same names share one block of their bytes;
+// the block goes when the last of them does, and the blocks' total stays
+// within its limit.
+func TestNameBlocksShared(t *testing.T) {
+	c := xdscache.New(1, func(*core.Node) int { return 0 })
+	eds := names(1000, "svc")
+	req := func(n []string) []byte {
+		b, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: n})
+		return b
+	}
+	t.Run("shared", func(t *testing.T) {
+		blocks := newNameBlocks(maxNameBlockBytes)
+		var streams []*sotwRequest
+		for i := range 10 {
+			r := &sotwRequest{seed: c.Seed(), blocks: blocks}
+			subscription := eds
+			if i == 9 {
+				subscription = eds[1:]
+			}
+			decodeInto(t, r, req(subscription))
+			r.remember(xdscache.TypeIndex(resource.EndpointType))
+			r.release()
+			decodeInto(t, r, req(subscription)) // its ACK
+			if r.span.block == nil || r.namesHash != c.HashNames(subscription) {
+				t.Fatal("an ACK was not recognised by its block")
+			}
+			r.remember(xdscache.TypeIndex(resource.EndpointType))
+			r.release()
+			streams = append(streams, r)
+		}
+		if n, held := blocks.size(); n != 2 || held > 2*len(req(eds)) {
+			t.Fatalf("10 streams over 2 subscriptions hold %d blocks of %d bytes", n, held)
+		}
+		// one stream changes its subscription: its old block stays for the others
+		decodeInto(t, streams[0], req(eds[:500]))
+		streams[0].remember(xdscache.TypeIndex(resource.EndpointType))
+		if n, _ := blocks.size(); n != 3 {
+			t.Fatalf("%d blocks after a change, want 3", n)
+		}
+		for _, r := range streams {
+			r.forget()
+		}
+		if n, held := blocks.size(); n != 0 || held != 0 {
+			t.Fatalf("%d blocks of %d bytes left after every stream went", n, held)
+		}
+	})
+	t.Run("limit", func(t *testing.T) {
+		blocks := newNameBlocks(len(req(eds)) + len(req(eds))/2)
+		for _, sub := range [][]string{eds, eds[1:], eds[2:]} {
+			r := &sotwRequest{seed: c.Seed(), blocks: blocks}
+			decodeInto(t, r, req(sub))
+			r.remember(xdscache.TypeIndex(resource.EndpointType))
+			r.release()
+			decodeInto(t, r, req(sub))
+			if r.namesHash != c.HashNames(sub) {
+				t.Fatal("an ACK past the limit was not recognised by its hash")
+			}
+		}
+		if n, held := blocks.size(); n != 1 || held > blocks.limit {
+			t.Fatalf("%d blocks of %d bytes, limit %d", n, held, blocks.limit)
+		}
+	})
 }

@@ -12,6 +12,7 @@ import (
 	gcp "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -174,21 +175,30 @@ type poiseClient struct {
 
 func benchPoiseSotw(b *testing.B, f *fixture, n int) {
 	c := poiseCache(b, f)
-	x := &xdsServer{cache: c, clients: NewClients(nil, nil)}
+	x := &xdsServer{cache: c, clients: NewClients(nil, nil), names: newNameBlocks(maxNameBlockBytes)}
 	first, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: f.names, Node: &core.Node{Id: "envoy"}})
 	// An ACK as it arrives: the version and every name, then the type and
-	// nonce, written into one reused buffer as a transport would.
+	// nonce. Clients write it (each the same, as they move in step), and the
+	// server's transport copies it frame by frame into pooled buffers
+	// (transportFrames): only that copy is the server's work.
 	block := ackBytes(f.names, "", "")
 	block = block[2 : len(block)-2-len(resource.EndpointType)-2] // the names alone
 	var wire []byte
+	var frames mem.BufferSlice
+	var lastVersion, lastNonce string
 	ack := func(version, nonce string) []byte {
+		if version == lastVersion && nonce == lastNonce {
+			return wire
+		}
+		lastVersion, lastNonce = version, nonce
 		wire = protowire.AppendTag(wire[:0], fieldVersionInfo, protowire.BytesType)
 		wire = protowire.AppendString(wire, version)
 		wire = append(wire, block...)
 		wire = protowire.AppendTag(wire, fieldTypeURL, protowire.BytesType)
 		wire = protowire.AppendString(wire, resource.EndpointType)
 		wire = protowire.AppendTag(wire, fieldResponseNonce, protowire.BytesType)
-		return protowire.AppendString(wire, nonce)
+		wire = protowire.AppendString(wire, nonce)
+		return wire
 	}
 	answer := func(cl *poiseClient) int {
 		cl.out = cl.st.Next(cl.out[:0])
@@ -200,16 +210,20 @@ func benchPoiseSotw(b *testing.B, f *fixture, n int) {
 		if _, err := proto.Marshal(sotwResponse(r)); err != nil {
 			b.Fatal(err)
 		}
-		if err := newCodec().Unmarshal(bufferOf(ack(r.Version, r.Nonce)), cl.req); err != nil {
+		frames = transportFrames(frames, ack(r.Version, r.Nonce))
+		err := newCodec().Unmarshal(frames, cl.req)
+		frames.Free()
+		if err != nil {
 			b.Fatal(err)
 		}
 		if err := x.handleSotw(cl.st, cl.key, "", cl.req); err != nil {
 			b.Fatal(err)
 		}
+		cl.req.release()
 		return len(r.Entries)
 	}
 	fanOut(b, f, n, func(i int) *poiseClient {
-		cl := &poiseClient{st: c.NewStream(false), key: streamKey{"sotw", int64(i + 1)}, req: &sotwRequest{seed: c.Seed()}}
+		cl := &poiseClient{st: c.NewStream(false), key: streamKey{"sotw", int64(i + 1)}, req: &sotwRequest{seed: c.Seed(), blocks: x.names}}
 		x.clients.open(cl.key)
 		decodeInto(b, cl.req, first)
 		if err := x.handleSotw(cl.st, cl.key, "", cl.req); err != nil {
@@ -222,7 +236,7 @@ func benchPoiseSotw(b *testing.B, f *fixture, n int) {
 
 func benchPoiseDelta(b *testing.B, f *fixture, n int) {
 	c := poiseCache(b, f)
-	x := &xdsServer{cache: c, clients: NewClients(nil, nil)}
+	x := &xdsServer{cache: c, clients: NewClients(nil, nil), names: newNameBlocks(maxNameBlockBytes)}
 	answer := func(cl *poiseClient) int {
 		cl.out = cl.st.Next(cl.out[:0])
 		if len(cl.out) != 1 {
@@ -363,26 +377,31 @@ func benchLinearDelta(b *testing.B, f *fixture, n int) {
 // handles it once received: read its bytes, recognise the names, re-arm.
 func BenchmarkACK(b *testing.B) {
 	c := xdscache.New(1, func(*core.Node) int { return 0 })
-	x := &xdsServer{cache: c, clients: NewClients(nil, nil)}
+	x := &xdsServer{cache: c, clients: NewClients(nil, nil), names: newNameBlocks(maxNameBlockBytes)}
 	key := streamKey{"sotw", 1}
 	x.clients.open(key)
 	st := c.NewStream(false)
 	list := names(5000, "bench/svc")
-	req := &sotwRequest{seed: c.Seed()}
+	req := &sotwRequest{seed: c.Seed(), blocks: x.names}
 	first, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: list, Node: &core.Node{Id: "n"}})
 	decodeInto(b, req, first)
 	if err := x.handleSotw(st, key, "", req); err != nil {
 		b.Fatal(err)
 	}
-	ack := bufferOf(ackBytes(list, "v1", "1"))
-	b.SetBytes(int64(ack.Len()))
+	ack := ackBytes(list, "v1", "1")
+	b.SetBytes(int64(len(ack)))
 	b.ReportAllocs()
+	var frames mem.BufferSlice
 	for b.Loop() {
-		if err := newCodec().Unmarshal(ack, req); err != nil {
+		frames = transportFrames(frames, ack)
+		err := newCodec().Unmarshal(frames, req)
+		frames.Free()
+		if err != nil {
 			b.Fatal(err)
 		}
 		if err := x.handleSotw(st, key, "", req); err != nil {
 			b.Fatal(err)
 		}
+		req.release()
 	}
 }

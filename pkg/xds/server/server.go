@@ -56,7 +56,7 @@ func New(ctx context.Context, cache *xdscache.Cache, clients *Clients, cfg Confi
 		opts = append(opts, grpc.Creds(creds))
 	}
 	g := grpc.NewServer(opts...)
-	x := &xdsServer{ctx: ctx, cache: cache, clients: clients}
+	x := &xdsServer{ctx: ctx, cache: cache, clients: clients, names: newNameBlocks(maxNameBlockBytes)}
 	x.register(g)
 	return g, nil
 }

@@ -28,6 +28,7 @@ type xdsServer struct {
 	ctx     context.Context
 	cache   *xdscache.Cache
 	clients *Clients
+	names   *nameBlocks
 	// SotW and Delta streams are numbered independently, each from 1.
 	sotwIDs, deltaIDs atomic.Int64
 }
@@ -155,7 +156,9 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 }
 
 func (x *xdsServer) recvSotw(ss grpc.ServerStream, st *xdscache.Stream, key streamKey, only string) error {
-	req := &sotwRequest{seed: x.cache.Seed()}
+	req := &sotwRequest{seed: x.cache.Seed(), blocks: x.names}
+	defer req.forget()
+	defer req.release()
 	for {
 		if err := ss.RecvMsg(req); err != nil {
 			if errors.Is(err, errMalformed) {
@@ -163,7 +166,9 @@ func (x *xdsServer) recvSotw(ss grpc.ServerStream, st *xdscache.Stream, key stre
 			}
 			return err
 		}
-		if err := x.handleSotw(st, key, only, req); err != nil {
+		err := x.handleSotw(st, key, only, req)
+		req.release()
+		if err != nil {
 			return err
 		}
 	}
