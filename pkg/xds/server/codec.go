@@ -42,14 +42,18 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 			// Several pieces (one per HTTP/2 frame): join them in a scratch
 			// buffer shared by all streams. A per-stream buffer would hold a
 			// subscription's worth of bytes for every client, and be cold in
-			// the CPU cache each time the client answers.
+			// the CPU cache each time the client answers. Names that repeat
+			// a known subscription are compared where they lie and left out.
 			p := scratch.Get().(*[]byte)
-			b := (*p)[:0]
-			for _, piece := range data {
-				b = append(b, piece.ReadOnlyData()...)
+			b, elided, at, ok := r.joinEliding((*p)[:0], data)
+			if !ok {
+				b, elided = b[:0], nil
+				for _, piece := range data {
+					b = append(b, piece.ReadOnlyData()...)
+				}
 			}
 			*p = b
-			r.scratch, r.buf = p, b
+			r.scratch, r.buf, r.elided, r.elidedAt = p, b, elided, at
 		}
 		return r.parse()
 	}
@@ -76,7 +80,7 @@ func (r *sotwRequest) release() {
 		}
 		r.scratch = nil
 	}
-	r.buf = nil
+	r.buf, r.elided = nil, nil
 	r.version, r.node, r.typeURL, r.nonce, r.errorDetail = nil, nil, nil, nil, nil
 }
 
@@ -87,6 +91,10 @@ type sotwRequest struct {
 	buf     []byte
 	held    mem.BufferSlice // the transport's buffer buf lies in, or
 	scratch *[]byte         // the pooled buffer it was joined in
+	// elided is set when the names were left out of buf because they are
+	// this block's bytes; they stood at buf[elidedAt].
+	elided   *nameBlock
+	elidedAt int
 
 	version, node, typeURL, nonce, errorDetail []byte
 	hasNode, hasError                          bool
@@ -125,6 +133,11 @@ func (r *sotwRequest) parse() error {
 	r.hasNode, r.hasError, r.names = false, false, 0
 	span := namesSpan{start: -1}
 	contiguous, hashed := true, false
+	if r.elided != nil {
+		// the names are the block's: joinEliding saw them whole and alone
+		k := r.elided
+		span, hashed, r.names = namesSpan{start: r.elidedAt, end: r.elidedAt, count: k.count, hash: k.hash, block: k}, true, k.count
+	}
 	b := r.buf
 	for len(b) > 0 {
 		off := len(r.buf) - len(b)
@@ -203,6 +216,9 @@ func (r *sotwRequest) parse() error {
 func (r *sotwRequest) repeated(off int) (namesSpan, bool) {
 	for _, k := range r.known {
 		l := k.end - k.start
+		if k.block != nil {
+			l = len(k.block.raw) // its span may have been elided
+		}
 		end := off + l
 		if k.count == 0 || end > len(r.buf) {
 			continue
@@ -239,6 +255,9 @@ func (r *sotwRequest) remember(t int) {
 		r.blocks.ref(span.block) // another type's names, repeated here
 	default:
 		span.block = r.blocks.acquire(r.buf[span.start:span.end], span.hash, span.count)
+		if span.block == old && old != nil {
+			r.blocks.release(old) // held already: the stream holds it once
+		}
 	}
 	if span.block != old && r.blocks != nil {
 		r.blocks.release(old)
@@ -260,6 +279,9 @@ func (r *sotwRequest) forget() {
 // order: the whole field (tag, length, bytes) and the name's bytes.
 func (r *sotwRequest) eachName(f func(field, name []byte)) {
 	b := r.buf
+	if r.elided != nil {
+		b = r.elided.raw
+	}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		m := protowire.ConsumeFieldValue(num, typ, b[n:])

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -258,4 +259,60 @@ func TestNameBlocksShared(t *testing.T) {
 			t.Fatalf("%d blocks of %d bytes, limit %d", n, held, blocks.limit)
 		}
 	})
+}
+
+// However a stream's requests are cut into pieces, ordered and repeated,
+// what the server reads of each is what proto.Unmarshal reads: the names
+// (and their hash), version, nonce and type.
+func TestRequestReadAsDecoded(t *testing.T) {
+	c := xdscache.New(1, func(*core.Node) int { return 0 })
+	rng := rand.New(rand.NewPCG(1, 2))
+	subs := [][]string{names(200, "svc"), names(200, "svd"), names(3, "svc"), nil, names(2000, "svc")}
+	for stream := range 50 {
+		r := &sotwRequest{seed: c.Seed(), blocks: newNameBlocks(maxNameBlockBytes)}
+		for i := range 20 {
+			sub := subs[rng.IntN(len(subs))]
+			typ := []string{resource.EndpointType, resource.ClusterType}[rng.IntN(2)]
+			// field order varies: names first, last, or split around the type
+			var b []byte
+			field := func(num protowire.Number, v string) {
+				b = protowire.AppendTag(b, num, protowire.BytesType)
+				b = protowire.AppendString(b, v)
+			}
+			split := len(sub)
+			if rng.IntN(4) == 0 {
+				split = rng.IntN(len(sub) + 1)
+			}
+			field(fieldVersionInfo, fmt.Sprintf("v%d", i))
+			for _, n := range sub[:split] {
+				field(fieldResourceNames, n)
+			}
+			field(fieldTypeURL, typ)
+			for _, n := range sub[split:] {
+				field(fieldResourceNames, n)
+			}
+			field(fieldResponseNonce, fmt.Sprint(i))
+			want := &discovery.DiscoveryRequest{}
+			if err := proto.Unmarshal(b, want); err != nil {
+				t.Fatal(err)
+			}
+			size := []int{len(b) + 1, frameSize, 1 + rng.IntN(64), 1 + rng.IntN(4096)}[rng.IntN(4)]
+			if err := newCodec().Unmarshal(framesOf(b, size), r); err != nil {
+				t.Fatal(err)
+			}
+			got := r.resourceNames()
+			if r.namesHash != c.HashNames(want.ResourceNames) || !slices.Equal(got, want.ResourceNames) && len(got)+len(want.ResourceNames) > 0 ||
+				r.names != len(want.ResourceNames) || string(r.version) != want.VersionInfo || string(r.nonce) != want.ResponseNonce ||
+				string(r.typeURL) != want.TypeUrl {
+				t.Fatalf("stream %d request %d (pieces of %d): read %d names, version %q, nonce %q, type %q; want %d, %q, %q, %q",
+					stream, i, size, r.names, r.version, r.nonce, r.typeURL, len(want.ResourceNames), want.VersionInfo, want.ResponseNonce, want.TypeUrl)
+			}
+			r.remember(xdscache.TypeIndex(typ))
+			r.release()
+		}
+		r.forget()
+		if n, held := r.blocks.size(); n != 0 || held != 0 {
+			t.Fatalf("stream %d left %d blocks", stream, n)
+		}
+	}
 }

@@ -414,23 +414,44 @@ const (
 // last, as protobuf-go's deterministic marshalling does, so the bytes are
 // the same.
 
-func tagSize(num protowire.Number) int { return protowire.SizeTag(num) }
+// The sizes below take the one- and two-byte cases (every field number
+// here is below 16, most values and lengths below 16384) inline, without
+// protowire's general computation.
+
+func tagSize(num protowire.Number) int {
+	if num < 16 {
+		return 1
+	}
+	return protowire.SizeTag(num)
+}
+
+func varintSize(v uint64) int {
+	switch {
+	case v < 1<<7:
+		return 1
+	case v < 1<<14:
+		return 2
+	}
+	return protowire.SizeVarint(v)
+}
+
+func bytesSize(n int) int { return varintSize(uint64(n)) + n }
 
 func sizeString(num protowire.Number, s string) int {
 	if s == "" {
 		return 0
 	}
-	return tagSize(num) + protowire.SizeBytes(len(s))
+	return tagSize(num) + bytesSize(len(s))
 }
 
 func sizeVarint(num protowire.Number, v uint64) int {
 	if v == 0 {
 		return 0
 	}
-	return tagSize(num) + protowire.SizeVarint(v)
+	return tagSize(num) + varintSize(v)
 }
 
-func sizeMessage(num protowire.Number, n int) int { return tagSize(num) + protowire.SizeBytes(n) }
+func sizeMessage(num protowire.Number, n int) int { return tagSize(num) + bytesSize(n) }
 
 // appendTag and appendUvarint write the one-byte cases (every field number
 // here is below 16, most lengths below 128) without a call.
@@ -496,7 +517,7 @@ func (m *claModel) measure() int {
 		l.subZoneSize = m.subZoneLen(l)
 		l.localitySize = sizeString(localityRegion, l.loc.Region) + sizeString(localityZone, l.loc.Zone)
 		if l.subZoneSize > 0 {
-			l.localitySize += tagSize(localitySubZone) + protowire.SizeBytes(l.subZoneSize)
+			l.localitySize += tagSize(localitySubZone) + bytesSize(l.subZoneSize)
 		}
 		size := sizeMessage(lleLocality, l.localitySize)
 		for j := l.first; j < l.first+l.count; j++ {
