@@ -27,6 +27,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	tlsCert := fs.String("tls-cert", "", "serve xDS over TLS with this certificate (PEM)")
 	tlsKey := fs.String("tls-key", "", "private key of --tls-cert (PEM)")
 	tlsCA := fs.String("tls-client-ca", "", "require client certificates signed by this CA (mTLS)")
+	maxStreams := fs.Int("xds-max-streams", server.DefaultMaxStreams, "xDS streams served at once; beyond, a new stream ends with RESOURCE_EXHAUSTED")
+	maxPerConn := fs.Int("xds-max-streams-per-connection", server.DefaultMaxStreamsPerConnection, "xDS streams one client connection may open at once")
 	debounce := fs.Duration("debounce", files.DefaultDebounce,
 		"apply a manifest change once the files have been quiet this long (with --source=kubernetes: once changes pause for a tenth of this, at the latest this long after the first)")
 	debounceMax := fs.Duration("debounce-max", 0, "apply manifest changes that never fall quiet at the latest this long after the first (0: twice --debounce)")
@@ -52,6 +54,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	case *debounceMax != 0 && *debounceMax < *debounce:
 		fmt.Fprintf(stderr, "error: --debounce-max %v is shorter than --debounce %v: a burst could never be applied on quiet\n", *debounceMax, *debounce)
 		return exitUsage
+	case *maxStreams < 1 || *maxPerConn < 1:
+		fmt.Fprintln(stderr, "error: --xds-max-streams and --xds-max-streams-per-connection must be at least 1")
+		return exitUsage
 	case *source != "files" && *source != "kubernetes":
 		fmt.Fprintf(stderr, "error: --source %q: want files or kubernetes\n", *source)
 		return exitUsage
@@ -75,7 +80,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	err = controlplane.Run(ctx, controlplane.Config{
 		Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace,
-		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, TLS: tlsCfg, Debounce: *debounce, DebounceMax: *debounceMax, Spatial: spatial,
+		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn, Debounce: *debounce, DebounceMax: *debounceMax, Spatial: spatial,
 		Log: log, Out: stdout, Version: version,
 	})
 	if err != nil {

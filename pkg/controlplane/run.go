@@ -41,6 +41,9 @@ type Config struct {
 	LeaseDuration, RenewDeadline, RetryPeriod      time.Duration
 	XDSAddress, AdminAddress                       string
 	TLS                                            *server.TLS
+	// MaxStreams and MaxStreamsPerConnection bound the xDS streams (zero:
+	// the server's defaults).
+	MaxStreams, MaxStreamsPerConnection int
 	// Spatial says where Envoy's spatial routing listener binds (zero: 0.0.0.0:10080).
 	Spatial translate.SpatialOptions
 	// Debounce: the files source applies a change once the files have been
@@ -153,7 +156,7 @@ func Run(ctx context.Context, cfg Config) error {
 		runSource = func() error { return src.Run(ctx) }
 	}
 
-	grpcServer, err := server.New(ctx, cache, clients, server.Config{TLS: cfg.TLS})
+	grpcServer, err := server.New(ctx, cache, clients, server.Config{TLS: cfg.TLS, MaxStreams: cfg.MaxStreams, MaxStreamsPerConnection: cfg.MaxStreamsPerConnection})
 	if err != nil {
 		return err
 	}

@@ -2,11 +2,13 @@ package server
 
 import (
 	"cmp"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
@@ -59,6 +61,38 @@ type TypeState struct {
 	Pushes           uint64 `json:"pushes"`
 	NACKs            uint64 `json:"nacks"`
 	LastNACK         *NACK  `json:"lastNack,omitempty"`
+	// The NACKs of this type on this stream are logged at most once per
+	// nackLogEvery; unlogged counts the others since the last line.
+	lastNACKLog time.Time
+	unlogged    int
+}
+
+// A client's NACK text is its own: it is kept and logged only up to
+// maxNACKDetail bytes, and a stream's NACKs of one type are logged at most
+// once per nackLogEvery (each is still counted and the last one kept), so
+// no client can fill the log.
+const (
+	maxNACKDetail = 1024
+	nackLogEvery  = 10 * time.Second
+)
+
+// maxNodeField bounds what /debug/clients and the log keep of a node's
+// id, cluster and user agent.
+const maxNodeField = 256
+
+// maxNodeFeatures bounds the client features it keeps.
+const maxNodeFeatures = 32
+
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (%d bytes more)", len(s)-cut)
 }
 
 // NACK is a rejected response and the client's reason.
@@ -167,8 +201,13 @@ func (c *Clients) identify(cl *Client, n *core.Node) {
 		c.gauge(cl.Kind, -1)
 		c.gauge(kind, 1)
 	}
-	cl.NodeID, cl.Cluster, cl.UserAgent, cl.Kind = n.GetId(), n.GetCluster(), n.GetUserAgentName(), kind
-	cl.Features = slices.Clone(n.GetClientFeatures())
+	cl.NodeID, cl.Cluster, cl.UserAgent, cl.Kind = truncate(n.GetId(), maxNodeField), truncate(n.GetCluster(), maxNodeField),
+		truncate(n.GetUserAgentName(), maxNodeField), kind
+	features := n.GetClientFeatures()
+	cl.Features = make([]string, 0, min(len(features), maxNodeFeatures))
+	for _, f := range features[:min(len(features), maxNodeFeatures)] {
+		cl.Features = append(cl.Features, truncate(f, maxNodeField))
+	}
 	cl.Rendering = translate.RenderingFor(n).String()
 }
 
@@ -198,7 +237,7 @@ func (c *Clients) sotwRequest(k streamKey, n *core.Node, typeURL string, version
 	} else {
 		v = string(version)
 	}
-	c.record(cl, n, typeURL, v, nonce, errDetail, isNACK)
+	c.record(cl, n, typeURL, nonce, errDetail, isNACK)
 	return v
 }
 
@@ -207,44 +246,47 @@ func (c *Clients) sotwRequest(k streamKey, n *core.Node, typeURL string, version
 func (c *Clients) deltaRequest(k streamKey, n *core.Node, typeURL, nonce, errDetail string, isNACK bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cl := c.streams[k]
-	if cl == nil {
-		return
+	if cl := c.streams[k]; cl != nil {
+		c.record(cl, n, typeURL, nonce, errDetail, isNACK)
 	}
-	version := ""
-	if ts := cl.Types[xdscache.ShortType(typeURL)]; ts != nil && nonce != "" && !isNACK && ts.LastSentNonce == nonce {
-		version = ts.LastSentVersion
-	}
-	c.record(cl, n, typeURL, version, nonce, errDetail, isNACK)
 }
 
-// record records an ACK or a NACK; c.mu is held. A NACK is logged with the
-// client's error detail and counted; the cache does not re-send the
-// rejected version.
-func (c *Clients) record(cl *Client, n *core.Node, typeURL, version, nonce string, errDetail string, isNACK bool) {
+// record records an ACK or a NACK; c.mu is held. A NACK of the last
+// response sent is counted and logged (within bounds) with the client's
+// error detail; the cache does not re-send the rejected version. A NACK
+// whose nonce is not the last one sent answers a response the client has
+// since been sent a newer one for, or none at all: like the cache, the
+// registry ignores it, so a client cannot make it count or log responses
+// the server never sent.
+func (c *Clients) record(cl *Client, n *core.Node, typeURL, nonce, errDetail string, isNACK bool) {
 	c.identify(cl, n)
 	if nonce == "" {
 		return // a first request: neither ACK nor NACK
 	}
-	ts := cl.typeState(typeURL)
-	if isNACK {
-		ts.NACKs++
-		rejected := ""
-		if nonce == ts.LastSentNonce {
-			rejected = ts.LastSentVersion
-		}
-		ts.LastNACK = &NACK{Version: rejected, Nonce: nonce, Error: errDetail, At: c.now()}
-		if c.metrics != nil {
-			c.metrics.NACKs.WithLabelValues(xdscache.ShortType(typeURL)).Inc()
-		}
-		c.log.Warn("xDS client rejected a response (NACK); it keeps its last accepted config",
-			"node", cl.NodeID, "kind", cl.Kind, "type", xdscache.ShortType(typeURL),
-			"rejectedVersion", rejected, "acceptedVersion", version, "error", errDetail)
+	short := xdscache.ShortType(typeURL)
+	ts := cl.Types[short]
+	if ts == nil || nonce != ts.LastSentNonce {
 		return
 	}
-	if nonce == ts.LastSentNonce {
-		ts.LastAckedVersion = version
+	if isNACK {
+		now := c.now()
+		detail := truncate(errDetail, maxNACKDetail)
+		ts.NACKs++
+		ts.LastNACK = &NACK{Version: ts.LastSentVersion, Nonce: nonce, Error: detail, At: now}
+		if c.metrics != nil {
+			c.metrics.NACKs.WithLabelValues(short).Inc()
+		}
+		if !ts.lastNACKLog.IsZero() && now.Sub(ts.lastNACKLog) < nackLogEvery {
+			ts.unlogged++
+			return
+		}
+		c.log.Warn("xDS client rejected a response (NACK); it keeps its last accepted config",
+			"node", cl.NodeID, "kind", cl.Kind, "type", short, "rejectedVersion", ts.LastSentVersion,
+			"acceptedVersion", ts.LastAckedVersion, "error", detail, "nacksNotLoggedSinceLastLine", ts.unlogged)
+		ts.lastNACKLog, ts.unlogged = now, 0
+		return
 	}
+	ts.LastAckedVersion = ts.LastSentVersion
 }
 
 func (c *Clients) response(k streamKey, typeURL, version, nonce string, count int) {

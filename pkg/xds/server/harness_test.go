@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"slices"
 	"testing"
@@ -51,9 +52,13 @@ type harness struct {
 	clients *server.Clients
 	metrics *metrics.Metrics
 	conn    *grpc.ClientConn
+	addr    string
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T) *harness { return newHarnessWith(t, server.Config{}, nil) }
+
+// newHarnessWith serves with cfg, the registry logging to log (nil: nowhere).
+func newHarnessWith(t *testing.T, cfg server.Config, log *slog.Logger) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &harness{
@@ -61,8 +66,8 @@ func newHarness(t *testing.T) *harness {
 		cache:   xdscache.New(2, func(n *core.Node) int { return int(translate.RenderingFor(n)) }),
 		metrics: metrics.New(),
 	}
-	h.clients = server.NewClients(h.metrics, nil)
-	g, err := server.New(ctx, h.cache, h.clients, server.Config{})
+	h.clients = server.NewClients(h.metrics, log)
+	g, err := server.New(ctx, h.cache, h.clients, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +77,8 @@ func newHarness(t *testing.T) *harness {
 	}
 	served := make(chan error, 1)
 	go func() { served <- server.Serve(ctx, g, lis) }()
-	h.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	h.addr = lis.Addr().String()
+	h.conn, err = grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

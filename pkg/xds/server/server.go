@@ -29,7 +29,24 @@ type Config struct {
 	// Keepalive: how often the server pings an idle client and how long it
 	// waits for the answer. Zero means 30s and 10s.
 	KeepaliveTime, KeepaliveTimeout time.Duration
+	// MaxStreams bounds the xDS streams this server holds at once, over
+	// every connection; a stream beyond it ends at once with
+	// ResourceExhausted, so the client retries (elsewhere, behind a
+	// Service). Zero means DefaultMaxStreams.
+	MaxStreams int
+	// MaxStreamsPerConnection bounds the streams one HTTP/2 connection may
+	// open at once (Envoy and gRPC clients use one ADS stream, or one per
+	// type); zero means DefaultMaxStreamsPerConnection.
+	MaxStreamsPerConnection int
 }
+
+// The defaults: 10,000 streams is ten times the 1,000 clients a replica is
+// sized for (about 0.25 MiB each at 100,000 endpoints); 100 streams per
+// connection leaves room for per-type streams and clients that multiplex.
+const (
+	DefaultMaxStreams              = 10000
+	DefaultMaxStreamsPerConnection = 100
+)
 
 // New builds a gRPC server that serves ADS (SotW and Delta) and the
 // per-type discovery services from cache, recording clients in clients.
@@ -41,8 +58,15 @@ func New(ctx context.Context, cache *xdscache.Cache, clients *Clients, cfg Confi
 	if kto == 0 {
 		kto = 10 * time.Second
 	}
+	maxStreams, perConn := cfg.MaxStreams, cfg.MaxStreamsPerConnection
+	if maxStreams <= 0 {
+		maxStreams = DefaultMaxStreams
+	}
+	if perConn <= 0 {
+		perConn = DefaultMaxStreamsPerConnection
+	}
 	opts := []grpc.ServerOption{
-		grpc.MaxConcurrentStreams(1 << 20),
+		grpc.MaxConcurrentStreams(uint32(min(perConn, 1<<20))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: kt, Timeout: kto}),
 		// Envoy pings every few seconds when configured to; do not punish it.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
@@ -56,7 +80,7 @@ func New(ctx context.Context, cache *xdscache.Cache, clients *Clients, cfg Confi
 		opts = append(opts, grpc.Creds(creds))
 	}
 	g := grpc.NewServer(opts...)
-	x := &xdsServer{ctx: ctx, cache: cache, clients: clients, names: newNameBlocks(maxNameBlockBytes)}
+	x := &xdsServer{ctx: ctx, cache: cache, clients: clients, names: newNameBlocks(maxNameBlockBytes), maxStreams: int64(maxStreams)}
 	x.register(g)
 	return g, nil
 }

@@ -29,6 +29,9 @@ type xdsServer struct {
 	cache   *xdscache.Cache
 	clients *Clients
 	names   *nameBlocks
+	// streams counts the open streams, at most maxStreams.
+	streams    atomic.Int64
+	maxStreams int64
 	// SotW and Delta streams are numbered independently, each from 1.
 	sotwIDs, deltaIDs atomic.Int64
 }
@@ -121,6 +124,12 @@ func (x *xdsServer) delta(ss grpc.ServerStream, only string) error {
 // goroutine while this one sends what the cache says is ready.
 func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdscache.Stream, streamKey) error,
 	envelope func(xdscache.Response) any) error {
+	if n := x.streams.Add(1); n > x.maxStreams {
+		x.streams.Add(-1)
+		return status.Errorf(codes.ResourceExhausted,
+			"this xDS server holds its limit of %d streams; retry later or on another replica (the limit is --xds-max-streams)", x.maxStreams)
+	}
+	defer x.streams.Add(-1)
 	ids := &x.sotwIDs
 	if protocol == "delta" {
 		ids = &x.deltaIDs
