@@ -156,7 +156,7 @@ func Run(ctx context.Context, cfg Config) error {
 		runSource = func() error { return src.Run(ctx) }
 	}
 
-	grpcServer, err := server.New(ctx, cache, clients, server.Config{TLS: cfg.TLS, MaxStreams: cfg.MaxStreams, MaxStreamsPerConnection: cfg.MaxStreamsPerConnection})
+	grpcServer, err := server.New(ctx, cache, clients, server.Config{TLS: cfg.TLS, Log: log, MaxStreams: cfg.MaxStreams, MaxStreamsPerConnection: cfg.MaxStreamsPerConnection})
 	if err != nil {
 		return err
 	}

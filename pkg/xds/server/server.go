@@ -2,12 +2,8 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"fmt"
+	"log/slog"
 	"net"
-	"os"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,7 +14,8 @@ import (
 )
 
 // TLS configures serving xDS over TLS; with ClientCAFile, clients must
-// present a certificate signed by it (mTLS).
+// present a certificate signed by it (mTLS). The files are read again when
+// they change (see tlsFiles).
 type TLS struct {
 	CertFile, KeyFile, ClientCAFile string
 }
@@ -38,6 +35,9 @@ type Config struct {
 	// open at once (Envoy and gRPC clients use one ADS stream, or one per
 	// type); zero means DefaultMaxStreamsPerConnection.
 	MaxStreamsPerConnection int
+	// Log receives what the server has to say on its own (TLS files that
+	// changed); nil means nowhere.
+	Log *slog.Logger
 }
 
 // The defaults: 10,000 streams is ten times the 1,000 clients a replica is
@@ -73,40 +73,16 @@ func New(ctx context.Context, cache *xdscache.Cache, clients *Clients, cfg Confi
 		grpc.ForceServerCodecV2(newCodec()),
 	}
 	if cfg.TLS != nil {
-		creds, err := serverTLS(*cfg.TLS)
+		files, err := newTLSFiles(*cfg.TLS, cfg.Log)
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, grpc.Creds(creds))
+		opts = append(opts, grpc.Creds(credentials.NewTLS(files.serverConfig())))
 	}
 	g := grpc.NewServer(opts...)
 	x := &xdsServer{ctx: ctx, cache: cache, clients: clients, names: newNameBlocks(maxNameBlockBytes), maxStreams: int64(maxStreams)}
 	x.register(g)
 	return g, nil
-}
-
-func serverTLS(t TLS) (credentials.TransportCredentials, error) {
-	if t.CertFile == "" || t.KeyFile == "" {
-		return nil, errors.New("xds TLS: both a certificate and a key file are required")
-	}
-	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("xds TLS: load %s and %s: %w", t.CertFile, t.KeyFile, err)
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if t.ClientCAFile != "" {
-		pem, err := os.ReadFile(t.ClientCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("xds mTLS: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("xds mTLS: %s holds no PEM certificate", t.ClientCAFile)
-		}
-		cfg.ClientCAs = pool
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return credentials.NewTLS(cfg), nil
 }
 
 // Serve serves g on lis until ctx is done, then stops gracefully (bounded).
