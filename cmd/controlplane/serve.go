@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/source/files"
@@ -28,6 +29,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	tlsKey := fs.String("tls-key", "", "private key of --tls-cert (PEM)")
 	tlsCA := fs.String("tls-client-ca", "", "require client certificates signed by this CA (mTLS)")
 	maxStreams := fs.Int("xds-max-streams", server.DefaultMaxStreams, "xDS streams served at once; beyond, a new stream ends with RESOURCE_EXHAUSTED")
+	drain := fs.Duration("drain-period", 5*time.Second, "on SIGTERM, stop accepting xDS connections and end the open streams spread over this long, so clients move to other replicas gradually (keep it below the pod's terminationGracePeriodSeconds)")
 	maxPerConn := fs.Int("xds-max-streams-per-connection", server.DefaultMaxStreamsPerConnection, "xDS streams one client connection may open at once")
 	debounce := fs.Duration("debounce", files.DefaultDebounce,
 		"apply a manifest change once the files have been quiet this long (with --source=kubernetes: once changes pause for a tenth of this, at the latest this long after the first)")
@@ -53,6 +55,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	case *debounceMax != 0 && *debounceMax < *debounce:
 		fmt.Fprintf(stderr, "error: --debounce-max %v is shorter than --debounce %v: a burst could never be applied on quiet\n", *debounceMax, *debounce)
+		return exitUsage
+	case *drain < 0:
+		fmt.Fprintln(stderr, "error: --drain-period must not be negative")
 		return exitUsage
 	case *maxStreams < 1 || *maxPerConn < 1:
 		fmt.Fprintln(stderr, "error: --xds-max-streams and --xds-max-streams-per-connection must be at least 1")
@@ -80,7 +85,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	err = controlplane.Run(ctx, controlplane.Config{
 		Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace,
-		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn, Debounce: *debounce, DebounceMax: *debounceMax, Spatial: spatial,
+		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn, DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Spatial: spatial,
 		Log: log, Out: stdout, Version: version,
 	})
 	if err != nil {

@@ -44,6 +44,9 @@ type Config struct {
 	// MaxStreams and MaxStreamsPerConnection bound the xDS streams (zero:
 	// the server's defaults).
 	MaxStreams, MaxStreamsPerConnection int
+	// DrainPeriod: how long stopping takes to end the xDS streams (see
+	// server.Config.DrainPeriod).
+	DrainPeriod time.Duration
 	// Spatial says where Envoy's spatial routing listener binds (zero: 0.0.0.0:10080).
 	Spatial translate.SpatialOptions
 	// Debounce: the files source applies a change once the files have been
@@ -156,7 +159,7 @@ func Run(ctx context.Context, cfg Config) error {
 		runSource = func() error { return src.Run(ctx) }
 	}
 
-	grpcServer, err := server.New(ctx, cache, clients, server.Config{TLS: cfg.TLS, Log: log, MaxStreams: cfg.MaxStreams, MaxStreamsPerConnection: cfg.MaxStreamsPerConnection})
+	grpcServer, err := server.New(cache, clients, server.Config{TLS: cfg.TLS, Log: log, MaxStreams: cfg.MaxStreams, MaxStreamsPerConnection: cfg.MaxStreamsPerConnection, DrainPeriod: cfg.DrainPeriod})
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func newHarnessWith(t *testing.T, cfg server.Config, log *slog.Logger) *harness 
 		metrics: metrics.New(),
 	}
 	h.clients = server.NewClients(h.metrics, log)
-	g, err := server.New(ctx, h.cache, h.clients, cfg)
+	g, err := server.New(h.cache, h.clients, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

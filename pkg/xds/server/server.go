@@ -38,6 +38,18 @@ type Config struct {
 	// Log receives what the server has to say on its own (TLS files that
 	// changed); nil means nowhere.
 	Log *slog.Logger
+	// DrainPeriod is how long a stopping server takes to end its streams:
+	// it stops accepting connections, tells clients to go (HTTP/2 GOAWAY),
+	// and ends the open streams one at a time spread over the period, so
+	// their clients reconnect elsewhere gradually. Zero ends them at once.
+	DrainPeriod time.Duration
+}
+
+// Server is an xDS gRPC server; Serve runs it.
+type Server struct {
+	g     *grpc.Server
+	x     *xdsServer
+	drain time.Duration
 }
 
 // The defaults: 10,000 streams is ten times the 1,000 clients a replica is
@@ -50,7 +62,7 @@ const (
 
 // New builds a gRPC server that serves ADS (SotW and Delta) and the
 // per-type discovery services from cache, recording clients in clients.
-func New(ctx context.Context, cache *xdscache.Cache, clients *Clients, cfg Config) (*grpc.Server, error) {
+func New(cache *xdscache.Cache, clients *Clients, cfg Config) (*Server, error) {
 	kt, kto := cfg.KeepaliveTime, cfg.KeepaliveTimeout
 	if kt == 0 {
 		kt = 30 * time.Second
@@ -80,26 +92,33 @@ func New(ctx context.Context, cache *xdscache.Cache, clients *Clients, cfg Confi
 		opts = append(opts, grpc.Creds(credentials.NewTLS(files.serverConfig())))
 	}
 	g := grpc.NewServer(opts...)
-	x := &xdsServer{ctx: ctx, cache: cache, clients: clients, names: newNameBlocks(maxNameBlockBytes), maxStreams: int64(maxStreams)}
+	x := &xdsServer{cache: cache, clients: clients, names: newNameBlocks(maxNameBlockBytes), maxStreams: int64(maxStreams),
+		leaving: map[chan struct{}]struct{}{}, draining: make(chan struct{})}
 	x.register(g)
-	return g, nil
+	return &Server{g: g, x: x, drain: cfg.DrainPeriod}, nil
 }
 
-// Serve serves g on lis until ctx is done, then stops gracefully (bounded).
-func Serve(ctx context.Context, g *grpc.Server, lis net.Listener) error {
+// Serve serves s on lis until ctx is done, then drains it (see
+// Config.DrainPeriod) and returns once every stream has ended.
+func Serve(ctx context.Context, s *Server, lis net.Listener) error {
 	errc := make(chan error, 1)
-	go func() { errc <- g.Serve(lis) }()
+	go func() { errc <- s.g.Serve(lis) }()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
+	// GracefulStop closes the listener, sends GOAWAY on every connection
+	// and waits for the streams, which drain ends one by one.
 	stopped := make(chan struct{})
-	go func() { g.GracefulStop(); close(stopped) }()
+	go func() { s.g.GracefulStop(); close(stopped) }()
+	deadline, cancel := context.WithTimeout(context.Background(), s.drain+time.Second)
+	defer cancel()
+	s.x.drain(deadline, s.drain)
 	select {
 	case <-stopped:
-	case <-time.After(time.Second):
-		g.Stop() // xDS streams never end by themselves
+	case <-deadline.Done():
+		s.g.Stop() // a handler that would not end
 	}
 	return nil
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -25,13 +27,17 @@ import (
 // goroutines: one reads requests and feeds them to the stream's watches,
 // the other sends whatever the cache says is ready, in type order.
 type xdsServer struct {
-	ctx     context.Context
 	cache   *xdscache.Cache
 	clients *Clients
 	names   *nameBlocks
 	// streams counts the open streams, at most maxStreams.
 	streams    atomic.Int64
 	maxStreams int64
+	// leaving holds each open stream's channel to close when the server
+	// drains; draining is closed once it has begun (no new stream stays).
+	mu       sync.Mutex
+	leaving  map[chan struct{}]struct{}
+	draining chan struct{}
 	// SotW and Delta streams are numbered independently, each from 1.
 	sotwIDs, deltaIDs atomic.Int64
 }
@@ -102,6 +108,60 @@ func requestError(typeURL string, err error) error {
 	return unknownType(typeURL)
 }
 
+// errShuttingDown ends a stream when the server drains: the client
+// reconnects, to another replica behind the same Service.
+var errShuttingDown = status.Error(codes.Unavailable, "this xDS server is shutting down; reconnect")
+
+// stay registers a new stream; it returns the channel that is closed when
+// the stream must leave, or false once the server drains.
+func (x *xdsServer) stay() (chan struct{}, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	select {
+	case <-x.draining:
+		return nil, false
+	default:
+	}
+	leave := make(chan struct{})
+	x.leaving[leave] = struct{}{}
+	return leave, true
+}
+
+func (x *xdsServer) left(leave chan struct{}) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.leaving, leave)
+}
+
+// drain ends the open streams one at a time, spread evenly over period, so
+// their clients do not all reconnect at once; it returns when the last has
+// been told to leave, or at once when ctx is done.
+func (x *xdsServer) drain(ctx context.Context, period time.Duration) {
+	x.mu.Lock()
+	close(x.draining)
+	open := make([]chan struct{}, 0, len(x.leaving))
+	for leave := range x.leaving {
+		open = append(open, leave)
+	}
+	x.mu.Unlock()
+	if len(open) == 0 {
+		return
+	}
+	every := period / time.Duration(len(open))
+	tick := time.NewTicker(max(every, time.Microsecond))
+	defer tick.Stop()
+	for i, leave := range open {
+		if i > 0 && every > 0 {
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				every = 0
+			}
+		}
+		close(leave)
+	}
+}
+
 // streamEnd turns a stream's end into the handler's result.
 func streamEnd(err error) error {
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
@@ -134,6 +194,11 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 	if protocol == "delta" {
 		ids = &x.deltaIDs
 	}
+	leave, ok := x.stay()
+	if !ok {
+		return errShuttingDown
+	}
+	defer x.left(leave)
 	key := streamKey{protocol, ids.Add(1)}
 	x.clients.open(key)
 	defer x.clients.closed(key)
@@ -147,8 +212,8 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 		select {
 		case <-ss.Context().Done():
 			return nil
-		case <-x.ctx.Done():
-			return nil
+		case <-leave:
+			return errShuttingDown
 		case err := <-recvErr:
 			return streamEnd(err)
 		case <-st.Wake():

@@ -131,7 +131,7 @@ func TestMutualTLS(t *testing.T) {
 	cache.Apply(xdscache.Update{Version: "v1", Changes: both(resource.ClusterType, e)})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	g, err := server.New(ctx, cache, server.NewClients(nil, nil), server.Config{TLS: &server.TLS{
+	g, err := server.New(cache, server.NewClients(nil, nil), server.Config{TLS: &server.TLS{
 		CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: filepath.Join(p.dir, "ca.pem"),
 	}})
 	if err != nil {
@@ -151,7 +151,7 @@ func TestMutualTLS(t *testing.T) {
 	if _, err := fetchCDS(lis.Addr().String(), withoutCert); err == nil {
 		t.Fatal("a client without a certificate was served")
 	}
-	if _, err := server.New(ctx, cache, nil, server.Config{TLS: &server.TLS{CertFile: p.serverCert}}); err == nil {
+	if _, err := server.New(cache, nil, server.Config{TLS: &server.TLS{CertFile: p.serverCert}}); err == nil {
 		t.Fatal("a certificate without a key was accepted")
 	}
 }

@@ -62,7 +62,7 @@ func TestTLSRotation(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	caFile := filepath.Join(p.dir, "ca.pem")
-	g, err := server.New(ctx, cache, server.NewClients(nil, nil), server.Config{TLS: &server.TLS{
+	g, err := server.New(cache, server.NewClients(nil, nil), server.Config{TLS: &server.TLS{
 		CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: caFile}})
 	if err != nil {
 		t.Fatal(err)
