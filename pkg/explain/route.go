@@ -172,7 +172,7 @@ func ExplainRoute(s *topology.SpatialState, req partitionmap.Request) (*RouteRep
 		case !rs.Found:
 			note = "Upstream " + rs.Upstream.String() + " not found"
 		case !rs.Healthy:
-			note = "Upstream " + rs.Upstream.String() + " has no selectable capacity"
+			note = "Upstream " + rs.Upstream.String() + " has no eligible capacity; panic-eligible capacity does not count"
 		}
 		r.Health = append(r.Health, replica(rs, note))
 		if rs.Healthy {

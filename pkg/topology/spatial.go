@@ -48,7 +48,8 @@ type ReplicaState struct {
 	partitionmap.Replica
 	Upstream Key
 	Found    bool // the Upstream exists
-	// Healthy: the Upstream has selectable capacity in this snapshot.
+	// Healthy: the Upstream routes and has eligible (not merely
+	// panic-eligible) capacity in this snapshot.
 	Healthy bool
 }
 
@@ -279,12 +280,30 @@ func (d *Directory) refreshHealth(old *SpatialState, snap *Snapshot) *SpatialSta
 	return &s
 }
 
+// servesEligible says whether an upstream can serve a replica's data: it
+// routes, and some of its capacity is eligible. Capacity that is only
+// panic-eligible (every probe failing, say, under UseAll) still carries the
+// upstream's own traffic, but a replica on it is not one spatial routing
+// should prefer over a healthy one: health removes replicas that cannot
+// serve.
+func servesEligible(r *weights.Result) bool {
+	if r == nil || r.Outcome != weights.Routable {
+		return false
+	}
+	for i := range r.Endpoints {
+		if r.Endpoints[i].Eligible {
+			return true
+		}
+	}
+	return false
+}
+
 func (d *Directory) fillHealth(s *SpatialState, snap *Snapshot) {
 	for i := range s.Replicas {
 		r := &s.Replicas[i]
 		u := snap.Upstream(r.Upstream)
 		r.Found = u != nil
-		r.Healthy = u != nil && u.Result != nil && u.Result.Outcome == weights.Routable
+		r.Healthy = u != nil && servesEligible(u.Result)
 		s.Health = append(s.Health, r.Healthy)
 		if !r.Found {
 			s.Problems = append(s.Problems, partitionmap.Problem{Kind: KindSpatialDomain, Name: s.Domain.Key.Name,

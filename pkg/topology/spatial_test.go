@@ -71,19 +71,34 @@ func TestSpatialDomainLifecycle(t *testing.T) {
 	if s2.SpatialDomain(sp.Domain.Key) != sp {
 		t.Fatal("an endpoint change in a healthy replica rebuilt the domain state")
 	}
-	// The replica losing all capacity (every endpoint taken out of service) changes
-	// health but not the map. (Probe failures alone would put it in UseAll panic, which
-	// still routes: the replica keeps selectable capacity then.)
+	// Every probe failing puts the upstream in UseAll panic: it still routes its own
+	// traffic, but the replica has no eligible capacity, so it is not healthy for
+	// spatial routing. That changes health but not the map.
+	b = Batch{}
+	b.PutEndpointSet(set("w", "west", "eu-west", 3, 3))
+	s3 := mustApply(t, d, b)
+	if u := s3.Upstream(Key{"default", "west"}); u.Result.Outcome != weights.Routable || !u.Result.TotalPanic {
+		t.Fatalf("an upstream whose probes all fail: %v, total panic %v; want it routing in panic", u.Result.Outcome, u.Result.TotalPanic)
+	}
+	sp3 := s3.SpatialDomain(sp.Domain.Key)
+	if sp3 == sp || sp3.Health[0] || sp3.Map != sp.Map || sp3.MapRevision != sp.MapRevision || sp3.Revision != s3.Revision {
+		t.Fatalf("after the probes fail: health %v, same map %v, revisions %d/%d", sp3.Health, sp3.Map == sp.Map, sp3.MapRevision, sp3.Revision)
+	}
+	// One probe passing again brings eligible capacity back.
+	b = Batch{}
+	b.PutEndpointSet(set("w", "west", "eu-west", 3, 2))
+	if sp := mustApply(t, d, b).SpatialDomain(sp.Domain.Key); !sp.Health[0] {
+		t.Fatal("a replica with one eligible endpoint is not healthy")
+	}
+	// The replica losing all capacity (every endpoint taken out of service) is not healthy either.
 	b = Batch{}
 	gone := set("w", "west", "eu-west", 3, 0)
 	for i := range gone.Endpoints {
 		gone.Endpoints[i].Admin = weights.Unavailable
 	}
 	b.PutEndpointSet(gone)
-	s3 := mustApply(t, d, b)
-	sp3 := s3.SpatialDomain(sp.Domain.Key)
-	if sp3 == sp || sp3.Health[0] || sp3.Map != sp.Map || sp3.MapRevision != sp.MapRevision || sp3.Revision != s3.Revision {
-		t.Fatalf("after the health flip: health %v, same map %v, revisions %d/%d", sp3.Health, sp3.Map == sp.Map, sp3.MapRevision, sp3.Revision)
+	if sp := mustApply(t, d, b).SpatialDomain(sp.Domain.Key); sp.Health[0] {
+		t.Fatal("a replica with no capacity is healthy")
 	}
 	// The missing upstream appearing resolves the replica.
 	b = Batch{}
