@@ -97,12 +97,17 @@ churn: ## The Kubernetes churn benchmark (1,000 writes/s for 60 s by default; CH
 	$(GO) test -count=1 -timeout 30m -run '^TestChurn$$' -v ./test/kube/
 
 .PHONY: fuzz
+# Each target runs for FUZZTIME; a failing input is minimised for at most
+# FUZZMINIMIZETIME, so a slow target does not spend its time minimising.
+FUZZ = $(GO) test -run='^$$' -fuzztime=$(or $(FUZZTIME),30s) -fuzzminimizetime=$(or $(FUZZMINIMIZETIME),5s)
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
-	$(GO) test -run='^$$' -fuzz=FuzzCompute -fuzztime=$(or $(FUZZTIME),30s) ./pkg/weights
-	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(or $(FUZZTIME),30s) ./pkg/manifest
-	$(GO) test -run='^$$' -fuzz=FuzzParseBBox -fuzztime=$(or $(FUZZTIME),30s) ./pkg/partitionmap
-	$(GO) test -run='^$$' -fuzz=FuzzCells -fuzztime=$(or $(FUZZTIME),30s) ./pkg/partitionmap
-	$(GO) test -run='^$$' -fuzz=FuzzDecide -fuzztime=$(or $(FUZZTIME),30s) ./pkg/partitionmap
+	$(FUZZ) -fuzz=FuzzCompute ./pkg/weights
+	$(FUZZ) -fuzz=FuzzDecode ./pkg/manifest
+	$(FUZZ) -fuzz=FuzzSplit ./pkg/manifest
+	$(FUZZ) -fuzz=FuzzParseBBox ./pkg/partitionmap
+	$(FUZZ) -fuzz=FuzzCells ./pkg/partitionmap
+	$(FUZZ) -fuzz=FuzzDecide ./pkg/partitionmap
+	$(FUZZ) -fuzz=FuzzSotwRequest ./pkg/xds/server
 
 .PHONY: clean
 clean:
