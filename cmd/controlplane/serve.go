@@ -24,7 +24,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	var manifestPaths paths
 	fs.Var(&manifestPaths, "f", "manifest file or directory to serve and watch (repeatable)")
 	xdsAddr := fs.String("xds-address", "127.0.0.1:18000", "gRPC address for xDS (ADS SotW and Delta)")
-	adminAddr := fs.String("admin-address", "127.0.0.1:19000", "HTTP address for /healthz, /readyz, /metrics, /debug")
+	adminAddr := fs.String("admin-address", "127.0.0.1:19000", "HTTP address for /healthz, /readyz, /metrics, /debug (explain, clients, pprof): keep it on loopback")
+	metricsAddr := fs.String("metrics-address", "", "HTTP address serving only /healthz, /readyz and /metrics, for probes and scrapers (empty: none)")
 	tlsCert := fs.String("tls-cert", "", "serve xDS over TLS with this certificate (PEM)")
 	tlsKey := fs.String("tls-key", "", "private key of --tls-cert (PEM)")
 	tlsCA := fs.String("tls-client-ca", "", "require client certificates signed by this CA (mTLS)")
@@ -85,7 +86,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	err = controlplane.Run(ctx, controlplane.Config{
 		Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace,
-		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn, DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Spatial: spatial,
+		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, MetricsAddress: *metricsAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn, DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Spatial: spatial,
 		Log: log, Out: stdout, Version: version,
 	})
 	if err != nil {

@@ -26,9 +26,25 @@ type Sources struct {
 	Metrics *metrics.Metrics
 }
 
-// Handler returns the admin mux.
+// HealthHandler serves what probes and scrapers need and nothing else:
+// /healthz, /readyz and /metrics. It can be exposed where the debug
+// endpoints (every endpoint address, profiles) must not be.
+func HealthHandler(s Sources) http.Handler {
+	mux := http.NewServeMux()
+	addHealth(mux, s)
+	return mux
+}
+
+// Handler returns the admin mux: the health endpoints, explain, the
+// connected clients and pprof.
 func Handler(s Sources) http.Handler {
 	mux := http.NewServeMux()
+	addHealth(mux, s)
+	addDebug(mux, s)
+	return mux
+}
+
+func addHealth(mux *http.ServeMux, s Sources) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -42,6 +58,9 @@ func Handler(s Sources) http.Handler {
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}))
 	}
+}
+
+func addDebug(mux *http.ServeMux, s Sources) {
 	mux.HandleFunc("GET /debug/explain", func(w http.ResponseWriter, r *http.Request) {
 		snap := s.Snapshot()
 		var keys []topology.Key
@@ -89,7 +108,6 @@ func Handler(s Sources) http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -124,3 +124,28 @@ func TestExplainRouteEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// The health handler serves probes and scrapers and none of the debug
+// endpoints, which show every endpoint address and profiles.
+func TestHealthHandlerServesNoDebug(t *testing.T) {
+	m := metrics.New()
+	m.Revision.Set(7)
+	srv := httptest.NewServer(HealthHandler(Sources{
+		Ready:    func() (bool, string) { return true, "" },
+		Snapshot: topology.NewDirectory().Current,
+		Clients:  func() []server.Client { return nil },
+		Metrics:  m,
+	}))
+	defer srv.Close()
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200,
+		"/debug/explain": 404, "/debug/clients": 404, "/debug/pprof/": 404, "/debug/explain-route": 404} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+}

@@ -40,7 +40,11 @@ type Config struct {
 	LeaderElectionID                               string
 	LeaseDuration, RenewDeadline, RetryPeriod      time.Duration
 	XDSAddress, AdminAddress                       string
-	TLS                                            *server.TLS
+	// MetricsAddress, when set, serves /healthz, /readyz and /metrics alone
+	// (no debug endpoints), for probes and scrapers that must not reach
+	// the admin port.
+	MetricsAddress string
+	TLS            *server.TLS
 	// MaxStreams and MaxStreamsPerConnection bound the xDS streams (zero:
 	// the server's defaults).
 	MaxStreams, MaxStreamsPerConnection int
@@ -67,6 +71,7 @@ type Config struct {
 // Addrs are where a running control plane listens.
 type Addrs struct {
 	XDS, Admin, Instance string
+	Metrics              string // empty without Config.MetricsAddress
 }
 
 // libraryLogs is set once per process: controller-runtime and client-go log
@@ -172,24 +177,37 @@ func Run(ctx context.Context, cfg Config) error {
 		xdsLis.Close()
 		return fmt.Errorf("admin listener: %w", err)
 	}
-	adminSrv := &http.Server{
-		Handler: admin.Handler(admin.Sources{
-			Ready: func() (bool, string) {
-				if !pub.Published() {
-					return false, "no snapshot published yet"
-				}
-				return true, ""
-			},
-			Snapshot: dir.Current,
-			Clients:  clients.List,
-			Metrics:  m,
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
+	sources := admin.Sources{
+		Ready: func() (bool, string) {
+			if !pub.Published() {
+				return false, "no snapshot published yet"
+			}
+			return true, ""
+		},
+		Snapshot: dir.Current,
+		Clients:  clients.List,
+		Metrics:  m,
+	}
+	adminSrv := &http.Server{Handler: admin.Handler(sources), ReadHeaderTimeout: 10 * time.Second}
+	var metricsLis net.Listener
+	var metricsSrv *http.Server
+	if cfg.MetricsAddress != "" {
+		if metricsLis, err = net.Listen("tcp", cfg.MetricsAddress); err != nil {
+			xdsLis.Close()
+			adminLis.Close()
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		metricsSrv = &http.Server{Handler: admin.HealthHandler(sources), ReadHeaderTimeout: 10 * time.Second}
 	}
 
 	fmt.Fprintf(out, "poise control plane %s (instance %s)\n", cfg.Version, instance)
 	fmt.Fprintf(out, "  xDS (ADS, SotW and Delta): %s%s\n", xdsLis.Addr(), tlsNote(cfg.TLS))
 	fmt.Fprintf(out, "  admin:                     http://%s (/readyz /metrics /debug/explain /debug/clients)\n", adminLis.Addr())
+	addrs := Addrs{XDS: xdsLis.Addr().String(), Admin: adminLis.Addr().String(), Instance: instance}
+	if metricsLis != nil {
+		addrs.Metrics = metricsLis.Addr().String()
+		fmt.Fprintf(out, "  metrics:                   http://%s (/healthz /readyz /metrics)\n", metricsLis.Addr())
+	}
 	if cfg.Source == "kubernetes" {
 		fmt.Fprintf(out, "  source:                    kubernetes (namespace %q)\n", cfg.Namespace)
 	} else {
@@ -197,7 +215,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("serving", "xds", xdsLis.Addr().String(), "admin", adminLis.Addr().String(), "instance", instance)
 	if cfg.Started != nil {
-		cfg.Started(Addrs{XDS: xdsLis.Addr().String(), Admin: adminLis.Addr().String(), Instance: instance})
+		cfg.Started(addrs)
 	}
 
 	var wg sync.WaitGroup
@@ -225,15 +243,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	run("publisher", func() error { return pub.Run(ctx, dir) })
 	run("xds server", func() error { return server.Serve(ctx, grpcServer, xdsLis) })
-	run("admin server", func() error {
-		go func() {
-			<-ctx.Done()
-			shutdown, done := context.WithTimeout(context.Background(), 2*time.Second)
-			defer done()
-			_ = adminSrv.Shutdown(shutdown)
-		}()
-		return adminSrv.Serve(adminLis)
-	})
+	run("admin server", func() error { return serveHTTP(ctx, adminSrv, adminLis) })
+	if metricsSrv != nil {
+		run("metrics server", func() error { return serveHTTP(ctx, metricsSrv, metricsLis) })
+	}
 	run(cfg.Source+" source", runSource)
 	wg.Wait()
 	close(errc)
@@ -252,4 +265,15 @@ func tlsNote(t *server.TLS) string {
 		return " (mTLS)"
 	}
 	return " (TLS)"
+}
+
+// serveHTTP serves srv on lis until ctx is done, then shuts it down (bounded).
+func serveHTTP(ctx context.Context, srv *http.Server, lis net.Listener) error {
+	go func() {
+		<-ctx.Done()
+		shutdown, done := context.WithTimeout(context.Background(), 2*time.Second)
+		defer done()
+		_ = srv.Shutdown(shutdown)
+	}()
+	return srv.Serve(lis)
 }
