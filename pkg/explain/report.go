@@ -25,13 +25,16 @@ type Upstream struct {
 	// SplitBy says whose math the published split follows: "ControlPlane"
 	// (these figures, exactly) or "Proxy" (Envoy applies its own math to
 	// the published topology; these figures are what the control plane would do).
-	SplitBy                     string      `json:"splitBy"`
-	Outcome                     string      `json:"outcome"`
-	NormalizedTotalAvailability uint64      `json:"normalizedTotalAvailability"`
-	TotalPanic                  bool        `json:"totalPanic"`
-	DroppedMillionths           uint64      `json:"droppedMillionths"`
-	Priorities                  []Priority  `json:"priorities"`
-	Simulation                  *Simulation `json:"simulation,omitempty"`
+	SplitBy string `json:"splitBy"`
+	// LoadBalancing says, per client kind, how the loadBalancing policy is
+	// published and whether the figures below hold exactly or within a bound.
+	LoadBalancing               LoadBalancing `json:"loadBalancing"`
+	Outcome                     string        `json:"outcome"`
+	NormalizedTotalAvailability uint64        `json:"normalizedTotalAvailability"`
+	TotalPanic                  bool          `json:"totalPanic"`
+	DroppedMillionths           uint64        `json:"droppedMillionths"`
+	Priorities                  []Priority    `json:"priorities"`
+	Simulation                  *Simulation   `json:"simulation,omitempty"`
 }
 
 // Policy is the upstream's computation knobs.
@@ -131,6 +134,7 @@ func BuildUpstream(u *topology.UpstreamState) Upstream {
 			HealthAdjustment:       string(u.Upstream.HealthAdjustment),
 		},
 		SplitBy:                     string(u.Upstream.HealthAdjustment),
+		LoadBalancing:               loadBalancing(u),
 		Outcome:                     r.Outcome.String(),
 		NormalizedTotalAvailability: r.NTA,
 		TotalPanic:                  r.TotalPanic,

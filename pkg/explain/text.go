@@ -48,6 +48,7 @@ func writeUpstream(tw *textWriter, u Upstream) {
 	if u.SplitBy == "Proxy" {
 		tw.printf("  note: healthAdjustment Proxy publishes the source topology; the split clients carry out is the proxy's own math, not the figures below\n")
 	}
+	writeLoadBalancing(tw, u.LoadBalancing)
 	tw.printf("  outcome: %s; normalized total availability %s", u.Outcome, Percent(u.NormalizedTotalAvailability))
 	if u.TotalPanic {
 		tw.printf("; TOTAL PANIC (%s)", p.PanicMode)
@@ -83,6 +84,29 @@ func writeUpstream(tw *textWriter, u Upstream) {
 		for _, l := range pr.Localities {
 			writeLocality(tw, p.OverprovisioningFactor, u.Simulation, l)
 		}
+	}
+}
+
+func writeLoadBalancing(tw *textWriter, lb LoadBalancing) {
+	tw.printf("  load balancing %s:\n", lb.Policy)
+	for _, c := range lb.Clients {
+		size := ""
+		switch {
+		case c.RingSize > 0:
+			size = fmt.Sprintf(", ring %d", c.RingSize)
+		case c.TableSize > 0:
+			size = fmt.Sprintf(", table %d", c.TableSize)
+		}
+		verdict := "split exact"
+		switch c.Split {
+		case SplitApproximate:
+			verdict = "split approximate: each endpoint within ±" + Percent(c.BoundMillionths) + " of its share"
+		case SplitLoadDependent:
+			verdict = "split load-dependent"
+		case SplitProxy:
+			verdict = "split by the client's own math"
+		}
+		tw.printf("    %-5s %s, %s%s: %s (%s)\n", c.Client, c.Rendering, c.LbPolicy, size, verdict, c.Note)
 	}
 }
 

@@ -39,7 +39,7 @@ func BenchmarkColdBuild(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					c, err := translate.Cluster(u)
+					c, err := translate.Cluster(u, v)
 					if err != nil {
 						b.Fatal(err)
 					}

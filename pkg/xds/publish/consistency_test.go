@@ -59,7 +59,7 @@ func view(t *testing.T, snap *topology.Snapshot, r translate.Rendering) map[stri
 		if err != nil {
 			t.Fatal(err)
 		}
-		add(resource.ClusterType, res.Cluster.GetName(), res.Cluster)
+		add(resource.ClusterType, res.Clusters[r].GetName(), res.Clusters[r])
 		add(resource.EndpointType, res.Endpoints[r].GetClusterName(), res.Endpoints[r])
 		add(resource.RouteType, res.Route.GetName(), res.Route)
 		if r == translate.PerEndpoint {

@@ -102,7 +102,7 @@ type Publisher struct {
 type published struct {
 	state     *topology.UpstreamState
 	name      string // of the cluster, and of its endpoints
-	cluster   *xdscache.Entry
+	clusters  [translate.NumRenderings]*xdscache.Entry
 	endpoints [translate.NumRenderings]*xdscache.Entry
 	listener  *xdscache.Entry
 	route     *xdscache.Entry
@@ -239,7 +239,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 		if cur == nil {
 			gone = append(gone, old.Upstream.Key)
 			for v := range translate.NumRenderings {
-				del(int(v), resource.ClusterType, prev.cluster)
+				del(int(v), resource.ClusterType, prev.clusters[v])
 				del(int(v), resource.EndpointType, prev.endpoints[v])
 				del(int(v), resource.RouteType, prev.route)
 			}
@@ -248,7 +248,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 		}
 		next[cur.Upstream.Key] = pub
 		st.Upstreams++
-		if prev != nil && prev.cluster == pub.cluster && prev.listener == pub.listener && prev.route == pub.route {
+		if prev != nil && prev.clusters == pub.clusters && prev.listener == pub.listener && prev.route == pub.route {
 			st.EndpointOnly++
 		}
 		var was published
@@ -256,7 +256,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 			was = *prev
 		}
 		for v := range translate.NumRenderings {
-			put(int(v), resource.ClusterType, was.cluster, pub.cluster)
+			put(int(v), resource.ClusterType, was.clusters[v], pub.clusters[v])
 			put(int(v), resource.EndpointType, was.endpoints[v], pub.endpoints[v])
 			put(int(v), resource.RouteType, was.route, pub.route)
 		}
@@ -432,13 +432,24 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, vers
 	}
 	clusterChanged := prev == nil || prev.state.ClusterRevision != cur.ClusterRevision
 	if clusterChanged {
+		// each rendering has its own cluster: the load-balancing policy a
+		// client kind can carry out (translate.LbPolicyOf)
+		for v := range translate.NumRenderings {
+			if *scratch, err = p.enc.AppendCluster((*scratch)[:0], cur, v); err != nil {
+				return nil, err
+			}
+			if v > 0 && bytes.Equal(pub.clusters[0].Any.GetValue(), *scratch) {
+				pub.clusters[v] = pub.clusters[0] // the same bytes: one entry
+				continue
+			}
+			pub.clusters[v] = entry(prev.get(resource.ClusterType, v), pub.name, version, resource.ClusterType, *scratch)
+		}
 		k := cur.Upstream.Key
 		for _, r := range []struct {
 			typeURL, name string
 			append        func([]byte, *topology.UpstreamState) ([]byte, error)
 			entry         **xdscache.Entry
 		}{
-			{resource.ClusterType, pub.name, p.enc.AppendCluster, &pub.cluster},
 			{resource.ListenerType, translate.ListenerName(k), p.enc.AppendListener, &pub.listener},
 			{resource.RouteType, translate.RouteName(k), p.enc.AppendRoute, &pub.route},
 		} {
@@ -448,7 +459,7 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, vers
 			*r.entry = entry(prev.get(r.typeURL, 0), r.name, version, r.typeURL, *scratch)
 		}
 	} else {
-		pub.cluster, pub.listener, pub.route = prev.cluster, prev.listener, prev.route
+		pub.clusters, pub.listener, pub.route = prev.clusters, prev.listener, prev.route
 	}
 	for v := range translate.NumRenderings {
 		if *scratch, err = translate.AppendEndpointsNamed((*scratch)[:0], pub.name, cur, v); err != nil {
@@ -486,11 +497,14 @@ func clearSlice[S ~[]E, E any](s S) S {
 func (p *published) references(k topology.Key) error {
 	var missing []string
 	for v := range translate.NumRenderings {
-		if e := p.endpoints[v]; e == nil || e.Name != p.cluster.Name {
-			missing = append(missing, fmt.Sprintf("cluster %s needs EDS %q (%s)", p.cluster.Name, p.cluster.Name, v))
+		if e := p.endpoints[v]; e == nil || e.Name != p.clusters[v].Name {
+			missing = append(missing, fmt.Sprintf("cluster %s needs EDS %q (%s)", p.clusters[v].Name, p.clusters[v].Name, v))
+		}
+		if p.clusters[v].Name != translate.ClusterName(k) {
+			missing = append(missing, fmt.Sprintf("route %s needs CDS %q (%s)", p.route.Name, translate.ClusterName(k), v))
 		}
 	}
-	if p.route.Name != translate.RouteName(k) || p.cluster.Name != translate.ClusterName(k) {
+	if p.route.Name != translate.RouteName(k) {
 		missing = append(missing, fmt.Sprintf("route %s needs CDS %q", p.route.Name, translate.ClusterName(k)))
 	}
 	if p.listener.Name != translate.ListenerName(k) {
@@ -508,7 +522,7 @@ func (p *published) get(typeURL string, v translate.Rendering) *xdscache.Entry {
 	}
 	switch typeURL {
 	case resource.ClusterType:
-		return p.cluster
+		return p.clusters[v]
 	case resource.EndpointType:
 		return p.endpoints[v]
 	case resource.ListenerType:

@@ -116,7 +116,7 @@ func (m *claModel) fill(u *topology.UpstreamState, r Rendering) {
 	if u.Upstream.HealthAdjustment == topology.Proxy {
 		m.delegated(u)
 	} else {
-		m.exact(u, r)
+		m.exact(u, LbPolicyOf(u.Upstream, r).Layout)
 	}
 }
 

@@ -35,6 +35,7 @@ var goldenCases = []string{
 	"proxy-mode",
 	"protocols",
 	"mixed-endpoint-weights",
+	"lb-policies",
 }
 
 // loadSnapshot loads manifests as `kubectl apply` takes them and applies
@@ -90,8 +91,8 @@ func renderSnapshot(t testing.TB, snap *topology.Snapshot) []byte {
 			fmt.Fprintf(&b, "---\nupstream: %s\nresource: %s\n---\n", u.Upstream.Key, resource)
 			b.Write(toYAML(t, m))
 		}
-		doc("Cluster", res.Cluster)
 		for r := translate.Rendering(0); r < translate.NumRenderings; r++ {
+			doc("Cluster ("+r.String()+")", res.Clusters[r])
 			doc("ClusterLoadAssignment ("+r.String()+")", res.Endpoints[r])
 		}
 		doc("Listener", res.Listener)

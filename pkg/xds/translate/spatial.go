@@ -117,7 +117,7 @@ func SpatialDomain(s *topology.SpatialState, upstream func(topology.Key) *topolo
 		if unchanged != nil && unchanged(i) {
 			continue
 		}
-		c, err := Cluster(u)
+		c, err := Cluster(u, Weighted) // spatial routing is for Envoy
 		if err != nil {
 			return fail(err)
 		}

@@ -15,13 +15,14 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"poise.dev/poise/pkg/topology"
 )
 
 // Resources are everything published for one upstream.
 type Resources struct {
-	Cluster   *cluster.Cluster
+	Clusters  [NumRenderings]*cluster.Cluster
 	Endpoints [NumRenderings]*endpoint.ClusterLoadAssignment
 	Listener  *listener.Listener
 	Route     *route.RouteConfiguration
@@ -56,10 +57,10 @@ func Upstream(u *topology.UpstreamState) (*Resources, error) {
 		r   Resources
 		err error
 	)
-	if r.Cluster, err = Cluster(u); err != nil {
-		return nil, err
-	}
 	for i := Rendering(0); i < NumRenderings; i++ {
+		if r.Clusters[i], err = Cluster(u, i); err != nil {
+			return nil, err
+		}
 		if r.Endpoints[i], err = Endpoints(u, i); err != nil {
 			return nil, err
 		}
@@ -71,14 +72,6 @@ func Upstream(u *topology.UpstreamState) (*Resources, error) {
 		return nil, err
 	}
 	return &r, nil
-}
-
-var lbPolicies = map[string]cluster.Cluster_LbPolicy{
-	"RoundRobin":   cluster.Cluster_ROUND_ROBIN,
-	"LeastRequest": cluster.Cluster_LEAST_REQUEST,
-	"Random":       cluster.Cluster_RANDOM,
-	"RingHash":     cluster.Cluster_RING_HASH,
-	"Maglev":       cluster.Cluster_MAGLEV,
 }
 
 func adsSource() *core.ConfigSource {
@@ -97,16 +90,14 @@ func mustAny(m proto.Message) *anypb.Any {
 	return a
 }
 
-// Cluster is the CDS resource: EDS over ADS with locality-weighted load
-// balancing. In ControlPlane mode Envoy's own panic is off: only selectable
+// Cluster is the CDS resource in rendering r: EDS over ADS with
+// locality-weighted load balancing, and the load-balancing policy of
+// LbPolicyOf. In ControlPlane mode Envoy's own panic is off: only selectable
 // endpoints are published, all HEALTHY, so it has nothing to panic about.
-func Cluster(u *topology.UpstreamState) (*cluster.Cluster, error) {
+func Cluster(u *topology.UpstreamState, r Rendering) (*cluster.Cluster, error) {
 	up := u.Upstream
 	name := ClusterName(up.Key)
-	lb, ok := lbPolicies[up.LoadBalancing]
-	if !ok {
-		lb = cluster.Cluster_ROUND_ROBIN
-	}
+	lb := LbPolicyOf(up, r)
 	panicThreshold := 0.0
 	if up.HealthAdjustment == topology.Proxy {
 		panicThreshold = float64(up.Policy.PanicThreshold)
@@ -116,7 +107,7 @@ func Cluster(u *topology.UpstreamState) (*cluster.Cluster, error) {
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
 		EdsClusterConfig:     &cluster.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
 		ConnectTimeout:       connectTimeout(up),
-		LbPolicy:             lb,
+		LbPolicy:             lb.Policy,
 		CommonLbConfig: &cluster.Cluster_CommonLbConfig{
 			HealthyPanicThreshold: &typev3.Percent{Value: panicThreshold},
 			LocalityConfigSpecifier: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
@@ -125,7 +116,17 @@ func Cluster(u *topology.UpstreamState) (*cluster.Cluster, error) {
 		},
 		TypedExtensionProtocolOptions: protocolOptions(up),
 	}
-	return c, check(u, "Cluster", c)
+	switch {
+	case lb.RingSize > 0:
+		c.LbConfig = &cluster.Cluster_RingHashLbConfig_{RingHashLbConfig: &cluster.Cluster_RingHashLbConfig{
+			MinimumRingSize: wrapperspb.UInt64(lb.RingSize), MaximumRingSize: wrapperspb.UInt64(lb.RingSize),
+		}}
+	case lb.TableSize > 0:
+		c.LbConfig = &cluster.Cluster_MaglevLbConfig_{MaglevLbConfig: &cluster.Cluster_MaglevLbConfig{
+			TableSize: wrapperspb.UInt64(lb.TableSize),
+		}}
+	}
+	return c, check(u, "Cluster ("+r.String()+")", c)
 }
 
 // connectTimeout is the upstream's connect timeout, 5s when unset.

@@ -362,6 +362,74 @@ var wantLB = map[string]cluster.Cluster_LbPolicy{
 	"RingHash": cluster.Cluster_RING_HASH, "Maglev": cluster.Cluster_MAGLEV,
 }
 
+// layout is the ClusterLoadAssignment layout a view must be sent: Envoy's
+// RANDOM ignores endpoint weights inside a locality, so in ControlPlane mode
+// its endpoints travel as localities of their own.
+func layout(u *topology.UpstreamState, r translate.Rendering) translate.Rendering {
+	if r == translate.Weighted && u.Upstream.LoadBalancing == "Random" && u.Upstream.HealthAdjustment != topology.Proxy {
+		return translate.PerEndpoint
+	}
+	return r
+}
+
+// checkLbPolicy: gRPC nodes are always sent ROUND_ROBIN (the only policy
+// under which grpc-go weighs localities); Envoy gets the configured policy,
+// with a ring of 2^18 points for RING_HASH and a prime table of 65,537 for
+// MAGLEV, and nothing else in lb_config.
+func checkLbPolicy(t tester, u *topology.UpstreamState, r translate.Rendering, c *cluster.Cluster) {
+	t.Helper()
+	k := u.Upstream.Key
+	want := wantLB[u.Upstream.LoadBalancing]
+	if r == translate.PerEndpoint {
+		want = cluster.Cluster_ROUND_ROBIN
+	}
+	if c.GetLbPolicy() != want {
+		t.Errorf("%s %s: lb_policy %v for %q, want %v", k, r, c.GetLbPolicy(), u.Upstream.LoadBalancing, want)
+	}
+	switch want {
+	case cluster.Cluster_RING_HASH:
+		rh := c.GetRingHashLbConfig()
+		if rh.GetMinimumRingSize().GetValue() != 1<<18 || rh.GetMaximumRingSize().GetValue() != 1<<18 ||
+			rh.GetHashFunction() != cluster.Cluster_RingHashLbConfig_XX_HASH {
+			t.Errorf("%s %s: ring_hash_lb_config %v, want a ring of exactly 2^18 points, xxHash", k, r, rh)
+		}
+	case cluster.Cluster_MAGLEV:
+		if got := c.GetMaglevLbConfig().GetTableSize().GetValue(); got != 65_537 {
+			t.Errorf("%s %s: maglev table_size %d, want 65537", k, r, got)
+		}
+	default:
+		if c.GetLbConfig() != nil {
+			t.Errorf("%s %s: lb_config %v with lb_policy %v", k, r, c.GetLbConfig(), want)
+		}
+	}
+}
+
+// checkCluster asserts what the spec requires of one rendering's cluster.
+func checkCluster(t tester, u *topology.UpstreamState, r translate.Rendering, c *cluster.Cluster) {
+	t.Helper()
+	k := u.Upstream.Key
+	if c.GetName() != translate.ClusterName(k) || c.GetType() != cluster.Cluster_EDS ||
+		c.GetEdsClusterConfig().GetEdsConfig().GetAds() == nil ||
+		c.GetEdsClusterConfig().GetServiceName() != translate.ClusterName(k) {
+		t.Errorf("%s %s: cluster is not EDS over ADS named %q: %v", k, r, translate.ClusterName(k), c)
+	}
+	checkLbPolicy(t, u, r, c)
+	if c.GetCommonLbConfig().GetLocalityWeightedLbConfig() == nil {
+		t.Errorf("%s: no locality_weighted_lb_config", k)
+	}
+	wantPanic := 0.0
+	if u.Upstream.HealthAdjustment == topology.Proxy {
+		wantPanic = float64(u.Upstream.Policy.PanicThreshold)
+	}
+	if got := c.GetCommonLbConfig().GetHealthyPanicThreshold(); got == nil || got.GetValue() != wantPanic {
+		t.Errorf("%s: healthy_panic_threshold %v, want %v", k, got, wantPanic)
+	}
+	h2 := u.Upstream.Protocol == "HTTP2" || u.Upstream.Protocol == "GRPC"
+	if _, ok := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]; ok != h2 {
+		t.Errorf("%s: protocol %s: http protocol options present %v, want %v", k, u.Upstream.Protocol, ok, h2)
+	}
+}
+
 // checkUpstream asserts every property the spec requires of one
 // translated upstream.
 func checkUpstream(t tester, u *topology.UpstreamState) *translate.Resources {
@@ -376,7 +444,8 @@ func checkUpstream(t tester, u *topology.UpstreamState) *translate.Resources {
 	}
 	checkResourceWire(t, u, res)
 	for name, v := range map[string]interface{ ValidateAll() error }{
-		"Cluster": res.Cluster, "CLA weighted": res.Endpoints[translate.Weighted],
+		"Cluster weighted": res.Clusters[translate.Weighted], "Cluster per-endpoint": res.Clusters[translate.PerEndpoint],
+		"CLA weighted":     res.Endpoints[translate.Weighted],
 		"CLA per-endpoint": res.Endpoints[translate.PerEndpoint], "Listener": res.Listener, "Route": res.Route,
 	} {
 		if err := v.ValidateAll(); err != nil {
@@ -384,28 +453,8 @@ func checkUpstream(t tester, u *topology.UpstreamState) *translate.Resources {
 		}
 	}
 
-	c := res.Cluster
-	if c.GetName() != translate.ClusterName(k) || c.GetType() != cluster.Cluster_EDS ||
-		c.GetEdsClusterConfig().GetEdsConfig().GetAds() == nil ||
-		c.GetEdsClusterConfig().GetServiceName() != translate.ClusterName(k) {
-		t.Errorf("%s: cluster is not EDS over ADS named %q: %v", k, translate.ClusterName(k), c)
-	}
-	if want := wantLB[u.Upstream.LoadBalancing]; c.GetLbPolicy() != want {
-		t.Errorf("%s: lb_policy %v for %q, want %v", k, c.GetLbPolicy(), u.Upstream.LoadBalancing, want)
-	}
-	if c.GetCommonLbConfig().GetLocalityWeightedLbConfig() == nil {
-		t.Errorf("%s: no locality_weighted_lb_config", k)
-	}
-	wantPanic := 0.0
-	if u.Upstream.HealthAdjustment == topology.Proxy {
-		wantPanic = float64(u.Upstream.Policy.PanicThreshold)
-	}
-	if got := c.GetCommonLbConfig().GetHealthyPanicThreshold(); got == nil || got.GetValue() != wantPanic {
-		t.Errorf("%s: healthy_panic_threshold %v, want %v", k, got, wantPanic)
-	}
-	h2 := u.Upstream.Protocol == "HTTP2" || u.Upstream.Protocol == "GRPC"
-	if _, ok := c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]; ok != h2 {
-		t.Errorf("%s: protocol %s: http protocol options present %v, want %v", k, u.Upstream.Protocol, ok, h2)
+	for r := range translate.NumRenderings {
+		checkCluster(t, u, r, res.Clusters[r])
 	}
 
 	for r := translate.Rendering(0); r < translate.NumRenderings; r++ {
@@ -426,7 +475,7 @@ func checkUpstream(t tester, u *topology.UpstreamState) *translate.Resources {
 		if u.Upstream.HealthAdjustment == topology.Proxy {
 			checkProxy(t, u, r, cla)
 		} else {
-			checkExact(t, u, r, cla)
+			checkExact(t, u, layout(u, r), cla)
 		}
 	}
 
@@ -726,7 +775,12 @@ func checkResourceWire(t tester, u *topology.UpstreamState, res *translate.Resou
 		msg    proto.Message
 		append func([]byte, *topology.UpstreamState) ([]byte, error)
 	}{
-		{"Cluster", res.Cluster, enc.AppendCluster},
+		{"Cluster (weighted)", res.Clusters[translate.Weighted], func(b []byte, u *topology.UpstreamState) ([]byte, error) {
+			return enc.AppendCluster(b, u, translate.Weighted)
+		}},
+		{"Cluster (per-endpoint)", res.Clusters[translate.PerEndpoint], func(b []byte, u *topology.UpstreamState) ([]byte, error) {
+			return enc.AppendCluster(b, u, translate.PerEndpoint)
+		}},
 		{"Listener", res.Listener, enc.AppendListener},
 		{"RouteConfiguration", res.Route, enc.AppendRoute},
 	} {
@@ -796,6 +850,16 @@ func TestWireValidation(t *testing.T) {
 	}
 }
 
+func clusterMessage(u *topology.UpstreamState) (proto.Message, error) {
+	return translate.Cluster(u, translate.Weighted)
+}
+
+func appendCluster(enc *translate.Encoder) func([]byte, *topology.UpstreamState) ([]byte, error) {
+	return func(b []byte, u *topology.UpstreamState) ([]byte, error) {
+		return enc.AppendCluster(b, u, translate.Weighted)
+	}
+}
+
 // TestEncoderOddNames: names the generated validation might refuse take the
 // message path, so they are refused (or written) exactly as there.
 func TestEncoderOddNames(t *testing.T) {
@@ -808,7 +872,7 @@ func TestEncoderOddNames(t *testing.T) {
 			msg    func(*topology.UpstreamState) (proto.Message, error)
 			append func([]byte, *topology.UpstreamState) ([]byte, error)
 		}{
-			{"Cluster", func(u *topology.UpstreamState) (proto.Message, error) { return translate.Cluster(u) }, enc.AppendCluster},
+			{"Cluster", clusterMessage, appendCluster(enc)},
 			{"Listener", func(u *topology.UpstreamState) (proto.Message, error) { return translate.Listener(u) }, enc.AppendListener},
 			{"Route", func(u *topology.UpstreamState) (proto.Message, error) { return translate.Route(u) }, enc.AppendRoute},
 		} {

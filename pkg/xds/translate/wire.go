@@ -35,6 +35,9 @@ type Encoder struct {
 // Field numbers of the messages the Encoder writes.
 const (
 	clusterName, clusterType, clusterEDS, clusterTimeout, clusterLB, clusterCommonLB = 1, 2, 3, 4, 6, 27
+	clusterRingHash, clusterMaglev                                                   = 23, 52
+	ringHashMinimum, ringHashMaximum, maglevTableSize                                = 1, 4, 1
+	uint64Value                                                                      = 1
 	edsServiceName                                                                   = 2
 	durationSeconds, durationNanos                                                   = 1, 2
 	commonLBPanic, commonLBLocalityWeighted                                          = 1, 3
@@ -99,12 +102,13 @@ func marshalled[M proto.Message](e *Encoder, b []byte, u *topology.UpstreamState
 
 func (e *Encoder) plain(k topology.Key) bool { return plainName(k.Namespace) && plainName(k.Name) }
 
-// AppendCluster appends the encoding of Cluster(u).
-func (e *Encoder) AppendCluster(b []byte, u *topology.UpstreamState) ([]byte, error) {
+// AppendCluster appends the encoding of Cluster(u, r).
+func (e *Encoder) AppendCluster(b []byte, u *topology.UpstreamState, r Rendering) ([]byte, error) {
 	up := u.Upstream
 	if !e.plain(up.Key) {
-		return marshalled(e, b, u, Cluster)
+		return marshalled(e, b, u, func(u *topology.UpstreamState) (*cluster.Cluster, error) { return Cluster(u, r) })
 	}
+	lb := LbPolicyOf(up, r)
 	name := ClusterName(up.Key)
 	b = appendString(b, clusterName, name)
 	b = appendMessage(b, clusterEDS, len(e.edsConfig)+sizeString(edsServiceName, name))
@@ -117,7 +121,7 @@ func (e *Encoder) AppendCluster(b []byte, u *topology.UpstreamState) ([]byte, er
 	b = appendMessage(b, clusterTimeout, sizeVarint(durationSeconds, seconds)+sizeVarint(durationNanos, nanos))
 	b = appendVarint(b, durationSeconds, seconds)
 	b = appendVarint(b, durationNanos, nanos)
-	b = appendVarint(b, clusterLB, uint64(lbPolicies[up.LoadBalancing]))
+	b = appendVarint(b, clusterLB, uint64(lb.Policy))
 	panicThreshold := 0.0
 	if up.HealthAdjustment == topology.Proxy {
 		panicThreshold = float64(up.Policy.PanicThreshold)
@@ -136,8 +140,27 @@ func (e *Encoder) AppendCluster(b []byte, u *topology.UpstreamState) ([]byte, er
 	if up.Protocol == "HTTP2" || up.Protocol == "GRPC" {
 		b = append(b, e.http2...)
 	}
-	// cluster_discovery_type is a oneof: written after the other fields
-	return appendVarint(b, clusterType, uint64(cluster.Cluster_EDS)), nil
+	// cluster_discovery_type and lb_config are oneofs: written after the
+	// other fields
+	b = appendVarint(b, clusterType, uint64(cluster.Cluster_EDS))
+	switch {
+	case lb.RingSize > 0:
+		v := sizeVarint(uint64Value, lb.RingSize)
+		b = appendMessage(b, clusterRingHash, sizeMessage(ringHashMinimum, v)+sizeMessage(ringHashMaximum, v))
+		b = appendUInt64Value(b, ringHashMinimum, lb.RingSize)
+		b = appendUInt64Value(b, ringHashMaximum, lb.RingSize)
+	case lb.TableSize > 0:
+		v := sizeVarint(uint64Value, lb.TableSize)
+		b = appendMessage(b, clusterMaglev, sizeMessage(maglevTableSize, v))
+		b = appendUInt64Value(b, maglevTableSize, lb.TableSize)
+	}
+	return b, nil
+}
+
+// appendUInt64Value appends a google.protobuf.UInt64Value field holding v.
+func appendUInt64Value(b []byte, num protowire.Number, v uint64) []byte {
+	b = appendMessage(b, num, sizeVarint(uint64Value, v))
+	return appendVarint(b, uint64Value, v)
 }
 
 // AppendListener appends the encoding of Listener(u).
