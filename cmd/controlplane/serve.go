@@ -14,6 +14,7 @@ import (
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/source/files"
+	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
 )
@@ -37,6 +38,11 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	namespace := fs.String("namespace", "", "with --source=kubernetes, watch only this namespace (empty: all)")
 	spatialListen := fs.String("spatial-listener", "0.0.0.0:10080", "address Envoy's spatial routing listener (LDS \"spatial\") binds, when a SpatialDomain exists")
 	leNamespace := fs.String("leader-election-namespace", "", "namespace of the Lease that elects the status writer (default: the pod's own)")
+	kubeQPS := fs.Float64("kube-api-qps", kube.DefaultClientQPS, "with --source=kubernetes, requests per second to the apiserver, all clients of the process together")
+	kubeBurst := fs.Int("kube-api-burst", kube.DefaultClientBurst, "with --source=kubernetes, requests the apiserver client may send at once above --kube-api-qps")
+	statusShare := fs.Float64("status-write-share", kube.DefaultStatusShare,
+		"the part (0 to 1] of --kube-api-qps and --kube-api-burst that status writes may take; the rest is kept for the Lease and the informers")
+	statusWriters := fs.Int("status-writers", kube.DefaultStatusWorkers, "status writes in flight at once, at most (the status writer's share of the apiserver's concurrency)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -51,6 +57,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	case *debounceMax != 0 && *debounceMax < *debounce:
 		fmt.Fprintf(stderr, "error: --debounce-max %v is shorter than --debounce %v: a burst could never be applied on quiet\n", *debounceMax, *debounce)
+		return exitUsage
+	case *kubeQPS <= 0 || *kubeBurst <= 0:
+		fmt.Fprintln(stderr, "error: --kube-api-qps and --kube-api-burst must be positive")
+		return exitUsage
+	case *statusWriters <= 0:
+		fmt.Fprintln(stderr, "error: --status-writers must be positive")
+		return exitUsage
+	case *statusShare <= 0 || *statusShare > 1:
+		fmt.Fprintf(stderr, "error: --status-write-share %v: want a part of the client's budget, above 0 and at most 1\n", *statusShare)
 		return exitUsage
 	case *source != "files" && *source != "kubernetes":
 		fmt.Fprintf(stderr, "error: --source %q: want files or kubernetes\n", *source)
@@ -76,6 +91,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	err = controlplane.Run(ctx, controlplane.Config{
 		Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace,
 		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, TLS: tlsCfg, Debounce: *debounce, DebounceMax: *debounceMax, Spatial: spatial,
+		KubeQPS: *kubeQPS, KubeBurst: *kubeBurst, StatusShare: *statusShare, StatusWriters: *statusWriters,
 		Log: log, Out: stdout, Version: version,
 	})
 	if err != nil {
