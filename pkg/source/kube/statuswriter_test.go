@@ -70,8 +70,10 @@ type statusFixture struct {
 	patches atomic.Int64
 	// conflicts: how many of the next patches answer 409 Conflict
 	conflicts atomic.Int64
-	mu        sync.Mutex
-	byObject  map[string]int
+	// down: while set, every patch answers 500
+	down     atomic.Bool
+	mu       sync.Mutex
+	byObject map[string]int
 }
 
 func statusObjects(n int) []client.Object {
@@ -102,6 +104,9 @@ func newStatusFixture(t *testing.T, n int, budget StatusBudget) *statusFixture {
 		WithStatusSubresource(&v1alpha1.Upstream{}, &v1alpha1.Locality{}, &v1alpha1.EndpointSet{}, &v1alpha1.SpatialDomain{}, &v1alpha1.Partition{}).
 		WithInterceptorFuncs(interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			fx.patches.Add(1)
+			if fx.down.Load() {
+				return apierrors.NewInternalError(fmt.Errorf("etcdserver: request timed out"))
+			}
 			if fx.conflicts.Add(-1) >= 0 {
 				return apierrors.NewConflict(schema.GroupResource{Group: "poise.dev", Resource: "upstreams"}, obj.GetName(), fmt.Errorf("the object has been modified"))
 			}
@@ -267,7 +272,10 @@ func TestStatusWriterWritesEachObjectOnceAndNothingUnchanged(t *testing.T) {
 	}
 	fx.setHealth(7, v1alpha1.ProbeUnhealthy)
 	fx.pub.publish(fx.dir.Current().Revision)
-	time.Sleep(50 * time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for fx.upstream("u-7").Status.Revision != int64(fx.dir.Current().Revision) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	fx.settle()
 	if got, want := fx.writes(), map[string]int{"*v1alpha1.Upstream/u-7": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("one endpoint flip wrote %v; want %v", got, want)
@@ -356,9 +364,46 @@ func TestStatusWriterRetriesConflictsWithBackoff(t *testing.T) {
 	if got := fx.patches.Load(); got != 4 {
 		t.Errorf("%d patches; want 4 (3 conflicts, then the write)", got)
 	}
-	if fx.run.q.NumRequeues(topology.ObjectRef{Kind: topology.KindUpstream, Key: topology.Key{Namespace: "ns", Name: "u-0"}}) != 0 {
-		t.Error("the backoff of a written object was not forgotten")
+	ref := topology.ObjectRef{Kind: topology.KindUpstream, Key: topology.Key{Namespace: "ns", Name: "u-0"}}
+	for deadline := time.Now().Add(time.Second); fx.run.q.NumRequeues(ref) != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the backoff of a written object was not forgotten")
+		}
 	}
+}
+
+func TestStatusWriterBacksOffWhileTheApiserverFails(t *testing.T) {
+	const n = 2 // 10 objects
+	fx := newStatusFixture(t, n, StatusBudget{QPS: 1e6, Burst: 1e6})
+	fx.down.Store(true)
+	fx.start(4)
+	fx.queueAll(n)
+	time.Sleep(300 * time.Millisecond)
+	// backoff from 1 ms doubling to the fixture's 50 ms cap: about 10 attempts
+	// an object in 300 ms, where retrying at once would make thousands
+	attempts := fx.patches.Load()
+	if attempts < 10 || attempts > 150 {
+		t.Errorf("%d patch attempts for 10 objects in 300ms of failures; want about 100 (backoff)", attempts)
+	}
+	if got := testutil.ToFloat64(fx.m.StatusWriteErrors.WithLabelValues(topology.KindUpstream, "error")); got == 0 {
+		t.Error("failed writes were not counted")
+	}
+	// the apiserver recovers: every object is written, once
+	fx.down.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for sumOf(fx.m.StatusWrites) < 5*n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v of %d objects written after the recovery", sumOf(fx.m.StatusWrites), 5*n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	fx.settle()
+	for obj, c := range fx.writes() {
+		if c != 1 {
+			t.Errorf("%s written %d times after the recovery", obj, c)
+		}
+	}
+	t.Logf("%d attempts in 300ms of failures, then each object written once", attempts)
 }
 
 func TestStatusWriterKeepsToItsBudget(t *testing.T) {
