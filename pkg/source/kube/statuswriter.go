@@ -188,7 +188,7 @@ func (w *StatusWriter) Start(ctx context.Context) error {
 
 	// what the followers compare with is taken before the handlers queue
 	// every object, so no change falls between the two
-	snap := w.Dir.Current()
+	snap, published := w.Dir.Current(), pub.LastRevision()
 	rejected, refs := w.Source.Rejections(), w.Source.ServiceRefs()
 	unregister, err := r.watchObjects(ctx)
 	if err != nil {
@@ -199,7 +199,7 @@ func (w *StatusWriter) Start(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	wg.Go(func() { r.followDirectory(ctx, snap) })
-	wg.Go(func() { r.followPublication(ctx) })
+	wg.Go(func() { r.followPublication(ctx, published) })
 	wg.Go(func() { r.followRejections(ctx, rejected, refs) })
 	for range max(budget.Workers, 1) {
 		wg.Go(func() { r.work(ctx) })
@@ -371,19 +371,27 @@ func (r *statusRun) queueIndexed(ctx context.Context, list client.ObjectList, ki
 	})
 }
 
-// followPublication queues the objects that wait for a publication each time one happens.
-func (r *statusRun) followPublication(ctx context.Context) {
+// followPublication queues the objects that wait for a publication each time
+// one happens after revision seen.
+func (r *statusRun) followPublication(ctx context.Context, seen uint64) {
 	for {
+		// the channel is taken before the revision is read, so a publication
+		// between two waits is seen by its revision
+		changed := r.pub.Changed()
+		if rev := r.pub.LastRevision(); rev != seen {
+			seen = rev
+			r.mu.Lock()
+			for ref := range r.deferred {
+				r.q.Add(ref)
+			}
+			r.mu.Unlock()
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.pub.Changed():
+		case <-changed:
 		}
-		r.mu.Lock()
-		for ref := range r.deferred {
-			r.q.Add(ref)
-		}
-		r.mu.Unlock()
 	}
 }
 
@@ -491,6 +499,7 @@ func (r *statusRun) process(ctx context.Context, ref topology.ObjectRef) error {
 		state := snap.Upstream(ref.Key)
 		programmed := state != nil && published >= state.Revision
 		if r.waitForPublication(ref, state != nil && !programmed) {
+			r.publishedMeanwhile(ref, state.Revision)
 			return nil
 		}
 		var refs *metav1.Condition
@@ -519,6 +528,7 @@ func (r *statusRun) process(ctx context.Context, ref topology.ObjectRef) error {
 		st := snap.SpatialDomain(ref.Key)
 		programmed := st != nil && published >= st.Revision
 		if r.waitForPublication(ref, st != nil && st.Serving() && rej == nil && !programmed) {
+			r.publishedMeanwhile(ref, st.Revision)
 			return nil
 		}
 		return writeStatus(ctx, r, ref, &d, &d.Status, spatialDomainStatus(&d, st, rej, programmed))
@@ -564,6 +574,15 @@ func (r *statusRun) waitForPublication(ref topology.ObjectRef, waiting bool) boo
 		return true
 	}
 	return false
+}
+
+// publishedMeanwhile queues a deferred object again when the revision it waits
+// for was published after process read the published revision (and perhaps
+// before followPublication saw it deferred).
+func (r *statusRun) publishedMeanwhile(ref topology.ObjectRef, rev uint64) {
+	if r.pub.LastRevision() >= rev {
+		r.q.Add(ref)
+	}
 }
 
 // writeStatus patches obj's status (status points into obj, a copy from

@@ -171,22 +171,26 @@ func (fx *statusFixture) queueAll(n int) {
 	}
 }
 
-// settle waits until the queue is empty and no object has been processed for 100ms.
-func (fx *statusFixture) settle() {
-	fx.t.Helper()
-	processed := func() float64 {
-		return sumOf(fx.m.StatusWrites) + sumOf(fx.m.StatusUnchanged) + sumOf(fx.m.StatusWriteErrors)
+// processed is how many queued objects the workers have finished with
+// (written, found unchanged, failed or put off), from the queue's own
+// work-duration histogram.
+func (fx *statusFixture) processed() uint64 {
+	var d dto.Metric
+	if err := fx.m.StatusWorkDuration.Write(&d); err != nil {
+		fx.t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	last, quietSince := processed(), time.Now()
-	for fx.run.q.Len() > 0 || time.Since(quietSince) < 100*time.Millisecond {
+	return d.GetHistogram().GetSampleCount()
+}
+
+// waitProcessed waits until the workers have finished with n more objects than at mark.
+func (fx *statusFixture) waitProcessed(mark uint64, n int) {
+	fx.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for fx.processed() < mark+uint64(n) {
 		if time.Now().After(deadline) {
-			fx.t.Fatalf("the queue did not settle: %d left", fx.run.q.Len())
+			fx.t.Fatalf("the workers finished %d of %d objects", fx.processed()-mark, n)
 		}
-		time.Sleep(5 * time.Millisecond)
-		if p := processed(); p != last {
-			last, quietSince = p, time.Now()
-		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -240,8 +244,9 @@ func TestStatusWriterWritesEachObjectOnceAndNothingUnchanged(t *testing.T) {
 	const n = 20
 	fx := newStatusFixture(t, n, StatusBudget{QPS: 1e6, Burst: 1e6})
 	fx.start(4)
+	mark := fx.processed()
 	fx.queueAll(n)
-	fx.settle()
+	fx.waitProcessed(mark, 5*n)
 	if got := len(fx.writes()); got != 5*n {
 		t.Fatalf("first pass wrote %d objects; want %d", got, 5*n)
 	}
@@ -253,8 +258,9 @@ func TestStatusWriterWritesEachObjectOnceAndNothingUnchanged(t *testing.T) {
 
 	// everything again (a new leader, or a resync): nothing is written
 	before := fx.patches.Load()
+	mark = fx.processed()
 	fx.queueAll(n)
-	fx.settle()
+	fx.waitProcessed(mark, 5*n)
 	if got := fx.patches.Load() - before; got != 0 {
 		t.Errorf("queueing unchanged objects issued %d patches; want 0", got)
 	}
@@ -266,17 +272,19 @@ func TestStatusWriterWritesEachObjectOnceAndNothingUnchanged(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go fx.run.followDirectory(ctx, fx.dir.Current())
+	go fx.run.followPublication(ctx, fx.pub.LastRevision())
 	others := map[string]int64{}
 	for i := range n {
 		others[fmt.Sprintf("u-%d", i)] = fx.upstream(fmt.Sprintf("u-%d", i)).Status.Revision
 	}
+	mark = fx.processed()
 	fx.setHealth(7, v1alpha1.ProbeUnhealthy)
 	fx.pub.publish(fx.dir.Current().Revision)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for fx.upstream("u-7").Status.Revision != int64(fx.dir.Current().Revision) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	fx.settle()
+	fx.waitProcessed(mark, 5) // u-7, its two Localities and two EndpointSets
 	if got, want := fx.writes(), map[string]int{"*v1alpha1.Upstream/u-7": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("one endpoint flip wrote %v; want %v", got, want)
 	}
@@ -294,29 +302,31 @@ func TestStatusWriterWritesEachObjectOnceAndNothingUnchanged(t *testing.T) {
 func TestStatusWriterWaitsForPublication(t *testing.T) {
 	fx := newStatusFixture(t, 2, StatusBudget{QPS: 1e6, Burst: 1e6})
 	fx.start(1)
+	mark := fx.processed()
 	fx.queueAll(2)
-	fx.settle()
+	fx.waitProcessed(mark, 10)
 	fx.writes()
 
 	// the change is in the Directory but not yet published: nothing is written
 	fx.setHealth(1, v1alpha1.ProbeUnhealthy)
 	ref := topology.ObjectRef{Kind: topology.KindUpstream, Key: topology.Key{Namespace: "ns", Name: "u-1"}}
+	mark = fx.processed()
 	fx.run.q.Add(ref)
-	fx.settle()
+	fx.waitProcessed(mark, 1)
 	if got := fx.writes(); len(got) != 0 {
 		t.Fatalf("a change not yet published wrote %v", got)
 	}
 	// its publication writes it once, Programmed at the new revision
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go fx.run.followPublication(ctx)
-	time.Sleep(10 * time.Millisecond)
+	go fx.run.followPublication(ctx, fx.pub.LastRevision())
+	mark = fx.processed()
 	fx.pub.publish(fx.dir.Current().Revision)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for fx.upstream("u-1").Status.Revision != int64(fx.dir.Current().Revision) && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	fx.settle()
+	fx.waitProcessed(mark, 1)
 	if got, want := fx.writes(), map[string]int{"*v1alpha1.Upstream/u-1": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("the publication wrote %v; want %v", got, want)
 	}
@@ -397,7 +407,6 @@ func TestStatusWriterBacksOffWhileTheApiserverFails(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	fx.settle()
 	for obj, c := range fx.writes() {
 		if c != 1 {
 			t.Errorf("%s written %d times after the recovery", obj, c)
@@ -410,10 +419,11 @@ func TestStatusWriterKeepsToItsBudget(t *testing.T) {
 	const n = 4 // 20 objects
 	fx := newStatusFixture(t, n, StatusBudget{QPS: 50, Burst: 5})
 	fx.start(8)
+	mark := fx.processed()
 	start := time.Now()
 	fx.queueAll(n)
-	fx.settle()
-	took := time.Since(start) - 100*time.Millisecond // settle's quiet
+	fx.waitProcessed(mark, 5*n)
+	took := time.Since(start)
 	// 5 at once, then 15 at 50/s: at least 300ms
 	if took < 280*time.Millisecond {
 		t.Errorf("20 writes at 50/s with a burst of 5 took %v; want at least 300ms", took)
