@@ -100,7 +100,7 @@ churn: ## The Kubernetes churn benchmark (1,000 writes/s for 60 s by default; CH
 # scale"): 5,000 Upstreams × (3 Localities + 3 EndpointSets) on a real
 # apiserver; time from the start to every status, writes per flip, writes of
 # a leader handover, then FLIP_RATE flips/s for FLIP_SECONDS. CI runs the same
-# test with 300 Upstreams and 3 s of flips.
+# test with 200 Upstreams and 3 s of flips.
 .PHONY: status-scale
 status-scale: ## The status writer with 35,000 objects on a real apiserver (UPSTREAMS=5000 FLIP_RATE=100 FLIP_SECONDS=60 change it).
 	@assets=$$(bash hack/test-binaries.sh) && \
