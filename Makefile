@@ -96,6 +96,18 @@ churn: ## The Kubernetes churn benchmark (1,000 writes/s for 60 s by default; CH
 	POISE_CHURN_RATE=$(or $(CHURN_RATE),1000) POISE_CHURN_SECONDS=$(or $(CHURN_SECONDS),60) KUBEBUILDER_ASSETS="$$assets" \
 	$(GO) test -count=1 -timeout 30m -run '^TestChurn$$' -v ./test/kube/
 
+# The status writer at the scale of issue 11 (docs/kubernetes.md, "Status at
+# scale"): 5,000 Upstreams × (3 Localities + 3 EndpointSets) on a real
+# apiserver; time from the start to every status, writes per flip, writes of
+# a leader handover, then FLIP_RATE flips/s for FLIP_SECONDS. CI runs the same
+# test with 200 Upstreams and 3 s of flips.
+.PHONY: status-scale
+status-scale: ## The status writer with 35,000 objects on a real apiserver (UPSTREAMS=5000 FLIP_RATE=100 FLIP_SECONDS=60 change it).
+	@assets=$$(bash hack/test-binaries.sh) && \
+	POISE_STATUS_SCALE_UPSTREAMS=$(or $(UPSTREAMS),5000) POISE_STATUS_FLIP_RATE=$(or $(FLIP_RATE),100) \
+	POISE_STATUS_FLIP_SECONDS=$(or $(FLIP_SECONDS),60) KUBEBUILDER_ASSETS="$$assets" \
+	$(GO) test -count=1 -timeout 40m -run '^TestStatusAtScale$$' -v ./test/kube/
+
 .PHONY: fuzz
 # Each target runs for FUZZTIME; a failing input is minimised for at most
 # FUZZMINIMIZETIME, so a slow target does not spend its time minimising.

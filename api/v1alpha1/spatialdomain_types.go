@@ -166,7 +166,9 @@ type SpatialDomainStatus struct {
 	// +optional
 	MapVersion string `json:"mapVersion,omitempty"`
 
-	// revision is the topology revision the partition map was built from.
+	// revision is the topology revision at which this status last changed (every
+	// field but revision and the Programmed condition). It only grows, as an
+	// Upstream's does.
 	// +optional
 	Revision int64 `json:"revision,omitempty"`
 

@@ -222,8 +222,10 @@ type UpstreamStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// revision is the topology revision whose computation this status shows and
-	// that was published to xDS.
+	// revision is the topology revision at which this status last changed (every
+	// field but revision and the Programmed condition). It only grows: a change
+	// to another upstream never moves it, and a new status-writing leader whose
+	// revisions count lower continues from the stored value.
 	// +optional
 	Revision int64 `json:"revision,omitempty"`
 

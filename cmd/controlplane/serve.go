@@ -15,6 +15,7 @@ import (
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/source/files"
+	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
 )
@@ -42,6 +43,11 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	namespace := fs.String("namespace", "", "with --source=kubernetes, watch only this namespace (empty: all)")
 	spatialListen := fs.String("spatial-listener", "0.0.0.0:10080", "address Envoy's spatial routing listener (LDS \"spatial\") binds, when a SpatialDomain exists")
 	leNamespace := fs.String("leader-election-namespace", "", "namespace of the Lease that elects the status writer (default: the pod's own)")
+	kubeQPS := fs.Float64("kube-api-qps", kube.DefaultClientQPS, "with --source=kubernetes, requests per second to the apiserver, all clients of the process together")
+	kubeBurst := fs.Int("kube-api-burst", kube.DefaultClientBurst, "with --source=kubernetes, requests the apiserver client may send at once above --kube-api-qps")
+	statusShare := fs.Float64("status-write-share", kube.DefaultStatusShare,
+		"the part (0 to 1] of --kube-api-qps and --kube-api-burst that status writes may take; the rest is kept for the Lease and the informers")
+	statusWriters := fs.Int("status-writers", kube.DefaultStatusWorkers, "status writes in flight at once, at most (the status writer's share of the apiserver's concurrency)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -62,6 +68,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	case *maxStreams < 1 || *maxPerConn < 1:
 		fmt.Fprintln(stderr, "error: --xds-max-streams and --xds-max-streams-per-connection must be at least 1")
+		return exitUsage
+	case *kubeQPS <= 0 || *kubeBurst <= 0:
+		fmt.Fprintln(stderr, "error: --kube-api-qps and --kube-api-burst must be positive")
+		return exitUsage
+	case *statusWriters <= 0:
+		fmt.Fprintln(stderr, "error: --status-writers must be positive")
+		return exitUsage
+	case *statusShare <= 0 || *statusShare > 1:
+		fmt.Fprintf(stderr, "error: --status-write-share %v: want a part of the client's budget, above 0 and at most 1\n", *statusShare)
 		return exitUsage
 	case *source != "files" && *source != "kubernetes":
 		fmt.Fprintf(stderr, "error: --source %q: want files or kubernetes\n", *source)
@@ -86,7 +101,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	err = controlplane.Run(ctx, controlplane.Config{
 		Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace,
-		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, MetricsAddress: *metricsAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn, DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Spatial: spatial,
+		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, MetricsAddress: *metricsAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn,
+		DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Spatial: spatial,
+		KubeQPS: *kubeQPS, KubeBurst: *kubeBurst, StatusShare: *statusShare, StatusWriters: *statusWriters,
 		Log: log, Out: stdout, Version: version,
 	})
 	if err != nil {

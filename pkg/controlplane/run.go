@@ -39,7 +39,15 @@ type Config struct {
 	RestConfig                                     *rest.Config // overrides Kubeconfig
 	LeaderElectionID                               string
 	LeaseDuration, RenewDeadline, RetryPeriod      time.Duration
-	XDSAddress, AdminAddress                       string
+	// KubeQPS and KubeBurst bound the requests to the apiserver, all together;
+	// StatusShare is the part of them status writes may take, StatusWriters
+	// how many status writes may be in flight at once. Zero: the defaults of
+	// pkg/source/kube.
+	KubeQPS                  float64
+	KubeBurst                int
+	StatusShare              float64
+	StatusWriters            int
+	XDSAddress, AdminAddress string
 	// MetricsAddress, when set, serves /healthz, /readyz and /metrics alone
 	// (no debug endpoints), for probes and scrapers that must not reach
 	// the admin port.
@@ -139,7 +147,8 @@ func Run(ctx context.Context, cfg Config) error {
 			Namespace: cfg.Namespace, LeaderElectionNamespace: cfg.LeaderElectionNamespace, LeaderElectionID: cfg.LeaderElectionID,
 			LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
 			Debounce: cfg.Debounce, Log: log, Metrics: m,
-			Published: pub.LastRevision, PublishedChanged: pub.Changed,
+			Publication: pub, ClientQPS: cfg.KubeQPS, ClientBurst: cfg.KubeBurst, StatusShare: cfg.StatusShare,
+			StatusWorkers: cfg.StatusWriters,
 		})
 		if err != nil {
 			return err

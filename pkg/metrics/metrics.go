@@ -18,6 +18,16 @@ type Metrics struct {
 	NACKs             *prometheus.CounterVec // type
 	ConnectedClients  *prometheus.GaugeVec   // kind: envoy | grpc | unknown
 	SourceBatches     *prometheus.CounterVec // source, result: applied | rejected
+
+	// The Kubernetes status writer (leader only).
+	StatusWrites       *prometheus.CounterVec // kind
+	StatusWriteErrors  *prometheus.CounterVec // kind, reason: conflict | timeout | throttled | invalid | error
+	StatusUnchanged    *prometheus.CounterVec // kind
+	StatusQueueDepth   prometheus.Gauge
+	StatusQueueAdds    prometheus.Counter
+	StatusQueueLatency prometheus.Histogram
+	StatusWorkDuration prometheus.Histogram
+	StatusRetries      prometheus.Counter
 }
 
 // New registers every metric on a new registry, with the Go and process collectors.
@@ -53,9 +63,37 @@ func New() *Metrics {
 		SourceBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "poise_source_batches_total", Help: "Topology batches from a source, by result (applied or rejected).",
 		}, []string{"source", "result"}),
+		StatusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poise_status_writes_total", Help: "Status subresource patches the status writer issued and the apiserver accepted, by kind.",
+		}, []string{"kind"}),
+		StatusWriteErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poise_status_write_errors_total", Help: "Status writes that failed and are retried with backoff, by kind and reason (conflict, timeout, throttled, invalid, error).",
+		}, []string{"kind", "reason"}),
+		StatusUnchanged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poise_status_unchanged_total", Help: "Objects the status writer checked and left alone because their status was already right, by kind.",
+		}, []string{"kind"}),
+		StatusQueueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "poise_status_queue_depth", Help: "Objects waiting in the status writer's work queue.",
+		}),
+		StatusQueueAdds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poise_status_queue_adds_total", Help: "Objects queued for the status writer (an object queued twice before it is processed counts twice and is processed once).",
+		}),
+		StatusQueueLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "poise_status_queue_wait_seconds", Help: "Time an object waits in the status writer's queue before it is processed.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 11),
+		}),
+		StatusWorkDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "poise_status_work_duration_seconds", Help: "Time to process one object: compute, wait for the write budget, write.",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12),
+		}),
+		StatusRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "poise_status_retries_total", Help: "Objects re-queued with backoff after a failed status write.",
+		}),
 	}
 	r.MustRegister(m.Revision, m.PublishedRevision, m.SnapshotBuilds, m.SnapshotDuration, m.ResourceChanges,
 		m.Pushes, m.NACKs, m.ConnectedClients, m.SourceBatches,
+		m.StatusWrites, m.StatusWriteErrors, m.StatusUnchanged, m.StatusQueueDepth, m.StatusQueueAdds, m.StatusQueueLatency,
+		m.StatusWorkDuration, m.StatusRetries,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -34,9 +35,48 @@ type Options struct {
 	Debounce                                  time.Duration
 	Log                                       *slog.Logger
 	Metrics                                   *metrics.Metrics
-	// Published and PublishedChanged tell the status writer what xDS carries.
-	Published        func() uint64
-	PublishedChanged func() <-chan struct{}
+	// Publication tells the status writer what xDS carries (nil: every
+	// snapshot counts as published once it is current).
+	Publication Publication
+	// ClientQPS and ClientBurst bound every request this replica makes to the
+	// apiserver, all clients together (informers, leader election, status
+	// writes); zero means DefaultClientQPS and DefaultClientBurst.
+	ClientQPS   float64
+	ClientBurst int
+	// StatusShare is the part of ClientQPS and ClientBurst that status writes
+	// may take, in (0, 1]; zero means DefaultStatusShare. The rest is kept
+	// for the Lease renewals and the informers' lists and watches.
+	StatusShare float64
+	// StatusWorkers is how many status writes may be in flight at once; zero
+	// means DefaultStatusWorkers.
+	StatusWorkers int
+}
+
+// Defaults of the Kubernetes client and of the status writer's share of it
+// (docs/kubernetes.md, "Status at scale", says why these figures).
+const (
+	DefaultClientQPS     = 1000
+	DefaultClientBurst   = 2000
+	DefaultStatusShare   = 0.8
+	DefaultStatusWorkers = 16
+)
+
+// StatusBudgetOf is the status writer's budget under the options.
+func (o Options) StatusBudgetOf() StatusBudget {
+	qps, burst, share, workers := o.ClientQPS, o.ClientBurst, o.StatusShare, o.StatusWorkers
+	if qps <= 0 {
+		qps = DefaultClientQPS
+	}
+	if burst <= 0 {
+		burst = DefaultClientBurst
+	}
+	if share <= 0 || share > 1 {
+		share = DefaultStatusShare
+	}
+	if workers <= 0 {
+		workers = DefaultStatusWorkers
+	}
+	return StatusBudget{QPS: qps * share, Burst: max(1, int(float64(burst)*share)), Workers: workers}
 }
 
 // Scheme holds the kinds the source reads.
@@ -66,6 +106,16 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	if err != nil {
 		return nil, err
 	}
+	// one token bucket for every client made from cfg, so ClientQPS bounds the replica as a whole
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = float32(o.ClientQPS), o.ClientBurst
+	if cfg.QPS <= 0 {
+		cfg.QPS = DefaultClientQPS
+	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = DefaultClientBurst
+	}
+	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
 	log := o.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -104,7 +154,8 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 		return nil, fmt.Errorf("kubernetes manager: %w", err)
 	}
 	src := &Source{Reader: m.GetCache(), Dir: dir, Debounce: o.Debounce, Log: log, Metrics: o.Metrics}
-	sw := &StatusWriter{Client: m.GetClient(), Dir: dir, Source: src, Published: o.Published, Changed: o.PublishedChanged, Log: log}
+	sw := &StatusWriter{Client: m.GetClient(), Dir: dir, Source: src, Publication: o.Publication, Log: log, Metrics: o.Metrics,
+		Budget: o.StatusBudgetOf()}
 	if err := m.Add(src); err != nil {
 		return nil, err
 	}
@@ -120,6 +171,9 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 // The manager runs until ctx is done; its error arrives on the channel.
 func (r *Replica) Start(ctx context.Context) (<-chan error, error) {
 	if err := r.Source.Register(ctx, r.Manager.GetCache()); err != nil {
+		return nil, err
+	}
+	if err := r.Status.Register(ctx, r.Manager.GetCache()); err != nil {
 		return nil, err
 	}
 	errc := make(chan error, 1)

@@ -111,19 +111,11 @@ func (s *Source) Register(ctx context.Context, c cache.Cache) error {
 	}); err != nil {
 		return fmt.Errorf("index EndpointSlices by Service: %w", err)
 	}
-	for _, k := range []struct {
-		obj  client.Object
-		kind string
-	}{
-		{&v1alpha1.Upstream{}, topology.KindUpstream},
-		{&v1alpha1.Locality{}, topology.KindLocality},
-		{&v1alpha1.EndpointSet{}, topology.KindEndpointSet},
-		{&v1alpha1.SpatialDomain{}, topology.KindSpatialDomain},
-		{&v1alpha1.Partition{}, topology.KindPartition},
+	for _, k := range append(slices.Clone(statusKinds), []kindOf{
 		{&corev1.Service{}, "Service"},
 		{&discoveryv1.EndpointSlice{}, "EndpointSlice"},
 		{&corev1.Node{}, "Node"},
-	} {
+	}...) {
 		inf, err := c.GetInformer(ctx, k.obj)
 		if err != nil {
 			return fmt.Errorf("informer for %s: %w", k.kind, err)
@@ -246,6 +238,22 @@ func (s *Source) Rejections() map[topology.ObjectRef]Rejection {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return maps.Clone(s.rejected)
+}
+
+// Rejection says whether one object is set aside, and why.
+func (s *Source) Rejection(ref topology.ObjectRef) (Rejection, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.rejected[ref]
+	return r, ok
+}
+
+// ServiceRefs returns how each importing Upstream's Service reference
+// resolved at its last read (ReasonResolved, ReasonServiceNotFound or ReasonPortNotFound).
+func (s *Source) ServiceRefs() map[topology.Key]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.refs)
 }
 
 // RejectionsChanged is closed the next time the set of rejections changes,

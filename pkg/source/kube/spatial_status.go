@@ -1,10 +1,10 @@
 package kube
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -18,30 +18,13 @@ import (
 // topology reports (pkg/topology, pkg/partitionmap).
 const ReasonDomainNotServing = "DomainNotServing"
 
-// writeSpatial brings the status of every SpatialDomain and Partition up to date.
-func (w *StatusWriter) writeSpatial(ctx context.Context, snap *topology.Snapshot, rejected map[topology.ObjectRef]Rejection, published uint64, keep func(error)) error {
-	var domains v1alpha1.SpatialDomainList
-	if err := w.Client.List(ctx, &domains); err != nil {
-		return err
-	}
-	for i := range domains.Items {
-		d := &domains.Items[i]
-		keep(patchStatus(ctx, w.Client, d, &d.Status, spatialDomainStatus(d, snap.SpatialDomain(keyOf(d)), rejected, published)))
-	}
-	var parts v1alpha1.PartitionList
-	if err := w.Client.List(ctx, &parts); err != nil {
-		return err
-	}
-	for i := range parts.Items {
-		p := &parts.Items[i]
-		keep(patchStatus(ctx, w.Client, p, &p.Status, partitionStatus(p, snap.SpatialDomain(topology.Key{Namespace: p.Namespace, Name: p.Spec.Domain}), rejected)))
-	}
-	return nil
-}
-
-func spatialDomainStatus(d *v1alpha1.SpatialDomain, st *topology.SpatialState, rejected map[topology.ObjectRef]Rejection, published uint64) v1alpha1.SpatialDomainStatus {
+// spatialDomainStatus is the status a SpatialDomain should have: st is its
+// part of the snapshot, programmed whether st is published over xDS. Its
+// revision moves as an Upstream's does (upstreamStatus).
+func spatialDomainStatus(d *v1alpha1.SpatialDomain, st *topology.SpatialState, rej *Rejection, programmed bool) v1alpha1.SpatialDomainStatus {
 	gen := d.Generation
-	want := *d.Status.DeepCopy()
+	stored := d.Status
+	want := *stored.DeepCopy()
 	want.ObservedGeneration = gen
 	cond := func(typ string, ok bool, reason, msg string) {
 		s := metav1.ConditionTrue
@@ -50,8 +33,8 @@ func spatialDomainStatus(d *v1alpha1.SpatialDomain, st *topology.SpatialState, r
 		}
 		meta.SetStatusCondition(&want.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: gen})
 	}
-	if r, bad := rejected[topology.ObjectRef{Kind: topology.KindSpatialDomain, Key: keyOf(d)}]; bad {
-		cond(v1alpha1.ConditionAccepted, false, r.Reason, r.Message)
+	if rej != nil {
+		cond(v1alpha1.ConditionAccepted, false, rej.Reason, rej.Message)
 		cond(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonPending, "not in the topology")
 		return want
 	}
@@ -86,14 +69,7 @@ func spatialDomainStatus(d *v1alpha1.SpatialDomain, st *topology.SpatialState, r
 	} else {
 		cond(v1alpha1.ConditionResolvedRefs, true, ReasonResolved, "every replica's Upstream exists")
 	}
-	if published >= st.Revision {
-		cond(v1alpha1.ConditionProgrammed, true, v1alpha1.ReasonProgrammed,
-			fmt.Sprintf("routes with data version %s published over xDS at topology revision %d", st.Map.DataVersion(st.Health), published))
-	} else {
-		cond(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonPending, "not yet published")
-	}
 	want.MapVersion = st.Map.DataVersion(st.Health)
-	want.Revision = int64(st.Revision)
 	want.Cells = int32(st.Map.OccupiedCells())
 	want.Partitions = int32(len(st.Map.Partitions()))
 	held := st.Map.Held()
@@ -102,18 +78,37 @@ func spatialDomainStatus(d *v1alpha1.SpatialDomain, st *topology.SpatialState, r
 		want.Replicas = append(want.Replicas, v1alpha1.SpatialReplicaStatus{Name: r.Name, Upstream: r.Replica.Upstream, Region: r.Region,
 			Healthy: r.Healthy, Partitions: int32(held[i])})
 	}
+	if !sameDomainFigures(want, stored) {
+		want.Revision = nextRevision(stored.Revision, st.Revision)
+	}
+	if programmed {
+		cond(v1alpha1.ConditionProgrammed, true, v1alpha1.ReasonProgrammed,
+			fmt.Sprintf("routes with data version %s published over xDS at revision %d", want.MapVersion, want.Revision))
+	} else {
+		cond(v1alpha1.ConditionProgrammed, false, v1alpha1.ReasonPending, "not yet published")
+	}
 	return want
 }
 
-func partitionStatus(p *v1alpha1.Partition, st *topology.SpatialState, rejected map[topology.ObjectRef]Rejection) v1alpha1.PartitionStatus {
+// sameDomainFigures compares two SpatialDomain statuses but for their
+// revision and Programmed condition.
+func sameDomainFigures(a, b v1alpha1.SpatialDomainStatus) bool {
+	a.Revision, b.Revision = 0, 0
+	a.Conditions, b.Conditions = withoutCondition(a.Conditions, v1alpha1.ConditionProgrammed), withoutCondition(b.Conditions, v1alpha1.ConditionProgrammed)
+	return equality.Semantic.DeepEqual(a, b)
+}
+
+// partitionStatus is the status a Partition should have; st is its domain's
+// part of the snapshot.
+func partitionStatus(p *v1alpha1.Partition, st *topology.SpatialState, rej *Rejection) v1alpha1.PartitionStatus {
 	gen := p.Generation
 	want := *p.Status.DeepCopy()
 	want.ObservedGeneration = gen
 	c := metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionFalse, ObservedGeneration: gen}
 	want.Cells = 0
-	switch r, bad := rejected[topology.ObjectRef{Kind: topology.KindPartition, Key: keyOf(p)}]; {
-	case bad:
-		c.Reason, c.Message = r.Reason, r.Message
+	switch {
+	case rej != nil:
+		c.Reason, c.Message = rej.Reason, rej.Message
 	case st == nil:
 		c.Reason, c.Message = v1alpha1.ReasonUnknownDomain, fmt.Sprintf("SpatialDomain %s/%s does not exist; the partition takes effect when it does", p.Namespace, p.Spec.Domain)
 	default:

@@ -1,0 +1,639 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/topology"
+)
+
+// Publication is what the status writer reads of xDS publication (a
+// *publish.Publisher).
+type Publication interface {
+	// Published reports whether any snapshot has been published.
+	Published() bool
+	// LastRevision is the topology revision last published.
+	LastRevision() uint64
+	// Changed is closed by the next publication.
+	Changed() <-chan struct{}
+}
+
+// StatusBudget bounds what the status writer asks of the apiserver: every
+// status write takes a token from a bucket refilled at QPS, holding at most
+// Burst, and at most Workers writes are in flight at once.
+type StatusBudget struct {
+	QPS     float64
+	Burst   int
+	Workers int
+}
+
+const (
+	// defaultPublishGrace is how long a change waits for the publication of
+	// its revision before its status says Pending.
+	defaultPublishGrace = 2 * time.Second
+	// writeTimeout bounds one status write, so a hung apiserver holds a worker no longer.
+	writeTimeout = 30 * time.Second
+	// retryBase and retryMax bound the per-object backoff of a failed write.
+	retryBase = 20 * time.Millisecond
+	retryMax  = time.Minute
+	// errorLogEvery: failed writes are logged at most this often, with a count.
+	errorLogEvery = 10 * time.Second
+)
+
+// Cache indexes the status writer reads objects by.
+const (
+	localityUpstreamIndex    = "poise.dev/locality-upstream"
+	endpointSetUpstreamIndex = "poise.dev/endpointset-upstream"
+	partitionDomainIndex     = "poise.dev/partition-domain"
+)
+
+// StatusWriter writes what was computed into the status of every Upstream,
+// Locality, EndpointSet, SpatialDomain and Partition. Only the replica
+// holding the Lease runs it.
+//
+// It works object by object from a rate-limited work queue: an object is
+// queued when it is created or updated, when its upstream's (or domain's)
+// part of the topology changes, when its rejection changes, and when the
+// revision it waits for is published. A queued object whose status would be
+// byte-identical to the informer cache's is not written. Writes are JSON
+// merge patches of the status subresource carrying the resourceVersion they
+// were computed from; a conflict or error is retried with per-object
+// exponential backoff. All writes share the Budget.
+type StatusWriter struct {
+	// Client reads from the informer cache and writes the status subresource.
+	Client client.Client
+	Dir    *topology.Directory
+	Source *Source
+	// Publication says what xDS carries; nil counts every snapshot of Dir as
+	// published once it is current (a replica that serves no xDS).
+	Publication Publication
+	Log         *slog.Logger
+	Metrics     *metrics.Metrics
+	// Budget: the zero value means that of the default Options.
+	Budget StatusBudget
+	// PublishGrace: 0 means 2s.
+	PublishGrace time.Duration
+
+	informers cache.Informers // set by Register
+}
+
+// Register adds the indexes the writer reads by, and keeps the informers
+// whose events it follows while it leads. Call it before the cache starts.
+func (w *StatusWriter) Register(ctx context.Context, c cache.Cache) error {
+	for _, ix := range statusIndexes {
+		if err := c.IndexField(ctx, ix.obj, ix.name, ix.value); err != nil {
+			return fmt.Errorf("status writer: index %s: %w", ix.name, err)
+		}
+	}
+	w.informers = c
+	return nil
+}
+
+// statusIndexes: Localities and EndpointSets by the Upstream they name,
+// Partitions by their SpatialDomain.
+var statusIndexes = []struct {
+	obj   client.Object
+	name  string
+	value client.IndexerFunc
+}{
+	{&v1alpha1.Locality{}, localityUpstreamIndex, func(o client.Object) []string { return []string{o.(*v1alpha1.Locality).Spec.Upstream} }},
+	{&v1alpha1.EndpointSet{}, endpointSetUpstreamIndex, func(o client.Object) []string { return []string{o.(*v1alpha1.EndpointSet).Spec.Upstream} }},
+	{&v1alpha1.Partition{}, partitionDomainIndex, func(o client.Object) []string { return []string{o.(*v1alpha1.Partition).Spec.Domain} }},
+}
+
+// kindOf pairs an object of a kind with the kind's name.
+type kindOf struct {
+	obj  client.Object
+	kind string
+}
+
+// statusKinds are the kinds whose status the writer writes.
+var statusKinds = []kindOf{
+	{&v1alpha1.Upstream{}, topology.KindUpstream},
+	{&v1alpha1.Locality{}, topology.KindLocality},
+	{&v1alpha1.EndpointSet{}, topology.KindEndpointSet},
+	{&v1alpha1.SpatialDomain{}, topology.KindSpatialDomain},
+	{&v1alpha1.Partition{}, topology.KindPartition},
+}
+
+// Start writes status until ctx is done (the Lease is lost). It first waits
+// for the first publication, then queues every object once (from the
+// informer cache: a new leader catches up without writing what is already
+// right), and from then on only what changes.
+func (w *StatusWriter) Start(ctx context.Context) error {
+	if w.informers == nil {
+		return errors.New("status writer: Register was not called")
+	}
+	log := w.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pub := w.Publication
+	if pub == nil {
+		pub = directoryPublication{w.Dir}
+	}
+	m := w.Metrics
+	if m == nil {
+		m = metrics.New()
+	}
+	budget := w.Budget
+	if budget == (StatusBudget{}) {
+		budget = Options{}.StatusBudgetOf()
+	}
+	grace := w.PublishGrace
+	if grace <= 0 {
+		grace = defaultPublishGrace
+	}
+	log.Info("status writer started: this replica leads", "writesPerSecond", budget.QPS, "burst", budget.Burst, "workers", budget.Workers)
+
+	for !pub.Published() {
+		ch := pub.Changed()
+		if pub.Published() {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ch:
+		}
+	}
+
+	r := &statusRun{
+		w: w, pub: pub, log: log, m: m, grace: grace,
+		q: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[topology.ObjectRef](retryBase, retryMax),
+			workqueue.TypedRateLimitingQueueConfig[topology.ObjectRef]{Name: "status", MetricsProvider: queueMetrics{m}}),
+		budget:   flowcontrol.NewTokenBucketRateLimiter(float32(budget.QPS), max(budget.Burst, 1)),
+		deferred: map[topology.ObjectRef]time.Time{},
+	}
+	defer m.StatusQueueDepth.Set(0)
+
+	// what the followers compare with is taken before the handlers queue
+	// every object, so no change falls between the two
+	snap, published := w.Dir.Current(), pub.LastRevision()
+	rejected, refs := w.Source.Rejections(), w.Source.ServiceRefs()
+	unregister, err := r.watchObjects(ctx)
+	if err != nil {
+		r.q.ShutDown()
+		return err
+	}
+	defer unregister()
+
+	var wg sync.WaitGroup
+	wg.Go(func() { r.followDirectory(ctx, snap) })
+	wg.Go(func() { r.followPublication(ctx, published) })
+	wg.Go(func() { r.followRejections(ctx, rejected, refs) })
+	for range max(budget.Workers, 1) {
+		wg.Go(func() { r.work(ctx) })
+	}
+	<-ctx.Done()
+	r.q.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// directoryPublication counts every current snapshot as published.
+type directoryPublication struct{ d *topology.Directory }
+
+func (p directoryPublication) Published() bool          { return true }
+func (p directoryPublication) LastRevision() uint64     { return p.d.Current().Revision }
+func (p directoryPublication) Changed() <-chan struct{} { return p.d.Changed() }
+
+// statusRun is one term of leadership: its queue, budget and the objects
+// waiting for a publication.
+type statusRun struct {
+	w      *StatusWriter
+	pub    Publication
+	log    *slog.Logger
+	m      *metrics.Metrics
+	grace  time.Duration
+	q      workqueue.TypedRateLimitingInterface[topology.ObjectRef]
+	budget flowcontrol.RateLimiter
+
+	mu sync.Mutex
+	// deferred: objects whose part of the topology is newer than what is
+	// published, and since when they wait
+	deferred map[topology.ObjectRef]time.Time
+	// failed writes since the last log line about them
+	failed    int
+	lastErr   error
+	lastLogAt time.Time
+}
+
+// watchObjects queues an object on each add and update of the five kinds;
+// adding the handlers to synced informers queues every object that exists.
+func (r *statusRun) watchObjects(ctx context.Context) (func(), error) {
+	var undo []func()
+	unregister := func() {
+		for _, f := range undo {
+			f()
+		}
+	}
+	for _, k := range statusKinds {
+		inf, err := r.w.informers.GetInformer(ctx, k.obj)
+		if err != nil {
+			unregister()
+			return nil, fmt.Errorf("status writer: informer for %s: %w", k.kind, err)
+		}
+		kind := k.kind
+		add := func(obj any) {
+			if o, ok := obj.(client.Object); ok {
+				r.q.Add(topology.ObjectRef{Kind: kind, Key: keyOf(o)})
+			}
+		}
+		reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    add,
+			UpdateFunc: func(_, n any) { add(n) },
+		})
+		if err != nil {
+			unregister()
+			return nil, fmt.Errorf("status writer: event handler for %s: %w", k.kind, err)
+		}
+		undo = append(undo, func() {
+			if err := inf.RemoveEventHandler(reg); err != nil {
+				r.log.Warn("status writer: removing an event handler failed", "kind", kind, "error", err)
+			}
+		})
+	}
+	return unregister, nil
+}
+
+// followDirectory queues, for each new snapshot, the upstreams and spatial
+// domains whose part of the topology changed, with their objects.
+func (r *statusRun) followDirectory(ctx context.Context, last *topology.Snapshot) {
+	for {
+		changed := r.w.Dir.Changed()
+		cur := r.w.Dir.Current()
+		if cur == last {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				continue
+			}
+		}
+		keys, ok := cur.ChangedSince(last.Revision)
+		if !ok {
+			keys = changedUpstreams(last, cur)
+		}
+		for _, k := range keys {
+			r.queueUpstream(ctx, k)
+		}
+		for _, k := range changedDomains(last, cur) {
+			r.queueDomain(ctx, k)
+		}
+		last = cur
+	}
+}
+
+// changedUpstreams lists the upstreams whose state differs between two
+// snapshots (unchanged states are shared between snapshots).
+func changedUpstreams(a, b *topology.Snapshot) []topology.Key {
+	x, y := a.Upstreams(), b.Upstreams()
+	var out []topology.Key
+	for len(x) > 0 || len(y) > 0 {
+		switch {
+		case len(y) == 0 || (len(x) > 0 && x[0].Upstream.Key.Compare(y[0].Upstream.Key) < 0):
+			out, x = append(out, x[0].Upstream.Key), x[1:]
+		case len(x) == 0 || x[0].Upstream.Key.Compare(y[0].Upstream.Key) > 0:
+			out, y = append(out, y[0].Upstream.Key), y[1:]
+		default:
+			if x[0] != y[0] {
+				out = append(out, y[0].Upstream.Key)
+			}
+			x, y = x[1:], y[1:]
+		}
+	}
+	return out
+}
+
+// changedDomains lists the spatial domains whose state differs between two snapshots.
+func changedDomains(a, b *topology.Snapshot) []topology.Key {
+	var out []topology.Key
+	for _, s := range b.Spatial() {
+		if a.SpatialDomain(s.Domain.Key) != s {
+			out = append(out, s.Domain.Key)
+		}
+	}
+	for _, s := range a.Spatial() {
+		if b.SpatialDomain(s.Domain.Key) == nil {
+			out = append(out, s.Domain.Key)
+		}
+	}
+	return out
+}
+
+// queueUpstream queues an Upstream and the Localities and EndpointSets that name it.
+func (r *statusRun) queueUpstream(ctx context.Context, k topology.Key) {
+	r.q.Add(topology.ObjectRef{Kind: topology.KindUpstream, Key: k})
+	r.queueIndexed(ctx, &v1alpha1.LocalityList{}, topology.KindLocality, localityUpstreamIndex, k)
+	r.queueIndexed(ctx, &v1alpha1.EndpointSetList{}, topology.KindEndpointSet, endpointSetUpstreamIndex, k)
+}
+
+// queueDomain queues a SpatialDomain and its Partitions.
+func (r *statusRun) queueDomain(ctx context.Context, k topology.Key) {
+	r.q.Add(topology.ObjectRef{Kind: topology.KindSpatialDomain, Key: k})
+	r.queueIndexed(ctx, &v1alpha1.PartitionList{}, topology.KindPartition, partitionDomainIndex, k)
+}
+
+// queueIndexed queues the objects of a kind in k's namespace whose index
+// value is k's name, from the informer cache.
+func (r *statusRun) queueIndexed(ctx context.Context, list client.ObjectList, kind, index string, k topology.Key) {
+	if err := r.w.Client.List(ctx, list, client.InNamespace(k.Namespace), client.MatchingFields{index: k.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		if ctx.Err() == nil {
+			r.log.Error("status writer: listing from the cache", "kind", kind, "naming", k.String(), "error", err)
+		}
+		return
+	}
+	_ = meta.EachListItem(list, func(o runtime.Object) error {
+		if co, ok := o.(client.Object); ok {
+			r.q.Add(topology.ObjectRef{Kind: kind, Key: keyOf(co)})
+		}
+		return nil
+	})
+}
+
+// followPublication queues the objects that wait for a publication each time
+// one happens after revision seen.
+func (r *statusRun) followPublication(ctx context.Context, seen uint64) {
+	for {
+		// the channel is taken before the revision is read, so a publication
+		// between two waits is seen by its revision
+		changed := r.pub.Changed()
+		if rev := r.pub.LastRevision(); rev != seen {
+			seen = rev
+			r.mu.Lock()
+			for ref := range r.deferred {
+				r.q.Add(ref)
+			}
+			r.mu.Unlock()
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+// followRejections queues the objects whose rejection changed, and the
+// Upstreams whose Service reference resolves differently.
+func (r *statusRun) followRejections(ctx context.Context, rejected map[topology.ObjectRef]Rejection, refs map[topology.Key]string) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.w.Source.RejectionsChanged():
+		}
+		nowRejected, nowRefs := r.w.Source.Rejections(), r.w.Source.ServiceRefs()
+		for ref, rej := range nowRejected {
+			if old, was := rejected[ref]; (!was || old != rej) && ref.Kind != KindService {
+				r.q.Add(ref)
+			}
+		}
+		for ref := range rejected {
+			if _, still := nowRejected[ref]; !still && ref.Kind != KindService {
+				r.q.Add(ref)
+			}
+		}
+		for k, v := range nowRefs {
+			if refs[k] != v {
+				r.q.Add(topology.ObjectRef{Kind: topology.KindUpstream, Key: k})
+			}
+		}
+		for k := range refs {
+			if _, still := nowRefs[k]; !still {
+				r.q.Add(topology.ObjectRef{Kind: topology.KindUpstream, Key: k})
+			}
+		}
+		rejected, refs = nowRejected, nowRefs
+	}
+}
+
+// work processes queued objects until the queue shuts down.
+func (r *statusRun) work(ctx context.Context) {
+	for {
+		ref, quit := r.q.Get()
+		if quit {
+			return
+		}
+		if ctx.Err() != nil {
+			r.q.Done(ref)
+			continue
+		}
+		err := r.process(ctx, ref)
+		switch {
+		case err == nil:
+			r.q.Forget(ref)
+		case ctx.Err() != nil:
+		default:
+			r.failedWrite(ref, err)
+			r.q.AddRateLimited(ref)
+		}
+		r.q.Done(ref)
+	}
+}
+
+// failedWrite counts a failed write and logs failures at most every errorLogEvery.
+func (r *statusRun) failedWrite(ref topology.ObjectRef, err error) {
+	reason := "error"
+	switch {
+	case apierrors.IsConflict(err):
+		reason = "conflict"
+	case apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || errors.Is(err, context.DeadlineExceeded):
+		reason = "timeout"
+	case apierrors.IsTooManyRequests(err):
+		reason = "throttled"
+	case apierrors.IsInvalid(err):
+		reason = "invalid"
+	}
+	r.m.StatusWriteErrors.WithLabelValues(ref.Kind, reason).Inc()
+	if reason == "conflict" {
+		return // the cache was behind our own last write; the retry reads it again
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failed++
+	r.lastErr = err
+	if time.Since(r.lastLogAt) < errorLogEvery {
+		return
+	}
+	r.log.Warn("status writes failed; each object retries with backoff, and xDS keeps serving", "failed", r.failed, "lastError", r.lastErr)
+	r.failed, r.lastLogAt = 0, time.Now()
+}
+
+// process brings one object's status up to date.
+func (r *statusRun) process(ctx context.Context, ref topology.ObjectRef) error {
+	snap := r.w.Dir.Current()
+	published := r.pub.LastRevision()
+	var rej *Rejection
+	if v, ok := r.w.Source.Rejection(ref); ok {
+		rej = &v
+	}
+	nn := types.NamespacedName{Namespace: ref.Key.Namespace, Name: ref.Key.Name}
+	switch ref.Kind {
+	case topology.KindUpstream:
+		var u v1alpha1.Upstream
+		if err := r.w.Client.Get(ctx, nn, &u); err != nil {
+			return r.gone(ref, err)
+		}
+		state := snap.Upstream(ref.Key)
+		programmed := state != nil && published >= state.Revision
+		if r.waitForPublication(ref, state != nil && !programmed) {
+			r.publishedMeanwhile(ref, state.Revision)
+			return nil
+		}
+		var refs *metav1.Condition
+		if u.Spec.EndpointsFrom != nil {
+			c := resolvedRefs(ctx, r.w.Client, &u)
+			refs = &c
+		}
+		return writeStatus(ctx, r, ref, &u, &u.Status, upstreamStatus(&u, state, rej, refs, programmed))
+	case topology.KindLocality:
+		var l v1alpha1.Locality
+		if err := r.w.Client.Get(ctx, nn, &l); err != nil {
+			return r.gone(ref, err)
+		}
+		return writeStatus(ctx, r, ref, &l, &l.Status, localityStatus(&l, snap, rej))
+	case topology.KindEndpointSet:
+		var s v1alpha1.EndpointSet
+		if err := r.w.Client.Get(ctx, nn, &s); err != nil {
+			return r.gone(ref, err)
+		}
+		return writeStatus(ctx, r, ref, &s, &s.Status, endpointSetStatus(&s, snap, rej))
+	case topology.KindSpatialDomain:
+		var d v1alpha1.SpatialDomain
+		if err := r.w.Client.Get(ctx, nn, &d); err != nil {
+			return r.gone(ref, err)
+		}
+		st := snap.SpatialDomain(ref.Key)
+		programmed := st != nil && published >= st.Revision
+		if r.waitForPublication(ref, st != nil && st.Serving() && rej == nil && !programmed) {
+			r.publishedMeanwhile(ref, st.Revision)
+			return nil
+		}
+		return writeStatus(ctx, r, ref, &d, &d.Status, spatialDomainStatus(&d, st, rej, programmed))
+	case topology.KindPartition:
+		var p v1alpha1.Partition
+		if err := r.w.Client.Get(ctx, nn, &p); err != nil {
+			return r.gone(ref, err)
+		}
+		return writeStatus(ctx, r, ref, &p, &p.Status, partitionStatus(&p, snap.SpatialDomain(topology.Key{Namespace: p.Namespace, Name: p.Spec.Domain}), rej))
+	}
+	return nil
+}
+
+// gone handles a failed cache read: an object that no longer exists needs no status.
+func (r *statusRun) gone(ref topology.ObjectRef, err error) error {
+	if apierrors.IsNotFound(err) {
+		r.mu.Lock()
+		delete(r.deferred, ref)
+		r.mu.Unlock()
+		return nil
+	}
+	return fmt.Errorf("reading %s from the cache: %w", ref, err)
+}
+
+// waitForPublication reports whether an object whose part of the topology
+// is not yet published (waiting) should wait for it: a change is written
+// once, with Programmed=True, when its revision is published, unless that
+// takes longer than the grace (a publication refused): then it is written
+// with Programmed=False at once.
+func (r *statusRun) waitForPublication(ref topology.ObjectRef, waiting bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	since, deferred := r.deferred[ref]
+	switch {
+	case !waiting:
+		delete(r.deferred, ref)
+		return false
+	case !deferred:
+		r.deferred[ref] = time.Now()
+		r.q.AddAfter(ref, r.grace)
+		return true
+	case time.Since(since) < r.grace:
+		return true
+	}
+	return false
+}
+
+// publishedMeanwhile queues a deferred object again when the revision it waits
+// for was published after process read the published revision (and perhaps
+// before followPublication saw it deferred).
+func (r *statusRun) publishedMeanwhile(ref topology.ObjectRef, rev uint64) {
+	if r.pub.LastRevision() >= rev {
+		r.q.Add(ref)
+	}
+}
+
+// writeStatus patches obj's status (status points into obj, a copy from
+// the cache) to want, unless it already is want. The patch carries the
+// resourceVersion of the copy, so a cache that is behind gets a conflict
+// and a retry, never an overwrite.
+func writeStatus[S any](ctx context.Context, r *statusRun, ref topology.ObjectRef, obj client.Object, status *S, want S) error {
+	if equality.Semantic.DeepEqual(want, *status) {
+		r.m.StatusUnchanged.WithLabelValues(ref.Kind).Inc()
+		return nil
+	}
+	if err := r.budget.Wait(ctx); err != nil {
+		return fmt.Errorf("status of %s: waiting for the write budget: %w", ref, err)
+	}
+	orig := obj.DeepCopyObject().(client.Object)
+	*status = want
+	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	if err := r.w.Client.Status().Patch(wctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("status of %s: %w", ref, err)
+	}
+	r.m.StatusWrites.WithLabelValues(ref.Kind).Inc()
+	return nil
+}
+
+// queueMetrics hands the work queue's depth, adds, latency, work duration
+// and retries to the control plane's registry.
+type queueMetrics struct{ m *metrics.Metrics }
+
+func (q queueMetrics) NewDepthMetric(string) workqueue.GaugeMetric { return q.m.StatusQueueDepth }
+func (q queueMetrics) NewAddsMetric(string) workqueue.CounterMetric {
+	return q.m.StatusQueueAdds
+}
+func (q queueMetrics) NewLatencyMetric(string) workqueue.HistogramMetric {
+	return q.m.StatusQueueLatency
+}
+func (q queueMetrics) NewWorkDurationMetric(string) workqueue.HistogramMetric {
+	return q.m.StatusWorkDuration
+}
+func (q queueMetrics) NewUnfinishedWorkSecondsMetric(string) workqueue.SettableGaugeMetric {
+	return discardGauge{}
+}
+func (q queueMetrics) NewLongestRunningProcessorSecondsMetric(string) workqueue.SettableGaugeMetric {
+	return discardGauge{}
+}
+func (q queueMetrics) NewRetriesMetric(string) workqueue.CounterMetric { return q.m.StatusRetries }
+
+// discardGauge is a queue metric the control plane does not export.
+type discardGauge struct{}
+
+func (discardGauge) Set(float64) {}
