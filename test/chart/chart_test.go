@@ -239,6 +239,9 @@ func TestObjects(t *testing.T) {
 				"ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
 				"PodDisruptionBudget": 1,
 			}
+			if c.name == "custom" {
+				want["NetworkPolicy"] = 1 // networkPolicy.enabled
+			}
 			got := map[string]int{}
 			for _, o := range objs {
 				got[o.kind()]++
@@ -269,6 +272,7 @@ func TestObjects(t *testing.T) {
 
 			checkDeployment(t, c, one(t, objs, "Deployment"))
 			checkWiring(t, objs)
+			checkNetworkPolicy(t, c, objs)
 		})
 	}
 }
@@ -306,20 +310,20 @@ func checkDeployment(t *testing.T, c renderCase, d obj) {
 		t.Error("container seccompProfile is not RuntimeDefault")
 	}
 
-	// Probes on the admin port.
+	// Probes on the metrics port; the debug endpoints are not a container port.
 	ports := map[string]float64{}
 	for i := 0; get(ctr, "ports", i) != nil; i++ {
 		ports[str(ctr, "ports", i, "name")], _ = get(ctr, "ports", i, "containerPort").(float64)
 	}
-	if ports["xds"] != 18000 || ports["admin"] != 19000 {
-		t.Errorf("container ports = %v, want xds 18000 and admin 19000", ports)
+	if len(ports) != 2 || ports["xds"] != 18000 || ports["metrics"] != 19001 {
+		t.Errorf("container ports = %v, want xds 18000 and metrics 19001 only", ports)
 	}
 	for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
 		if got := str(ctr, probe, "httpGet", "path"); got != path {
 			t.Errorf("%s path = %q, want %q", probe, got, path)
 		}
-		if got := get(ctr, probe, "httpGet", "port"); got != "admin" {
-			t.Errorf("%s port = %v, want the admin port", probe, got)
+		if got := get(ctr, probe, "httpGet", "port"); got != "metrics" {
+			t.Errorf("%s port = %v, want the metrics port", probe, got)
 		}
 	}
 	if get(ctr, "resources", "requests", "cpu") == nil || get(ctr, "resources", "requests", "memory") == nil {
@@ -329,8 +333,8 @@ func checkDeployment(t *testing.T, c renderCase, d obj) {
 	// The command line.
 	args := strs(ctr, "args")
 	for _, a := range []string{
-		"serve", "--source=kubernetes", "--xds-address=0.0.0.0:18000", "--admin-address=0.0.0.0:19000",
-		"--leader-election-namespace=" + c.namespace,
+		"serve", "--source=kubernetes", "--xds-address=0.0.0.0:18000", "--admin-address=127.0.0.1:19000",
+		"--metrics-address=0.0.0.0:19001", "--leader-election-namespace=" + c.namespace,
 	} {
 		if !slices.Contains(args, a) {
 			t.Errorf("args %v lack %s", args, a)
@@ -370,6 +374,7 @@ func checkDeployment(t *testing.T, c renderCase, d obj) {
 		for _, a := range []string{
 			"--namespace=shop", "--tls-cert=/etc/poise/tls/tls.crt", "--tls-key=/etc/poise/tls/tls.key",
 			"--tls-client-ca=/etc/poise/tls/ca.crt", "--debounce=250ms",
+			"--xds-max-streams=3000", "--xds-max-streams-per-connection=10", "--drain-period=45s",
 		} {
 			if !slices.Contains(args, a) {
 				t.Errorf("args %v lack %s", args, a)
@@ -387,6 +392,25 @@ func checkDeployment(t *testing.T, c renderCase, d obj) {
 		if str(ctr, "image") != "registry.example.com/platform/poise:v0.1.0-rc.1" {
 			t.Errorf("image = %s", str(ctr, "image"))
 		}
+	}
+}
+
+// checkNetworkPolicy: none by default; when enabled it admits the xDS port
+// from the configured peers and the metrics port from anywhere, and nothing
+// else.
+func checkNetworkPolicy(t *testing.T, c renderCase, objs []obj) {
+	t.Helper()
+	if c.name != "custom" {
+		if np := byKind(objs, "NetworkPolicy"); len(np) != 0 {
+			t.Errorf("%s: a NetworkPolicy without networkPolicy.enabled", c.name)
+		}
+		return
+	}
+	np := one(t, objs, "NetworkPolicy")
+	if str(np, "spec", "ingress", 0, "ports", 0, "port") != "xds" || str(np, "spec", "ingress", 1, "ports", 0, "port") != "metrics" ||
+		str(np, "spec", "ingress", 0, "from", 0, "namespaceSelector", "matchLabels", "example.com/mesh") != "true" ||
+		get(np, "spec", "ingress", 1, "from") != nil || get(np, "spec", "ingress", 2) != nil {
+		t.Errorf("NetworkPolicy ingress = %v", get(np, "spec", "ingress"))
 	}
 }
 
@@ -412,7 +436,7 @@ func checkWiring(t *testing.T, objs []obj) {
 	for _, s := range byKind(objs, "Service") {
 		selects("Service "+s.name(), get(s, "spec", "selector"))
 		for _, target := range []string{str(s, "spec", "ports", 0, "targetPort")} {
-			if target != "xds" && target != "admin" {
+			if target != "xds" && target != "metrics" {
 				t.Errorf("Service %s targets port %q", s.name(), target)
 			}
 		}

@@ -461,6 +461,7 @@ func TestKindValues(t *testing.T) {
 		Image struct {
 			Repository, Tag, PullPolicy string
 		} `json:"image"`
+		ExtraArgs []string `json:"extraArgs"`
 	}
 	if err := yaml.Unmarshal(raw, &v); err != nil {
 		t.Fatal(err)
@@ -470,6 +471,9 @@ func TestKindValues(t *testing.T) {
 	}
 	if got := v.Image.Repository + ":" + v.Image.Tag; got != defaultImage {
 		t.Errorf("%s: image %s, want %s (what the suite builds)", kindValues, got, defaultImage)
+	}
+	if want := "--admin-address=0.0.0.0:19000"; !slices.Contains(v.ExtraArgs, want) {
+		t.Errorf("%s: extraArgs %v lack %s: the suite reads the debug endpoints through the pod proxy", kindValues, v.ExtraArgs, want)
 	}
 }
 
