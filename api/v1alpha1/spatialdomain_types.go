@@ -148,8 +148,9 @@ type SpatialReplicaStatus struct {
 	Upstream string `json:"upstream"`
 	// region is the replica's region.
 	Region string `json:"region"`
-	// healthy is true when the replica's Upstream has selectable capacity in the
-	// published snapshot.
+	// healthy is true when the replica's Upstream routes and has eligible
+	// capacity in the published snapshot; capacity that is only panic-eligible
+	// does not count.
 	Healthy bool `json:"healthy"`
 	// partitions is the number of accepted Partitions that name the replica.
 	Partitions int32 `json:"partitions"`
