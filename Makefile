@@ -100,6 +100,7 @@ churn: ## The Kubernetes churn benchmark (1,000 writes/s for 60 s by default; CH
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	$(GO) test -run='^$$' -fuzz=FuzzCompute -fuzztime=$(or $(FUZZTIME),30s) ./pkg/weights
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(or $(FUZZTIME),30s) ./pkg/manifest
+	$(GO) test -run='^$$' -fuzz=FuzzFastPath -fuzztime=$(or $(FUZZTIME),30s) ./pkg/manifest
 	$(GO) test -run='^$$' -fuzz=FuzzParseBBox -fuzztime=$(or $(FUZZTIME),30s) ./pkg/partitionmap
 	$(GO) test -run='^$$' -fuzz=FuzzCells -fuzztime=$(or $(FUZZTIME),30s) ./pkg/partitionmap
 	$(GO) test -run='^$$' -fuzz=FuzzDecide -fuzztime=$(or $(FUZZTIME),30s) ./pkg/partitionmap

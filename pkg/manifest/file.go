@@ -93,6 +93,7 @@ func DecodeFile(name string, data []byte, prev *File) *File {
 			known[prev.Documents[i].Sum] = &prev.Documents[i]
 		}
 	}
+	var fast fastParser
 	err := splitDocuments(name, data, func(doc int, raw []byte) {
 		sum := sha256.Sum256(raw)
 		if d, ok := known[sum]; ok {
@@ -102,7 +103,7 @@ func DecodeFile(name string, data []byte, prev *File) *File {
 			return
 		}
 		f.Decoded++
-		d, errs := decodeDocument(name, doc, raw)
+		d, errs := decodeDocument(&fast, name, doc, raw)
 		if errs != nil {
 			f.Errors = append(f.Errors, errs...)
 			return
