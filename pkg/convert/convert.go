@@ -35,12 +35,11 @@ func Key(ns, name string) topology.Key {
 
 func validateMeta(m metav1.ObjectMeta) field.ErrorList {
 	var errs field.ErrorList
-	p := field.NewPath("metadata", "name")
 	switch {
 	case m.Name == "":
-		errs = append(errs, field.Required(p, "every object needs a name"))
+		errs = append(errs, field.Required(field.NewPath("metadata", "name"), "every object needs a name"))
 	case len(m.Name) > 253 || !dnsSubdomain.MatchString(m.Name):
-		errs = append(errs, field.Invalid(p, m.Name, "must be a lowercase RFC 1123 subdomain"))
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), m.Name, "must be a lowercase RFC 1123 subdomain"))
 	}
 	// An empty namespace is defaulted; any other must be a namespace name.
 	if ns := m.Namespace; ns != "" && (len(ns) > 63 || !dnsLabel.MatchString(ns)) {
