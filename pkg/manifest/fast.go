@@ -156,6 +156,9 @@ func (p *fastParser) parse(raw []byte) (int32, bool) {
 	return root, true
 }
 
+// release drops the last document, keeping the node array for the next.
+func (p *fastParser) release() { p.doc = nil }
+
 // line is the current line's content.
 func (p *fastParser) line() []byte { return p.doc[p.ls+p.ind : p.le] }
 

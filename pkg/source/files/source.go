@@ -674,9 +674,12 @@ func (s *Source) readAll(files []*file, force, fresh bool) {
 	reads := make([]fileRead, len(files))
 	workers := min(runtime.GOMAXPROCS(0), len(files)/parallelRead+1)
 	stripe := func(w int) {
-		var buf []byte // each file's bytes in turn: nothing decoded keeps them
+		var (
+			buf []byte // each file's bytes in turn: nothing decoded keeps them
+			dec manifest.Decoder
+		)
 		for i := w; i < len(files); i += workers {
-			reads[i] = s.readOne(files[i], force, fresh, &buf)
+			reads[i] = s.readOne(files[i], force, fresh, &buf, &dec)
 		}
 	}
 	if workers == 1 { // the usual burst: a file or a few, read here
@@ -708,10 +711,10 @@ type fileRead struct {
 	out *manifest.File
 }
 
-// readOne reads one file into *buf and decodes it if its content changed.
-// It changes nothing, so files are read in parallel; note records what it
-// found.
-func (s *Source) readOne(f *file, force, fresh bool, buf *[]byte) fileRead {
+// readOne reads one file into *buf and decodes it with dec if its content
+// changed. It changes nothing, so files are read in parallel; note records
+// what it found.
+func (s *Source) readOne(f *file, force, fresh bool, buf *[]byte, dec *manifest.Decoder) fileRead {
 	if f.root < 0 { // under none of the paths any more
 		return fileRead{skipped: true}
 	}
@@ -736,7 +739,7 @@ func (s *Source) readOne(f *file, force, fresh bool, buf *[]byte) fileRead {
 	default:
 		prev = f.applied
 	}
-	r.out = manifest.DecodeFile(f.name, data, prev)
+	r.out = dec.DecodeFile(f.name, data, prev)
 	return r
 }
 
