@@ -48,6 +48,15 @@ type fastNode struct {
 // need five levels.
 const maxFastDepth = 16
 
+// maxFastDocument bounds the documents the fast path parses, and so its node
+// array (at most a node per two bytes): an EndpointSet of the most endpoints
+// a set may have (5,000, each with health) is about 500 KB. A larger
+// document takes the general path.
+const maxFastDocument = 2 << 20
+
+// keptNodes is the largest node array a parser keeps for its next document.
+const keptNodes = 1 << 14
+
 // fastParser parses one document at a time into nodes; one parser is reused
 // for the documents of a file.
 type fastParser struct {
@@ -128,6 +137,9 @@ func (p *fastParser) apiObject(raw []byte) (any, bool) {
 
 // parse parses a document into p.nodes and returns its root, a mapping.
 func (p *fastParser) parse(raw []byte) (int32, bool) {
+	if len(raw) > maxFastDocument {
+		return -1, false
+	}
 	for _, c := range raw {
 		if (c < ' ' || c > '~') && c != '\n' {
 			return -1, false // tabs, control characters and anything not ASCII go the general way
@@ -156,8 +168,14 @@ func (p *fastParser) parse(raw []byte) (int32, bool) {
 	return root, true
 }
 
-// release drops the last document, keeping the node array for the next.
-func (p *fastParser) release() { p.doc = nil }
+// release drops the last document, keeping a node array of usual size for
+// the next.
+func (p *fastParser) release() {
+	p.doc = nil
+	if cap(p.nodes) > keptNodes {
+		p.nodes = nil
+	}
+}
 
 // line is the current line's content.
 func (p *fastParser) line() []byte { return p.doc[p.ls+p.ind : p.le] }

@@ -493,3 +493,22 @@ func BenchmarkDecodeDocument(b *testing.B) {
 		})
 	}
 }
+
+// TestFastPathBounds: a document past maxFastDocument takes the general
+// path, and a parser does not keep a large node array for the next file.
+func TestFastPathBounds(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("apiVersion: poise.dev/v1alpha1\nkind: EndpointSet\nmetadata: {name: s}\nspec:\n  upstream: u\n  endpoints:\n")
+	for i := 0; b.Len() <= maxFastDocument; i++ {
+		fmt.Fprintf(&b, "  - {address: 10.%d.%d.%d, port: 80}\n", i>>16, i>>8&255, i&255)
+	}
+	var p fastParser
+	if _, ok := p.apiObject([]byte(b.String())); ok {
+		t.Fatal("the fast path parsed a document larger than maxFastDocument")
+	}
+	var d Decoder
+	d.DecodeFile("big.yaml", []byte(b.String()[:maxFastDocument/2]+"\n"), nil)
+	if cap(d.fast.nodes) > keptNodes || d.fast.doc != nil {
+		t.Fatalf("the decoder keeps %d nodes and %d bytes after a file", cap(d.fast.nodes), len(d.fast.doc))
+	}
+}
