@@ -204,7 +204,13 @@ type addrPort struct {
 // names, with the set's status as the origin; health for an address that is
 // not in the spec is an error, as it would silently do nothing.
 func EndpointSet(in *v1alpha1.EndpointSet) (topology.EndpointSet, field.ErrorList) {
-	s := in.DeepCopy()
+	return OwnedEndpointSet(in.DeepCopy())
+}
+
+// OwnedEndpointSet is EndpointSet for a caller that hands the object over
+// (a decoder that made it for this): it applies the defaults to s itself
+// instead of to a copy.
+func OwnedEndpointSet(s *v1alpha1.EndpointSet) (topology.EndpointSet, field.ErrorList) {
 	s.Default()
 	sp := field.NewPath("spec")
 	errs := validateMeta(s.ObjectMeta)

@@ -89,7 +89,7 @@ func (p *fastParser) fastDecode(file string, doc int, raw []byte) (Document, boo
 		l, ferrs := convert.Locality(o)
 		value, key, kind, nerrs = l, l.Key, topology.KindLocality, len(ferrs)
 	case *v1alpha1.EndpointSet:
-		s, ferrs := convert.EndpointSet(o)
+		s, ferrs := convert.OwnedEndpointSet(o) // o is ours: no copy to default
 		value, key, kind, nerrs = s, s.Key, topology.KindEndpointSet, len(ferrs)
 	}
 	if nerrs > 0 {

@@ -280,7 +280,8 @@ func (s *Source) sync(ch *changes, full bool) (outcome, error) {
 	for _, f := range s.pending {
 		pending = append(pending, f)
 	}
-	slices.SortFunc(pending, func(a, b *file) int { return s.compare(a.name, b.name) })
+	// as compare orders them, without looking each file up again
+	slices.SortFunc(pending, func(a, b *file) int { return cmp.Or(cmp.Compare(a.root, b.root), cmp.Compare(a.name, b.name)) })
 
 	var (
 		delta *fileDelta
@@ -621,6 +622,13 @@ func (s *Source) list(i int, ch *changes) {
 		return
 	}
 	delete(s.rootErrs, i)
+	if len(r.files) == 0 && len(entries) > 64 { // a first listing: sized once, not grown by steps
+		r.files = make(map[string]*file, len(entries))
+		s.roots[i].files = r.files
+	}
+	if len(s.files) == 0 && len(entries) > 64 {
+		s.files = make(map[string]*file, len(entries))
+	}
 	present := make(map[string]bool, len(entries))
 	for _, d := range entries {
 		if !d.IsDir() && manifest.IsManifest(d.Name()) {
