@@ -116,6 +116,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	$(FUZZ) -fuzz=FuzzCompute ./pkg/weights
 	$(FUZZ) -fuzz=FuzzDecode ./pkg/manifest
 	$(FUZZ) -fuzz=FuzzSplit ./pkg/manifest
+	$(FUZZ) -fuzz=FuzzFastPath ./pkg/manifest
 	$(FUZZ) -fuzz=FuzzParseBBox ./pkg/partitionmap
 	$(FUZZ) -fuzz=FuzzCells ./pkg/partitionmap
 	$(FUZZ) -fuzz=FuzzDecide ./pkg/partitionmap

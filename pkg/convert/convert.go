@@ -35,12 +35,11 @@ func Key(ns, name string) topology.Key {
 
 func validateMeta(m metav1.ObjectMeta) field.ErrorList {
 	var errs field.ErrorList
-	p := field.NewPath("metadata", "name")
 	switch {
 	case m.Name == "":
-		errs = append(errs, field.Required(p, "every object needs a name"))
+		errs = append(errs, field.Required(field.NewPath("metadata", "name"), "every object needs a name"))
 	case len(m.Name) > 253 || !dnsSubdomain.MatchString(m.Name):
-		errs = append(errs, field.Invalid(p, m.Name, "must be a lowercase RFC 1123 subdomain"))
+		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), m.Name, "must be a lowercase RFC 1123 subdomain"))
 	}
 	// An empty namespace is defaulted; any other must be a namespace name.
 	if ns := m.Namespace; ns != "" && (len(ns) > 63 || !dnsLabel.MatchString(ns)) {
@@ -50,8 +49,14 @@ func validateMeta(m metav1.ObjectMeta) field.ErrorList {
 }
 
 func inRange(errs field.ErrorList, p *field.Path, v, lo, hi int64) field.ErrorList {
+	return inRangeAt(errs, func() *field.Path { return p }, v, lo, hi)
+}
+
+// inRangeAt is inRange with the path built only for a problem: in a large
+// set, paths for every valid endpoint would cost more than the checks.
+func inRangeAt(errs field.ErrorList, p func() *field.Path, v, lo, hi int64) field.ErrorList {
 	if v < lo || v > hi {
-		errs = append(errs, field.Invalid(p, v, fmt.Sprintf("must be between %d and %d", lo, hi)))
+		errs = append(errs, field.Invalid(p(), v, fmt.Sprintf("must be between %d and %d", lo, hi)))
 	}
 	return errs
 }
@@ -199,7 +204,13 @@ type addrPort struct {
 // names, with the set's status as the origin; health for an address that is
 // not in the spec is an error, as it would silently do nothing.
 func EndpointSet(in *v1alpha1.EndpointSet) (topology.EndpointSet, field.ErrorList) {
-	s := in.DeepCopy()
+	return OwnedEndpointSet(in.DeepCopy())
+}
+
+// OwnedEndpointSet is EndpointSet for a caller that hands the object over
+// (a decoder that made it for this): it applies the defaults to s itself
+// instead of to a copy.
+func OwnedEndpointSet(s *v1alpha1.EndpointSet) (topology.EndpointSet, field.ErrorList) {
 	s.Default()
 	sp := field.NewPath("spec")
 	errs := validateMeta(s.ObjectMeta)
@@ -219,48 +230,55 @@ func EndpointSet(in *v1alpha1.EndpointSet) (topology.EndpointSet, field.ErrorLis
 		Key: key, Kind: topology.KindEndpointSet, Upstream: s.Spec.Upstream,
 		Locality: locality(s.Spec.Locality), Priority: prio,
 	}
-	seen := map[addrPort]int{}
+	// Paths are built only for a problem: valid endpoints, nearly all of
+	// them, build none.
+	ep := func(i int, name string) *field.Path { return sp.Child("endpoints").Index(i).Child(name) }
+	seen := make(map[addrPort]int, len(s.Spec.Endpoints))
+	if len(s.Spec.Endpoints) > 0 {
+		out.Endpoints = make([]topology.Endpoint, 0, len(s.Spec.Endpoints))
+	}
 	for i, e := range s.Spec.Endpoints {
-		p := sp.Child("endpoints").Index(i)
-		errs = validateAddress(errs, p.Child("address"), e.Address)
-		errs = inRange(errs, p.Child("port"), int64(e.Port), 1, 65535)
-		errs = inRange(errs, p.Child("weight"), *e.Weight, v1alpha1.MinWeight, v1alpha1.MaxWeight)
+		errs = validateAddress(errs, func() *field.Path { return ep(i, "address") }, e.Address)
+		errs = inRangeAt(errs, func() *field.Path { return ep(i, "port") }, int64(e.Port), 1, 65535)
+		errs = inRangeAt(errs, func() *field.Path { return ep(i, "weight") }, *e.Weight, v1alpha1.MinWeight, v1alpha1.MaxWeight)
 		admin, ok := adminStates[e.AdminState]
 		if !ok {
-			errs = oneOf(errs, p.Child("adminState"), e.AdminState, v1alpha1.AdminStateReady, v1alpha1.AdminStateDraining, v1alpha1.AdminStateUnavailable)
+			errs = oneOf(errs, ep(i, "adminState"), e.AdminState, v1alpha1.AdminStateReady, v1alpha1.AdminStateDraining, v1alpha1.AdminStateUnavailable)
 		}
 		k := addrPort{e.Address, e.Port}
 		if j, dup := seen[k]; dup {
-			errs = append(errs, field.Duplicate(p, fmt.Sprintf("%s port %d (also endpoints[%d])", e.Address, e.Port, j)))
+			errs = append(errs, field.Duplicate(sp.Child("endpoints").Index(i), fmt.Sprintf("%s port %d (also endpoints[%d])", e.Address, e.Port, j)))
 		}
 		seen[k] = i
 		out.Endpoints = append(out.Endpoints, topology.Endpoint{
 			Address: e.Address, Port: uint32(e.Port), Weight: uint64(*e.Weight), Admin: admin,
 		})
 	}
-	origin := fmt.Sprintf("EndpointSet %s status", key)
-	hp := field.NewPath("status", "health")
-	healthSeen := map[addrPort]bool{}
+	var origin string
+	if len(s.Status.Health) > 0 {
+		origin = fmt.Sprintf("EndpointSet %s status", key)
+	}
+	hp := func(i int) *field.Path { return field.NewPath("status", "health").Index(i) }
+	healthSeen := make(map[addrPort]bool, len(s.Status.Health))
 	for i, h := range s.Status.Health {
-		p := hp.Index(i)
 		k := addrPort{h.Address, h.Port}
 		j, ok := seen[k]
 		switch {
 		case !ok:
-			errs = append(errs, field.NotFound(p, fmt.Sprintf("%s port %d is not in spec.endpoints", h.Address, h.Port)))
+			errs = append(errs, field.NotFound(hp(i), fmt.Sprintf("%s port %d is not in spec.endpoints", h.Address, h.Port)))
 			continue
 		case healthSeen[k]:
-			errs = append(errs, field.Duplicate(p, fmt.Sprintf("%s port %d", h.Address, h.Port)))
+			errs = append(errs, field.Duplicate(hp(i), fmt.Sprintf("%s port %d", h.Address, h.Port)))
 			continue
 		}
 		healthSeen[k] = true
 		probe, pok := probeStates[h.Probe]
 		if !pok {
-			errs = oneOf(errs, p.Child("probe"), h.Probe, v1alpha1.ProbeHealthy, v1alpha1.ProbeUnhealthy, v1alpha1.ProbeUnknown)
+			errs = oneOf(errs, hp(i).Child("probe"), h.Probe, v1alpha1.ProbeHealthy, v1alpha1.ProbeUnhealthy, v1alpha1.ProbeUnknown)
 		}
 		circuit, cok := circuitStates[h.Circuit]
 		if !cok {
-			errs = oneOf(errs, p.Child("circuit"), h.Circuit, v1alpha1.CircuitClosed, v1alpha1.CircuitOpen)
+			errs = oneOf(errs, hp(i).Child("circuit"), h.Circuit, v1alpha1.CircuitClosed, v1alpha1.CircuitOpen)
 		}
 		if j < len(out.Endpoints) {
 			out.Endpoints[j].Health = topology.Health{
@@ -276,14 +294,14 @@ func EndpointSet(in *v1alpha1.EndpointSet) (topology.EndpointSet, field.ErrorLis
 	return out, nil
 }
 
-func validateAddress(errs field.ErrorList, p *field.Path, a string) field.ErrorList {
+func validateAddress(errs field.ErrorList, p func() *field.Path, a string) field.ErrorList {
 	switch {
 	case a == "":
-		return append(errs, field.Required(p, "an IP address or DNS name"))
+		return append(errs, field.Required(p(), "an IP address or DNS name"))
 	case len(a) > 253:
-		return append(errs, field.TooLong(p, a, 253))
+		return append(errs, field.TooLong(p(), a, 253))
 	case !isIP(a) && !dnsSubdomain.MatchString(a):
-		return append(errs, field.Invalid(p, a, "address must be an IP address or a lowercase DNS name (RFC 1123 subdomain)"))
+		return append(errs, field.Invalid(p(), a, "address must be an IP address or a lowercase DNS name (RFC 1123 subdomain)"))
 	}
 	return errs
 }

@@ -85,6 +85,20 @@ func (f *File) Err() error {
 // version of the file (or nil), is taken from it instead of being decoded
 // again: a one-line edit of a large file decodes one document.
 func DecodeFile(name string, data []byte, prev *File) *File {
+	var d Decoder
+	return d.DecodeFile(name, data, prev)
+}
+
+// Decoder decodes files one after another, as DecodeFile does, reusing its
+// working space from one file to the next. It keeps nothing of a file once
+// it has decoded it. It is not safe for concurrent use.
+type Decoder struct {
+	fast fastParser
+}
+
+// DecodeFile is DecodeFile with d's working space.
+func (d *Decoder) DecodeFile(name string, data []byte, prev *File) *File {
+	defer d.fast.release()
 	f := &File{Name: name, Sum: sha256.Sum256(data)}
 	var known map[[sha256.Size]byte]*Document
 	if prev != nil && len(prev.Documents) > 0 {
@@ -102,7 +116,7 @@ func DecodeFile(name string, data []byte, prev *File) *File {
 			return
 		}
 		f.Decoded++
-		d, errs := decodeDocument(name, doc, raw)
+		d, errs := decodeDocument(&d.fast, name, doc, raw)
 		if errs != nil {
 			f.Errors = append(f.Errors, errs...)
 			return

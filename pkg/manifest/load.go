@@ -173,9 +173,12 @@ type typeMeta struct {
 }
 
 func decodeInto(set *Set, seen map[string]Object, file string, data []byte) Errors {
-	var errs Errors
+	var (
+		errs Errors
+		fast fastParser
+	)
 	err := splitDocuments(file, data, func(doc int, raw []byte) {
-		d, e := decodeDocument(file, doc, raw)
+		d, e := decodeDocument(&fast, file, doc, raw)
 		if e != nil {
 			errs = append(errs, e...)
 			return
@@ -271,7 +274,18 @@ func isEmptyDocument(raw []byte) bool {
 
 // decodeDocument decodes one document into its object, or says everything
 // wrong with it. Whether the object is defined elsewhere too is for the caller.
-func decodeDocument(file string, doc int, raw []byte) (Document, Errors) {
+// The fast path (fast.go) takes the documents it can; the others, and every
+// document with a problem, take the general path.
+func decodeDocument(fast *fastParser, file string, doc int, raw []byte) (Document, Errors) {
+	if d, ok := fast.fastDecode(file, doc, raw); ok {
+		return d, nil
+	}
+	return decodeGeneral(file, doc, raw)
+}
+
+// decodeGeneral decodes any document as Kubernetes does: YAML to JSON
+// (rejecting repeated keys), then JSON strictly into the API type.
+func decodeGeneral(file string, doc int, raw []byte) (Document, Errors) {
 	fail := func(object, fieldPath, detail string) (Document, Errors) {
 		return Document{}, Errors{{File: file, Document: doc, Object: object, Field: fieldPath, Detail: detail}}
 	}

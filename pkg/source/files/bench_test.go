@@ -91,3 +91,26 @@ func BenchmarkEditOneFile(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkLoad: a start. 5,000 upstreams (100,000 endpoints), one file per
+// upstream (the Upstream and its three EndpointSets) as test/scale writes
+// them, read, decoded and applied to a new Directory by Load.
+func BenchmarkLoad(b *testing.B) {
+	const upstreams = 5000
+	dir := b.TempDir()
+	for u := range upstreams {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("u%05d.yaml", u)), []byte(syntheticFile(u, 1, nil)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		src := &Source{Paths: []string{dir}, Dir: topology.NewDirectory()}
+		if _, err := src.Load(); err != nil {
+			b.Fatal(err)
+		}
+		if n := src.Dir.Current().NumUpstreams(); n != upstreams {
+			b.Fatalf("%d upstreams, want %d", n, upstreams)
+		}
+	}
+}

@@ -280,7 +280,8 @@ func (s *Source) sync(ch *changes, full bool) (outcome, error) {
 	for _, f := range s.pending {
 		pending = append(pending, f)
 	}
-	slices.SortFunc(pending, func(a, b *file) int { return s.compare(a.name, b.name) })
+	// as compare orders them, without looking each file up again
+	slices.SortFunc(pending, func(a, b *file) int { return cmp.Or(cmp.Compare(a.root, b.root), cmp.Compare(a.name, b.name)) })
 
 	var (
 		delta *fileDelta
@@ -326,6 +327,9 @@ func (s *Source) sync(ch *changes, full bool) (outcome, error) {
 	// of no more use.
 	for ref := range delta.dropped {
 		delete(s.owners, ref)
+	}
+	if len(s.owners) == 0 && len(delta.added) > 64 {
+		s.owners = make(map[topology.ObjectRef]string, len(delta.added))
 	}
 	for ref, defs := range delta.added {
 		s.owners[ref] = defs[0].File
@@ -386,7 +390,17 @@ type fileDelta struct {
 // delta compares each pending file's content with what the Directory holds
 // from it, document by document (full: every document is new).
 func (s *Source) delta(pending []*file, full bool) *fileDelta {
-	c := &fileDelta{added: map[topology.ObjectRef][]*manifest.Document{}, dropped: map[topology.ObjectRef]*manifest.Document{}}
+	// sized for a start, where every document is new, so the maps do not
+	// grow by steps through hundreds of thousands of objects
+	var docs int
+	if full {
+		for _, f := range pending {
+			if f.disk != nil {
+				docs += len(f.disk.Documents)
+			}
+		}
+	}
+	c := &fileDelta{added: make(map[topology.ObjectRef][]*manifest.Document, docs), dropped: map[topology.ObjectRef]*manifest.Document{}}
 	for _, f := range pending {
 		if f.disk != nil {
 			c.errs = append(c.errs, f.disk.Errors...)
@@ -608,6 +622,13 @@ func (s *Source) list(i int, ch *changes) {
 		return
 	}
 	delete(s.rootErrs, i)
+	if len(r.files) == 0 && len(entries) > 64 { // a first listing: sized once, not grown by steps
+		r.files = make(map[string]*file, len(entries))
+		s.roots[i].files = r.files
+	}
+	if len(s.files) == 0 && len(entries) > 64 {
+		s.files = make(map[string]*file, len(entries))
+	}
 	present := make(map[string]bool, len(entries))
 	for _, d := range entries {
 		if !d.IsDir() && manifest.IsManifest(d.Name()) {
@@ -652,101 +673,124 @@ func (s *Source) settle(f *file) {
 
 // readAll reads files again if force, or else those whose size, time or
 // identity changed, and decodes those whose content did (fresh: decodes
-// every document again). Decoding, the costly part, runs on every core
-// when there are many files (a start, or a burst touching many).
+// every document again). Reading and decoding, the costly parts, run on
+// every core when there are many files (a start, or a burst touching many):
+// each worker reads, hashes and decodes one file at a time and drops its
+// content once decoded, so no more than one file's bytes per core are held.
+// What was read is then noted in the files' order, on this goroutine.
 func (s *Source) readAll(files []*file, force, fresh bool) {
-	var jobs []decodeJob
-	for _, f := range files {
-		if j, ok := s.readOne(f, force, fresh); ok {
-			jobs = append(jobs, j)
-		} else {
-			s.settle(f)
-		}
-	}
-	decodeAll(jobs)
-	for _, j := range jobs {
-		j.f.disk = j.out
-		s.documents += j.out.Decoded
-		s.settle(j.f)
-	}
-}
-
-// decodeJob is one file's content to decode, and what it decoded to.
-type decodeJob struct {
-	f    *file
-	data []byte
-	prev *manifest.File // whose unchanged documents need no decoding
-	out  *manifest.File
-}
-
-// parallelDecode is how many files make a read decode them on every core.
-const parallelDecode = 16
-
-func decodeAll(jobs []decodeJob) {
-	workers := min(runtime.GOMAXPROCS(0), len(jobs)/parallelDecode+1)
+	reads := make([]fileRead, len(files))
+	workers := min(runtime.GOMAXPROCS(0), len(files)/parallelRead+1)
 	stripe := func(w int) {
-		for i := w; i < len(jobs); i += workers {
-			j := &jobs[i]
-			j.out = manifest.DecodeFile(j.f.name, j.data, j.prev)
+		var (
+			buf []byte // each file's bytes in turn: nothing decoded keeps them
+			dec manifest.Decoder
+		)
+		for i := w; i < len(files); i += workers {
+			reads[i] = s.readOne(files[i], force, fresh, &buf, &dec)
 		}
 	}
-	if workers == 1 { // the usual burst: a file or a few, decoded here
+	if workers == 1 { // the usual burst: a file or a few, read here
 		stripe(0)
-		return
+	} else {
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() { stripe(w) })
+		}
+		wg.Wait()
 	}
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() { stripe(w) })
+	for i, f := range files {
+		s.note(f, &reads[i])
 	}
-	wg.Wait()
 }
 
-// readOne reads one file and reports the decoding it needs, if any; a file
-// it returns no job for is settled by the caller.
-func (s *Source) readOne(f *file, force, fresh bool) (decodeJob, bool) {
+// parallelRead is how many files make a read use every core.
+const parallelRead = 16
+
+// fileRead is what reading one file found.
+type fileRead struct {
+	skipped bool // not read: under no path any more, or unchanged on disk
+	absent  bool // not there (or a directory)
+	err     error
+	info    os.FileInfo
+	sum     [sha256.Size]byte
+	// out is the content decoded, when it differs from what the file
+	// holds (disk) and from what the Directory holds from it (applied).
+	out *manifest.File
+}
+
+// readOne reads one file into *buf and decodes it with dec if its content
+// changed. It changes nothing, so files are read in parallel; note records
+// what it found.
+func (s *Source) readOne(f *file, force, fresh bool, buf *[]byte, dec *manifest.Decoder) fileRead {
 	if f.root < 0 { // under none of the paths any more
-		f.info, f.disk, f.err = nil, nil, nil
-		return decodeJob{}, false
+		return fileRead{skipped: true}
 	}
 	if !force && f.info != nil {
 		if info, err := os.Stat(f.name); err == nil && sameFile(info, f.info) {
-			return decodeJob{}, false
+			return fileRead{skipped: true}
 		}
 	}
-	explicit := !s.rootOf(f).dir
-	data, info, absent, err := readFile(f.name)
-	if absent {
-		if explicit {
-			s.rootErrs[f.root] = fmt.Errorf("manifest path: %w", err)
-		}
-		f.info, f.disk, f.err = nil, nil, nil
-		return decodeJob{}, false
+	data, info, absent, err := readFile(f.name, *buf)
+	*buf = data[:0]
+	if absent || err != nil {
+		return fileRead{absent: absent, err: err}
 	}
-	if explicit {
-		delete(s.rootErrs, f.root)
-	}
-	if err != nil {
-		f.err = err
-		return decodeJob{}, false
-	}
-	s.reads++
-	f.info, f.err = info, nil
-	sum := sha256.Sum256(data)
+	r := fileRead{info: info, sum: sha256.Sum256(data)}
 	var prev *manifest.File
 	switch {
 	case fresh:
-	case f.disk != nil && f.disk.Sum == sum:
-		return decodeJob{}, false
-	case f.applied != nil && f.applied.Sum == sum:
-		f.disk = f.applied
-		return decodeJob{}, false
+	case f.disk != nil && f.disk.Sum == r.sum, f.applied != nil && f.applied.Sum == r.sum:
+		return r
 	case f.disk != nil:
 		prev = f.disk
 	default:
 		prev = f.applied
 	}
-	s.decodes++
-	return decodeJob{f: f, data: data, prev: prev}, true
+	r.out = dec.DecodeFile(f.name, data, prev)
+	return r
+}
+
+// note records what reading a file found, and keeps the pending set.
+func (s *Source) note(f *file, r *fileRead) {
+	switch {
+	case f.root < 0:
+		f.info, f.disk, f.err = nil, nil, nil
+		s.settle(f)
+		return
+	case r.skipped:
+		s.settle(f)
+		return
+	}
+	explicit := !s.rootOf(f).dir
+	if r.absent {
+		if explicit {
+			s.rootErrs[f.root] = fmt.Errorf("manifest path: %w", r.err)
+		}
+		f.info, f.disk, f.err = nil, nil, nil
+		s.settle(f)
+		return
+	}
+	if explicit {
+		delete(s.rootErrs, f.root)
+	}
+	if r.err != nil {
+		f.err = r.err
+		s.settle(f)
+		return
+	}
+	s.reads++
+	f.info, f.err = r.info, nil
+	switch {
+	case r.out != nil:
+		s.decodes++
+		s.documents += r.out.Decoded
+		f.disk = r.out
+	case f.disk != nil && f.disk.Sum == r.sum:
+	case f.applied != nil && f.applied.Sum == r.sum:
+		f.disk = f.applied
+	}
+	s.settle(f)
 }
 
 // sameFile reports whether a file looks unchanged: the same file (a link
@@ -756,9 +800,10 @@ func sameFile(a, b os.FileInfo) bool {
 }
 
 // readFile reads a manifest file: a regular file (a link to one is
-// followed) of at most maxFileSize bytes. absent reports a file that is not
-// there, or is a directory, which a directory listing passes over too.
-func readFile(name string) (data []byte, info os.FileInfo, absent bool, err error) {
+// followed) of at most maxFileSize bytes, into buf when it is large enough.
+// absent reports a file that is not there, or is a directory, which a
+// directory listing passes over too.
+func readFile(name string, buf []byte) (data []byte, info os.FileInfo, absent bool, err error) {
 	if info, err = os.Stat(name); err != nil {
 		if _, lerr := os.Lstat(name); errors.Is(err, fs.ErrNotExist) && lerr != nil {
 			return nil, nil, true, err
@@ -785,14 +830,17 @@ func readFile(name string) (data []byte, info os.FileInfo, absent bool, err erro
 		return nil, nil, false, err
 	}
 	// sized for the file as it is, and one more byte to see it grew past the bound
-	buf := bytes.NewBuffer(make([]byte, 0, info.Size()+bytes.MinRead))
-	if _, err := buf.ReadFrom(io.LimitReader(fh, maxFileSize+1)); err != nil {
+	if want := int(info.Size()) + bytes.MinRead; cap(buf) < want {
+		buf = make([]byte, 0, want)
+	}
+	b := bytes.NewBuffer(buf[:0])
+	if _, err := b.ReadFrom(io.LimitReader(fh, maxFileSize+1)); err != nil {
 		return nil, nil, false, fmt.Errorf("read manifest: %w", err)
 	}
-	if buf.Len() > maxFileSize {
+	if b.Len() > maxFileSize {
 		return nil, nil, false, tooLarge(name)
 	}
-	return buf.Bytes(), info, false, nil
+	return b.Bytes(), info, false, nil
 }
 
 func checkFile(name string, info os.FileInfo) error {
