@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -103,7 +104,7 @@ func New(cache *xdscache.Cache, clients *Clients, cfg Config) (*Server, error) {
 	}
 	g := grpc.NewServer(opts...)
 	x := &xdsServer{cache: cache, clients: clients, names: newNameBlocks(maxNameBlockBytes), maxStreams: int64(maxStreams),
-		leaving: map[chan struct{}]struct{}{}, draining: make(chan struct{})}
+		leaving: map[chan struct{}]struct{}{}, draining: make(chan struct{}), large: semaphore.NewWeighted(maxLargeInFlight)}
 	x.register(g)
 	return &Server{g: g, x: x, drain: cfg.DrainPeriod}, nil
 }

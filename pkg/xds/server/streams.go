@@ -15,6 +15,7 @@ import (
 	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
 	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -38,6 +39,8 @@ type xdsServer struct {
 	mu       sync.Mutex
 	leaving  map[chan struct{}]struct{}
 	draining chan struct{}
+	// large is the budget of large responses in flight (see send).
+	large *semaphore.Weighted
 	// SotW and Delta streams are numbered independently, each from 1.
 	sotwIDs, deltaIDs atomic.Int64
 }
@@ -108,6 +111,69 @@ func requestError(typeURL string, err error) error {
 	return unknownType(typeURL)
 }
 
+// Large responses (a starting client's whole state: 12 MB of clusters at a
+// million endpoints) sit in the transport until the client has read them;
+// a hundred clients starting at once would hold a hundred of them. A
+// response of at least largeResponse bytes therefore takes its size from a
+// budget of maxLargeInFlight bytes shared by all streams, and gives it back
+// when the client shows it has read it (its next request, of any type), when
+// the stream ends, or after largeHoldMax at the latest, so a client that
+// never answers cannot keep the budget. Smaller responses (every change
+// after the first) never wait.
+const (
+	largeResponse    = 1 << 20
+	maxLargeInFlight = 256 << 20
+	largeHoldMax     = 2 * time.Second
+)
+
+// largeHold is what one stream holds of the budget.
+type largeHold struct {
+	x     *xdsServer
+	max   time.Duration // largeHoldMax
+	mu    sync.Mutex
+	w     int64
+	timer *time.Timer
+}
+
+// release gives back what the stream holds.
+func (h *largeHold) release() {
+	h.mu.Lock()
+	w := h.w
+	h.w = 0
+	if h.timer != nil {
+		h.timer.Stop()
+		h.timer = nil
+	}
+	h.mu.Unlock()
+	if w > 0 {
+		h.x.large.Release(w)
+	}
+}
+
+func (h *largeHold) add(w int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.w += w
+	if h.timer == nil {
+		h.timer = time.AfterFunc(h.max, h.release)
+	}
+}
+
+func (x *xdsServer) send(ss grpc.ServerStream, hold *largeHold, r xdscache.Response, envelope func(xdscache.Response) any) error {
+	size := 0
+	for _, e := range r.Entries {
+		size += len(e.Any.GetValue())
+	}
+	if size >= largeResponse {
+		w := int64(min(size, maxLargeInFlight))
+		if err := x.large.Acquire(ss.Context(), w); err != nil {
+			return err
+		}
+		hold.add(w)
+	}
+	return ss.SendMsg(envelope(r))
+}
+
 // errShuttingDown ends a stream when the server drains: the client
 // reconnects, to another replica behind the same Service.
 var errShuttingDown = status.Error(codes.Unavailable, "this xDS server is shutting down; reconnect")
@@ -171,18 +237,22 @@ func streamEnd(err error) error {
 }
 
 func (x *xdsServer) sotw(ss grpc.ServerStream, only string) error {
-	return x.serve(ss, "sotw", func(st *xdscache.Stream, key streamKey) error { return x.recvSotw(ss, st, key, only) },
+	return x.serve(ss, "sotw", func(st *xdscache.Stream, key streamKey, hold *largeHold) error {
+		return x.recvSotw(ss, st, key, hold, only)
+	},
 		func(r xdscache.Response) any { return sotwResponse(r) })
 }
 
 func (x *xdsServer) delta(ss grpc.ServerStream, only string) error {
-	return x.serve(ss, "delta", func(st *xdscache.Stream, key streamKey) error { return x.recvDelta(ss, st, key, only) },
+	return x.serve(ss, "delta", func(st *xdscache.Stream, key streamKey, hold *largeHold) error {
+		return x.recvDelta(ss, st, key, hold, only)
+	},
 		func(r xdscache.Response) any { return deltaResponse(r) })
 }
 
 // serve runs one stream: recv reads and handles its requests on another
 // goroutine while this one sends what the cache says is ready.
-func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdscache.Stream, streamKey) error,
+func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdscache.Stream, streamKey, *largeHold) error,
 	envelope func(xdscache.Response) any) error {
 	if n := x.streams.Add(1); n > x.maxStreams {
 		x.streams.Add(-1)
@@ -205,8 +275,10 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 	st := x.cache.NewStream(protocol == "delta")
 	defer st.Close()
 
+	hold := &largeHold{x: x, max: largeHoldMax}
+	defer hold.release()
 	recvErr := make(chan error, 1)
-	go func() { recvErr <- recv(st, key) }()
+	go func() { recvErr <- recv(st, key, hold) }()
 	var out []xdscache.Response
 	for {
 		select {
@@ -221,7 +293,7 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 			for _, r := range out {
 				// Recorded before sending, so an ACK can never arrive before its nonce is known.
 				x.clients.response(key, r.TypeURL, r.Version, r.Nonce, len(r.Entries)+len(r.Removed))
-				if err := ss.SendMsg(envelope(r)); err != nil {
+				if err := x.send(ss, hold, r, envelope); err != nil {
 					return streamEnd(err)
 				}
 			}
@@ -229,7 +301,7 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 	}
 }
 
-func (x *xdsServer) recvSotw(ss grpc.ServerStream, st *xdscache.Stream, key streamKey, only string) error {
+func (x *xdsServer) recvSotw(ss grpc.ServerStream, st *xdscache.Stream, key streamKey, hold *largeHold, only string) error {
 	req := &sotwRequest{seed: x.cache.Seed(), blocks: x.names}
 	defer req.forget()
 	defer req.release()
@@ -240,6 +312,7 @@ func (x *xdsServer) recvSotw(ss grpc.ServerStream, st *xdscache.Stream, key stre
 			}
 			return err
 		}
+		hold.release() // the client has read what it was sent
 		err := x.handleSotw(st, key, only, req)
 		req.release()
 		if err != nil {
@@ -294,12 +367,13 @@ func deltaResponse(r xdscache.Response) *discovery.DeltaDiscoveryResponse {
 	return resp
 }
 
-func (x *xdsServer) recvDelta(ss grpc.ServerStream, st *xdscache.Stream, key streamKey, only string) error {
+func (x *xdsServer) recvDelta(ss grpc.ServerStream, st *xdscache.Stream, key streamKey, hold *largeHold, only string) error {
 	for {
 		req := &discovery.DeltaDiscoveryRequest{}
 		if err := ss.RecvMsg(req); err != nil {
 			return err
 		}
+		hold.release() // the client has read what it was sent
 		if err := x.handleDelta(st, key, only, req); err != nil {
 			return err
 		}

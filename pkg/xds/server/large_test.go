@@ -1,0 +1,41 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// A stream's hold on the large-response budget goes back when its client
+// answers (release), and at the latest after its bound, so a client that
+// never answers cannot keep the budget from the others.
+func TestLargeHoldIsGivenBack(t *testing.T) {
+	x := &xdsServer{large: semaphore.NewWeighted(maxLargeInFlight)}
+	h := &largeHold{x: x, max: 50 * time.Millisecond}
+	take := func(w int64) {
+		if !x.large.TryAcquire(w) {
+			t.Fatal("the budget is held")
+		}
+		h.add(w)
+	}
+	take(maxLargeInFlight)
+	if x.large.TryAcquire(1) {
+		t.Fatal("a full budget gave more")
+	}
+	h.release() // the client's next request
+	take(maxLargeInFlight / 2)
+	take(maxLargeInFlight / 2)
+	deadline := time.Now().Add(5 * time.Second)
+	for !x.large.TryAcquire(maxLargeInFlight) {
+		if time.Now().After(deadline) {
+			t.Fatal("a client that never answered kept the budget")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	x.large.Release(maxLargeInFlight)
+	h.release() // after the timer: gives back nothing twice
+	if !x.large.TryAcquire(maxLargeInFlight) {
+		t.Fatal("the budget is short after a second release")
+	}
+}
