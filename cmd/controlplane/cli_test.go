@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"poise.dev/poise/pkg/explain"
@@ -422,16 +423,22 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	invalid := write(t, t.TempDir(), "bad.yaml", upstream("web")+"spec: {panicThreshold: 101}\n")
+	// a 1 MB anchor used 3,000 times: 3 GB once expanded
+	bomb := write(t, t.TempDir(), "bomb.yaml", "apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata:\n  name: bomb\n  namespace: shop\n"+
+		"  annotations:\n    a: &big "+strings.Repeat("x", 1<<20)+"\n    b: ["+strings.TrimSuffix(strings.Repeat("*big, ", 3000), ", ")+"]\n")
 	tests := []struct {
-		args   []string
-		code   int
-		stdout string
-		stderr string
+		args      []string
+		code      int
+		stdout    string
+		stderr    string
+		maxRSSMiB int64 // 0: not checked
 	}{
-		{[]string{"explain", "-f", examples}, 0, "Upstream shop/checkout", ""},
-		{[]string{"version"}, 0, "controlplane v0.0.0-test", ""},
-		{[]string{"validate", "-f", invalid}, 1, "", invalid + ": document 1 (Upstream shop/web): spec.panicThreshold"},
-		{[]string{"bogus"}, 2, "", "unknown command"},
+		{[]string{"explain", "-f", examples}, 0, "Upstream shop/checkout", "", 0},
+		{[]string{"version"}, 0, "controlplane v0.0.0-test", "", 0},
+		{[]string{"validate", "-f", invalid}, 1, "", invalid + ": document 1 (Upstream shop/web): spec.panicThreshold", 0},
+		{[]string{"validate", "-f", bomb}, 1, "", bomb + ": document 1: its YAML aliases expand it beyond 64 MiB", 200},
+		{[]string{"explain", "-f", bomb}, 1, "", "its YAML aliases expand it beyond 64 MiB", 200},
+		{[]string{"bogus"}, 2, "", "unknown command", 0},
 	}
 	for _, tc := range tests {
 		cmd := exec.Command(bin, tc.args...)
@@ -455,5 +462,8 @@ func TestBinary(t *testing.T) {
 			t.Errorf("%v: stderr lacks %q:\n%s", tc.args, tc.stderr, stderr.String())
 		}
 		checkNoCrash(t, stderr.String())
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && tc.maxRSSMiB > 0 && ru.Maxrss>>10 > tc.maxRSSMiB {
+			t.Errorf("%v: peak RSS %d MiB, want under %d MiB", tc.args, ru.Maxrss>>10, tc.maxRSSMiB)
+		}
 	}
 }

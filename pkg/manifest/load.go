@@ -289,6 +289,9 @@ func decodeGeneral(file string, doc int, raw []byte) (Document, Errors) {
 	fail := func(object, fieldPath, detail string) (Document, Errors) {
 		return Document{}, Errors{{File: file, Document: doc, Object: object, Field: fieldPath, Detail: detail}}
 	}
+	if why := expansionProblem(raw); why != "" {
+		return fail("", "", why)
+	}
 	// The strict conversion rejects a key repeated in one mapping, as
 	// kubectl does; the lenient one would silently keep the last value.
 	js, dupErr := yaml.YAMLToJSONStrict(raw)
