@@ -23,7 +23,10 @@ type Sources struct {
 	Snapshot func() *topology.Snapshot
 	// Clients lists the connected xDS clients.
 	Clients func() []server.Client
-	Metrics *metrics.Metrics
+	// Warnings, when set, lists what /readyz adds below "ok": conditions
+	// that do not stop serving but need an operator (a refused change).
+	Warnings func() []string
+	Metrics  *metrics.Metrics
 }
 
 // HealthHandler serves what probes and scrapers need and nothing else:
@@ -54,6 +57,11 @@ func addHealth(mux *http.ServeMux, s Sources) {
 			return
 		}
 		fmt.Fprintln(w, "ok")
+		if s.Warnings != nil {
+			for _, warning := range s.Warnings() {
+				fmt.Fprintln(w, "warning: "+warning)
+			}
+		}
 	})
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}))

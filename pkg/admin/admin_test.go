@@ -149,3 +149,23 @@ func TestHealthHandlerServesNoDebug(t *testing.T) {
 		}
 	}
 }
+
+// /readyz stays 200 while the last good snapshot serves, and says what an
+// operator must look at below "ok".
+func TestReadyzShowsWarnings(t *testing.T) {
+	warnings := []string{"the latest manifest change is refused; revision 3 keeps serving: read manifest x.yaml: not a regular file"}
+	srv := httptest.NewServer(HealthHandler(Sources{
+		Ready:    func() (bool, string) { return true, "" },
+		Warnings: func() []string { return warnings },
+	}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "ok\nwarning: "+warnings[0]+"\n" {
+		t.Fatalf("GET /readyz = %d %q", resp.StatusCode, body)
+	}
+}

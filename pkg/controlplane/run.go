@@ -133,6 +133,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The source fills the directory before anything is served, so the first
 	// publication is the whole topology.
 	var runSource func() error
+	var warnings func() []string
 	switch cfg.Source {
 	case "kubernetes":
 		routeLibraryLogs(log)
@@ -171,6 +172,12 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("initial manifests are invalid; nothing to serve:\n%s", "  "+strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		}
 		runSource = func() error { return src.Run(ctx) }
+		warnings = func() []string {
+			if r := src.Refusal(); r != "" {
+				return []string{r}
+			}
+			return nil
+		}
 	}
 
 	grpcServer, err := server.New(cache, clients, server.Config{TLS: cfg.TLS, Log: log, MaxStreams: cfg.MaxStreams, MaxStreamsPerConnection: cfg.MaxStreamsPerConnection, DrainPeriod: cfg.DrainPeriod})
@@ -196,6 +203,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Snapshot: dir.Current,
 		Clients:  clients.List,
 		Metrics:  m,
+		Warnings: warnings,
 	}
 	adminSrv := &http.Server{Handler: admin.Handler(sources), ReadHeaderTimeout: 10 * time.Second}
 	var metricsLis net.Listener

@@ -18,6 +18,7 @@ type Metrics struct {
 	NACKs             *prometheus.CounterVec // type
 	ConnectedClients  *prometheus.GaugeVec   // kind: envoy | grpc | unknown
 	SourceBatches     *prometheus.CounterVec // source, result: applied | rejected
+	SourceRefusing    *prometheus.GaugeVec   // source: 1 while its latest change is refused
 
 	// The Kubernetes status writer (leader only).
 	StatusWrites       *prometheus.CounterVec // kind
@@ -63,6 +64,9 @@ func New() *Metrics {
 		SourceBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "poise_source_batches_total", Help: "Topology batches from a source, by result (applied or rejected).",
 		}, []string{"source", "result"}),
+		SourceRefusing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "poise_source_refusing", Help: "1 while a source's latest change is refused (a file that cannot be read, an invalid object) and the last good topology serves.",
+		}, []string{"source"}),
 		StatusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "poise_status_writes_total", Help: "Status subresource patches the status writer issued and the apiserver accepted, by kind.",
 		}, []string{"kind"}),
@@ -91,7 +95,7 @@ func New() *Metrics {
 		}),
 	}
 	r.MustRegister(m.Revision, m.PublishedRevision, m.SnapshotBuilds, m.SnapshotDuration, m.ResourceChanges,
-		m.Pushes, m.NACKs, m.ConnectedClients, m.SourceBatches,
+		m.Pushes, m.NACKs, m.ConnectedClients, m.SourceBatches, m.SourceRefusing,
 		m.StatusWrites, m.StatusWriteErrors, m.StatusUnchanged, m.StatusQueueDepth, m.StatusQueueAdds, m.StatusQueueLatency,
 		m.StatusWorkDuration, m.StatusRetries,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

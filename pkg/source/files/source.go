@@ -14,7 +14,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -77,6 +80,9 @@ type Source struct {
 	// refused: the last change was refused (so a return to the applied
 	// files is worth a log line).
 	refused bool
+	// refusal is why, for /readyz, while it lasts; read without s.mu, which
+	// a long batch holds.
+	refusal atomic.Pointer[string]
 	// reads, decodes and documents count files read and decoded, and
 	// documents decoded, for tests.
 	reads, decodes, documents int
@@ -818,7 +824,10 @@ func readFile(name string, buf []byte) (data []byte, info os.FileInfo, absent bo
 	if err := checkFile(name, info); err != nil {
 		return nil, nil, false, err
 	}
-	fh, err := os.Open(name)
+	// Without blocking: a path that became a FIFO since the Stat above would
+	// otherwise hold the source until a writer opened it; the Stat below
+	// refuses it.
+	fh, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("read manifest: %w", err)
 	}
@@ -1041,6 +1050,7 @@ func (s *Source) apply(ch *changes, log *slog.Logger) {
 	out, err := s.sync(ch, false)
 	revision := s.Dir.Current().Revision
 	s.mu.Unlock()
+	s.setRefusal(err, revision)
 	switch {
 	case err != nil:
 		log.Error("manifest change refused; the last good topology keeps serving", "reason", err)
@@ -1050,6 +1060,37 @@ func (s *Source) apply(ch *changes, log *slog.Logger) {
 	case wasRefused:
 		log.Info("manifest files are back to the applied topology", "revision", revision)
 	}
+}
+
+// maxRefusalText bounds the reason Refusal gives.
+const maxRefusalText = 1024
+
+func (s *Source) setRefusal(err error, revision uint64) {
+	refusing := 0.0
+	if err == nil {
+		s.refusal.Store(nil)
+	} else {
+		text := err.Error()
+		if len(text) > maxRefusalText {
+			text = strings.ToValidUTF8(text[:maxRefusalText], "") + "…"
+		}
+		text = fmt.Sprintf("the latest manifest change is refused; revision %d keeps serving: %s", revision, text)
+		s.refusal.Store(&text)
+		refusing = 1
+	}
+	if s.Metrics != nil {
+		s.Metrics.SourceRefusing.WithLabelValues(sourceName).Set(refusing)
+	}
+}
+
+// Refusal says why the latest change to the files is refused (a file that
+// cannot be read, an invalid document), or "" when the files on disk are
+// what is served.
+func (s *Source) Refusal() string {
+	if p := s.refusal.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // watchSet is the directories watched and what their events concern.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,8 +77,10 @@ func endpointWeight(s *topology.Snapshot) uint64 {
 	return u.Endpoints[0].Weight
 }
 
-func TestWatchAppliesChangesAndRefusesBadOnes(t *testing.T) {
-	dir := t.TempDir()
+// watched runs a source on dir, holding an upstream and a set "a" of weight
+// 1, until the test ends.
+func watched(t *testing.T, dir string) (*Source, *topology.Directory, *metrics.Metrics) {
+	t.Helper()
 	write(t, filepath.Join(dir, "upstream.yaml"), upstreamYAML)
 	write(t, filepath.Join(dir, "a.yaml"), setYAML("a", "1"))
 	m := metrics.New()
@@ -89,13 +92,19 @@ func TestWatchAppliesChangesAndRefusesBadOnes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
-	}()
+	})
 	time.Sleep(50 * time.Millisecond) // let the watcher start
+	return src, d, m
+}
+
+func TestWatchAppliesChangesAndRefusesBadOnes(t *testing.T) {
+	dir := t.TempDir()
+	_, d, m := watched(t, dir)
 
 	// an edit is applied as one batch
 	write(t, filepath.Join(dir, "a.yaml"), setYAML("a", "5"))
@@ -242,4 +251,44 @@ spec: {domain: cadastre, extent: {west: -10, south: 35, east: 30, north: 70}, re
 			t.Errorf("log lacks %s:\n%s", want, out)
 		}
 	}
+}
+
+// A FIFO or a link to a device among the manifests is refused, not read: the
+// source neither blocks nor crashes, says why through Refusal (what /readyz
+// shows) and poise_source_refusing, and recovers when the path is fixed.
+func TestUnreadablePathsAreRefusedAndShown(t *testing.T) {
+	dir := t.TempDir()
+	src, d, m := watched(t, dir)
+	good := d.Current()
+	refusing := func() float64 { return testutil.ToFloat64(m.SourceRefusing.WithLabelValues("files")) }
+
+	for _, bad := range []struct {
+		name   string
+		create func(path string) error
+	}{
+		{"fifo.yaml", func(p string) error { return syscall.Mkfifo(p, 0o644) }},
+		{"zero.yaml", func(p string) error { return os.Symlink("/dev/zero", p) }},
+	} {
+		path := filepath.Join(dir, bad.name)
+		if err := bad.create(path); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(src.Refusal(), bad.name) || refusing() != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: refusal %q, poise_source_refusing %v", bad.name, src.Refusal(), refusing())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if r := src.Refusal(); !strings.Contains(r, "not a regular file") || d.Current() != good {
+			t.Fatalf("%s: refusal %q; the snapshot must stay", bad.name, r)
+		}
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, d, "the path removed", func(*topology.Snapshot) bool { return src.Refusal() == "" && refusing() == 0 })
+	}
+	// the source still applies changes
+	write(t, filepath.Join(dir, "a.yaml"), setYAML("a", "4"))
+	waitFor(t, d, "weight 4", func(s *topology.Snapshot) bool { return endpointWeight(s) == 4 })
 }
