@@ -121,6 +121,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	$(FUZZ) -fuzz=FuzzCells ./pkg/partitionmap
 	$(FUZZ) -fuzz=FuzzDecide ./pkg/partitionmap
 	$(FUZZ) -fuzz=FuzzSotwRequest ./pkg/xds/server
+	$(FUZZ) -fuzz=FuzzFileSource ./pkg/source/files
 
 .PHONY: clean
 clean:
