@@ -94,6 +94,9 @@ func load(files paths, stderr io.Writer) (*topology.Snapshot, *manifest.Set, boo
 		fmt.Fprintf(stderr, "error: invalid manifests:\n%s\n", indent(err.Error()))
 		return nil, nil, false
 	}
+	for _, w := range set.Warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
 	snap, err := topology.NewDirectory().Apply(set.Batch)
 	if err != nil {
 		fmt.Fprintf(stderr, "error: the topology is rejected:\n%s\n", indent(describeProblems(set.Locate(err))))

@@ -426,6 +426,7 @@ func TestBinary(t *testing.T) {
 	// a 1 MB anchor used 3,000 times: 3 GB once expanded
 	bomb := write(t, t.TempDir(), "bomb.yaml", "apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata:\n  name: bomb\n  namespace: shop\n"+
 		"  annotations:\n    a: &big "+strings.Repeat("x", 1<<20)+"\n    b: ["+strings.TrimSuffix(strings.Repeat("*big, ", 3000), ", ")+"]\n")
+	afterEnd := write(t, t.TempDir(), "end.yaml", upstream("web")+"...\nspec: {panicThreshold: 40}\n")
 	tests := []struct {
 		args      []string
 		code      int
@@ -438,6 +439,7 @@ func TestBinary(t *testing.T) {
 		{[]string{"validate", "-f", invalid}, 1, "", invalid + ": document 1 (Upstream shop/web): spec.panicThreshold", 0},
 		{[]string{"validate", "-f", bomb}, 1, "", bomb + ": document 1: its YAML aliases expand it beyond 64 MiB", 200},
 		{[]string{"explain", "-f", bomb}, 1, "", "its YAML aliases expand it beyond 64 MiB", 200},
+		{[]string{"validate", "-f", afterEnd}, 0, "valid: 1 object", afterEnd + `: document 1: line 5 comes after the document end marker "..."`, 0},
 		{[]string{"bogus"}, 2, "", "unknown command", 0},
 	}
 	for _, tc := range tests {

@@ -410,7 +410,7 @@ func TestFastPathTakesExamples(t *testing.T) {
 			if checkFast(t, &p, raw) {
 				took++
 			}
-		}); err != nil {
+		}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -457,7 +457,7 @@ func FuzzFastPath(f *testing.F) {
 	var p fastParser
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		// documents as splitDocuments hands them over
-		_ = splitDocuments("f.yaml", raw, func(_ int, doc []byte) { checkFast(t, &p, doc) })
+		_ = splitDocuments("f.yaml", raw, func(_ int, doc []byte) { checkFast(t, &p, doc) }, nil)
 	})
 }
 

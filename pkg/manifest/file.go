@@ -58,6 +58,8 @@ type File struct {
 	Documents []Document
 	// Errors are the problems of the other documents, in document order.
 	Errors Errors
+	// Warnings are what decoded but deserves a look (see IgnoredAfterEnd).
+	Warnings []string
 	// Decoded counts the documents decoded; the others were taken from the
 	// previous version of the file.
 	Decoded int
@@ -123,7 +125,7 @@ func (d *Decoder) DecodeFile(name string, data []byte, prev *File) *File {
 		}
 		d.Sum = sum
 		f.Documents = append(f.Documents, d)
-	})
+	}, func(doc, line int) { f.Warnings = append(f.Warnings, IgnoredAfterEnd(name, doc, line)) })
 	if err != nil {
 		f.Errors = append(f.Errors, err)
 	}

@@ -76,6 +76,14 @@ func (o Object) String() string { return o.Kind + " " + o.Key.String() }
 type Set struct {
 	Batch   topology.Batch
 	Objects []Object
+	// Warnings are what decoded but deserves a look (see IgnoredAfterEnd).
+	Warnings []string
+}
+
+// IgnoredAfterEnd is the warning for content after a document's "..." end
+// marker, which every YAML decoder ignores.
+func IgnoredAfterEnd(file string, doc, line int) string {
+	return fmt.Sprintf("%s: document %d: line %d comes after the document end marker \"...\" and is ignored; start a new document with \"---\" if it is meant to be read", file, doc, line)
 }
 
 // Where says where an object is defined ("file document N"), or "" when the set does
@@ -191,7 +199,7 @@ func decodeInto(set *Set, seen map[string]Object, file string, data []byte) Erro
 		seen[id] = d.Object
 		d.Put(&set.Batch)
 		set.Objects = append(set.Objects, d.Object)
-	})
+	}, func(doc, line int) { set.Warnings = append(set.Warnings, IgnoredAfterEnd(file, doc, line)) })
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -208,9 +216,15 @@ func decodeInto(set *Set, seen map[string]Object, file string, data []byte) Erro
 // of it. Unlike that reader it copies no line, nor a document that needs no
 // change: raw is a slice of data unless the document had "\r" in it or ends
 // the file without a newline.
-func splitDocuments(file string, data []byte, fn func(doc int, raw []byte)) *Error {
+//
+// A YAML decoder reads a document up to its end marker "..." and no
+// further; warn (when set) is called with the document and the 1-based line
+// of the first content that follows such a marker before the next "---",
+// which would be silently ignored.
+func splitDocuments(file string, data []byte, fn func(doc int, raw []byte), warn func(doc, line int)) *Error {
 	doc := 1
 	start := -1 // where the current document starts in data; -1: none yet
+	lineNo, ended := 0, false
 	emit := func(end int) {
 		raw := data[start:end]
 		if bytes.IndexByte(raw, '\r') >= 0 || raw[len(raw)-1] != '\n' {
@@ -232,16 +246,25 @@ func splitDocuments(file string, data []byte, fn func(doc int, raw []byte)) *Err
 			next = pos + i + 1
 			line = bytes.TrimSuffix(line[:i], []byte("\r"))
 		}
+		lineNo++
 		if rest, ok := bytes.CutPrefix(line, []byte("---")); ok {
 			// only a comment may follow a separator
 			if t := bytes.TrimSpace(rest); len(t) > 0 && t[0] != '#' {
 				return &Error{File: file, Document: doc, Detail: fmt.Sprintf("cannot split YAML documents: invalid Yaml document separator: %s", t)}
 			}
+			ended = false
 			if start >= 0 {
 				emit(pos)
 				pos = next
 				continue
 			}
+		} else if rest, ok := bytes.CutPrefix(line, []byte("...")); ok && (len(bytes.TrimSpace(rest)) == 0 || bytes.TrimSpace(rest)[0] == '#') {
+			ended = true
+		} else if t := bytes.TrimSpace(line); ended && len(t) > 0 && t[0] != '#' {
+			if warn != nil {
+				warn(doc, lineNo)
+			}
+			ended = false // once per marker
 		}
 		if start < 0 {
 			start = pos

@@ -58,6 +58,11 @@ func splitWith(f func(string, []byte, func(int, []byte)) *Error, data []byte) sp
 	return s
 }
 
+// splitOnly is splitDocuments without warnings, as the reference splits.
+func splitOnly(file string, data []byte, fn func(int, []byte)) *Error {
+	return splitDocuments(file, data, fn, nil)
+}
+
 var splitSeeds = []string{
 	"", "\n", "---", "---\n", "---\n---\n", "a: 1", "a: 1\n", "a: 1\n---\nb: 2\n", "---\na: 1\n---\n",
 	"a: 1\r\n---\r\nb: 2\r\n", "a: 1\r\n---\r\nb: 2\r", "a: 1\r", "\r\n", "a: \r1\n", "a: 1\n--- # comment\nb: 2",
@@ -70,7 +75,7 @@ var splitSeeds = []string{
 // numbers and the errors of the line-by-line reader it replaces.
 func TestSplitMatchesKubernetesReader(t *testing.T) {
 	for _, s := range splitSeeds {
-		got, want := splitWith(splitDocuments, []byte(s)), splitWith(splitReference, []byte(s))
+		got, want := splitWith(splitOnly, []byte(s)), splitWith(splitReference, []byte(s))
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%q:\n got %q %v\nwant %q %v", s, got.Docs, got.Err, want.Docs, want.Err)
 		}
@@ -82,9 +87,38 @@ func FuzzSplit(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got, want := splitWith(splitDocuments, data), splitWith(splitReference, data)
+		got, want := splitWith(splitOnly, data), splitWith(splitReference, data)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%q:\n got %q %v\nwant %q %v", data, got.Docs, got.Err, want.Docs, want.Err)
 		}
 	})
+}
+
+// Content after a document's "..." end marker, which a YAML decoder
+// ignores, is warned of with its document and line, in both decoding paths;
+// a marker followed only by blank lines, comments or the next "---" is not.
+func TestContentAfterDocumentEndIsWarned(t *testing.T) {
+	up := "apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: web, namespace: shop}\n"
+	for _, tc := range []struct {
+		data string
+		want []string
+	}{
+		{up + "...\n# only a comment\n\n---\n" + up, nil},
+		{up + "...\nspec: {panicThreshold: 40}\n", []string{"f.yaml: document 1: line 5 comes after the document end marker"}},
+		{"# lead\n---\n" + up + "--- \n" + up + "... # end\n  extra: 1\n", []string{"f.yaml: document 2: line 11 comes after"}},
+	} {
+		var got []string
+		_ = splitDocuments("f.yaml", []byte(tc.data), func(int, []byte) {}, func(doc, line int) {
+			got = append(got, IgnoredAfterEnd("f.yaml", doc, line))
+		})
+		file := DecodeFile("f.yaml", []byte(tc.data), nil)
+		if len(got) != len(tc.want) || len(file.Warnings) != len(tc.want) {
+			t.Fatalf("%q: warnings %q (file %q), want %d", tc.data, got, file.Warnings, len(tc.want))
+		}
+		for i, w := range tc.want {
+			if !strings.HasPrefix(got[i], w) || file.Warnings[i] != got[i] {
+				t.Errorf("%q: warning %q, want it to start %q", tc.data, got[i], w)
+			}
+		}
+	}
 }

@@ -792,6 +792,15 @@ func (s *Source) note(f *file, r *fileRead) {
 		s.decodes++
 		s.documents += r.out.Decoded
 		f.disk = r.out
+		if s.Log != nil {
+			for i, w := range r.out.Warnings {
+				if i == maxWarningsPerFile {
+					s.Log.Warn("manifest warnings not shown", "file", f.name, "more", len(r.out.Warnings)-i)
+					break
+				}
+				s.Log.Warn("manifest content will be ignored", "warning", w)
+			}
+		}
 	case f.disk != nil && f.disk.Sum == r.sum:
 	case f.applied != nil && f.applied.Sum == r.sum:
 		f.disk = f.applied
@@ -1061,6 +1070,9 @@ func (s *Source) apply(ch *changes, log *slog.Logger) {
 		log.Info("manifest files are back to the applied topology", "revision", revision)
 	}
 }
+
+// maxWarningsPerFile bounds the warnings logged for one version of a file.
+const maxWarningsPerFile = 10
 
 // maxRefusalText bounds the reason Refusal gives.
 const maxRefusalText = 1024
