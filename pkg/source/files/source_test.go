@@ -2,7 +2,6 @@ package files
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -89,16 +88,7 @@ func watched(t *testing.T, dir string) (*Source, *topology.Directory, *metrics.M
 	if _, err := src.Load(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	time.Sleep(50 * time.Millisecond) // let the watcher start
+	run(t, src)
 	return src, d, m
 }
 

@@ -137,12 +137,7 @@ func newFakeCache(tb testing.TB, objs ...client.Object) (*fakeAPI, *Source, cach
 }
 
 // update sends a MODIFIED event for obj, with a new resource version.
-func (a *fakeAPI) update(obj client.Object) { a.send(obj, false) }
-
-// add sends an ADDED event for a new object.
-func (a *fakeAPI) add(obj client.Object) { a.send(obj, true) }
-
-func (a *fakeAPI) send(obj client.Object, added bool) {
+func (a *fakeAPI) update(obj client.Object) {
 	a.mu.Lock()
 	typ := reflect.TypeOf(obj)
 	for a.watch[typ] == nil {
@@ -152,11 +147,7 @@ func (a *fakeAPI) send(obj client.Object, added bool) {
 	obj.SetResourceVersion(strconv.Itoa(a.rv))
 	w := a.watch[typ]
 	a.mu.Unlock()
-	if added {
-		w.Add(obj.DeepCopyObject())
-	} else {
-		w.Modify(obj.DeepCopyObject())
-	}
+	w.Modify(obj.DeepCopyObject())
 }
 
 // dirty returns the objects the source has marked and not yet synced.

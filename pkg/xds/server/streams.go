@@ -160,12 +160,8 @@ func (h *largeHold) add(w int64) {
 }
 
 func (x *xdsServer) send(ss grpc.ServerStream, hold *largeHold, r xdscache.Response, envelope func(xdscache.Response) any) error {
-	size := 0
-	for _, e := range r.Entries {
-		size += len(e.Any.GetValue())
-	}
-	if size >= largeResponse {
-		w := int64(min(size, maxLargeInFlight))
+	if r.Bytes >= largeResponse {
+		w := int64(min(r.Bytes, maxLargeInFlight))
 		if err := x.large.Acquire(ss.Context(), w); err != nil {
 			return err
 		}

@@ -121,16 +121,22 @@ func fetchCDS(addr string, cfg *tls.Config) (int, error) {
 	return len(resp.GetResources()), nil
 }
 
-func TestMutualTLS(t *testing.T) {
-	p := newPKI(t)
+// serveMutualTLS serves, over mTLS with p's server certificate and CA file,
+// a cache holding cluster c1 at v1 until the test ends. It returns the
+// address and a function that puts c1 at another version.
+func serveMutualTLS(t *testing.T, p *pki) (addr string, put func(version string, timeout int64)) {
+	t.Helper()
 	cache := xdscache.New(2, func(n *core.Node) int { return int(translate.RenderingFor(n)) })
-	e, err := xdscache.NewEntry("c1", "v1", cluster("c1", 1))
-	if err != nil {
-		t.Fatal(err)
+	put = func(version string, timeout int64) {
+		e, err := xdscache.NewEntry("c1", version, cluster("c1", timeout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cache.Apply(xdscache.Update{Version: version, Changes: both(resource.ClusterType, e)})
 	}
-	cache.Apply(xdscache.Update{Version: "v1", Changes: both(resource.ClusterType, e)})
+	put("v1", 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	g, err := server.New(cache, server.NewClients(nil, nil), server.Config{TLS: &server.TLS{
 		CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: filepath.Join(p.dir, "ca.pem"),
 	}})
@@ -142,16 +148,22 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	go server.Serve(ctx, g, lis)
+	return lis.Addr().String(), put
+}
+
+func TestMutualTLS(t *testing.T) {
+	p := newPKI(t)
+	addr, _ := serveMutualTLS(t, p)
 
 	withCert := &tls.Config{RootCAs: p.caPool, Certificates: []tls.Certificate{p.clientPair}, ServerName: "127.0.0.1"}
-	if n, err := fetchCDS(lis.Addr().String(), withCert); err != nil || n != 1 {
+	if n, err := fetchCDS(addr, withCert); err != nil || n != 1 {
 		t.Fatalf("client with a certificate: %d clusters, %v", n, err)
 	}
 	withoutCert := &tls.Config{RootCAs: p.caPool, ServerName: "127.0.0.1"}
-	if _, err := fetchCDS(lis.Addr().String(), withoutCert); err == nil {
+	if _, err := fetchCDS(addr, withoutCert); err == nil {
 		t.Fatal("a client without a certificate was served")
 	}
-	if _, err := server.New(cache, nil, server.Config{TLS: &server.TLS{CertFile: p.serverCert}}); err == nil {
+	if _, err := server.New(xdscache.New(1, func(*core.Node) int { return 0 }), nil, server.Config{TLS: &server.TLS{CertFile: p.serverCert}}); err == nil {
 		t.Fatal("a certificate without a key was accepted")
 	}
 }

@@ -1,10 +1,8 @@
 package server_test
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"net"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -16,10 +14,6 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-
-	"poise.dev/poise/pkg/xds/server"
-	"poise.dev/poise/pkg/xds/translate"
-	"poise.dev/poise/pkg/xds/xdscache"
 )
 
 // replaceFile puts data at path the way a Secret volume does: written
@@ -50,29 +44,8 @@ func readFile(t *testing.T, path string) []byte {
 func TestTLSRotation(t *testing.T) {
 	p := newPKI(t)
 	other := newPKI(t) // a second CA, trusted only after the CA file is rotated
-	cache := xdscache.New(2, func(n *core.Node) int { return int(translate.RenderingFor(n)) })
-	put := func(version string, timeout int64) {
-		e, err := xdscache.NewEntry("c1", version, cluster("c1", timeout))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cache.Apply(xdscache.Update{Version: version, Changes: both(resource.ClusterType, e)})
-	}
-	put("v1", 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	addr, put := serveMutualTLS(t, p)
 	caFile := filepath.Join(p.dir, "ca.pem")
-	g, err := server.New(cache, server.NewClients(nil, nil), server.Config{TLS: &server.TLS{
-		CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: caFile}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go server.Serve(ctx, g, lis)
-	addr := lis.Addr().String()
 
 	// the serial of the certificate the server presents to a new connection
 	var seen atomic.Int64
@@ -93,7 +66,7 @@ func TestTLSRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	stream, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	stream, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -552,12 +552,12 @@ func TestWorkedExamples(t *testing.T) {
 		t.Errorf("same locality at two priorities: sub_zones %q and %q, want \"\" and \"~p1\"", got[0].locality.SubZone, got[1].locality.SubZone)
 	}
 
-	u, res = up("fail-closed-drop")
+	u, _ = up("fail-closed-drop")
 	if u.Result.DroppedMillionths != 285_714 {
 		t.Errorf("fail-closed drop: dropped %d, want 285714", u.Result.DroppedMillionths)
 	}
 
-	u, res = up("standby")
+	_, res = up("standby")
 	var prios []string
 	for _, p := range flatten(res.Endpoints[translate.Weighted]) {
 		prios = append(prios, fmt.Sprintf("%d:%s:%d", p.priority, p.locality.Zone, p.weight))

@@ -413,6 +413,8 @@ type Response struct {
 	Nonce   string
 	Entries []*Entry
 	Removed []string
+	// Bytes is the encoded size of the entries' resources.
+	Bytes int
 }
 
 // Next appends to out the responses the stream should send now, in type
@@ -532,7 +534,11 @@ func (w *Watch) buildSotw() (Response, bool, []string) {
 		if len(entries) == 0 && w.first && (w.reqNACK || w.reqVersion == w.ts.version) {
 			return Response{}, false, nil
 		}
-		return Response{Entries: entries}, true, nil
+		size := 0
+		for _, e := range entries {
+			size += len(e.Any.GetValue())
+		}
+		return Response{Entries: entries, Bytes: size}, true, nil
 	}
 	c := w.newChunk()
 	if w.pendingAll {
@@ -544,7 +550,7 @@ func (w *Watch) buildSotw() (Response, bool, []string) {
 			}
 		}
 	}
-	return Response{Entries: c.entries}, len(c.entries) > 0, c.left
+	return Response{Entries: c.entries, Bytes: c.size}, len(c.entries) > 0, c.left
 }
 
 func (w *Watch) buildDelta() (Response, bool, []string) {
@@ -564,6 +570,6 @@ func (w *Watch) buildDelta() (Response, bool, []string) {
 			}
 		}
 	}
-	r.Entries = c.entries
+	r.Entries, r.Bytes = c.entries, c.size
 	return r, len(r.Entries) > 0 || len(r.Removed) > 0 || w.first, c.left
 }
