@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -34,10 +36,10 @@ func TestStreamLimits(t *testing.T) {
 	}
 	open := func(conn *grpc.ClientConn) discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
 		s, err := try(conn)
-		if err != nil {
+		if err != nil && !errors.Is(err, io.EOF) {
 			t.Fatal(err)
 		}
-		return s
+		return s // io.EOF: the server ended the stream already; Recv tells why
 	}
 	// 50 streams on one connection: three are served at once
 	for range 50 {
