@@ -3,9 +3,11 @@ package kube_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,8 +16,14 @@ import (
 	"testing"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -236,6 +244,22 @@ func TestStatusAtScale(t *testing.T) {
 			t.Logf("apiserver CPU profile of 8s of the first pass written to %s (error: %v)", path, err)
 		})
 	}
+	if path := os.Getenv("POISE_STATUS_PLANE_PROFILE"); path != "" {
+		// what this process (the plane, and the test's own watches) spends its CPU on during the first pass
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+			t.Logf("this process's CPU profile of the first pass written to %s", path)
+		}()
+	}
+	self0 := selfCPU()
 	start := time.Now()
 	one, w1 := startCountedPlane(t, ns, "one")
 	ready := time.Since(start)
@@ -248,7 +272,7 @@ func TestStatusAtScale(t *testing.T) {
 	w1.mu.Lock()
 	allWritten, issued := w1.last.Sub(start), w1.issued
 	w1.mu.Unlock()
-	cpu1 := procCPU(procs)
+	cpu1, self1 := procCPU(procs), selfCPU()
 	w1.quiet(time.Second)
 	_, issuedQuiet := w1.snapshot()
 	t.Logf("1 start: plane ready (caches synced, first snapshot published) %v after the start; every object's status written %v after the start; %d PATCHes issued (%d once quiet) for %d objects; %.0f writes/s",
@@ -256,6 +280,7 @@ func TestStatusAtScale(t *testing.T) {
 	api, etcd := cpu1["kube-apiserver"]-cpu0["kube-apiserver"], cpu1["etcd"]-cpu0["etcd"]
 	t.Logf("  over the first pass the apiserver used %v of CPU (%.2f cores, %.2f ms a write) and etcd %v (%.2f cores)",
 		api.Round(10*time.Millisecond), cores(api, allWritten), float64(api.Milliseconds())/float64(objects), etcd.Round(10*time.Millisecond), cores(etcd, allWritten))
+	t.Logf("  and this process (the plane, the test's watches) %v (%.2f cores)", (self1 - self0).Round(10*time.Millisecond), cores(self1-self0, allWritten))
 	if allWritten > 60*time.Second {
 		t.Errorf("every object's status took %v from the start; want ≤ 60s", allWritten.Round(time.Millisecond))
 	}
@@ -370,7 +395,69 @@ func TestStatusAtScale(t *testing.T) {
 	t.Logf("6 change under the new leader: writes %v; u-0 revision %d → %d", got, after["u-0"], final["u-0"])
 
 	// 7. endpoint flips at a steady rate on other upstreams: status keeps up, one write a flip
-	steadyFlips(t, ns, n, fast, w2)
+	steadyFlips(t, ns, n, fast, w2, two)
+
+	// 8. the anchor: what this apiserver takes when a bare client writes every
+	// object's status once, as fast as it can, with no control plane running
+	two.stop(t)
+	base := apiserverStatusBaseline(t, ns, fast, procs)
+	t.Logf("8 anchor: a bare client (%d in flight, no plane running) merge-patched the status of all %d objects in %v (%.0f writes/s); the apiserver used %.2f ms of CPU a write",
+		baselineWorkers, base.writes, base.took.Round(time.Millisecond), float64(base.writes)/base.took.Seconds(), base.apiPerWrite)
+	t.Logf("  the status writer's first pass took %.2f× the bare client's time for the same number of writes",
+		(allWritten-ready).Seconds()/base.took.Seconds())
+}
+
+// baselineWorkers is how many status writes the bare client keeps in flight.
+const baselineWorkers = 32
+
+type statusBaseline struct {
+	writes      int
+	took        time.Duration
+	apiPerWrite float64 // ms of apiserver CPU
+}
+
+// apiserverStatusBaseline merge-patches the status of every Upstream,
+// Locality and EndpointSet in ns once (one condition's message gains a
+// character, so each is a real write of an object the size the plane
+// leaves it), from baselineWorkers goroutines with no client-side limit:
+// the rate this apiserver can take status writes at, on this machine.
+func apiserverStatusBaseline(t *testing.T, ns string, c client.Client, procs map[string]int) statusBaseline {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	for _, kind := range []string{"UpstreamList", "LocalityList", "EndpointSetList"} {
+		var l unstructured.UnstructuredList
+		l.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind(kind))
+		if err := c.List(t.Context(), &l, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		for i := range l.Items {
+			objs = append(objs, &l.Items[i])
+		}
+	}
+	cpu0 := procCPU(procs)
+	start := time.Now()
+	if err := parallel(t.Context(), baselineWorkers, len(objs), func(ctx context.Context, i int) error {
+		o := objs[i]
+		conds, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
+		if len(conds) == 0 {
+			return fmt.Errorf("%s %s has no status conditions to touch", o.GetKind(), o.GetName())
+		}
+		first := conds[0].(map[string]any)
+		first["message"] = fmt.Sprint(first["message"]) + "."
+		patch, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": o.GetResourceVersion()},
+			"status":   map[string]any{"conditions": conds},
+		})
+		if err != nil {
+			return err
+		}
+		return c.Status().Patch(ctx, o, client.RawPatch(types.MergePatchType, patch))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	api := procCPU(procs)["kube-apiserver"] - cpu0["kube-apiserver"]
+	return statusBaseline{writes: len(objs), took: took, apiPerWrite: float64(api.Microseconds()) / 1000 / float64(len(objs))}
 }
 
 // steadyFlips flips the health of one endpoint of a different upstream
@@ -380,7 +467,7 @@ func TestStatusAtScale(t *testing.T) {
 // with a watch: it reports the lag from each flip to the watch event of the
 // status that shows it, and checks that each flip wrote its Upstream's
 // status once and nothing else.
-func steadyFlips(t *testing.T, ns string, n int, fast client.Client, w *statusWrites) {
+func steadyFlips(t *testing.T, ns string, n int, fast client.Client, w *statusWrites, p *plane) {
 	t.Helper()
 	rate, secs := envFloat(t, "POISE_STATUS_FLIP_RATE", 100), envFloat(t, "POISE_STATUS_FLIP_SECONDS", 3)
 	total := int(rate * secs)
@@ -395,13 +482,42 @@ func steadyFlips(t *testing.T, ns string, n int, fast client.Client, w *statusWr
 
 	type flip struct {
 		upstream   string
+		address    string // the endpoint that flips
 		unhealthy  bool
 		sent, seen time.Time
+		written    time.Time // when the apiserver answered the flip's own write
 		superseded bool
+		delivered  int       // xDS clients whose endpoints show the flip
+		allClients time.Time // when the last of them received it
 	}
 	var mu sync.Mutex
 	latest := map[string]*flip{}
 	var flips []*flip
+
+	// xDS clients (as Envoy) subscribed to every upstream that flips: each
+	// flip's time to the last of them is reported beside its status lag
+	nClients := int(envFloat(t, "POISE_STATUS_FLIP_CLIENTS", 10))
+	var names []string
+	for k := 3; k < n; k++ {
+		names = append(names, ns+"/u-"+strconv.Itoa(k))
+	}
+	credited := make([]map[string]*flip, nClients)
+	for i := range credited {
+		credited[i] = map[string]*flip{}
+	}
+	connectFlipClients(ctx, t, p.addrs.XDS, nClients, names, func(c int, cluster string, healthy map[string]bool, at time.Time) {
+		name := strings.TrimPrefix(cluster, ns+"/")
+		mu.Lock()
+		defer mu.Unlock()
+		f := latest[name]
+		if f == nil || f.sent.IsZero() || credited[c][name] == f || healthy[f.address] == f.unhealthy {
+			return
+		}
+		credited[c][name] = f
+		if f.delivered++; f.delivered == nClients {
+			f.allClients = at
+		}
+	})
 	// a busy apiserver drops a watcher it cannot feed in time: the watch
 	// resumes from the last resourceVersion it saw (or from now, when that is gone)
 	var restarts atomic.Int64
@@ -449,10 +565,10 @@ func steadyFlips(t *testing.T, ns string, n int, fast client.Client, w *statusWr
 		k := 3 + i%(n-3)
 		name := "u-" + strconv.Itoa(k)
 		unhealthy[name] = !unhealthy[name]
-		f := &flip{upstream: name, unhealthy: unhealthy[name]}
+		f := &flip{upstream: name, address: fmt.Sprintf("10.%d.%d.1", k/250, k%250), unhealthy: unhealthy[name]}
 		health := "[]"
 		if f.unhealthy {
-			health = fmt.Sprintf(`[{"address":"10.%d.%d.1","port":8080,"probe":"Unhealthy"}]`, k/250, k%250)
+			health = fmt.Sprintf(`[{"address":%q,"port":8080,"probe":"Unhealthy"}]`, f.address)
 		}
 		mu.Lock()
 		if old := latest[name]; old != nil && old.seen.IsZero() {
@@ -468,11 +584,13 @@ func steadyFlips(t *testing.T, ns string, n int, fast client.Client, w *statusWr
 			mu.Lock()
 			f.sent = time.Now()
 			mu.Unlock()
-			if err := fast.Status().Patch(ctx, es, client.RawPatch(types.MergePatchType, []byte(`{"status":{"health":`+health+`}}`))); err != nil {
-				mu.Lock()
+			err := fast.Status().Patch(ctx, es, client.RawPatch(types.MergePatchType, []byte(`{"status":{"health":`+health+`}}`)))
+			mu.Lock()
+			f.written = time.Now()
+			if err != nil {
 				failed = err
-				mu.Unlock()
 			}
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
@@ -485,7 +603,7 @@ func steadyFlips(t *testing.T, ns string, n int, fast client.Client, w *statusWr
 		defer mu.Unlock()
 		n := 0
 		for _, f := range flips {
-			if f.seen.IsZero() && !f.superseded {
+			if !f.superseded && (f.seen.IsZero() || f.allClients.IsZero()) {
 				n++
 			}
 		}
@@ -495,11 +613,11 @@ func steadyFlips(t *testing.T, ns string, n int, fast client.Client, w *statusWr
 		time.Sleep(10 * time.Millisecond)
 	}
 	if left := waiting(); left > 0 {
-		t.Fatalf("%d of %d flips not in their Upstream's status a minute after the last; status writes meanwhile: %v", left, total, w.since(before))
+		t.Fatalf("%d of %d flips not in their Upstream's status or not at all %d xDS clients a minute after the last; status writes meanwhile: %v", left, total, nClients, w.since(before))
 	}
 	w.quiet(time.Second)
 	mu.Lock()
-	var lags []time.Duration
+	var lags, xdsLags, writeLags []time.Duration
 	superseded := 0
 	for _, f := range flips {
 		if f.superseded {
@@ -507,6 +625,8 @@ func steadyFlips(t *testing.T, ns string, n int, fast client.Client, w *statusWr
 			continue
 		}
 		lags = append(lags, f.seen.Sub(f.sent))
+		xdsLags = append(xdsLags, f.allClients.Sub(f.sent))
+		writeLags = append(writeLags, f.written.Sub(f.sent))
 	}
 	mu.Unlock()
 	got := w.since(before)
@@ -519,6 +639,7 @@ func steadyFlips(t *testing.T, ns string, n int, fast client.Client, w *statusWr
 	}
 	t.Logf("7 steady flips: %d flips in %v (%.0f/s) on %d upstreams; flip → status event %v (%d superseded by the next flip of their upstream; the test's watch resumed %d times); %d status writes (%.2f a flip), %d to other kinds",
 		total, flipping.Round(time.Millisecond), float64(total)/flipping.Seconds(), min(total, n-3), distOf(lags), superseded, restarts.Load(), writes, float64(writes)/float64(total), others)
+	t.Logf("  meanwhile, flip → the last of %d xDS clients holding the new endpoints: %v; the flip's own write took the apiserver %v", nClients, distOf(xdsLags), distOf(writeLags))
 	if others > 0 || writes > total {
 		t.Errorf("%d flips wrote %d statuses (%d not Upstreams); want at most one Upstream write a flip", total, writes, others)
 	}
@@ -611,4 +732,81 @@ func checkScaleStatus(t *testing.T, ns string, n int) map[string]int64 {
 		t.Fatalf("%d objects without their status, e.g.:\n  %s", len(bad), strings.Join(bad[:min(len(bad), 10)], "\n  "))
 	}
 	return revs
+}
+
+// connectFlipClients starts n raw ADS clients (as Envoy) subscribed to the
+// endpoints of the clusters named, waits until each holds all of them, and
+// then calls seen with every ClusterLoadAssignment a client receives: its
+// cluster and its HEALTHY endpoint addresses.
+func connectFlipClients(ctx context.Context, t *testing.T, addr string, n int, names []string, seen func(client int, cluster string, healthy map[string]bool, at time.Time)) {
+	t.Helper()
+	var mu sync.Mutex
+	held := make([]map[string]bool, n)
+	errs := make([]error, n)
+	for i := range n {
+		held[i] = map[string]bool{}
+		go func() {
+			err := runFlipClient(ctx, addr, i, names, func(cluster string, healthy map[string]bool, at time.Time) {
+				mu.Lock()
+				held[i][cluster] = true
+				mu.Unlock()
+				seen(i, cluster, healthy, at)
+			})
+			if ctx.Err() == nil {
+				mu.Lock()
+				errs[i] = err
+				mu.Unlock()
+			}
+		}()
+	}
+	eventually(t, time.Minute, fmt.Sprintf("%d xDS clients hold all %d clusters' endpoints", n, len(names)), func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("xDS client %d: %v", i, errs[i])
+			}
+			if len(held[i]) < len(names) {
+				return false, fmt.Sprintf("client %d holds %d of %d", i, len(held[i]), len(names))
+			}
+		}
+		return true, ""
+	})
+}
+
+func runFlipClient(ctx context.Context, addr string, id int, names []string, got func(cluster string, healthy map[string]bool, at time.Time)) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stream, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	node := &core.Node{Id: fmt.Sprintf("status-flips-%d", id), Cluster: "status-flips", UserAgentName: "envoy"}
+	if err := stream.Send(&discoverygrpc.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: names}); err != nil {
+		return err
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		at := time.Now()
+		for _, r := range resp.GetResources() {
+			cluster, err := claCluster(r.GetValue())
+			if err != nil {
+				return err
+			}
+			healthy := map[string]bool{}
+			if err := claAddresses(r.GetValue(), func(a []byte) { healthy[string(a)] = true }); err != nil {
+				return fmt.Errorf("ClusterLoadAssignment %s: %w", cluster, err)
+			}
+			got(cluster, healthy, at)
+		}
+		if err := stream.Send(&discoverygrpc.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce(), ResourceNames: names}); err != nil {
+			return err
+		}
+	}
 }
