@@ -237,7 +237,7 @@ func TestObjects(t *testing.T) {
 			want := map[string]int{
 				"Deployment": 1, "Service": 2, "ServiceAccount": 1,
 				"ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
-				"PodDisruptionBudget": 1,
+				"PodDisruptionBudget": 1, "PriorityLevelConfiguration": 1, "FlowSchema": 1,
 			}
 			if c.name == "custom" {
 				want["NetworkPolicy"] = 1 // networkPolicy.enabled
@@ -259,7 +259,7 @@ func TestObjects(t *testing.T) {
 			for _, o := range objs {
 				ns := str(o, "metadata", "namespace")
 				switch o.kind() {
-				case "ClusterRole", "ClusterRoleBinding":
+				case "ClusterRole", "ClusterRoleBinding", "PriorityLevelConfiguration", "FlowSchema":
 					if ns != "" {
 						t.Errorf("%s %s: cluster-scoped object has namespace %q", o.kind(), o.name(), ns)
 					}
@@ -452,6 +452,21 @@ func checkWiring(t *testing.T, objs []obj) {
 		}
 		if str(b, "subjects", 0, "name") != sa || get(b, "subjects", 1) != nil {
 			t.Errorf("%s %s subjects = %v, want only ServiceAccount %s", pair[0], b.name(), get(b, "subjects"), sa)
+		}
+	}
+	// the FlowSchema puts the pods' ServiceAccount's status writes, and
+	// nothing else, in the chart's priority level
+	fs, pl := one(t, objs, "FlowSchema"), one(t, objs, "PriorityLevelConfiguration")
+	if str(fs, "spec", "priorityLevelConfiguration", "name") != pl.name() {
+		t.Errorf("FlowSchema %s refers to priority level %v, want %s", fs.name(), get(fs, "spec", "priorityLevelConfiguration"), pl.name())
+	}
+	if str(fs, "spec", "rules", 0, "subjects", 0, "serviceAccount", "name") != sa || get(fs, "spec", "rules", 0, "subjects", 1) != nil {
+		t.Errorf("FlowSchema %s subjects = %v, want only ServiceAccount %s", fs.name(), get(fs, "spec", "rules", 0, "subjects"), sa)
+	}
+	res, _ := get(fs, "spec", "rules", 0, "resourceRules", 0, "resources").([]any)
+	for _, r := range res {
+		if !strings.HasSuffix(fmt.Sprint(r), "/status") {
+			t.Errorf("FlowSchema %s matches %v, which is not a status subresource", fs.name(), r)
 		}
 	}
 }

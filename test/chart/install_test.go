@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,6 +40,7 @@ const (
 // apiServer is a real kube-apiserver and etcd (envtest) with nothing
 // installed: no CRDs, no namespaces but the built-in ones.
 type apiServer struct {
+	env        *envtest.Environment
 	cfg        *rest.Config
 	kubeconfig string
 	c          client.Client
@@ -94,7 +97,7 @@ func startAPIServer(t *testing.T) *apiServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &apiServer{cfg: cfg, kubeconfig: kubeconfig, c: c}
+	return &apiServer{env: env, cfg: cfg, kubeconfig: kubeconfig, c: c}
 }
 
 // TestInstall runs the real `helm install` of the chart against a real
@@ -136,6 +139,7 @@ func TestInstall(t *testing.T) {
 	if !t.Run("crds", func(t *testing.T) { checkServedCRDs(t, srv) }) {
 		t.FailNow()
 	}
+	t.Run("status-writes-priority-level", func(t *testing.T) { checkStatusPriorityLevel(t, srv, cases[0]) })
 	t.Run("shop-manifests-dry-run", func(t *testing.T) { checkShopManifests(t, srv) })
 	t.Run("dry-run-rejects", func(t *testing.T) { checkDryRunRejects(t, srv) })
 	t.Run("kind-values-dry-run", func(t *testing.T) {
@@ -489,4 +493,73 @@ func TestSubset(t *testing.T) {
 			t.Errorf("%s: differences %v, want any: %v", tc.name, d, tc.diff)
 		}
 	}
+}
+
+// checkStatusPriorityLevel: with the release's ServiceAccount's identity, a
+// status write of a poise.dev object is allowed by the chart's RBAC and
+// classified by the apiserver into the chart's FlowSchema and priority
+// level (the X-Kubernetes-PF-* response headers name them); a read by the
+// same identity is not.
+func checkStatusPriorityLevel(t *testing.T, srv *apiServer, c renderCase) {
+	t.Helper()
+	ctx := context.Background()
+	name := fullname(c.release)
+	uid := func(kind, objName string) string {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("flowcontrol.apiserver.k8s.io/v1")
+		u.SetKind(kind)
+		if err := srv.c.Get(ctx, client.ObjectKey{Name: objName}, u); err != nil {
+			t.Fatalf("%s %s: %v", kind, objName, err)
+		}
+		return string(u.GetUID())
+	}
+	fsUID, plUID := uid("FlowSchema", name+"-status"), uid("PriorityLevelConfiguration", name+"-status")
+
+	up := &unstructured.Unstructured{}
+	up.SetAPIVersion("poise.dev/v1alpha1")
+	up.SetKind("Upstream")
+	up.SetNamespace(c.namespace)
+	up.SetName("apf-check")
+	if err := srv.c.Create(ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := srv.env.ControlPlane.AddUser(envtest.User{
+		Name:   "system:serviceaccount:" + c.namespace + ":" + name,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + c.namespace, "system:authenticated"},
+	}, srv.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc, err := rest.HTTPClientFor(sa.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := strings.TrimSuffix(sa.Config().Host, "/") + "/apis/poise.dev/v1alpha1/namespaces/" + c.namespace + "/upstreams/apf-check"
+	send := func(method, url string, body string) (fs, pl string) {
+		req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/merge-patch+json")
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s %s as the ServiceAccount: %s: %s", method, url, resp.Status, b)
+		}
+		return resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID"), resp.Header.Get("X-Kubernetes-PF-PriorityLevel-UID")
+	}
+	fs, pl := send(http.MethodPatch, path+"/status", `{"status":{"observedGeneration":1}}`)
+	if fs != fsUID || pl != plUID {
+		t.Errorf("a status write by the release's ServiceAccount went to FlowSchema %q, priority level %q; want the chart's %s-status (%s, %s)", fs, pl, name, fsUID, plUID)
+	}
+	if fs, pl := send(http.MethodGet, path, ""); fs == fsUID || pl == plUID {
+		t.Errorf("a read by the release's ServiceAccount went to the chart's status priority level (FlowSchema %q, level %q); only status writes belong there", fs, pl)
+	}
+	t.Logf("status write by %s → FlowSchema and priority level %s-status", "system:serviceaccount:"+c.namespace+":"+name, name)
 }
