@@ -47,12 +47,8 @@ func TestAddressRefusals(t *testing.T) {
 
 	// 1. the apiserver refuses what EDS cannot carry and the never-allowed ranges
 	for _, addr := range []string{"vm1.example.internal", "169.254.169.254"} {
-		bad := &v1alpha1.EndpointSet{}
-		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(a), bad); err != nil {
-			t.Fatal(err)
-		}
-		bad.Spec.Endpoints = append(bad.Spec.Endpoints, v1alpha1.Endpoint{Address: addr, Port: 80})
-		err := k8s.Update(t.Context(), bad)
+		bad := &v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: a.Name}}
+		err := tryUpdateLatest(t, bad, func() { bad.Spec.Endpoints = append(bad.Spec.Endpoints, v1alpha1.Endpoint{Address: addr, Port: 80}) })
 		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.endpoints[1].address") {
 			t.Fatalf("update with %s: got %v, want Invalid naming spec.endpoints[1].address", addr, err)
 		}
@@ -66,13 +62,7 @@ func TestAddressRefusals(t *testing.T) {
 	if err := k8s.Create(t.Context(), local); err != nil {
 		t.Fatalf("the CRD leaves loopback to the Upstream, yet: %v", err)
 	}
-	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(a), a); err != nil {
-		t.Fatal(err)
-	}
-	a.Spec.Endpoints = append(a.Spec.Endpoints, v1alpha1.Endpoint{Address: "::1", Port: 8080})
-	if err := k8s.Update(t.Context(), a); err != nil {
-		t.Fatal(err)
-	}
+	updateLatest(t, a, func() { a.Spec.Endpoints = append(a.Spec.Endpoints, v1alpha1.Endpoint{Address: "::1", Port: 8080}) })
 	for _, tc := range []struct {
 		set   *v1alpha1.EndpointSet
 		field string
@@ -92,13 +82,7 @@ func TestAddressRefusals(t *testing.T) {
 
 	// 3. the opt-in publishes both; taking it away again is refused, the
 	//    Upstream is not Programmed for that generation, and nothing moves
-	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(up), up); err != nil {
-		t.Fatal(err)
-	}
-	up.Spec.AddressPolicy = &v1alpha1.AddressPolicy{AllowLoopback: true}
-	if err := k8s.Update(t.Context(), up); err != nil {
-		t.Fatal(err)
-	}
+	updateLatest(t, up, func() { up.Spec.AddressPolicy = &v1alpha1.AddressPolicy{AllowLoopback: true} })
 	published("loopback allowed", "127.0.0.1:8080", "198.51.100.10:9090", "[::1]:8080")
 	for _, s := range []*v1alpha1.EndpointSet{a, local} {
 		eventually(t, 15*time.Second, s.Name+" accepted", func() (bool, string) {
@@ -106,13 +90,7 @@ func TestAddressRefusals(t *testing.T) {
 			return c != nil && c.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", c)
 		})
 	}
-	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(up), up); err != nil {
-		t.Fatal(err)
-	}
-	up.Spec.AddressPolicy = nil
-	if err := k8s.Update(t.Context(), up); err != nil {
-		t.Fatal(err)
-	}
+	updateLatest(t, up, func() { up.Spec.AddressPolicy = nil })
 	eventually(t, 15*time.Second, "the Upstream without the opt-in is refused and not Programmed", func() (bool, string) {
 		c := accepted(t, up)
 		prog := meta.FindStatusCondition(up.Status.Conditions, v1alpha1.ConditionProgrammed)
