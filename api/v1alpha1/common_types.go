@@ -31,6 +31,10 @@ const (
 	// ReasonWeightOverflow: a checked sum or product of weights overflows, or the
 	// endpoint weights of one locality sum above 4294967295.
 	ReasonWeightOverflow = "WeightOverflow"
+	// ReasonAddressNotAllowed: an endpoint address cannot be published: it is not
+	// an IP address, or is unspecified, link-local, multicast or broadcast, or is
+	// loopback and the Upstream does not set spec.addressPolicy.allowLoopback.
+	ReasonAddressNotAllowed = "AddressNotAllowed"
 	// ReasonUpstreamNotFound: the referenced Upstream does not exist in the namespace.
 	ReasonUpstreamNotFound = "UpstreamNotFound"
 	// ReasonLocalityNotFound: no Locality matches an EndpointSet's group, so the group

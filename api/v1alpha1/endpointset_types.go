@@ -50,11 +50,16 @@ const (
 
 // Endpoint is one address:port of an upstream.
 type Endpoint struct {
-	// address is an IPv4 address, an IPv6 address or a DNS name (RFC 1123 subdomain).
+	// address is an IPv4 or IPv6 address (no zone, not IPv4-mapped): EDS carries
+	// IP addresses only, so a DNS name is refused. Unspecified (0.0.0.0, ::),
+	// link-local (169.254.0.0/16, fe80::/10), multicast and broadcast addresses are
+	// refused; a loopback address (127.0.0.0/8, ::1) is accepted here but
+	// published only when the Upstream sets spec.addressPolicy.allowLoopback.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:XValidation:rule="isIP(self) || self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="address must be an IP address or a lowercase DNS name (RFC 1123 subdomain)"
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="address must be an IP address: EDS carries IP addresses only, and Envoy rejects a DNS name in a ClusterLoadAssignment"
+	// +kubebuilder:validation:XValidation:rule="!isIP(self) || ip(self).isGlobalUnicast() || ip(self).isLoopback()",message="address must not be unspecified (0.0.0.0, ::), link-local (169.254.0.0/16, fe80::/10, cloud metadata), multicast or broadcast"
 	Address string `json:"address"`
 
 	// port is the endpoint's port.

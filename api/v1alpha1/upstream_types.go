@@ -149,6 +149,25 @@ type UpstreamSpec struct {
 	// EndpointSets that name this Upstream.
 	// +optional
 	EndpointsFrom *EndpointsFrom `json:"endpointsFrom,omitempty"`
+
+	// addressPolicy says which special endpoint addresses this Upstream may
+	// publish, from its EndpointSets and its imported Service alike. Without it
+	// a loopback address is refused; link-local (169.254.0.0/16, fe80::/10, where
+	// cloud metadata services live), unspecified, multicast and broadcast
+	// addresses, and DNS names, are refused always.
+	// +optional
+	AddressPolicy *AddressPolicy `json:"addressPolicy,omitempty"`
+}
+
+// AddressPolicy opts an Upstream in to endpoint addresses that are refused by
+// default.
+type AddressPolicy struct {
+	// allowLoopback lets the Upstream publish loopback addresses (127.0.0.0/8 and
+	// ::1). A loopback address reaches each client's own host, so it is for local
+	// development only: backends and proxies on one machine. An EndpointSet of an
+	// Upstream without it that lists a loopback address is not accepted.
+	// +optional
+	AllowLoopback bool `json:"allowLoopback,omitempty"`
 }
 
 // EndpointsFrom names where an Upstream imports endpoints from.

@@ -296,6 +296,55 @@ spec: {domain: rivers, extent: {west: 5, south: 44, east: 16, north: 48}, replic
 	}
 }
 
+// TestValidateRefusesAddresses: an endpoint address EDS cannot carry, or a
+// range no client should be sent to, is refused with the file, document,
+// object and field; loopback only without the Upstream's opt-in.
+func TestValidateRefusesAddresses(t *testing.T) {
+	dir := t.TempDir()
+	refused := write(t, dir, "vms.yaml", upstream("web")+"---\n"+
+		endpointSet("web-a", "web", "a", "[{address: 10.0.0.1, port: 80}, {address: vm1.example.internal, port: 80}, {address: 169.254.169.254, port: 80}]"))
+	loopback := write(t, dir, "local.yaml", upstream("web")+"---\n"+
+		endpointSet("web-a", "web", "a", "[{address: 10.0.0.1, port: 80}, {address: 127.0.0.1, port: 8080}]"))
+	allowed := write(t, dir, "allowed.yaml", upstream("web")+"spec: {addressPolicy: {allowLoopback: true}}\n---\n"+
+		endpointSet("web-a", "web", "a", "[{address: 10.0.0.1, port: 80}, {address: 127.0.0.1, port: 8080}, {address: \"::1\", port: 8080}]"))
+	metadataAllowed := write(t, dir, "metadata.yaml", upstream("web")+"spec: {addressPolicy: {allowLoopback: true}}\n---\n"+
+		endpointSet("web-a", "web", "a", "[{address: 169.254.169.254, port: 80}]"))
+	for _, tc := range []struct {
+		name   string
+		file   string
+		stderr []string
+	}{
+		{"DNS name and cloud metadata", refused, []string{
+			refused + ": document 2 (EndpointSet shop/web-a): spec.endpoints[1].address: Invalid value: \"vm1.example.internal\": address is not an IP address: EDS carries IP addresses only",
+			refused + ": document 2 (EndpointSet shop/web-a): spec.endpoints[2].address: Invalid value: \"169.254.169.254\": address is a link-local address",
+		}},
+		{"loopback without the opt-in", loopback, []string{
+			"the topology is rejected",
+			"upstream shop/web: AddressNotAllowed: EndpointSet shop/web-a spec.endpoints[1].address: \"127.0.0.1\" is a loopback address",
+			"spec.addressPolicy.allowLoopback: true on the Upstream shop/web",
+			"involves EndpointSet shop/web-a (" + loopback + " document 2)",
+		}},
+		{"link-local despite the opt-in", metadataAllowed, []string{
+			metadataAllowed + ": document 2 (EndpointSet shop/web-a): spec.endpoints[0].address", "never allowed",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI("validate", "-f", tc.file)
+			if code != exitInvalid || stdout != "" {
+				t.Fatalf("exit %d, want %d; stdout %q", code, exitInvalid, stdout)
+			}
+			for _, want := range tc.stderr {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, stderr)
+				}
+			}
+		})
+	}
+	if code, stdout, stderr := runCLI("validate", "-f", allowed); code != exitOK || !strings.Contains(stdout, "3 endpoint(s)") {
+		t.Errorf("loopback with the opt-in: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
 func write(t *testing.T, dir, name, content string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
@@ -427,6 +476,8 @@ func TestBinary(t *testing.T) {
 	bomb := write(t, t.TempDir(), "bomb.yaml", "apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata:\n  name: bomb\n  namespace: shop\n"+
 		"  annotations:\n    a: &big "+strings.Repeat("x", 1<<20)+"\n    b: ["+strings.TrimSuffix(strings.Repeat("*big, ", 3000), ", ")+"]\n")
 	afterEnd := write(t, t.TempDir(), "end.yaml", upstream("web")+"...\nspec: {panicThreshold: 40}\n")
+	vms := write(t, t.TempDir(), "vms.yaml", upstream("web")+"---\n"+
+		endpointSet("web-a", "web", "a", "[{address: vm1.example.internal, port: 80}, {address: 169.254.169.254, port: 80}]"))
 	tests := []struct {
 		args      []string
 		code      int
@@ -440,6 +491,8 @@ func TestBinary(t *testing.T) {
 		{[]string{"validate", "-f", bomb}, 1, "", bomb + ": document 1: its YAML aliases expand it beyond 64 MiB", 200},
 		{[]string{"explain", "-f", bomb}, 1, "", "its YAML aliases expand it beyond 64 MiB", 200},
 		{[]string{"validate", "-f", afterEnd}, 0, "valid: 1 object", afterEnd + `: document 1: line 5 comes after the document end marker "..."`, 0},
+		{[]string{"validate", "-f", vms}, 1, "", vms + ": document 2 (EndpointSet shop/web-a): spec.endpoints[0].address: Invalid value: \"vm1.example.internal\": address is not an IP address", 0},
+		{[]string{"validate", "-f", vms}, 1, "", vms + ": document 2 (EndpointSet shop/web-a): spec.endpoints[1].address: Invalid value: \"169.254.169.254\": address is a link-local address", 0},
 		{[]string{"bogus"}, 2, "", "unknown command", 0},
 	}
 	for _, tc := range tests {

@@ -2,7 +2,6 @@ package convert
 
 import (
 	"fmt"
-	"net/netip"
 	"regexp"
 	"strings"
 	"time"
@@ -152,6 +151,7 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		LoadBalancing:    string(s.LoadBalancing),
 		ConnectTimeout:   s.ConnectTimeout.Duration,
 		Protocol:         string(s.Protocol),
+		AllowLoopback:    s.AddressPolicy != nil && s.AddressPolicy.AllowLoopback,
 		Service:          svc,
 	}, nil
 }
@@ -294,23 +294,20 @@ func OwnedEndpointSet(s *v1alpha1.EndpointSet) (topology.EndpointSet, field.Erro
 	return out, nil
 }
 
+// validateAddress is the CRD's rules for an endpoint address: an IP address
+// EDS can carry. Loopback passes: whether the set's Upstream allows it is for
+// the topology to say (topology.AddressError).
 func validateAddress(errs field.ErrorList, p func() *field.Path, a string) field.ErrorList {
 	switch {
 	case a == "":
-		return append(errs, field.Required(p(), "an IP address or DNS name"))
+		return append(errs, field.Required(p(), "an IP address"))
 	case len(a) > 253:
 		return append(errs, field.TooLong(p(), a, 253))
-	case !isIP(a) && !dnsSubdomain.MatchString(a):
-		return append(errs, field.Invalid(p(), a, "address must be an IP address or a lowercase DNS name (RFC 1123 subdomain)"))
+	}
+	if why := topology.ClassifyAddress(a).Refusal(true); why != "" {
+		return append(errs, field.Invalid(p(), a, "address "+why))
 	}
 	return errs
-}
-
-// isIP is CEL's isIP(): an IPv4 or IPv6 address without a zone and not
-// IPv4-mapped.
-func isIP(s string) bool {
-	a, err := netip.ParseAddr(s)
-	return err == nil && a.Zone() == "" && !a.Is4In6()
 }
 
 // isPortName is the CRD rule for a named port: at most 15 lowercase letters,

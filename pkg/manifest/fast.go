@@ -547,7 +547,7 @@ var fieldNames = func() map[string]string {
 		"overprovisioningFactor", "panicThreshold", "panicMode", "drainingCapacity", "healthAdjustment", "loadBalancing",
 		"protocol", "connectTimeout", "endpointsFrom", "service", "port", "upstream", "priority", "weight", "region",
 		"zone", "subZone", "locality", "endpoints", "address", "adminState", "observedGeneration", "health", "probe",
-		"circuit", "outlierEjected"} {
+		"circuit", "outlierEjected", "addressPolicy", "allowLoopback"} {
 		m[k] = k
 	}
 	return m
@@ -928,6 +928,16 @@ func (p *fastParser) upstreamSpec(n int32, s *v1alpha1.UpstreamSpec) bool {
 					}
 					return false
 				})
+			})
+		case "addressPolicy":
+			if p.isNull(v) {
+				s.AddressPolicy = nil
+				return true
+			}
+			ap := &v1alpha1.AddressPolicy{}
+			s.AddressPolicy = ap
+			return p.fields(v, func(k string, v int32) bool {
+				return k == "allowLoopback" && p.boolVal(v, &ap.AllowLoopback)
 			})
 		}
 		return false

@@ -171,6 +171,9 @@ func (g *docGen) doc() *gval {
 						return g.object("name", name, "port", f(func() *gval { return g.pick("80", "http", "'8080'", "65535", "grpc-web") }))
 					}))
 				}),
+				"addressPolicy", f(func() *gval {
+					return g.object("allowLoopback", f(func() *gval { return g.pick("true", "false", "yes", "null") }))
+				}),
 			)
 		}
 		status = func() *gval { return g.object() }
@@ -183,7 +186,7 @@ func (g *docGen) doc() *gval {
 	default:
 		// endpoints have distinct addresses; health names one of them
 		next, made := 0, 0
-		addrs := []string{"10.0.0.1", "10.0.1.0", "host.example", "a-b", "10.0.0.2", "fe80--1.x", "192.168.1.17"}
+		addrs := []string{"10.0.0.1", "10.0.1.0", "host.example", "a-b", "10.0.0.2", "fe80--1.x", "192.168.1.17", "127.0.0.1", "169.254.169.254"}
 		addr := f(func() *gval { next++; made = max(made, next); return g.pick(addrs[(next-1)%len(addrs)]) })
 		healthAddr := f(func() *gval { return g.pick(addrs[g.r.IntN(max(made, 1))%len(addrs)]) })
 		port := f(func() *gval { return g.num(80, 80) })

@@ -32,6 +32,8 @@ var fuzzSeeds = []string{
 	"apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u}\nspec: {connectTimeout: 9999999999h, endpointsFrom: {service: {name: s, port: x--y}}}\n",
 	"apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u}\nspec: {endpointsFrom: {service: {name: s, port: 0}}}\n",
 	"apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u}\nspec: {endpointsFrom: {}}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u}\nspec: {addressPolicy: {allowLoopback: true}}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: EndpointSet\nmetadata: {name: s}\nspec: {upstream: u, endpoints: [{address: 169.254.169.254, port: 80}, {address: 127.0.0.1, port: 80}]}\n",
 	"apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u, namespace: n}\nspec: null\nstatus: {outcome: Routable}\n",
 	"apiVersion: poise.dev/v1alpha1\nkind: Locality\nmetadata: {name: l}\nspec: {upstream: u, priority: 127, weight: 4294967295, region: \"\u00fc\"}\n",
 	"apiVersion: poise.dev/v1alpha1\nkind: EndpointSet\nmetadata: {name: s}\nspec:\n  upstream: u\n  priority: 127\n  endpoints:\n  - {address: \"::1\", port: 65535, weight: 4294967295}\n  - {address: a.b, port: 1, weight: 4294967295, adminState: Draining}\n",

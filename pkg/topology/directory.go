@@ -49,6 +49,7 @@ func (b *Batch) PutEndpointSet(s EndpointSet) {
 	if s.Kind == "" {
 		s.Kind = KindEndpointSet
 	}
+	s.addresses = checkAddresses(s.Endpoints)
 	setOp(&b.sets, s.Key, &s)
 }
 
@@ -577,7 +578,12 @@ func (sc *resolver) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 
 	total := 0
 	setGroup := sc.setGroup[:0]
-	for _, s := range sets {
+	for i := range sets {
+		s := &sets[i]
+		if p := addressProblem(u, s); p != nil {
+			sc.setGroup = setGroup
+			return nil, p
+		}
 		total += len(s.Endpoints)
 		var prio uint32
 		switch m, ok := sc.byLocality[s.Locality]; {

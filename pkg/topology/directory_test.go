@@ -3,6 +3,7 @@ package topology
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"testing"
 
@@ -16,7 +17,7 @@ func upstream(name string) Upstream {
 func set(name, up, region string, n int, unhealthy int) EndpointSet {
 	s := EndpointSet{Key: Key{"default", name}, Upstream: up, Locality: weights.Locality{Region: region}}
 	for i := 0; i < n; i++ {
-		e := Endpoint{Address: fmt.Sprintf("10.0.%s.%d", name, i), Port: 80, Weight: 1}
+		e := Endpoint{Address: testAddress(name, i), Port: 80, Weight: 1}
 		if i < unhealthy {
 			e.Health.Probe = weights.ProbeUnhealthy
 			e.Health.ProbeOrigin = "test"
@@ -24,6 +25,15 @@ func set(name, up, region string, n int, unhealthy int) EndpointSet {
 		s.Endpoints = append(s.Endpoints, e)
 	}
 	return s
+}
+
+// testAddress is the address of endpoint i of set name: a unique-local IPv6
+// address made of the name's hash.
+func testAddress(name string, i int) string {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	v := h.Sum64()
+	return fmt.Sprintf("fd00:%x:%x:%x::%x", uint16(v>>32), uint16(v>>16), uint16(v), i)
 }
 
 func locality(name, up, region string, prio uint32, w uint64) Locality {
@@ -101,7 +111,7 @@ func TestInvalidBatchKeepsLastGoodSnapshot(t *testing.T) {
 		{"duplicate endpoint across sets", func() Batch {
 			var b Batch
 			s := set("b", "api", "r2", 1, 0)
-			s.Endpoints[0].Address = "10.0.a.0"
+			s.Endpoints[0].Address = testAddress("a", 0)
 			b.PutEndpointSet(s)
 			return b
 		}, weights.ErrDuplicateEndpoint, []string{"EndpointSet default/a", "EndpointSet default/b"}},

@@ -65,6 +65,9 @@ type Upstream struct {
 	LoadBalancing    string // RoundRobin, LeastRequest, Random, RingHash, Maglev
 	ConnectTimeout   time.Duration
 	Protocol         string // HTTP1, HTTP2, GRPC, TCP
+	// AllowLoopback lets the upstream publish loopback endpoint addresses
+	// (spec.addressPolicy.allowLoopback), for local development.
+	AllowLoopback bool
 	// Service, when set, imports the endpoints of a Kubernetes Service.
 	Service *ServiceRef
 }
@@ -106,6 +109,9 @@ type EndpointSet struct {
 	// Locality object does, and without one the group is priority 0.
 	Priority  *uint32
 	Endpoints []Endpoint
+	// addresses is set by Batch.PutEndpointSet: which endpoints an
+	// upstream may refuse for their address.
+	addresses addressCheck
 }
 
 // equal reports whether s and o are the same object (o non-nil).

@@ -37,7 +37,7 @@ func TestGRPCClientsCarryOutEveryLoadBalancingPolicy(t *testing.T) {
 	var y strings.Builder
 	for _, p := range policies {
 		name := strings.ToLower(p)
-		fmt.Fprintf(&y, "---\napiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: %s, namespace: lb}\nspec: {protocol: GRPC, loadBalancing: %s}\n", name, p)
+		fmt.Fprintf(&y, "---\napiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: %s, namespace: lb}\nspec: {protocol: GRPC, loadBalancing: %s, addressPolicy: {allowLoopback: true}}\n", name, p)
 		fmt.Fprintf(&y, "---\napiVersion: poise.dev/v1alpha1\nkind: Locality\nmetadata: {name: %s-a, namespace: lb}\nspec: {upstream: %s, priority: 0, region: r, zone: a, weight: 3}\n", name, name)
 		fmt.Fprintf(&y, "---\napiVersion: poise.dev/v1alpha1\nkind: Locality\nmetadata: {name: %s-b, namespace: lb}\nspec: {upstream: %s, priority: 0, region: r, zone: b, weight: 1}\n", name, name)
 		fmt.Fprintf(&y, "---\napiVersion: poise.dev/v1alpha1\nkind: EndpointSet\nmetadata: {name: %s-a, namespace: lb}\nspec:\n  upstream: %s\n  locality: {region: r, zone: a}\n  endpoints:\n  - {address: 127.0.0.1, port: %d, weight: 1}\n  - {address: 127.0.0.1, port: %d, weight: 3}\n",

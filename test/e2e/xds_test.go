@@ -43,7 +43,7 @@ func (tp topology) write(t *testing.T, dir string, b []*splitcheck.Backend) {
 		{"us-east-b", "us-east", "us-east-b", []ep{{6, 3}, {7, 1}}},
 	}
 	var y strings.Builder
-	fmt.Fprintf(&y, "apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: echo, namespace: e2e}\nspec:\n  protocol: GRPC\n  panicMode: %s\n", tp.panicMode)
+	fmt.Fprintf(&y, "apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: echo, namespace: e2e}\nspec:\n  protocol: GRPC\n  panicMode: %s\n  addressPolicy: {allowLoopback: true} # the backends run on 127.0.0.1\n", tp.panicMode)
 	for _, l := range []struct {
 		zone     string
 		priority int

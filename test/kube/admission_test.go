@@ -97,7 +97,17 @@ func TestAdmission(t *testing.T) {
 		{"duplicate address and port in one set", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
 			s.Endpoints = append(s.Endpoints, v1alpha1.Endpoint{Address: "10.0.0.1", Port: 8080, Weight: ptr(int64(2))})
 		}), "spec.endpoints[1]", "Duplicate value"},
-		{`address "10.0.0.1:80"`, endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "10.0.0.1:80" }), "spec.endpoints[0].address", "IP address or a lowercase DNS name"},
+		{`address "10.0.0.1:80"`, endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "10.0.0.1:80" }), "spec.endpoints[0].address", "must be an IP address"},
+		// EDS carries IP addresses only; the ranges Kubernetes refuses in
+		// EndpointSlices are refused too (loopback is for the Upstream to allow).
+		{"address vm1.example.internal", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "vm1.example.internal" }), "spec.endpoints[0].address", "EDS carries IP addresses only"},
+		{"address 169.254.169.254 (cloud metadata)", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "169.254.169.254" }), "spec.endpoints[0].address", "link-local"},
+		{"address fe80::1", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "fe80::1" }), "spec.endpoints[0].address", "link-local"},
+		{"address 0.0.0.0", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "0.0.0.0" }), "spec.endpoints[0].address", "unspecified"},
+		{"address ::", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "::" }), "spec.endpoints[0].address", "unspecified"},
+		{"address 239.1.2.3", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "239.1.2.3" }), "spec.endpoints[0].address", "multicast"},
+		{"address ff02::1", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "ff02::1" }), "spec.endpoints[0].address", "multicast"},
+		{"address 255.255.255.255", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "255.255.255.255" }), "spec.endpoints[0].address", "broadcast"},
 		{"gridDegrees 7", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = ptr(int32(7)) }), "spec.gridDegrees", "gridDegrees must divide 180"},
 		{"gridDegrees 360", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = ptr(int32(360)) }), "spec.gridDegrees", "less than or equal to 180"},
 		{"maxCells 0", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.MaxCells = ptr(int32(0)) }), "spec.maxCells", "greater than or equal to 1"},
@@ -154,9 +164,13 @@ func TestAdmission(t *testing.T) {
 		})},
 		{"named service port", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = svc(intstr.FromString("grpc-web")) })},
 		{"locality weight 4294967295, priority 127", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight, s.Priority = ptr(int64(4294967295)), ptr(int32(127)) })},
-		{"endpoint weight 4294967295, port 65535, DNS name", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
-			s.Endpoints[0] = v1alpha1.Endpoint{Address: "echo.shop.svc.cluster.local", Port: 65535, Weight: ptr(int64(4294967295))}
+		{"endpoint weight 4294967295, port 65535, IPv6", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
+			s.Endpoints[0] = v1alpha1.Endpoint{Address: "2001:db8::1", Port: 65535, Weight: ptr(int64(4294967295))}
 		})},
+		{"loopback and private addresses (the Upstream decides on loopback)", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
+			s.Endpoints = []v1alpha1.Endpoint{{Address: "127.0.0.1", Port: 80}, {Address: "::1", Port: 80}, {Address: "192.168.1.1", Port: 80}, {Address: "fd00::1", Port: 80}, {Address: "100.64.0.1", Port: 80}}
+		})},
+		{"addressPolicy.allowLoopback", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.AddressPolicy = &v1alpha1.AddressPolicy{AllowLoopback: true} })},
 		{"same address on two ports", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
 			s.Endpoints = append(s.Endpoints, v1alpha1.Endpoint{Address: "10.0.0.1", Port: 8081})
 		})},

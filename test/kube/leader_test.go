@@ -88,7 +88,7 @@ func TestLeaderHandover(t *testing.T) {
 	ns := namespace(t)
 	b := splitcheck.StartBackends(t, "127.0.0.1", 3)
 	objs := []client.Object{
-		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{Protocol: v1alpha1.ProtocolGRPC}},
+		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{Protocol: v1alpha1.ProtocolGRPC, AddressPolicy: &v1alpha1.AddressPolicy{AllowLoopback: true}}},
 		&v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "echo", Weight: ptr(int64(3)), LocalityID: v1alpha1.LocalityID{Zone: "a"}}},
 		&v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "echo", Weight: ptr(int64(1)), LocalityID: v1alpha1.LocalityID{Zone: "b"}}},
 		&v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{Upstream: "echo", Locality: v1alpha1.LocalityID{Zone: "a"},

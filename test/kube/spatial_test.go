@@ -127,14 +127,20 @@ func TestSpatialSource(t *testing.T) {
 // when the status writer changed the object in between.
 func updateLatest(t *testing.T, obj client.Object, change func()) {
 	t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	if err := tryUpdateLatest(t, obj, change); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryUpdateLatest is updateLatest returning the error, for an update the
+// apiserver may refuse.
+func tryUpdateLatest(t *testing.T, obj client.Object, change func()) error {
+	t.Helper()
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(obj), obj); err != nil {
 			return err
 		}
 		change()
 		return k8s.Update(t.Context(), obj)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }

@@ -22,7 +22,7 @@ import (
 func echoTopology(t *testing.T, ns string, b []*splitcheck.Backend) {
 	t.Helper()
 	objs := []client.Object{
-		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{Protocol: v1alpha1.ProtocolGRPC}},
+		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{Protocol: v1alpha1.ProtocolGRPC, AddressPolicy: &v1alpha1.AddressPolicy{AllowLoopback: true}}},
 	}
 	for _, l := range []struct {
 		zone     string
@@ -268,7 +268,7 @@ func TestTraffic(t *testing.T) {
 	//    other, the client's split does not move, and a health change in
 	//    another Upstream still goes through meanwhile.
 	other := []client.Object{
-		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: ns}},
+		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{AddressPolicy: &v1alpha1.AddressPolicy{AllowLoopback: true}}},
 		&v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{
 			Upstream: "other", Endpoints: []v1alpha1.Endpoint{{Address: b[5].Host, Port: b[5].Port}, {Address: b[6].Host, Port: b[6].Port}},
 		}},

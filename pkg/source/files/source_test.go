@@ -102,28 +102,17 @@ func TestWatchAppliesChangesAndRefusesBadOnes(t *testing.T) {
 
 	// an invalid edit is refused and counted; the snapshot stays
 	write(t, filepath.Join(dir, "a.yaml"), setYAML("a", "0"))
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(m.SourceBatches.WithLabelValues("files", "rejected")) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("invalid edit was not refused")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitRefused(t, m, 0, "invalid edit")
 	if d.Current() != good {
 		t.Fatal("a refused edit changed the snapshot")
 	}
 
 	// a new file is seen; a conflicting one is refused
 	sub := dir
+	before := testutil.ToFloat64(m.SourceBatches.WithLabelValues("files", "rejected"))
 	write(t, filepath.Join(dir, "a.yaml"), setYAML("a", "7"))
 	write(t, filepath.Join(sub, "b.yaml"), setYAML("b", "2")) // same address as a: DuplicateEndpoint
-	before := testutil.ToFloat64(m.SourceBatches.WithLabelValues("files", "rejected"))
-	for testutil.ToFloat64(m.SourceBatches.WithLabelValues("files", "rejected")) == before {
-		if time.Now().After(deadline) {
-			t.Fatal("duplicate endpoint was not refused")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitRefused(t, m, before, "duplicate endpoint")
 	if d.Current() != good {
 		t.Fatal("a refused edit changed the snapshot")
 	}
@@ -139,6 +128,59 @@ func TestWatchAppliesChangesAndRefusesBadOnes(t *testing.T) {
 	waitFor(t, d, "set removed", func(s *topology.Snapshot) bool {
 		u := s.Upstream(topology.Key{Namespace: "shop", Name: "web"})
 		return u != nil && len(u.Endpoints) == 0
+	})
+}
+
+// waitRefused waits until the source has refused more batches than before.
+func waitRefused(t *testing.T, m *metrics.Metrics, before float64, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(m.SourceBatches.WithLabelValues("files", "rejected")) == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not refused", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestWatchRefusesAddresses: an endpoint address EDS cannot carry, a range
+// no client should be sent to, and loopback without the Upstream's opt-in
+// are never published; the last good snapshot keeps serving.
+func TestWatchRefusesAddresses(t *testing.T) {
+	dir := t.TempDir()
+	_, d, m := watched(t, dir)
+	web := topology.Key{Namespace: "shop", Name: "web"}
+	setWith := func(address string) {
+		write(t, filepath.Join(dir, "a.yaml"), strings.Replace(setYAML("a", "3"), "10.0.0.1", address, 1))
+	}
+	refused := func(good *topology.Snapshot, address string) {
+		t.Helper()
+		before := testutil.ToFloat64(m.SourceBatches.WithLabelValues("files", "rejected"))
+		setWith(address)
+		waitRefused(t, m, before, address)
+		if d.Current() != good {
+			t.Fatalf("%s: a refused edit changed the snapshot", address)
+		}
+	}
+	good := d.Current()
+	for _, a := range []string{"vm1.example.internal", "169.254.169.254", "127.0.0.1", "::1"} {
+		refused(good, a)
+	}
+
+	// with the Upstream's opt-in loopback is published; the rest is not
+	setWith("10.0.0.1")
+	write(t, filepath.Join(dir, "upstream.yaml"), upstreamYAML+"spec: {addressPolicy: {allowLoopback: true}}\n")
+	good = waitFor(t, d, "the opt-in", func(s *topology.Snapshot) bool {
+		u := s.Upstream(web)
+		return u != nil && u.Upstream.AllowLoopback && endpointWeight(s) == 3
+	})
+	for _, a := range []string{"169.254.169.254", "fe80::1", "0.0.0.0", "224.0.0.1"} {
+		refused(good, a)
+	}
+	setWith("127.0.0.1")
+	waitFor(t, d, "the loopback endpoint, allowed", func(s *topology.Snapshot) bool {
+		u := s.Upstream(web)
+		return u != nil && len(u.Endpoints) == 1 && u.Endpoints[0].Address == "127.0.0.1"
 	})
 }
 

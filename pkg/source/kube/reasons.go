@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 )
 
@@ -20,6 +21,8 @@ func reasonOf(err error) string {
 		return v1alpha1.ReasonInvalidWeight
 	case errors.Is(err, weights.ErrInvalidPriority):
 		return v1alpha1.ReasonInvalidPriority
+	case errors.Is(err, topology.ErrAddressNotAllowed):
+		return v1alpha1.ReasonAddressNotAllowed
 	}
 	return v1alpha1.ReasonInvalid
 }

@@ -143,7 +143,11 @@ func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Re
 
 	c := metav1.Condition{Type: v1alpha1.ConditionProgrammed, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonPending,
 		ObservedGeneration: u.Generation, Message: "not yet published"}
-	if state != nil && programmed {
+	switch {
+	case rej != nil:
+		// what is published is the last accepted version, not this generation
+		c.Reason, c.Message = rej.Reason, "this generation is not accepted (see Accepted); the last accepted version, if any, keeps serving"
+	case state != nil && programmed:
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonProgrammed
 		c.Message = fmt.Sprintf("published over xDS at revision %d", want.Revision)
 	}

@@ -25,6 +25,7 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/weights"
 )
 
 // fakePublication publishes what the test says, when it says.
@@ -458,5 +459,22 @@ func TestUpstreamRevisionOnlyGoesUp(t *testing.T) {
 	// Programmed alone does not move it
 	if pending := upstreamStatus(&u, state, nil, nil, false); pending.Revision != 90 {
 		t.Errorf("not yet published: revision %d; want 90", pending.Revision)
+	}
+}
+
+// TestRefusedUpstreamIsNotProgrammed: while an Upstream's generation (or
+// what it imports) is refused, its status never says Programmed, though its
+// last accepted version is published.
+func TestRefusedUpstreamIsNotProgrammed(t *testing.T) {
+	u := v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "u", Namespace: "n", Generation: 2}}
+	state := &topology.UpstreamState{Revision: 7, Result: &weights.Result{}}
+	rej := &Rejection{Reason: v1alpha1.ReasonAddressNotAllowed, Message: "AddressNotAllowed: ..."}
+	st := upstreamStatus(&u, state, rej, nil, true)
+	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgrammed)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonAddressNotAllowed || c.ObservedGeneration != 2 {
+		t.Fatalf("Programmed = %+v; want False, AddressNotAllowed, generation 2", c)
+	}
+	if a := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionAccepted); a == nil || a.Status != metav1.ConditionFalse {
+		t.Fatalf("Accepted = %+v; want False", a)
 	}
 }

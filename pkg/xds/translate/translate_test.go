@@ -722,7 +722,7 @@ func genUpstream(t *rapid.T) topology.Batch {
 			case 0:
 				a = fmt.Sprintf("2001:db8::%x", addr)
 			case 1:
-				a = fmt.Sprintf("h%d.example.com", addr)
+				a = fmt.Sprintf("172.16.%d.%d", addr/256, addr%256)
 			default:
 				a = fmt.Sprintf("10.0.%d.%d", addr/256, addr%256)
 			}
