@@ -18,7 +18,7 @@ type Metrics struct {
 	NACKs             *prometheus.CounterVec // type
 	ConnectedClients  *prometheus.GaugeVec   // kind: envoy | grpc | unknown
 	SourceBatches     *prometheus.CounterVec // source, result: applied | rejected
-	SourceRefusing    *prometheus.GaugeVec   // source: 1 while its latest change is refused
+	SourceRefusing    *prometheus.GaugeVec   // source: 1 while its latest change is refused or held back
 
 	// The Kubernetes status writer (leader only).
 	StatusWrites       *prometheus.CounterVec // kind
@@ -65,7 +65,7 @@ func New() *Metrics {
 			Name: "poise_source_batches_total", Help: "Topology batches from a source, by result (applied or rejected).",
 		}, []string{"source", "result"}),
 		SourceRefusing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "poise_source_refusing", Help: "1 while a source's latest change is refused (a file that cannot be read, an invalid object) and the last good topology serves.",
+			Name: "poise_source_refusing", Help: "1 while a source's latest change is refused (a file that cannot be read, an invalid object) or held back (a file emptied or cut short, until --settle) and the last good topology serves.",
 		}, []string{"source"}),
 		StatusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "poise_status_writes_total", Help: "Status subresource patches the status writer issued and the apiserver accepted, by kind.",
