@@ -163,6 +163,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
+		warnings = replica.Watch.Warnings
 		runSource = func() error {
 			select {
 			case err := <-errc:
