@@ -36,6 +36,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	debounce := fs.Duration("debounce", files.DefaultDebounce,
 		"apply a manifest change once the files have been quiet this long (with --source=kubernetes: once changes pause for a tenth of this, at the latest this long after the first)")
 	debounceMax := fs.Duration("debounce-max", 0, "apply manifest changes that never fall quiet at the latest this long after the first (0: twice --debounce)")
+	settle := fs.Duration("settle", files.DefaultSettle,
+		"a manifest change that empties or removes a file, or takes at least half of its objects (and at least one) out of the topology, is held back, the previous content serving, until the files have stayed so this long: a file truncated and then written again is never served half-written (0: apply such changes at once)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	source := fs.String("source", "files", "where the topology comes from: files (-f) or kubernetes")
@@ -62,6 +64,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	case *debounceMax != 0 && *debounceMax < *debounce:
 		fmt.Fprintf(stderr, "error: --debounce-max %v is shorter than --debounce %v: a burst could never be applied on quiet\n", *debounceMax, *debounce)
+		return exitUsage
+	case *settle < 0:
+		fmt.Fprintln(stderr, "error: --settle must not be negative")
 		return exitUsage
 	case *drain < 0:
 		fmt.Fprintln(stderr, "error: --drain-period must not be negative")
@@ -102,7 +107,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	err = controlplane.Run(ctx, controlplane.Config{
 		Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace,
 		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, MetricsAddress: *metricsAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn,
-		DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Spatial: spatial,
+		DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Settle: settleOf(*settle), Spatial: spatial,
 		KubeQPS: *kubeQPS, KubeBurst: *kubeBurst, StatusShare: *statusShare, StatusWriters: *statusWriters,
 		Log: log, Out: stdout, Version: version,
 	})
@@ -111,6 +116,15 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitInvalid
 	}
 	return exitOK
+}
+
+// settleOf is the files source's Settle for --settle, where 0 turns the
+// hold off.
+func settleOf(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {

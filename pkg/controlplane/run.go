@@ -69,9 +69,14 @@ type Config struct {
 	// fall quiet: they are applied at the latest this long after the first.
 	// 0: twice Debounce.
 	DebounceMax time.Duration
-	Log         *slog.Logger
-	Out         io.Writer // where the start-up banner goes; nil for none
-	Version     string
+	// Settle: a change to the manifest files that empties, removes or cuts
+	// a file to less than half of its objects is applied only once it has
+	// lasted this long (files.Source.Settle). 0: the source's default;
+	// negative: at once.
+	Settle  time.Duration
+	Log     *slog.Logger
+	Out     io.Writer // where the start-up banner goes; nil for none
+	Version string
 	// Started, when set, is called once both ports listen.
 	Started func(Addrs)
 }
@@ -158,6 +163,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
+		warnings = replica.Watch.Warnings
 		runSource = func() error {
 			select {
 			case err := <-errc:
@@ -167,7 +173,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 	default:
-		src := &files.Source{Paths: cfg.Paths, Dir: dir, Debounce: cfg.Debounce, MaxDelay: cfg.DebounceMax, Log: log, Metrics: m}
+		src := &files.Source{Paths: cfg.Paths, Dir: dir, Debounce: cfg.Debounce, MaxDelay: cfg.DebounceMax, Settle: cfg.Settle, Log: log, Metrics: m}
 		if _, err := src.Load(); err != nil {
 			return fmt.Errorf("initial manifests are invalid; nothing to serve:\n%s", "  "+strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		}

@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -18,7 +20,9 @@ type Metrics struct {
 	NACKs             *prometheus.CounterVec // type
 	ConnectedClients  *prometheus.GaugeVec   // kind: envoy | grpc | unknown
 	SourceBatches     *prometheus.CounterVec // source, result: applied | rejected
-	SourceRefusing    *prometheus.GaugeVec   // source: 1 while its latest change is refused
+	SourceRefusing    *prometheus.GaugeVec   // source: 1 while its latest change is refused or held back
+	// kind: seconds the Kubernetes source's watch of it has been broken (see SetKubeStale)
+	KubeStale *funcGaugeVec
 
 	// The Kubernetes status writer (leader only).
 	StatusWrites       *prometheus.CounterVec // kind
@@ -65,8 +69,11 @@ func New() *Metrics {
 			Name: "poise_source_batches_total", Help: "Topology batches from a source, by result (applied or rejected).",
 		}, []string{"source", "result"}),
 		SourceRefusing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "poise_source_refusing", Help: "1 while a source's latest change is refused (a file that cannot be read, an invalid object) and the last good topology serves.",
+			Name: "poise_source_refusing", Help: "1 while a source's latest change is refused (a file that cannot be read, an invalid object) or held back (a file emptied or cut short, until --settle) and the last good topology serves.",
 		}, []string{"source"}),
+		KubeStale: &funcGaugeVec{desc: prometheus.NewDesc("poise_kube_source_stale_seconds",
+			"Seconds the Kubernetes source's list and watch of a kind have not reached the apiserver (0 while they do); meanwhile the topology last seen keeps serving.",
+			[]string{"kind"}, nil)},
 		StatusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "poise_status_writes_total", Help: "Status subresource patches the status writer issued and the apiserver accepted, by kind.",
 		}, []string{"kind"}),
@@ -95,9 +102,32 @@ func New() *Metrics {
 		}),
 	}
 	r.MustRegister(m.Revision, m.PublishedRevision, m.SnapshotBuilds, m.SnapshotDuration, m.ResourceChanges,
-		m.Pushes, m.NACKs, m.ConnectedClients, m.SourceBatches, m.SourceRefusing,
+		m.Pushes, m.NACKs, m.ConnectedClients, m.SourceBatches, m.SourceRefusing, m.KubeStale,
 		m.StatusWrites, m.StatusWriteErrors, m.StatusUnchanged, m.StatusQueueDepth, m.StatusQueueAdds, m.StatusQueueLatency,
 		m.StatusWorkDuration, m.StatusRetries,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// SetKubeStale makes poise_kube_source_stale_seconds report what f returns
+// at each scrape: seconds by kind.
+func (m *Metrics) SetKubeStale(f func() map[string]float64) { m.KubeStale.f.Store(&f) }
+
+// funcGaugeVec is a gauge per label value, read from a function at each
+// scrape: a staleness grows between events, which a set gauge would not.
+type funcGaugeVec struct {
+	desc *prometheus.Desc
+	f    atomic.Pointer[func() map[string]float64]
+}
+
+func (g *funcGaugeVec) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g *funcGaugeVec) Collect(ch chan<- prometheus.Metric) {
+	f := g.f.Load()
+	if f == nil {
+		return
+	}
+	for label, v := range (*f)() {
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v, label)
+	}
 }

@@ -36,6 +36,14 @@ const (
 	// on a busy machine, and each event starts the interval again.
 	DefaultDebounce = 50 * time.Millisecond
 
+	// DefaultSettle is how long a change that empties a file, removes it or
+	// takes most of its objects away must last before it is applied (see
+	// Source.Settle). A writer that truncates a file and then writes it
+	// again leaves it empty for a moment, often longer than the debounce on
+	// a busy machine; 2 s covers that with a wide margin, and deleting a
+	// file's objects on purpose takes 2 s longer.
+	DefaultSettle = 2 * time.Second
+
 	// maxFileSize bounds one manifest file: a larger one is refused, naming
 	// it, rather than read into memory.
 	maxFileSize = 64 << 20
@@ -60,8 +68,15 @@ type Source struct {
 	// applied at the latest MaxDelay after its first event. 0 means twice
 	// Debounce; less than Debounce means Debounce.
 	MaxDelay time.Duration
-	Log      *slog.Logger
-	Metrics  *metrics.Metrics
+	// Settle is how long a change must last when it takes at least half of
+	// the objects a file defines out of the topology, and at least one (a
+	// file emptied, removed, or cut short): until the files have shown it
+	// that long, the whole change is held back and the previous content
+	// keeps serving. Objects moved to another file are not taken out. 0
+	// means DefaultSettle; negative applies such changes at once.
+	Settle  time.Duration
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
 
 	mu    sync.Mutex
 	roots []root
@@ -109,6 +124,10 @@ type file struct {
 	// applied is what the Directory holds from the file (nil: nothing).
 	// disk == applied when they are the same.
 	applied *manifest.File
+	// shrunk is when the file was first seen with content shrunkTo (nil:
+	// absent) taking most of its objects away; zero when it is not.
+	shrunk   time.Time
+	shrunkTo *manifest.File
 }
 
 func (f *file) settled() bool { return f.err == nil && f.disk == f.applied }
@@ -119,6 +138,9 @@ type changes struct {
 	list  map[int]bool    // directory paths to list again, by index
 	check map[string]bool // directories whose files to stat again (a link or directory changed there)
 	all   bool            // list and stat everything: events were lost
+	// pending: read the files pending again (a held change's settle time
+	// is over: what is applied is what is on disk then, not what was)
+	pending bool
 }
 
 func newChanges() *changes {
@@ -131,6 +153,21 @@ type outcome struct {
 	files   int                // files whose content is not what was applied
 	decoded int                // documents decoded
 	batch   int                // objects in the batch
+	// held lists the files that take most of their objects away and have
+	// not been seen so for Settle yet: nothing was applied. wait is how
+	// long until the last of them has.
+	held []shrink
+	wait time.Duration
+}
+
+// shrink is a file that takes most of its objects out of the topology.
+type shrink struct {
+	file     string
+	lost, of int // objects taken out, of those it defined
+}
+
+func (k shrink) String() string {
+	return fmt.Sprintf("%s would take %d of its %d objects away", k.file, k.lost, k.of)
 }
 
 // Load reads and decodes every manifest and applies them as one batch,
@@ -240,7 +277,7 @@ func (s *Source) sync(ch *changes, full bool) (outcome, error) {
 		}
 	}
 	for name, f := range s.pending {
-		if f.err != nil {
+		if f.err != nil || ch.pending {
 			ch.read[name] = true
 		}
 	}
@@ -314,6 +351,12 @@ func (s *Source) sync(ch *changes, full bool) (outcome, error) {
 		s.readAll(stale, true, true)
 	}
 	out.batch = b.Len()
+	if !full {
+		if out.held, out.wait = s.hold(pending, delta, time.Now()); len(out.held) > 0 {
+			s.refused = true // so a return to the applied files is logged
+			return out, nil
+		}
+	}
 
 	snap := s.Dir.Current()
 	if b.Len() > 0 {
@@ -345,6 +388,7 @@ func (s *Source) sync(ch *changes, full bool) (outcome, error) {
 			f.disk.Release()
 		}
 		f.applied = f.disk
+		f.shrunk, f.shrunkTo = time.Time{}, nil
 		delete(s.pending, f.name)
 		if f.disk == nil {
 			s.untrack(f)
@@ -358,6 +402,53 @@ func (s *Source) sync(ch *changes, full bool) (outcome, error) {
 	}
 	out.snap = snap
 	return out, nil
+}
+
+// hold applies the settle rule: it returns the pending files that take at
+// least half of the objects they define out of the topology, and at least
+// one, and have not shown that content for Settle yet, with how long until
+// the last of them has. Any of them holds back the whole change, so the
+// files are applied as one state or not at all.
+func (s *Source) hold(pending []*file, c *fileDelta, now time.Time) (held []shrink, wait time.Duration) {
+	settle := s.settleTime()
+	if settle <= 0 {
+		return nil, 0
+	}
+	var lost map[string]int
+	for ref, d := range c.dropped {
+		if c.added[ref] == nil { // not moved to, or edited in, a file
+			if lost == nil {
+				lost = map[string]int{}
+			}
+			lost[d.File]++
+		}
+	}
+	for _, f := range pending {
+		var before int
+		if f.applied != nil {
+			before = len(f.applied.Documents)
+		}
+		n := lost[f.name]
+		if n == 0 || 2*n < before {
+			f.shrunk, f.shrunkTo = time.Time{}, nil
+			continue
+		}
+		if f.shrunk.IsZero() || f.shrunkTo != f.disk {
+			f.shrunk, f.shrunkTo = now, f.disk // this content's clock starts now
+		}
+		if left := settle - now.Sub(f.shrunk); left > 0 {
+			held = append(held, shrink{file: f.name, lost: n, of: before})
+			wait = max(wait, left)
+		}
+	}
+	return held, wait
+}
+
+func (s *Source) settleTime() time.Duration {
+	if s.Settle == 0 {
+		return DefaultSettle
+	}
+	return s.Settle
 }
 
 func (s *Source) refuse() {
@@ -670,11 +761,13 @@ func (s *Source) settle(f *file) {
 	switch {
 	case !f.settled():
 		s.pending[f.name] = f
+		return
 	case f.disk == nil:
 		s.untrack(f)
 	default:
 		delete(s.pending, f.name)
 	}
+	f.shrunk, f.shrunkTo = time.Time{}, nil // back to what is applied
 }
 
 // readAll reads files again if force, or else those whose size, time or
@@ -739,6 +832,10 @@ func (s *Source) readOne(f *file, force, fresh bool, buf *[]byte, dec *manifest.
 	}
 	data, info, absent, err := readFile(f.name, *buf)
 	*buf = data[:0]
+	if errors.Is(err, errChanged) {
+		// the write's event is on its way: the file is read again with it
+		return fileRead{skipped: true}
+	}
 	if absent || err != nil {
 		return fileRead{absent: absent, err: err}
 	}
@@ -858,8 +955,17 @@ func readFile(name string, buf []byte) (data []byte, info os.FileInfo, absent bo
 	if b.Len() > maxFileSize {
 		return nil, nil, false, tooLarge(name)
 	}
+	// One read of the whole file, and the same file before and after it:
+	// content written while it was read may be half old, half new, and is
+	// read again with the event of that write.
+	if after, err := fh.Stat(); err != nil || !sameFile(after, info) || int64(b.Len()) != info.Size() {
+		return b.Bytes(), info, false, errChanged
+	}
 	return b.Bytes(), info, false, nil
 }
+
+// errChanged: a file changed while it was read.
+var errChanged = errors.New("changed while read")
 
 func checkFile(name string, info os.FileInfo) error {
 	if !info.Mode().IsRegular() {
@@ -936,7 +1042,9 @@ func (s *Source) delays() (quiet, most time.Duration) {
 // Run watches the paths until ctx is done and, once the events of a burst
 // have been quiet for Debounce (or MaxDelay after its first event, if they
 // never are), applies what changed. A refused change is logged and
-// counted; the directory keeps its last good state.
+// counted; the directory keeps its last good state. A change held back by
+// the settle rule (see Settle) is looked at again once it has lasted
+// Settle, with or without another event.
 func (s *Source) Run(ctx context.Context) error {
 	log := s.Log
 	if log == nil {
@@ -966,7 +1074,16 @@ func (s *Source) Run(ctx context.Context) error {
 	// looking at every file once.
 	ch := newChanges()
 	ch.all = true
-	s.apply(ch, log)
+	recheck := time.NewTimer(time.Hour)
+	defer recheck.Stop()
+	holdFor := func(wait time.Duration) {
+		if wait > 0 {
+			recheck.Reset(wait)
+		} else {
+			recheck.Stop()
+		}
+	}
+	holdFor(s.apply(ch, log))
 
 	// Events are taken in their own goroutine, so they keep being read while
 	// a burst is applied: left unread, the kernel's queue of them overflows
@@ -996,7 +1113,11 @@ func (s *Source) Run(ctx context.Context) error {
 			ch := burst
 			burst = newChanges()
 			mu.Unlock()
-			s.apply(ch, log)
+			holdFor(s.apply(ch, log))
+		case <-recheck.C:
+			ch := newChanges()
+			ch.pending = true
+			holdFor(s.apply(ch, log))
 		}
 	}
 }
@@ -1051,24 +1172,38 @@ func (s *Source) collect(ctx context.Context, w *fsnotify.Watcher, watch *watchS
 	}
 }
 
-// apply syncs what one burst changed, and logs the outcome.
-func (s *Source) apply(ch *changes, log *slog.Logger) {
+// apply syncs what one burst changed, and logs the outcome. It returns how
+// long until a change held back by the settle rule is to be looked at
+// again, or 0.
+func (s *Source) apply(ch *changes, log *slog.Logger) time.Duration {
 	start := time.Now()
 	s.mu.Lock()
 	wasRefused := s.refused
 	out, err := s.sync(ch, false)
 	revision := s.Dir.Current().Revision
 	s.mu.Unlock()
-	s.setRefusal(err, revision)
+	s.setRefusal(err, out, revision)
 	switch {
 	case err != nil:
 		log.Error("manifest change refused; the last good topology keeps serving", "reason", err)
+	case len(out.held) > 0:
+		log.Warn("manifest change held back: a file would take most of its objects away; the last topology keeps serving until the files have stayed so for the settle time",
+			"files", heldText(out.held), "settle", s.settleTime(), "looked at again in", out.wait.Round(time.Millisecond), "revision", revision)
 	case out.snap != nil:
 		log.Info("manifest change applied", "revision", out.snap.Revision, "files", out.files, "decoded", out.decoded,
 			"objects", out.batch, "took", time.Since(start))
 	case wasRefused:
 		log.Info("manifest files are back to the applied topology", "revision", revision)
 	}
+	return out.wait
+}
+
+func heldText(held []shrink) string {
+	parts := make([]string, len(held))
+	for i, k := range held {
+		parts[i] = k.String()
+	}
+	return strings.Join(parts, "; ")
 }
 
 // maxWarningsPerFile bounds the warnings logged for one version of a file.
@@ -1077,16 +1212,24 @@ const maxWarningsPerFile = 10
 // maxRefusalText bounds the reason Refusal gives.
 const maxRefusalText = 1024
 
-func (s *Source) setRefusal(err error, revision uint64) {
+// setRefusal says, for /readyz and poise_source_refusing, whether the
+// latest change is refused or held back.
+func (s *Source) setRefusal(err error, out outcome, revision uint64) {
+	var text string
+	switch {
+	case err != nil:
+		text = fmt.Sprintf("the latest manifest change is refused; revision %d keeps serving: %s", revision, err.Error())
+	case len(out.held) > 0:
+		text = fmt.Sprintf("the latest manifest change is held back until the files have stayed so for %v (--settle); revision %d keeps serving: %s",
+			s.settleTime(), revision, heldText(out.held))
+	}
 	refusing := 0.0
-	if err == nil {
+	if text == "" {
 		s.refusal.Store(nil)
 	} else {
-		text := err.Error()
 		if len(text) > maxRefusalText {
 			text = strings.ToValidUTF8(text[:maxRefusalText], "") + "…"
 		}
-		text = fmt.Sprintf("the latest manifest change is refused; revision %d keeps serving: %s", revision, text)
 		s.refusal.Store(&text)
 		refusing = 1
 	}
@@ -1096,8 +1239,8 @@ func (s *Source) setRefusal(err error, revision uint64) {
 }
 
 // Refusal says why the latest change to the files is refused (a file that
-// cannot be read, an invalid document), or "" when the files on disk are
-// what is served.
+// cannot be read, an invalid document) or held back (the settle rule), or
+// "" when the files on disk are what is served.
 func (s *Source) Refusal() string {
 	if p := s.refusal.Load(); p != nil {
 		return *p

@@ -98,6 +98,8 @@ type Replica struct {
 	Manager manager.Manager
 	Source  *Source
 	Status  *StatusWriter
+	// Watch says which kinds' watches are broken, and since when.
+	Watch *WatchHealth
 }
 
 // NewReplica builds the manager, the source and the status writer.
@@ -120,9 +122,15 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	health := NewWatchHealth(log)
+	if o.Metrics != nil {
+		o.Metrics.SetKubeStale(health.StaleSeconds)
+	}
 	copts := cache.Options{
 		// managedFields are large and never read: keep them out of memory
 		DefaultTransform: cache.TransformStripManagedFields(),
+		// lists and watches retried within seconds of an apiserver's return
+		NewInformer: health.NewInformer,
 	}
 	if o.Namespace != "" {
 		copts.DefaultNamespaces = map[string]cache.Config{o.Namespace: {}}
@@ -163,7 +171,7 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	if err := m.Add(el); err != nil {
 		return nil, err
 	}
-	return &Replica{Manager: m, Source: src, Status: sw}, nil
+	return &Replica{Manager: m, Source: src, Status: sw, Watch: health}, nil
 }
 
 // Start registers the informers, starts the manager, and returns once the

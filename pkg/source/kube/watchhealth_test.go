@@ -1,0 +1,73 @@
+package kube
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// TestUnanswered: what the apiserver did not answer is retried by the
+// source; what the reflector acts on goes to it.
+func TestUnanswered(t *testing.T) {
+	gr := schema.GroupResource{Group: "poise.dev", Resource: "upstreams"}
+	tooLarge := apierrors.NewTimeoutError("Too large resource version", 1)
+	tooLarge.ErrStatus.Details = &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge}}}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("dial tcp: %w", syscall.ECONNREFUSED), true},
+		{errors.New("http2: client connection lost"), true},
+		{apierrors.NewTooManyRequests("slow down", 1), true},
+		{apierrors.NewServiceUnavailable("starting"), true},
+		{apierrors.NewInternalError(errors.New("etcd")), true},
+		{apierrors.NewNotFound(gr, ""), true},
+		{apierrors.NewForbidden(gr, "", errors.New("RBAC not ready")), true},
+		{apierrors.NewResourceExpired("too old resource version"), false},
+		{apierrors.NewGone("gone"), false},
+		{tooLarge, false},
+		{apierrors.NewBadRequest("bad"), false},
+	} {
+		if got := unanswered(tc.err); got != tc.want {
+			t.Errorf("unanswered(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestWatchHealth: a kind is stale from its first failure until a call
+// works, and /readyz's line names the broken kinds.
+func TestWatchHealth(t *testing.T) {
+	now := time.Date(2026, 1, 2, 10, 42, 7, 0, time.UTC)
+	h := NewWatchHealth(nil)
+	h.now = func() time.Time { return now }
+	h.working("Upstream")
+	h.working("EndpointSet")
+	if w := h.Warnings(); w != nil {
+		t.Fatalf("warnings while every watch works: %q", w)
+	}
+	h.broken("EndpointSet", errors.New("connection refused"))
+	now = now.Add(3 * time.Second)
+	h.broken("Upstream", errors.New("connection reset"))
+	h.broken("EndpointSet", errors.New("connection refused again"))
+	now = now.Add(2 * time.Second)
+	stale := h.StaleSeconds()
+	if stale["EndpointSet"] != 5 || stale["Upstream"] != 2 {
+		t.Errorf("stale seconds %v, want EndpointSet 5 and Upstream 2", stale)
+	}
+	w := h.Warnings()
+	want := "kubernetes: the watch of EndpointSet, Upstream is broken since 2026-01-02T10:42:07Z (5s ago): connection refused again; the topology last seen keeps serving"
+	if len(w) != 1 || w[0] != want {
+		t.Errorf("warnings %q, want %q", w, want)
+	}
+	h.working("EndpointSet")
+	h.working("Upstream")
+	if w := h.Warnings(); w != nil || h.StaleSeconds()["Upstream"] != 0 {
+		t.Errorf("after the watches work again: warnings %q, stale %v", w, h.StaleSeconds())
+	}
+}
