@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -282,4 +283,41 @@ func equalSets(a, b map[int]bool) bool {
 		}
 	}
 	return true
+}
+
+// Refusals are logged as a burst, then once per refusalEvery with a count
+// of those left out, so a writer that breaks the files in a loop cannot
+// fill the log.
+func TestRefusalLogIsBounded(t *testing.T) {
+	var l refusalLog
+	t0 := time.Unix(1000, 0)
+	logged := 0
+	for i := range 100 {
+		if _, ok := l.take(t0.Add(time.Duration(i) * 10 * time.Millisecond)); ok {
+			logged++
+		}
+	}
+	if logged != refusalBurst {
+		t.Fatalf("100 refusals within a second: %d lines, want the burst of %d", logged, refusalBurst)
+	}
+	more, ok := l.take(t0.Add(refusalEvery + time.Second))
+	if !ok || more != 90 {
+		t.Fatalf("the next line after %v: logged %v, standing for %d refusals; want logged, standing for 90", refusalEvery, ok, more)
+	}
+	if _, ok := l.take(t0.Add(refusalEvery + 2*time.Second)); ok {
+		t.Fatal("a second line within the same refusalEvery was logged")
+	}
+	// an hour of a refusal every 50 ms: bounded by the rate, not the refusals
+	logged = 0
+	for i := range int(time.Hour / (50 * time.Millisecond)) {
+		if _, ok := l.take(t0.Add(refusalEvery + 3*time.Second + time.Duration(i)*50*time.Millisecond)); ok {
+			logged++
+		}
+	}
+	if max := int(time.Hour/refusalEvery) + refusalBurst; logged > max {
+		t.Fatalf("an hour of refusals every 50ms logged %d lines; want at most %d", logged, max)
+	}
+	if long := cut(strings.Repeat("é", maxRefusalText)); len(long) > maxRefusalText+len("…") || !utf8.ValidString(long) {
+		t.Fatalf("a long reason is cut to %d bytes (valid UTF-8: %v)", len(long), utf8.ValidString(long))
+	}
 }

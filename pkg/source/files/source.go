@@ -95,6 +95,8 @@ type Source struct {
 	// refused: the last change was refused (so a return to the applied
 	// files is worth a log line).
 	refused bool
+	// refusalLog bounds the log lines of refusals; used by Run's goroutine only.
+	refusalLog refusalLog
 	// refusal is why, for /readyz, while it lasts; read without s.mu, which
 	// a long batch holds.
 	refusal atomic.Pointer[string]
@@ -1185,10 +1187,14 @@ func (s *Source) apply(ch *changes, log *slog.Logger) time.Duration {
 	s.setRefusal(err, out, revision)
 	switch {
 	case err != nil:
-		log.Error("manifest change refused; the last good topology keeps serving", "reason", err)
+		if more, ok := s.refusalLog.take(start); ok {
+			log.Error("manifest change refused; the last good topology keeps serving", "reason", cut(err.Error()), "refusedMeanwhile", more)
+		}
 	case len(out.held) > 0:
-		log.Warn("manifest change held back: a file would take most of its objects away; the last topology keeps serving until the files have stayed so for the settle time",
-			"files", heldText(out.held), "settle", s.settleTime(), "looked at again in", out.wait.Round(time.Millisecond), "revision", revision)
+		if more, ok := s.refusalLog.take(start); ok {
+			log.Warn("manifest change held back: a file would take most of its objects away; the last topology keeps serving until the files have stayed so for the settle time",
+				"files", cut(heldText(out.held)), "settle", s.settleTime(), "looked at again in", out.wait.Round(time.Millisecond), "revision", revision, "refusedMeanwhile", more)
+		}
 	case out.snap != nil:
 		log.Info("manifest change applied", "revision", out.snap.Revision, "files", out.files, "decoded", out.decoded,
 			"objects", out.batch, "took", time.Since(start))
@@ -1209,8 +1215,51 @@ func heldText(held []shrink) string {
 // maxWarningsPerFile bounds the warnings logged for one version of a file.
 const maxWarningsPerFile = 10
 
-// maxRefusalText bounds the reason Refusal gives.
+// maxRefusalText bounds the reason Refusal gives and a refusal's log line.
 const maxRefusalText = 1024
+
+// cut bounds a reason to maxRefusalText bytes.
+func cut(text string) string {
+	if len(text) > maxRefusalText {
+		return strings.ToValidUTF8(text[:maxRefusalText], "") + "…"
+	}
+	return text
+}
+
+// Refused and held-back changes are logged in a bounded way: a burst of
+// refusalBurst lines, then one line per refusalEvery at most, which counts
+// the refusals it stands for. A writer that breaks the files again and
+// again fills /readyz's one line, not the log.
+const (
+	refusalBurst = 10
+	refusalEvery = 10 * time.Second
+)
+
+// refusalLog is the token bucket of refusal log lines.
+type refusalLog struct {
+	tokens     int
+	refilled   time.Time
+	suppressed int
+}
+
+// take says whether a refusal at now may be logged, and how many were not
+// since the last line that was.
+func (l *refusalLog) take(now time.Time) (suppressed int, ok bool) {
+	if l.refilled.IsZero() {
+		l.tokens, l.refilled = refusalBurst, now
+	}
+	if n := int(now.Sub(l.refilled) / refusalEvery); n > 0 {
+		l.tokens = min(refusalBurst, l.tokens+n)
+		l.refilled = l.refilled.Add(time.Duration(n) * refusalEvery)
+	}
+	if l.tokens == 0 {
+		l.suppressed++
+		return 0, false
+	}
+	l.tokens--
+	suppressed, l.suppressed = l.suppressed, 0
+	return suppressed, true
+}
 
 // setRefusal says, for /readyz and poise_source_refusing, whether the
 // latest change is refused or held back.
@@ -1227,9 +1276,7 @@ func (s *Source) setRefusal(err error, out outcome, revision uint64) {
 	if text == "" {
 		s.refusal.Store(nil)
 	} else {
-		if len(text) > maxRefusalText {
-			text = strings.ToValidUTF8(text[:maxRefusalText], "") + "…"
-		}
+		text = cut(text)
 		s.refusal.Store(&text)
 		refusing = 1
 	}
