@@ -109,8 +109,8 @@ status-scale: ## The status writer with 35,000 objects on a real apiserver (UPST
 	$(GO) test -count=1 -timeout 40m -run '^TestStatusAtScale$$' -v ./test/kube/
 
 .PHONY: soak
-soak: ## Hostile manifests and xDS clients against the real binary for 5 minutes (DURATION=10m changes it); reports crashes, wrong publications, peak RSS and a good client's latency.
-	POISE_SOAK_DURATION=$(or $(DURATION),5m) $(GO) test -count=1 -timeout 60m -run '^TestSoak$$' -v ./test/soak
+soak: ## Hostile manifests and xDS clients against the real binary for 5 minutes (SOAK_DURATION=10m changes it); reports crashes, wrong publications, peak RSS and a good client's latency.
+	POISE_SOAK_DURATION=$(or $(SOAK_DURATION),5m) $(GO) test -count=1 -timeout 60m -run '^TestSoak$$' -v ./test/soak
 
 .PHONY: fuzz
 # Each target runs for FUZZTIME; a failing input is minimised for at most
