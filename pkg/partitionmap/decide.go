@@ -137,7 +137,8 @@ func (m *Map) Decide(req Request, health []bool, tr *Trace) Decision {
 	// Stack buffers keep a decision allocation-free for ordinary domains.
 	var seenBuf [256]bool
 	var scoreBuf [64]int
-	seen, score := seenBuf[:0], scoreBuf[:0]
+	var seen []bool
+	var score []int
 	if np := len(m.partitions); np <= len(seenBuf) {
 		seen = seenBuf[:np]
 	} else {

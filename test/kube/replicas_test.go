@@ -865,7 +865,7 @@ func TestReplicas(t *testing.T) {
 	for i, c := range f.clients {
 		c.connect(planes[i%len(planes)])
 	}
-	last := f.waitConverged(t, "300 clients hold what the replicas explain", f.clients, s1.figures)
+	f.waitConverged(t, "300 clients hold what the replicas explain", f.clients, s1.figures)
 	t.Logf("1 start: %d clients (%d per replica, %d Delta) hold the explained figures of %d clusters; from connecting: %s (revisions %v)",
 		len(f.clients), perReplica, perReplica*len(planes)/3, len(s1.figures), spread(f.clients, connected), s1.revisions)
 	// the split is not trivial: weighted localities, and svc-2 has a standby locality
@@ -890,7 +890,7 @@ func TestReplicas(t *testing.T) {
 	lastWrite := time.Now()
 	s2 := waitExplained(t, planes, "every replica explains the health changes", health.shows(names))
 	explained := time.Since(lastWrite)
-	last = f.waitConverged(t, "300 clients follow the health changes", f.clients, s2.figures)
+	last := f.waitConverged(t, "300 clients follow the health changes", f.clients, s2.figures)
 	t.Logf("2 health: all %d clients converged %v after the first of 7 status writes (%v after the last, which every replica explained within %v); %s",
 		len(f.clients), last.Sub(written).Round(time.Millisecond), last.Sub(lastWrite).Round(time.Millisecond), explained.Round(time.Millisecond), spread(f.clients, written))
 	if fig := s2.figures[ns+"/svc-2"]; !strings.Contains(fig, "p0 us/us-c/") {
