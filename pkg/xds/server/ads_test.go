@@ -405,7 +405,9 @@ func TestClientsRegistryAndGauge(t *testing.T) {
 	g := h.sotw(grpcNode("grpc-1"))
 	g.subscribe(CDS, "c1")
 	g.ack(g.expect(CDS, "v1", "c1"))
-	d := h.delta(envoyNode("envoy-2"))
+	located := envoyNode("envoy-2")
+	located.Locality = &core.Locality{Region: "r1", Zone: "a"}
+	d := h.delta(located)
 	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: CDS})
 	d.ack(d.expect(CDS, at("v1", "c1", "c2"), nil))
 	u := h.sotw(&core.Node{Id: "probe", UserAgentName: "curl"})
@@ -416,7 +418,7 @@ func TestClientsRegistryAndGauge(t *testing.T) {
 	want := map[string]server.Client{
 		"envoy-1": {Protocol: "sotw", Kind: server.KindEnvoy, Rendering: "weighted", UserAgent: "envoy", Cluster: "test"},
 		"grpc-1":  {Protocol: "sotw", Kind: server.KindGRPC, Rendering: "per-endpoint", UserAgent: "gRPC Go", Cluster: "test"},
-		"envoy-2": {Protocol: "delta", Kind: server.KindEnvoy, Rendering: "weighted", UserAgent: "envoy", Cluster: "test"},
+		"envoy-2": {Protocol: "delta", Kind: server.KindEnvoy, Rendering: "weighted", UserAgent: "envoy", Cluster: "test", Zone: "r1/a"},
 		"probe":   {Protocol: "sotw", Kind: server.KindUnknown, Rendering: "weighted", UserAgent: "curl"},
 	}
 	list := h.clients.List()
@@ -425,7 +427,7 @@ func TestClientsRegistryAndGauge(t *testing.T) {
 	}
 	for _, c := range list {
 		w := want[c.NodeID]
-		if c.Protocol != w.Protocol || c.Kind != w.Kind || c.Rendering != w.Rendering || c.UserAgent != w.UserAgent || c.Cluster != w.Cluster {
+		if c.Protocol != w.Protocol || c.Kind != w.Kind || c.Rendering != w.Rendering || c.UserAgent != w.UserAgent || c.Cluster != w.Cluster || c.Zone != w.Zone {
 			t.Errorf("client %s = %+v, want %+v", c.NodeID, c, w)
 		}
 		if c.Connected.IsZero() || c.Stream == 0 {

@@ -40,13 +40,17 @@ func ClientKind(n *core.Node) string {
 
 // Client is one connected xDS stream as /debug/clients shows it.
 type Client struct {
-	Stream    int64                 `json:"stream"`
-	Protocol  string                `json:"protocol"` // sotw or delta
-	NodeID    string                `json:"nodeId"`
-	Cluster   string                `json:"cluster"`
-	UserAgent string                `json:"userAgent"`
-	Kind      string                `json:"kind"`
-	Rendering string                `json:"rendering"`
+	Stream    int64  `json:"stream"`
+	Protocol  string `json:"protocol"` // sotw or delta
+	NodeID    string `json:"nodeId"`
+	Cluster   string `json:"cluster"`
+	UserAgent string `json:"userAgent"`
+	Kind      string `json:"kind"`
+	Rendering string `json:"rendering"`
+	// Zone is the node's locality "region/zone" (xdscache.ZoneKey) as it
+	// claims it; the cache sends it that zone's variants unless the zone
+	// overflowed its bound.
+	Zone      string                `json:"zone,omitempty"`
 	Features  []string              `json:"features"`
 	Connected time.Time             `json:"connected"`
 	Types     map[string]*TypeState `json:"types"`
@@ -203,6 +207,7 @@ func (c *Clients) identify(cl *Client, n *core.Node) {
 	}
 	cl.NodeID, cl.Cluster, cl.UserAgent, cl.Kind = truncate(n.GetId(), maxNodeField), truncate(n.GetCluster(), maxNodeField),
 		truncate(n.GetUserAgentName(), maxNodeField), kind
+	cl.Zone = truncate(xdscache.ZoneKey(n), maxNodeField)
 	features := n.GetClientFeatures()
 	cl.Features = make([]string, 0, min(len(features), maxNodeFeatures))
 	for _, f := range features[:min(len(features), maxNodeFeatures)] {

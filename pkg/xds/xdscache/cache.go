@@ -103,10 +103,20 @@ func (e *Entry) Decode(m proto.Message) error {
 }
 
 // Change puts (Entry != nil) or deletes one named resource of a type in a view.
+//
+// With a Zone ("region/zone", see ZoneKey) it puts or deletes the zone's
+// variant of the resource instead: streams of that zone are sent the
+// variant where one exists, every other stream the base resource (Zone "").
+// A variant exists only beside its base: a variant of a name that has no
+// base is ignored (put the base first, in the same Update or before), and
+// deleting the base deletes its variants. The cache gives each variant its
+// own per-resource version (the entry's, "@" and the zone), so a Delta
+// client moving between base and variant content always sees a change.
 type Change struct {
 	View    int
 	TypeURL string
 	Name    string
+	Zone    string
 	Entry   *Entry
 }
 
@@ -128,6 +138,8 @@ type Cache struct {
 	viewFor func(*core.Node) int
 	seed    maphash.Seed
 
+	zones zoneCensus
+
 	epoch  uint64    // counts Applies, to notify each stream once per Apply
 	notify []*Stream // streams to wake after the current Apply; reused
 	scope  []string  // scratch for diffs; reused
@@ -145,9 +157,33 @@ type typeState struct {
 	resources map[string]*Entry
 	sorted    []*Entry // every resource by name; nil when stale; never modified once built
 
+	// variants holds the zone variants of a name, by name then zone; a name
+	// is here only while its base is in resources. perZone counts them by zone.
+	variants map[string]map[string]variant
+	perZone  map[string]int
+
+	base  group             // the watches of streams without a zone
+	zones map[string]*group // the watches of each zone's streams; a group goes with its last watch
+}
+
+// variant is one zone's variant of a resource: the entry published and the
+// one sent, which shares its bytes under a version of its own.
+type variant struct {
+	src, e *Entry
+}
+
+// group is the watches of one type in one view whose streams share a zone,
+// with their reverse index.
+type group struct {
+	zone     string
+	watches  int // how many, wildcard or not
 	wildcard map[*Watch]struct{}
 	subsets  map[uint64][]*subset // by hash of the sorted names
 	index    map[string][]*subset // name → the subsets that hold it
+}
+
+func newGroup(zone string) group {
+	return group{zone: zone, wildcard: map[*Watch]struct{}{}, subsets: map[uint64][]*subset{}, index: map[string][]*subset{}}
 }
 
 // subset is a subscription set shared by every watch that subscribes to
@@ -158,14 +194,28 @@ type subset struct {
 	members map[*Watch]struct{}
 }
 
+// Option configures a Cache.
+type Option func(*Cache)
+
+// WithMaxZones bounds the distinct zones the cache keeps streams of (at
+// least 0; DefaultMaxZones without it).
+func WithMaxZones(n int) Option {
+	return func(c *Cache) { c.zones.max = max(n, 0) }
+}
+
 // New returns a cache with n views; viewFor maps a client to its view.
-func New(n int, viewFor func(*core.Node) int) *Cache {
+func New(n int, viewFor func(*core.Node) int, opts ...Option) *Cache {
 	c := &Cache{viewFor: viewFor, seed: maphash.MakeSeed()}
+	c.zones.init(n)
+	for _, o := range opts {
+		o(c)
+	}
 	for range n {
 		v := &view{}
 		for t, url := range TypeOrder {
 			v.types[t] = &typeState{typ: t, typeURL: url, resources: map[string]*Entry{},
-				wildcard: map[*Watch]struct{}{}, subsets: map[uint64][]*subset{}, index: map[string][]*subset{}}
+				variants: map[string]map[string]variant{}, perZone: map[string]int{},
+				base: newGroup(""), zones: map[string]*group{}}
 		}
 		c.views = append(c.views, v)
 	}
@@ -194,11 +244,16 @@ func (c *Cache) Apply(u Update) {
 			continue
 		}
 		ts := c.views[ch.View].types[t]
+		if ch.Zone != "" {
+			c.applyVariant(ts, ch, u.Version)
+			continue
+		}
 		if ch.Entry == nil {
 			if _, ok := ts.resources[ch.Name]; !ok {
 				continue
 			}
 			delete(ts.resources, ch.Name)
+			ts.dropVariants(ch.Name)
 		} else {
 			if ts.resources[ch.Name] == ch.Entry {
 				continue
@@ -238,18 +293,116 @@ func (c *Cache) setVersion(ts *typeState, version string) {
 	ts.version = version
 }
 
-// interested marks name pending on every watch that wants it.
+// interested marks a base resource's name pending on every watch that
+// wants it, except in the zones that have their own variant of it.
 func (c *Cache) interested(ts *typeState, name string) {
-	for w := range ts.wildcard {
+	c.interestedIn(&ts.base, name)
+	vs := ts.variants[name]
+	for zone, g := range ts.zones {
+		if _, ok := vs[zone]; !ok {
+			c.interestedIn(g, name)
+		}
+	}
+}
+
+// interestedIn marks name pending on every watch of g that wants it.
+func (c *Cache) interestedIn(g *group, name string) {
+	for w := range g.wildcard {
 		w.mark(name)
 		c.wake(w)
 	}
-	for _, ss := range ts.index[name] {
+	for _, ss := range g.index[name] {
 		for w := range ss.members {
 			w.mark(name)
 			c.wake(w)
 		}
 	}
+}
+
+// applyVariant puts or deletes one zone's variant and wakes only that
+// zone's watches that want the name.
+func (c *Cache) applyVariant(ts *typeState, ch Change, version string) {
+	vs := ts.variants[ch.Name]
+	old, had := vs[ch.Zone]
+	switch {
+	case ch.Entry == nil:
+		if !had {
+			return
+		}
+		delete(vs, ch.Zone)
+		if len(vs) == 0 {
+			delete(ts.variants, ch.Name)
+		}
+		if ts.perZone[ch.Zone]--; ts.perZone[ch.Zone] == 0 {
+			delete(ts.perZone, ch.Zone)
+		}
+	case ts.resources[ch.Name] == nil || (had && old.src == ch.Entry):
+		return
+	default:
+		if vs == nil {
+			vs = map[string]variant{}
+			ts.variants[ch.Name] = vs
+		}
+		if !had {
+			ts.perZone[ch.Zone]++
+		}
+		e := ch.Entry
+		vs[ch.Zone] = variant{src: e, e: &Entry{Name: e.Name, Version: e.Version + "@" + ch.Zone, Any: e.Any}}
+	}
+	c.setVersion(ts, version)
+	if g := ts.zones[ch.Zone]; g != nil {
+		c.interestedIn(g, ch.Name)
+	}
+}
+
+// dropVariants deletes every variant of name (its base is gone).
+func (ts *typeState) dropVariants(name string) {
+	for zone := range ts.variants[name] {
+		if ts.perZone[zone]--; ts.perZone[zone] == 0 {
+			delete(ts.perZone, zone)
+		}
+	}
+	delete(ts.variants, name)
+}
+
+// get is the resource a stream of zone is sent for name, or nil.
+func (ts *typeState) get(name, zone string) *Entry {
+	if zone != "" {
+		if v, ok := ts.variants[name][zone]; ok {
+			return v.e
+		}
+	}
+	return ts.resources[name]
+}
+
+// allFor is every resource a stream of zone is sent, sorted by name; the
+// slice may be shared.
+func (ts *typeState) allFor(zone string) []*Entry {
+	all := ts.all()
+	if zone == "" || ts.perZone[zone] == 0 {
+		return all
+	}
+	out := slices.Clone(all)
+	for i, e := range out {
+		if v, ok := ts.variants[e.Name][zone]; ok {
+			out[i] = v.e
+		}
+	}
+	return out
+}
+
+// groupFor is the group of zone's watches, made when missing.
+func (ts *typeState) groupFor(zone string) *group {
+	if zone == "" {
+		return &ts.base
+	}
+	g := ts.zones[zone]
+	if g == nil {
+		ng := newGroup(zone)
+		g = &ng
+		ts.zones[zone] = g
+	}
+	return g
 }
 
 // wake queues w's stream to be signalled at the end of the Apply.
@@ -261,10 +414,17 @@ func (c *Cache) wake(w *Watch) {
 }
 
 func (ts *typeState) forEachWatch(f func(*Watch)) {
-	for w := range ts.wildcard {
+	ts.base.forEachWatch(f)
+	for _, g := range ts.zones {
+		g.forEachWatch(f)
+	}
+}
+
+func (g *group) forEachWatch(f func(*Watch)) {
+	for w := range g.wildcard {
 		f(w)
 	}
-	for _, list := range ts.subsets {
+	for _, list := range g.subsets {
 		for _, ss := range list {
 			for w := range ss.members {
 				f(w)
@@ -286,24 +446,24 @@ func (ts *typeState) all() []*Entry {
 	return ts.sorted
 }
 
-// intern returns the shared subset for sorted, unique names.
-func (c *Cache) intern(ts *typeState, names []string) *subset {
+// intern returns the group's shared subset for sorted, unique names.
+func (c *Cache) intern(g *group, names []string) *subset {
 	h := c.HashNames(names)
-	for _, ss := range ts.subsets[h] {
+	for _, ss := range g.subsets[h] {
 		if slices.Equal(ss.names, names) {
 			return ss
 		}
 	}
 	ss := &subset{hash: h, names: slices.Clone(names), members: map[*Watch]struct{}{}}
-	ts.subsets[h] = append(ts.subsets[h], ss)
+	g.subsets[h] = append(g.subsets[h], ss)
 	for _, n := range ss.names {
-		ts.index[n] = append(ts.index[n], ss)
+		g.index[n] = append(g.index[n], ss)
 	}
 	return ss
 }
 
 // release drops w from its subset, and the subset when it was the last member.
-func (ts *typeState) release(w *Watch) {
+func (g *group) release(w *Watch) {
 	ss := w.subset
 	if ss == nil {
 		return
@@ -313,15 +473,15 @@ func (ts *typeState) release(w *Watch) {
 	if len(ss.members) > 0 {
 		return
 	}
-	ts.subsets[ss.hash] = deleteFrom(ts.subsets[ss.hash], ss)
-	if len(ts.subsets[ss.hash]) == 0 {
-		delete(ts.subsets, ss.hash)
+	g.subsets[ss.hash] = deleteFrom(g.subsets[ss.hash], ss)
+	if len(g.subsets[ss.hash]) == 0 {
+		delete(g.subsets, ss.hash)
 	}
 	for _, n := range ss.names {
-		if l := deleteFrom(ts.index[n], ss); len(l) == 0 {
-			delete(ts.index, n)
+		if l := deleteFrom(g.index[n], ss); len(l) == 0 {
+			delete(g.index, n)
 		} else {
-			ts.index[n] = l
+			g.index[n] = l
 		}
 	}
 }
@@ -335,17 +495,39 @@ func deleteFrom(list []*subset, ss *subset) []*subset {
 	return list
 }
 
-// Resources lists what one view publishes now.
+// Resources lists what one view publishes now: the base resources.
 func (c *Cache) Resources(view int) map[string][]*Entry {
+	return c.ZoneResources(view, "")
+}
+
+// ZoneResources lists what one view sends a stream of zone now: the base
+// resources with the zone's variants in their place (their entries carry
+// the variant's version). Zone "" is the base.
+func (c *Cache) ZoneResources(view int, zone string) map[string][]*Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string][]*Entry{}
 	for _, ts := range c.views[view].types {
 		if len(ts.resources) > 0 {
-			out[ts.typeURL] = slices.Clone(ts.all())
+			out[ts.typeURL] = slices.Clone(ts.allFor(zone))
 		}
 	}
 	return out
+}
+
+// VariantZones lists, sorted, the zones that have a variant of some
+// resource in a view.
+func (c *Cache) VariantZones(view int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, ts := range c.views[view].types {
+		for zone := range ts.perZone {
+			out = append(out, zone)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Fetch answers a one-shot (REST-style) request with the current resources
@@ -362,11 +544,12 @@ func (c *Cache) Fetch(_ context.Context, node *core.Node, typeURL, version strin
 	if ts.version == "" || version == ts.version {
 		return nil, ts.version, false, nil
 	}
+	zone := ZoneKey(node)
 	if len(names) == 0 {
-		return slices.Clone(ts.all()), ts.version, true, nil
+		return slices.Clone(ts.allFor(zone)), ts.version, true, nil
 	}
 	for _, n := range names {
-		if e := ts.resources[n]; e != nil {
+		if e := ts.get(n, zone); e != nil {
 			entries = append(entries, e)
 		}
 	}

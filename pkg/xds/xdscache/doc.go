@@ -5,4 +5,6 @@
 // it visits only the streams that want the changed resource, a client is
 // sent only what changed since its last response, a NACKed version is never
 // re-sent in a loop, and an ACK that repeats its subscription costs O(1).
+// A resource may have a variant per client zone, sent to that zone's streams
+// instead of the base; the cache counts the streams of each zone, bounded.
 package xdscache

@@ -24,17 +24,22 @@ type Stream struct {
 	delta   bool
 	view    int
 	viewSet bool
-	watches [numTypes]*Watch
-	wakeCh  chan struct{}
-	epoch   uint64 // the Apply that last queued this stream for waking
-	nonce   uint64
-	closed  bool
+	// zone is the client's zone (see ZoneKey), admitted to the census, or ""
+	// (no locality, or overflow): the stream is sent its zone's variants.
+	zone     string
+	overflow bool
+	watches  [numTypes]*Watch
+	wakeCh   chan struct{}
+	epoch    uint64 // the Apply that last queued this stream for waking
+	nonce    uint64
+	closed   bool
 }
 
 // Watch is one stream's subscription to one type.
 type Watch struct {
 	stream   *Stream
 	ts       *typeState
+	g        *group // the watches of the stream's zone, for the whole life of w
 	wildcard bool
 	legacy   bool    // SotW: the first request named nothing, so an empty list means everything
 	subset   *subset // the names subscribed, shared with other watches; nil when wildcard
@@ -90,38 +95,67 @@ func (s *Stream) signal() {
 	}
 }
 
-// SetNode chooses the stream's view from the first node it sees, before
-// its first watch.
+// SetNode chooses the stream's view and zone from the first node it sees,
+// before its first watch, and counts the stream in its zone's census.
 func (s *Stream) SetNode(n *core.Node) {
 	if n == nil {
 		return
 	}
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	if !s.viewSet && s.watches == [numTypes]*Watch{} {
+	if !s.viewSet && !s.closed && s.watches == [numTypes]*Watch{} {
 		s.view, s.viewSet = s.c.viewOf(n), true
+		s.zone, s.overflow = s.c.zones.admit(s.view, ZoneKey(n))
 	}
 }
 
-// Close drops every watch of the stream.
+// Zone is the zone the stream is sent variants of ("" for none).
+func (s *Stream) Zone() string {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.zone
+}
+
+// Close drops every watch of the stream and uncounts it.
 func (s *Stream) Close() {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
+	if s.closed {
+		return
+	}
 	for i, w := range s.watches {
 		if w != nil {
 			w.unregister()
 			s.watches[i] = nil
 		}
 	}
+	s.c.zones.leave(s.view, s.zone, s.overflow)
 	s.closed = true
 }
 
-func (w *Watch) unregister() {
-	if w.wildcard {
-		delete(w.ts.wildcard, w)
-	}
-	w.ts.release(w)
+// newWatch makes the stream's watch of type t, in its zone's group.
+func (s *Stream) newWatch(t int) *Watch {
+	ts := s.c.views[s.view].types[t]
+	g := ts.groupFor(s.zone)
+	g.watches++
+	w := &Watch{stream: s, ts: ts, g: g}
+	s.watches[t] = w
+	return w
 }
+
+func (w *Watch) unregister() {
+	g := w.g
+	if w.wildcard {
+		delete(g.wildcard, w)
+	}
+	g.release(w)
+	if g.watches--; g.watches == 0 && g.zone != "" {
+		delete(w.ts.zones, g.zone)
+	}
+}
+
+// get is the resource w is sent for name (its zone's variant, or the base).
+func (w *Watch) get(name string) *Entry { return w.ts.get(name, w.g.zone) }
 
 // mark adds name to what w must be sent.
 func (w *Watch) mark(name string) {
@@ -161,14 +195,14 @@ func (w *Watch) scopeNames() []string {
 // setScope makes w wildcard or subscribe to names (sorted, unique, without
 // "*"), and returns the names newly in scope when it stays non-wildcard.
 func (c *Cache) setScope(w *Watch, wildcard bool, names []string) (added []string, changed bool) {
-	ts := w.ts
+	g := w.g
 	if wildcard {
 		if w.wildcard {
 			return nil, false
 		}
-		ts.release(w)
+		g.release(w)
 		w.wildcard = true
-		ts.wildcard[w] = struct{}{}
+		g.wildcard[w] = struct{}{}
 		return nil, true
 	}
 	old := w.scopeNames()
@@ -176,13 +210,13 @@ func (c *Cache) setScope(w *Watch, wildcard bool, names []string) (added []strin
 	if !wasWildcard && slices.Equal(old, names) {
 		return nil, false
 	}
-	ss := c.intern(ts, names)
+	ss := c.intern(g, names)
 	if wasWildcard {
-		delete(ts.wildcard, w)
+		delete(g.wildcard, w)
 		w.wildcard = false
 	}
 	if w.subset != ss {
-		ts.release(w)
+		g.release(w)
 		w.subset = ss
 		ss.members[w] = struct{}{}
 	}
@@ -261,9 +295,9 @@ func (s *Stream) Sotw(r SotwRequest) error {
 			c.mu.Unlock()
 			return ErrTooManyNames
 		}
-		w = &Watch{stream: s, ts: c.views[s.view].types[t], first: true, pendingAll: true,
-			reqVersion: r.Version, reqNACK: r.NACK, reqHash: r.NamesHash, legacy: fullState(t) && len(names) == 0}
-		s.watches[t] = w
+		w = s.newWatch(t)
+		w.first, w.pendingAll = true, true
+		w.reqVersion, w.reqNACK, w.reqHash, w.legacy = r.Version, r.NACK, r.NamesHash, fullState(t) && len(names) == 0
 		c.setSotwScope(w, names)
 		signal = true
 	} else if r.Nonce == "" || r.Nonce == w.nonce {
@@ -327,8 +361,7 @@ func (s *Stream) Delta(r DeltaRequest) error {
 		return ErrTooManyNames
 	}
 	if w == nil {
-		w = &Watch{stream: s, ts: c.views[s.view].types[t]}
-		s.watches[t] = w
+		w = s.newWatch(t)
 		sorted, star := canonical(r.Subscribe)
 		c.setScope(w, star || len(r.Subscribe) == 0, sorted)
 		if len(r.Initial) == 0 {
@@ -340,7 +373,7 @@ func (s *Stream) Delta(r DeltaRequest) error {
 				if !w.inScope(name) {
 					continue
 				}
-				if e := w.ts.resources[name]; e == nil || e.Version != v {
+				if e := w.get(name); e == nil || e.Version != v {
 					w.mark(name)
 				}
 			}
@@ -453,11 +486,11 @@ func (s *Stream) Next(out []Response) []Response {
 // inScopeEntries is every resource w subscribes to that exists, by name.
 func (w *Watch) inScopeEntries() []*Entry {
 	if w.wildcard {
-		return w.ts.all()
+		return w.ts.allFor(w.g.zone)
 	}
 	var out []*Entry
 	for _, n := range w.scopeNames() {
-		if e := w.ts.resources[n]; e != nil {
+		if e := w.get(n); e != nil {
 			out = append(out, e)
 		}
 	}
@@ -500,13 +533,13 @@ func (c *chunk) add(name string, e *Entry) {
 // fromScope fills the chunk from every resource in w's scope that exists.
 func (c *chunk) fromScope(w *Watch) {
 	if w.wildcard {
-		for _, e := range w.ts.all() {
+		for _, e := range w.ts.allFor(w.g.zone) {
 			c.add(e.Name, e)
 		}
 		return
 	}
 	for _, n := range w.scopeNames() {
-		if e := w.ts.resources[n]; e != nil {
+		if e := w.get(n); e != nil {
 			c.add(n, e)
 		}
 	}
@@ -545,7 +578,7 @@ func (w *Watch) buildSotw() (Response, bool, []string) {
 		c.fromScope(w)
 	} else {
 		for _, n := range w.sortedPending() {
-			if e := w.ts.resources[n]; e != nil && w.inScope(n) {
+			if e := w.get(n); e != nil && w.inScope(n) {
 				c.add(n, e)
 			}
 		}
@@ -563,7 +596,7 @@ func (w *Watch) buildDelta() (Response, bool, []string) {
 			if !w.inScope(n) {
 				continue
 			}
-			if e := w.ts.resources[n]; e != nil {
+			if e := w.get(n); e != nil {
 				c.add(n, e)
 			} else {
 				r.Removed = append(r.Removed, n)
