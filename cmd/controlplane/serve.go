@@ -41,10 +41,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	source := fs.String("source", "files", "where the topology comes from: files (-f) or kubernetes")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for --source=kubernetes; empty means in-cluster")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for --source=kubernetes (default: $KUBECONFIG, else the pod's service account, else ~/.kube/config)")
 	namespace := fs.String("namespace", "", "with --source=kubernetes, watch only this namespace (empty: all)")
 	spatialListen := fs.String("spatial-listener", "0.0.0.0:10080", "address Envoy's spatial routing listener (LDS \"spatial\") binds, when a SpatialDomain exists")
-	leNamespace := fs.String("leader-election-namespace", "", "namespace of the Lease that elects the status writer (default: the pod's own)")
+	leNamespace := fs.String("leader-election-namespace", "", "namespace of the Lease that elects the status writer (default: --namespace, else the pod's own, else the kubeconfig context's)")
 	kubeQPS := fs.Float64("kube-api-qps", kube.DefaultClientQPS, "with --source=kubernetes, requests per second to the apiserver, all clients of the process together")
 	kubeBurst := fs.Int("kube-api-burst", kube.DefaultClientBurst, "with --source=kubernetes, requests the apiserver client may send at once above --kube-api-qps")
 	statusShare := fs.Float64("status-write-share", kube.DefaultStatusShare,

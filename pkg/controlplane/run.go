@@ -16,7 +16,6 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -142,16 +141,19 @@ func Run(ctx context.Context, cfg Config) error {
 	switch cfg.Source {
 	case "kubernetes":
 		routeLibraryLogs(log)
-		rc := cfg.RestConfig
+		rc, contextNamespace := cfg.RestConfig, ""
 		if rc == nil {
-			var err error
-			if rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig); err != nil {
+			kc, err := loadKubeClient(cfg.Kubeconfig)
+			if err != nil {
 				return fmt.Errorf("kubernetes client configuration: %w", err)
 			}
+			log.Info("kubernetes client configuration", "from", kc.from, "server", kc.config.Host)
+			rc, contextNamespace = kc.config, kc.namespace
 		}
 		replica, err := kube.NewReplica(rc, dir, kube.Options{
 			Namespace: cfg.Namespace, LeaderElectionNamespace: cfg.LeaderElectionNamespace, LeaderElectionID: cfg.LeaderElectionID,
-			LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
+			ContextNamespace: contextNamespace,
+			LeaseDuration:    cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
 			Debounce: cfg.Debounce, Log: log, Metrics: m,
 			Publication: pub, ClientQPS: cfg.KubeQPS, ClientBurst: cfg.KubeBurst, StatusShare: cfg.StatusShare,
 			StatusWorkers: cfg.StatusWriters,

@@ -68,20 +68,26 @@ func (e *elector) Start(ctx context.Context) error {
 	return nil
 }
 
-// electionNamespace is where the Lease lives: the flag, else the watched
-// namespace, else the pod's own.
-func electionNamespace(flag, watched string) (string, error) {
+// podNamespaceFile holds a pod's own namespace.
+const podNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// electionNamespace is where the Lease lives, and why: the flag, else the
+// watched namespace, else the pod's own (read from podFile), else the
+// namespace of the kubeconfig context the replica runs with.
+func electionNamespace(flag, watched, podFile, context string) (ns, why string, err error) {
 	switch {
 	case flag != "":
-		return flag, nil
+		return flag, "--leader-election-namespace", nil
 	case watched != "":
-		return watched, nil
+		return watched, "the watched namespace (--namespace)", nil
 	}
-	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-	if err == nil && strings.TrimSpace(string(b)) != "" {
-		return strings.TrimSpace(string(b)), nil
+	if b, err := os.ReadFile(podFile); err == nil && strings.TrimSpace(string(b)) != "" {
+		return strings.TrimSpace(string(b)), "the pod's own namespace", nil
 	}
-	return "", errors.New("cannot tell where the status-writer Lease lives: set --leader-election-namespace (or --namespace)")
+	if context != "" {
+		return context, "the kubeconfig context's namespace", nil
+	}
+	return "", "", errors.New("cannot tell where the status-writer Lease lives: set --leader-election-namespace (or --namespace), or a namespace in the kubeconfig context")
 }
 
 func newIdentity() string {

@@ -29,6 +29,10 @@ type Options struct {
 	// LeaderElectionNamespace and LeaderElectionID name the Lease that
 	// elects the status writer.
 	LeaderElectionNamespace, LeaderElectionID string
+	// ContextNamespace is the namespace of the kubeconfig context the
+	// replica runs with, outside a pod: where the Lease lives when neither
+	// flag nor the pod's own namespace says.
+	ContextNamespace string
 	// LeaseDuration, RenewDeadline, RetryPeriod tune the election; zero means
 	// controller-runtime's defaults (15s, 10s, 2s).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
@@ -140,10 +144,11 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	if id == "" {
 		id = "poise-status-writer"
 	}
-	ns, err := electionNamespace(o.LeaderElectionNamespace, o.Namespace)
+	ns, why, err := electionNamespace(o.LeaderElectionNamespace, o.Namespace, podNamespaceFile, o.ContextNamespace)
 	if err != nil {
 		return nil, err
 	}
+	log.Info("status-writer Lease", "namespace", ns, "name", id, "chosen because", why)
 	// The manager runs no election of its own: every replica's informers and
 	// source run always, and the elector below gates only the status writer.
 	mopts := manager.Options{
