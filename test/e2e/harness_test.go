@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,39 +15,14 @@ import (
 	"time"
 
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/splitcheck"
 )
 
 // binary is the controlplane built once for the whole package.
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "poise-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "controlplane")
-	build := exec.Command("go", "build", "-o", binary, "../../cmd/controlplane")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build controlplane:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
-}
+func TestMain(m *testing.M) { os.Exit(cpbinary.Main(m, &binary)) }
 
 // controlPlane is a running controlplane process.
 type controlPlane struct {

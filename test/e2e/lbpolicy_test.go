@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/splitcheck"
 )
 
@@ -46,7 +47,7 @@ func TestGRPCClientsCarryOutEveryLoadBalancingPolicy(t *testing.T) {
 			name, name, backends[2].Port)
 	}
 	writeAtomically(t, filepath.Join(manifests, "lb.yaml"), y.String())
-	xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+	xdsAddr, adminAddr := cpbinary.FreeAddr(t), cpbinary.FreeAddr(t)
 	cp := startControlPlane(t, manifests, xdsAddr, adminAddr)
 
 	for _, p := range policies {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/splitcheck"
 )
 
@@ -103,7 +104,7 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	topology{panicMode: "UseAll"}.write(t, manifests, backends)
-	xdsAddr, adminAddr := freeAddr(t), freeAddr(t)
+	xdsAddr, adminAddr := cpbinary.FreeAddr(t), cpbinary.FreeAddr(t)
 	cp := startControlPlane(t, manifests, xdsAddr, adminAddr)
 	conn := splitcheck.NewXDSClient(t, xdsAddr, node, listener)
 

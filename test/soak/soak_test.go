@@ -27,28 +27,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
+
+	"poise.dev/poise/test/cpbinary"
 )
 
 // binary is the controlplane built once for the package.
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "poise-soak-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "controlplane")
-	build := exec.Command("go", "build", "-o", binary, "../../cmd/controlplane")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build controlplane:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(cpbinary.Main(m, &binary)) }
 
 const (
 	ns          = "soak"
@@ -225,7 +211,7 @@ type soak struct {
 
 func (s *soak) start() {
 	t := s.t
-	s.xdsAddr, s.admin = freeAddr(t), freeAddr(t)
+	s.xdsAddr, s.admin = cpbinary.FreeAddr(t), cpbinary.FreeAddr(t)
 	s.done = make(chan struct{})
 	s.cmd = exec.Command(binary, "serve", "-f", s.dir, "--xds-address", s.xdsAddr, "--admin-address", s.admin,
 		"--xds-max-streams", strconv.Itoa(maxStreams))
@@ -801,16 +787,6 @@ func neverReads(ctx context.Context, s *soak, c *hostileCounts) {
 		cancel()
 		conn.Close()
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
 }
 
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {

@@ -1,0 +1,44 @@
+// Package cpbinary serves the test packages that run the controlplane as a
+// process: it builds the binary once per package and finds free loopback
+// addresses for it to listen on.
+package cpbinary
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// Main builds poise.dev/poise/cmd/controlplane into a temporary directory,
+// sets *path to it, runs the package's tests and removes the directory. Its
+// result is TestMain's exit code.
+func Main(m *testing.M, path *string) int {
+	dir, err := os.MkdirTemp("", "poise-controlplane-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	*path = filepath.Join(dir, "controlplane")
+	build := exec.Command("go", "build", "-o", *path, "poise.dev/poise/cmd/controlplane")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build controlplane:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// FreeAddr is a loopback address no one listens on now.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
