@@ -157,6 +157,51 @@ type UpstreamSpec struct {
 	// addresses, and DNS names, are refused always.
 	// +optional
 	AddressPolicy *AddressPolicy `json:"addressPolicy,omitempty"`
+
+	// localityAffinity says how a client's own locality (its xDS node's region and
+	// zone) shapes the split it receives. Without it every client receives the same
+	// split. An imported Service's trafficDistribution PreferClose or
+	// PreferSameZone means PreferSameZone unless this is set.
+	// +optional
+	LocalityAffinity *LocalityAffinity `json:"localityAffinity,omitempty"`
+}
+
+// LocalityAffinityMode is how a client's locality shapes its split.
+// +kubebuilder:validation:Enum=None;PreferSameZone;PreferSameRegion;Balanced
+type LocalityAffinityMode string
+
+const (
+	LocalityAffinityNone             LocalityAffinityMode = "None"
+	LocalityAffinityPreferSameZone   LocalityAffinityMode = "PreferSameZone"
+	LocalityAffinityPreferSameRegion LocalityAffinityMode = "PreferSameRegion"
+	LocalityAffinityBalanced         LocalityAffinityMode = "Balanced"
+)
+
+// LocalityAffinity is an Upstream's client-locality-aware routing
+// (docs/weights.md, "Client-locality affinity").
+// +kubebuilder:validation:XValidation:rule="!has(self.failoverRegions) || size(self.failoverRegions) == 0 || self.mode in ['PreferSameZone', 'PreferSameRegion']",message="failoverRegions ranks the other regions for PreferSameZone and PreferSameRegion only"
+type LocalityAffinity struct {
+	// mode: None gives every client the same split. PreferSameZone makes the
+	// client's own zone, then its region, then failoverRegions in order, then
+	// every other region, successive priorities below each configured one, so
+	// traffic spills outwards exactly as it spills between priorities.
+	// PreferSameRegion does the same by region. Balanced keeps each client zone's
+	// traffic local as far as that zone's capacity allows for its share of the
+	// connected clients, and sends the rest to zones with spare capacity, so that
+	// over all clients the split is None's.
+	// +optional
+	// +kubebuilder:default=None
+	Mode LocalityAffinityMode `json:"mode,omitempty"`
+
+	// failoverRegions ranks the regions after the client's own, for
+	// PreferSameZone and PreferSameRegion. Regions not listed come last,
+	// together.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=128
+	FailoverRegions []string `json:"failoverRegions,omitempty"`
 }
 
 // AddressPolicy opts an Upstream in to endpoint addresses that are refused by

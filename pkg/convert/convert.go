@@ -3,6 +3,7 @@ package convert
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -128,6 +129,38 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		}
 		svc = &topology.ServiceRef{Name: ref.Name, Port: ref.Port.String()}
 	}
+	var affinity *topology.Affinity
+	if a := s.LocalityAffinity; a != nil {
+		p := sp.Child("localityAffinity")
+		mode := a.Mode
+		if mode == "" {
+			mode = v1alpha1.LocalityAffinityNone
+		}
+		switch mode {
+		case v1alpha1.LocalityAffinityNone, v1alpha1.LocalityAffinityPreferSameZone, v1alpha1.LocalityAffinityPreferSameRegion, v1alpha1.LocalityAffinityBalanced:
+		default:
+			errs = append(errs, field.NotSupported(p.Child("mode"), mode, []string{"None", "PreferSameZone", "PreferSameRegion", "Balanced"}))
+		}
+		if len(a.FailoverRegions) > 0 && mode != v1alpha1.LocalityAffinityPreferSameZone && mode != v1alpha1.LocalityAffinityPreferSameRegion {
+			errs = append(errs, field.Invalid(p.Child("failoverRegions"), a.FailoverRegions, "failoverRegions ranks the other regions for PreferSameZone and PreferSameRegion only"))
+		}
+		if len(a.FailoverRegions) > 16 {
+			errs = append(errs, field.TooMany(p.Child("failoverRegions"), len(a.FailoverRegions), 16))
+		}
+		seen := map[string]bool{}
+		for i, r := range a.FailoverRegions {
+			switch {
+			case r == "" || len(r) > 128:
+				errs = append(errs, field.Invalid(p.Child("failoverRegions").Index(i), r, "a region name of 1 to 128 characters"))
+			case seen[r]:
+				errs = append(errs, field.Duplicate(p.Child("failoverRegions").Index(i), r))
+			}
+			seen[r] = true
+		}
+		if mode != v1alpha1.LocalityAffinityNone {
+			affinity = &topology.Affinity{Mode: string(mode), FailoverRegions: slices.Clone(a.FailoverRegions)}
+		}
+	}
 	if len(errs) > 0 {
 		return topology.Upstream{}, errs
 	}
@@ -153,6 +186,7 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		Protocol:         string(s.Protocol),
 		AllowLoopback:    s.AddressPolicy != nil && s.AddressPolicy.AllowLoopback,
 		Service:          svc,
+		Affinity:         affinity,
 	}, nil
 }
 

@@ -104,6 +104,13 @@ func TestUpstreamInvalid(t *testing.T) {
 		// The CRD's CEL rule wants at least one letter and no "--" in a port name.
 		{"service port name digits only", withService("web", intstr.FromString("8080")), []string{"spec.endpointsFrom.service.port"}},
 		{"service port name double hyphen", withService("web", intstr.FromString("grpc--web")), []string{"spec.endpointsFrom.service.port"}},
+		{"affinity mode", withAffinity("SameZone"), []string{"spec.localityAffinity.mode"}},
+		{"failover regions without a PreferSame mode", withAffinity("Balanced", "us"), []string{"spec.localityAffinity.failoverRegions"}},
+		{"failover regions without a mode", withAffinity("", "us"), []string{"spec.localityAffinity.failoverRegions"}},
+		{"failover region twice", withAffinity("PreferSameZone", "us", "ap", "us"), []string{"spec.localityAffinity.failoverRegions[2]"}},
+		{"failover region empty", withAffinity("PreferSameRegion", ""), []string{"spec.localityAffinity.failoverRegions[0]"}},
+		{"failover region too long", withAffinity("PreferSameRegion", strings.Repeat("r", 129)), []string{"spec.localityAffinity.failoverRegions[0]"}},
+		{"17 failover regions", withAffinity("PreferSameRegion", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q"), []string{"spec.localityAffinity.failoverRegions"}},
 		{"every error is reported", func(u *v1alpha1.Upstream) {
 			u.Name = ""
 			u.Spec.OverprovisioningFactor = ptr[int32](0)
@@ -530,5 +537,38 @@ func TestKey(t *testing.T) {
 	}
 	if got := convert.Key("ns", "a"); got != (topology.Key{Namespace: "ns", Name: "a"}) {
 		t.Errorf("Key(ns, a) = %v", got)
+	}
+}
+
+func withAffinity(mode string, failover ...string) func(*v1alpha1.Upstream) {
+	return func(u *v1alpha1.Upstream) {
+		u.Spec.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityMode(mode), FailoverRegions: failover}
+	}
+}
+
+func TestUpstreamAffinity(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   *v1alpha1.LocalityAffinity
+		want *topology.Affinity
+	}{
+		{"absent", nil, nil},
+		{"None is no affinity", &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityNone}, nil},
+		{"empty mode is None", &v1alpha1.LocalityAffinity{}, nil},
+		{"PreferSameZone with failover", &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityPreferSameZone, FailoverRegions: []string{"us", "ap"}},
+			&topology.Affinity{Mode: "PreferSameZone", FailoverRegions: []string{"us", "ap"}}},
+		{"Balanced", &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityBalanced}, &topology.Affinity{Mode: "Balanced"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			u := validUpstream()
+			u.Spec.LocalityAffinity = c.in
+			got, errs := convert.Upstream(u)
+			if len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			if !reflect.DeepEqual(got.Affinity, c.want) {
+				t.Errorf("affinity %+v, want %+v", got.Affinity, c.want)
+			}
+		})
 	}
 }

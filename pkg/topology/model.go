@@ -70,13 +70,26 @@ type Upstream struct {
 	AllowLoopback bool
 	// Service, when set, imports the endpoints of a Kubernetes Service.
 	Service *ServiceRef
+	// Affinity, when set, is spec.localityAffinity; nil is mode None.
+	Affinity *Affinity
+}
+
+// Affinity is an upstream's client-locality-aware routing
+// (docs/weights.md, "Client-locality affinity").
+type Affinity struct {
+	Mode            string // None, PreferSameZone, PreferSameRegion, Balanced
+	FailoverRegions []string
 }
 
 // equal reports whether u and o are the same object (o non-nil).
 func (u Upstream) equal(o *Upstream) bool {
 	a, b := u, *o
 	a.Service, b.Service = nil, nil
-	if a != b || (u.Service == nil) != (o.Service == nil) {
+	a.Affinity, b.Affinity = nil, nil
+	if a != b || (u.Service == nil) != (o.Service == nil) || (u.Affinity == nil) != (o.Affinity == nil) {
+		return false
+	}
+	if u.Affinity != nil && (u.Affinity.Mode != o.Affinity.Mode || !slices.Equal(u.Affinity.FailoverRegions, o.Affinity.FailoverRegions)) {
 		return false
 	}
 	return u.Service == nil || *u.Service == *o.Service

@@ -85,6 +85,15 @@ func TestAdmission(t *testing.T) {
 		{"service port 0", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = svc(intstr.FromInt32(0)) }), "spec.endpointsFrom.service.port", "1-65535"},
 		{"service port 70000", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = svc(intstr.FromInt32(70000)) }), "spec.endpointsFrom.service.port", "1-65535"},
 		{`service port "8080" (a string of digits)`, upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = svc(intstr.FromString("8080")) }), "spec.endpointsFrom.service.port", "at least one letter"},
+		{"localityAffinity mode not in the enum", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: "SameZone"}
+		}), "spec.localityAffinity.mode", `"PreferSameZone"`},
+		{"failoverRegions under Balanced", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityBalanced, FailoverRegions: []string{"us"}}
+		}), "spec.localityAffinity", "PreferSameZone and PreferSameRegion only"},
+		{"failoverRegions twice the same", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityPreferSameZone, FailoverRegions: []string{"us", "us"}}
+		}), "spec.localityAffinity.failoverRegions[1]", "Duplicate value"},
 		{"locality weight 0", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = ptr(int64(0)) }), "spec.weight", "greater than or equal to 1"},
 		{"locality weight 4294967296", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = ptr(int64(4294967296)) }), "spec.weight", "less than or equal to 4294967295"},
 		{"locality priority 128", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Priority = ptr(int32(128)) }), "spec.priority", "less than or equal to 127"},
