@@ -93,6 +93,7 @@ const (
 )
 
 // UpstreamSpec is the desired state of an Upstream.
+// +kubebuilder:validation:XValidation:rule="!has(self.localityAffinity) || !has(self.localityAffinity.mode) || self.localityAffinity.mode != 'Balanced' || !has(self.healthAdjustment) || self.healthAdjustment != 'Proxy'",message="localityAffinity.mode Balanced needs healthAdjustment ControlPlane: a proxy's own math cannot keep the global split"
 type UpstreamSpec struct {
 	// overprovisioningFactor is Envoy's overprovisioning factor as an integer percent:
 	// 140 means 1.4, so a locality keeps its full share while at least 5/7 of its

@@ -79,7 +79,9 @@ func Rank(mode Mode, failoverRegions []string, from Zone, l weights.Locality) ui
 	switch mode {
 	case PreferSameZone:
 		switch {
-		case l.Region == from.Region && l.Zone == from.Zone:
+		case l.Region == from.Region && from.Zone != "" && l.Zone == from.Zone:
+			// a client with no zone (or of a region-level class) has no
+			// zone of its own: its whole region ranks alike
 			return 0
 		case l.Region == from.Region:
 			return 1

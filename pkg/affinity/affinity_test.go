@@ -194,7 +194,7 @@ func independentRanks(mode Mode, failover []string, from Zone, eps []weights.End
 	rank := func(l weights.Locality) int {
 		same, first := l.Region == from.Region, 1 // the first rank after the client's own region
 		if mode == PreferSameZone {
-			if same && l.Zone == from.Zone {
+			if same && from.Zone != "" && l.Zone == from.Zone {
 				return 0
 			}
 			if same {
@@ -246,6 +246,9 @@ func TestPropertyPreferSameEqualsSeedMathOnReprioritisedTopology(t *testing.T) {
 			failover = []string{"r2", "r0"}
 		}
 		from := zones[rng.IntN(len(zones))]
+		if rng.IntN(5) == 0 {
+			from.Zone = "" // a region-level class
+		}
 		got, err := Reprioritize(mode, failover, from, eps, nil)
 		if err != nil {
 			t.Fatal(err)

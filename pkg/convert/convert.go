@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 )
@@ -129,17 +130,19 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		}
 		svc = &topology.ServiceRef{Name: ref.Name, Port: ref.Port.String()}
 	}
-	var affinity *topology.Affinity
+	var aff *topology.Affinity
 	if a := s.LocalityAffinity; a != nil {
 		p := sp.Child("localityAffinity")
 		mode := a.Mode
 		if mode == "" {
 			mode = v1alpha1.LocalityAffinityNone
 		}
-		switch mode {
-		case v1alpha1.LocalityAffinityNone, v1alpha1.LocalityAffinityPreferSameZone, v1alpha1.LocalityAffinityPreferSameRegion, v1alpha1.LocalityAffinityBalanced:
-		default:
+		m, err := affinity.ParseMode(string(mode))
+		if err != nil {
 			errs = append(errs, field.NotSupported(p.Child("mode"), mode, []string{"None", "PreferSameZone", "PreferSameRegion", "Balanced"}))
+		}
+		if m == affinity.Balanced && s.HealthAdjustment == v1alpha1.HealthAdjustmentProxy {
+			errs = append(errs, field.Invalid(p.Child("mode"), mode, "Balanced needs healthAdjustment ControlPlane: a proxy's own math cannot keep the global split"))
 		}
 		if len(a.FailoverRegions) > 0 && mode != v1alpha1.LocalityAffinityPreferSameZone && mode != v1alpha1.LocalityAffinityPreferSameRegion {
 			errs = append(errs, field.Invalid(p.Child("failoverRegions"), a.FailoverRegions, "failoverRegions ranks the other regions for PreferSameZone and PreferSameRegion only"))
@@ -158,7 +161,7 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 			seen[r] = true
 		}
 		if mode != v1alpha1.LocalityAffinityNone {
-			affinity = &topology.Affinity{Mode: string(mode), FailoverRegions: slices.Clone(a.FailoverRegions)}
+			aff = &topology.Affinity{Mode: m, FailoverRegions: slices.Clone(a.FailoverRegions)}
 		}
 	}
 	if len(errs) > 0 {
@@ -186,7 +189,7 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		Protocol:         string(s.Protocol),
 		AllowLoopback:    s.AddressPolicy != nil && s.AddressPolicy.AllowLoopback,
 		Service:          svc,
-		Affinity:         affinity,
+		Affinity:         aff,
 	}, nil
 }
 

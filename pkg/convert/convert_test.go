@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/convert"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
@@ -109,6 +110,10 @@ func TestUpstreamInvalid(t *testing.T) {
 		{"failover regions without a mode", withAffinity("", "us"), []string{"spec.localityAffinity.failoverRegions"}},
 		{"failover region twice", withAffinity("PreferSameZone", "us", "ap", "us"), []string{"spec.localityAffinity.failoverRegions[2]"}},
 		{"failover region empty", withAffinity("PreferSameRegion", ""), []string{"spec.localityAffinity.failoverRegions[0]"}},
+		{"Balanced under Proxy", func(u *v1alpha1.Upstream) {
+			withAffinity("Balanced")(u)
+			u.Spec.HealthAdjustment = v1alpha1.HealthAdjustmentProxy
+		}, []string{"spec.localityAffinity.mode"}},
 		{"failover region too long", withAffinity("PreferSameRegion", strings.Repeat("r", 129)), []string{"spec.localityAffinity.failoverRegions[0]"}},
 		{"17 failover regions", withAffinity("PreferSameRegion", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q"), []string{"spec.localityAffinity.failoverRegions"}},
 		{"every error is reported", func(u *v1alpha1.Upstream) {
@@ -556,8 +561,8 @@ func TestUpstreamAffinity(t *testing.T) {
 		{"None is no affinity", &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityNone}, nil},
 		{"empty mode is None", &v1alpha1.LocalityAffinity{}, nil},
 		{"PreferSameZone with failover", &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityPreferSameZone, FailoverRegions: []string{"us", "ap"}},
-			&topology.Affinity{Mode: "PreferSameZone", FailoverRegions: []string{"us", "ap"}}},
-		{"Balanced", &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityBalanced}, &topology.Affinity{Mode: "Balanced"}},
+			&topology.Affinity{Mode: affinity.PreferSameZone, FailoverRegions: []string{"us", "ap"}}},
+		{"Balanced", &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityBalanced}, &topology.Affinity{Mode: affinity.Balanced}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			u := validUpstream()

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/weights"
 )
 
@@ -77,7 +78,7 @@ type Upstream struct {
 // Affinity is an upstream's client-locality-aware routing
 // (docs/weights.md, "Client-locality affinity").
 type Affinity struct {
-	Mode            string // None, PreferSameZone, PreferSameRegion, Balanced
+	Mode            affinity.Mode // never None: an upstream without affinity has a nil Affinity
 	FailoverRegions []string
 }
 

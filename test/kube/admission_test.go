@@ -94,6 +94,10 @@ func TestAdmission(t *testing.T) {
 		{"failoverRegions twice the same", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
 			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityPreferSameZone, FailoverRegions: []string{"us", "us"}}
 		}), "spec.localityAffinity.failoverRegions[1]", "Duplicate value"},
+		{"Balanced under healthAdjustment Proxy", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityBalanced}
+			s.HealthAdjustment = v1alpha1.HealthAdjustmentProxy
+		}), "spec", "Balanced needs healthAdjustment ControlPlane"},
 		{"locality weight 0", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = ptr(int64(0)) }), "spec.weight", "greater than or equal to 1"},
 		{"locality weight 4294967296", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = ptr(int64(4294967296)) }), "spec.weight", "less than or equal to 4294967295"},
 		{"locality priority 128", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Priority = ptr(int32(128)) }), "spec.priority", "less than or equal to 127"},

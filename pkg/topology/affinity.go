@@ -1,0 +1,121 @@
+package topology
+
+import (
+	"fmt"
+	"slices"
+
+	"poise.dev/poise/pkg/affinity"
+	"poise.dev/poise/pkg/weights"
+)
+
+// ClassState is what the clients of one locality class receive for one
+// upstream under its localityAffinity, and how it was derived, for explain.
+type ClassState struct {
+	From affinity.Zone
+	Mode affinity.Mode
+	// State is the upstream as the class sees it. It is the base state
+	// itself when the class receives the None split.
+	State *UpstreamState
+	// Effective lists, under PreferSameZone and PreferSameRegion, every
+	// (configured priority, proximity rank) pair that occurs and the
+	// effective priority it became, in effective order.
+	Effective []EffectivePriority
+	// Balanced is the Balanced derivation; nil under the other modes.
+	Balanced *affinity.BalancedSplit
+}
+
+// EffectivePriority is one step of the PreferSame* re-prioritisation.
+type EffectivePriority struct {
+	Configured, Rank, Effective uint32
+}
+
+// Base reports whether the class receives the None split unchanged.
+func (c *ClassState) Base(u *UpstreamState) bool { return c.State == u }
+
+// ModeOf is the upstream's affinity mode (None without localityAffinity).
+func (u *Upstream) ModeOf() affinity.Mode {
+	if u.Affinity == nil {
+		return affinity.None
+	}
+	return u.Affinity.Mode
+}
+
+// ForClass derives what clients in from receive: under PreferSameZone and
+// PreferSameRegion the seed's math runs again on the re-prioritised
+// endpoints; under Balanced the None result is divided again by client zone
+// for the given demand (see affinity.Balance) and each locality's traffic
+// is split over its endpoints as the seed's stage 3 does. A client with no
+// locality, an upstream without affinity, and a Balanced class that falls
+// back, receive the base state.
+func (u *UpstreamState) ForClass(from affinity.Zone, demand []affinity.Demand) (*ClassState, error) {
+	c := &ClassState{From: from, Mode: u.Upstream.ModeOf(), State: u}
+	if !from.Known() {
+		return c, nil
+	}
+	switch c.Mode {
+	case affinity.PreferSameZone, affinity.PreferSameRegion:
+		return c, c.preferSame(u)
+	case affinity.Balanced:
+		return c, c.balanced(u, demand)
+	}
+	return c, nil
+}
+
+func (c *ClassState) preferSame(u *UpstreamState) error {
+	failover := u.Upstream.Affinity.FailoverRegions
+	eps, err := affinity.Reprioritize(c.Mode, failover, c.From, u.Endpoints, nil)
+	if err != nil {
+		return fmt.Errorf("upstream %s, clients in %s: %w", u.Upstream.Key, c.From, err)
+	}
+	for i, e := range eps {
+		step := EffectivePriority{Configured: u.Endpoints[i].Priority, Rank: affinity.Rank(c.Mode, failover, c.From, e.Locality), Effective: e.Priority}
+		if !slices.Contains(c.Effective, step) {
+			c.Effective = append(c.Effective, step)
+		}
+	}
+	slices.SortFunc(c.Effective, func(a, b EffectivePriority) int { return int(a.Effective) - int(b.Effective) })
+	res, err := weights.Compute(u.Upstream.Policy, eps)
+	if err != nil {
+		return fmt.Errorf("upstream %s, clients in %s: %w", u.Upstream.Key, c.From, err)
+	}
+	derived := *u
+	derived.Endpoints, derived.Result = eps, res
+	c.State = &derived
+	return nil
+}
+
+func (c *ClassState) balanced(u *UpstreamState, demand []affinity.Demand) error {
+	split, err := affinity.Balance(u.Result, demand, c.From)
+	if err != nil {
+		return fmt.Errorf("upstream %s, clients in %s: %w", u.Upstream.Key, c.From, err)
+	}
+	c.Balanced = split
+	if split.Fallback != "" {
+		return nil
+	}
+	res := *u.Result
+	res.Localities = slices.Clone(u.Result.Localities)
+	res.Endpoints = slices.Clone(u.Result.Endpoints)
+	var w []uint64
+	for li := range res.Localities {
+		l := &res.Localities[li]
+		l.Traffic = split.Traffic[li]
+		eps := res.Endpoints[l.FirstEndpoint : l.FirstEndpoint+l.EndpointCount]
+		w = w[:0]
+		for _, er := range eps {
+			if er.Selectable {
+				w = append(w, u.Endpoints[er.Index].Weight)
+			} else {
+				w = append(w, 0)
+			}
+		}
+		parts := weights.Apportion(l.Traffic, w)
+		for i := range eps {
+			eps[i].Share = parts[i]
+		}
+	}
+	derived := *u
+	derived.Result = &res
+	c.State = &derived
+	return nil
+}
