@@ -47,10 +47,19 @@ type Client struct {
 	UserAgent string `json:"userAgent"`
 	Kind      string `json:"kind"`
 	Rendering string `json:"rendering"`
-	// Zone is the node's locality "region/zone" (xdscache.ZoneKey) as it
-	// claims it; the cache sends it that zone's variants unless the zone
-	// overflowed its bound.
-	Zone      string                `json:"zone,omitempty"`
+	// Zone is the node's locality class as it claims it: "region/zone", or
+	// the region alone when it names no zone (xdscache.ZoneKey).
+	Zone string `json:"zone,omitempty"`
+	// Class is the class whose variants the cache sends it: Zone, or its
+	// region when zone classes are over their bound (ClassNote says so), or
+	// none when region classes are over theirs too.
+	Class     string `json:"class,omitempty"`
+	ClassNote string `json:"classNote,omitempty"`
+	// DemandWeight is what the client counts for in a Balanced upstream's
+	// demand (node metadata poise.dev/demand-weight, else 1).
+	DemandWeight uint64                `json:"demandWeight,omitempty"`
+	DemandNote   string                `json:"demandNote,omitempty"`
+	classified   bool
 	Features  []string              `json:"features"`
 	Connected time.Time             `json:"connected"`
 	Types     map[string]*TypeState `json:"types"`
@@ -224,6 +233,33 @@ func (cl *Client) typeState(typeURL string) *TypeState {
 		cl.Types[t] = ts
 	}
 	return ts
+}
+
+// classify records the class the cache admitted a stream to, once, after
+// its node is known.
+func (c *Clients) classify(k streamKey, n *core.Node, st *xdscache.Stream) {
+	if n == nil {
+		return
+	}
+	c.mu.Lock()
+	cl := c.streams[k]
+	done := cl == nil || cl.classified
+	c.mu.Unlock()
+	if done {
+		return
+	}
+	class, how, demand := st.Class()
+	_, valid := xdscache.DemandWeight(n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cl.classified = true
+	cl.Class, cl.DemandWeight = truncate(class, maxNodeField), demand
+	if how != xdscache.Admitted {
+		cl.ClassNote = how.String()
+	}
+	if !valid {
+		cl.DemandNote = "metadata " + xdscache.DemandWeightKey + " is not an integer 1..1000000; counted as 1"
+	}
 }
 
 // sotwRequest records a SotW request and returns its version_info as a

@@ -336,6 +336,7 @@ func (x *xdsServer) handleSotw(st *xdscache.Stream, key streamKey, only string, 
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	st.SetNode(node)
+	x.clients.classify(key, node, st)
 	req.remember(t)
 	nonce := string(req.nonce)
 	version := x.clients.sotwRequest(key, node, typeURL, req.version, nonce, detail.GetMessage(), detail != nil)
@@ -385,6 +386,7 @@ func (x *xdsServer) handleDelta(st *xdscache.Stream, key streamKey, only string,
 		return unknownType(typeURL)
 	}
 	st.SetNode(req.GetNode())
+	x.clients.classify(key, req.GetNode(), st)
 	x.clients.deltaRequest(key, req.GetNode(), typeURL, req.GetResponseNonce(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 	return requestError(typeURL, st.Delta(xdscache.DeltaRequest{TypeURL: typeURL, Nonce: req.GetResponseNonce(), NACK: req.GetErrorDetail() != nil,
 		Subscribe: req.GetResourceNamesSubscribe(), Unsubscribe: req.GetResourceNamesUnsubscribe(),

@@ -31,6 +31,9 @@ var TypeOrder = []string{resource.ClusterType, resource.EndpointType, resource.L
 // place in TypeOrder.
 const numTypes = 4
 
+// endpointsIndex is TypeIndex(resource.EndpointType).
+const endpointsIndex = 1
+
 // TypeIndex is the index of a published type URL in TypeOrder, or -1.
 func TypeIndex(typeURL string) int {
 	switch typeURL {
@@ -178,6 +181,8 @@ type group struct {
 	zone     string
 	watches  int // how many, wildcard or not
 	wildcard map[*Watch]struct{}
+	// wildcardDemand sums the demand weights of the wildcard watches.
+	wildcardDemand uint64
 	subsets  map[uint64][]*subset // by hash of the sorted names
 	index    map[string][]*subset // name → the subsets that hold it
 }
@@ -192,6 +197,7 @@ type subset struct {
 	hash    uint64
 	names   []string // sorted, unique
 	members map[*Watch]struct{}
+	demand  uint64 // the members' summed demand weights
 }
 
 // Option configures a Cache.
@@ -470,6 +476,7 @@ func (g *group) release(w *Watch) {
 	}
 	w.subset = nil
 	delete(ss.members, w)
+	ss.demand -= w.stream.demand
 	if len(ss.members) > 0 {
 		return
 	}

@@ -27,7 +27,8 @@ type Stream struct {
 	// zone is the client's zone (see ZoneKey), admitted to the census, or ""
 	// (no locality, or overflow): the stream is sent its zone's variants.
 	zone     string
-	overflow bool
+	admitted Admission
+	demand   uint64 // DemandWeight of the node: what the stream counts for in Demand
 	watches  [numTypes]*Watch
 	wakeCh   chan struct{}
 	epoch    uint64 // the Apply that last queued this stream for waking
@@ -105,8 +106,17 @@ func (s *Stream) SetNode(n *core.Node) {
 	defer s.c.mu.Unlock()
 	if !s.viewSet && !s.closed && s.watches == [numTypes]*Watch{} {
 		s.view, s.viewSet = s.c.viewOf(n), true
-		s.zone, s.overflow = s.c.zones.admit(s.view, ZoneKey(n))
+		s.demand, _ = DemandWeight(n)
+		s.zone, s.admitted = s.c.zones.admit(s.view, ZoneKey(n))
 	}
+}
+
+// Class is the class the stream is sent the variants of ("" for none),
+// how its claim was admitted, and its demand weight.
+func (s *Stream) Class() (class string, how Admission, demand uint64) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.zone, s.admitted, s.demand
 }
 
 // Zone is the zone the stream is sent variants of ("" for none).
@@ -129,7 +139,7 @@ func (s *Stream) Close() {
 			s.watches[i] = nil
 		}
 	}
-	s.c.zones.leave(s.view, s.zone, s.overflow)
+	s.c.zones.leave(s.view, s.zone, s.admitted)
 	s.closed = true
 }
 
@@ -147,6 +157,7 @@ func (w *Watch) unregister() {
 	g := w.g
 	if w.wildcard {
 		delete(g.wildcard, w)
+		g.wildcardDemand -= w.stream.demand
 	}
 	g.release(w)
 	if g.watches--; g.watches == 0 && g.zone != "" {
@@ -203,6 +214,8 @@ func (c *Cache) setScope(w *Watch, wildcard bool, names []string) (added []strin
 		g.release(w)
 		w.wildcard = true
 		g.wildcard[w] = struct{}{}
+		g.wildcardDemand += w.stream.demand
+		c.demandMoved(w)
 		return nil, true
 	}
 	old := w.scopeNames()
@@ -213,13 +226,16 @@ func (c *Cache) setScope(w *Watch, wildcard bool, names []string) (added []strin
 	ss := c.intern(g, names)
 	if wasWildcard {
 		delete(g.wildcard, w)
+		g.wildcardDemand -= w.stream.demand
 		w.wildcard = false
 	}
 	if w.subset != ss {
 		g.release(w)
 		w.subset = ss
 		ss.members[w] = struct{}{}
+		ss.demand += w.stream.demand
 	}
+	c.demandMoved(w)
 	if wasWildcard {
 		return nil, true // everything it can hold is already in scope
 	}

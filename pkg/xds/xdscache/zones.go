@@ -2,8 +2,14 @@ package xdscache
 
 import (
 	"maps"
+	"math"
+	"strconv"
+	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"poise.dev/poise/pkg/affinity"
 )
 
 // DefaultMaxZones is how many distinct zones the cache keeps streams of
@@ -14,27 +20,91 @@ const DefaultMaxZones = 64
 // Kubernetes label value, as region and zone are, has at most 63 bytes).
 const MaxZoneKey = 256
 
-// ZoneKey is the zone of a client: its node's locality "region/zone", or ""
-// when the node has no region. Sub-zones are ignored.
+// ZoneKey is the locality class of a client: "region/zone" from its node's
+// locality (sub-zones are ignored), the region alone when the node names a
+// region but no zone, or "" when it names no region. A region holding "/"
+// has no class ("" too): its keys could not be told apart.
 func ZoneKey(n *core.Node) string {
 	l := n.GetLocality()
-	if l.GetRegion() == "" {
+	region := l.GetRegion()
+	if region == "" || strings.Contains(region, "/") {
 		return ""
 	}
-	return l.GetRegion() + "/" + l.GetZone()
+	if l.GetZone() == "" {
+		return region
+	}
+	return region + "/" + l.GetZone()
 }
 
-// zoneCensus counts the open streams of each zone. A stream's zone is
-// admitted when it is seen first: while maxZones distinct zones have
-// streams, a stream of another zone (or one whose key is longer than
-// MaxZoneKey) gets zone "" for its life and counts as overflow, so what
-// the cache keeps per zone stays bounded whatever clients claim.
+// IsRegionKey says whether a class key is a region-level class.
+func IsRegionKey(key string) bool { return key != "" && !strings.Contains(key, "/") }
+
+// Admission says how a stream's claimed class was admitted.
+type Admission uint8
+
+const (
+	// Admitted: the stream is in the class it claims (or claims none).
+	Admitted Admission = iota
+	// RegionFallback: its zone class was over the bound, so it is in its
+	// region's class.
+	RegionFallback
+	// Overflow: neither its zone nor its region class fit the bound; it is
+	// sent the base resources.
+	Overflow
+)
+
+func (a Admission) String() string {
+	return [...]string{"admitted", "region-level: zone classes are over the bound", "none: zone and region classes are over the bound"}[a]
+}
+
+// DemandWeightKey is the node metadata field a client declares its demand
+// weight in, for the Balanced affinity mode.
+const DemandWeightKey = "poise.dev/demand-weight"
+
+// DemandWeight is the demand a node declares: the integer in its metadata
+// DemandWeightKey (a number or a string of digits, 1..affinity.MaxDemandWeight),
+// else 1; ok is false when the field is there but not such an integer.
+func DemandWeight(n *core.Node) (weight uint64, ok bool) {
+	v, has := n.GetMetadata().GetFields()[DemandWeightKey]
+	if !has {
+		return 1, true
+	}
+	var w float64
+	switch x := v.GetKind().(type) {
+	case *structpb.Value_NumberValue:
+		w = x.NumberValue
+	case *structpb.Value_StringValue:
+		if len(x.StringValue) > 7 {
+			return 1, false
+		}
+		i, err := strconv.ParseUint(x.StringValue, 10, 64)
+		if err != nil {
+			return 1, false
+		}
+		w = float64(i)
+	default:
+		return 1, false
+	}
+	if w != math.Trunc(w) || w < 1 || w > affinity.MaxDemandWeight {
+		return 1, false
+	}
+	return uint64(w), true
+}
+
+// zoneCensus counts the open streams of each class. A stream's class is
+// admitted when it is seen first: while maxZones distinct zone classes have
+// streams, a stream of another zone gets its region's class instead, and
+// while maxZones region classes have streams too (or its key is longer than
+// MaxZoneKey), class "" for its life, counted as overflow. What the cache
+// keeps per class stays bounded whatever clients claim.
 type zoneCensus struct {
 	max      int
-	streams  map[string]int   // zone → open streams, over every view
-	perView  []map[string]int // view → zone → open streams
+	streams  map[string]int   // class → open streams, over every view
+	perView  []map[string]int // view → class → open streams
+	zones    int              // classes in streams that are zones
 	overflow int
-	changed  chan struct{} // closed, and replaced, when a count changes
+	fallback int // streams in a region class because their zone did not fit
+	changed  chan struct{} // closed, and replaced, when a count or a demand changes
 }
 
 func (z *zoneCensus) init(views int) {
@@ -51,34 +121,61 @@ func (z *zoneCensus) notify() {
 	z.changed = make(chan struct{})
 }
 
-// admit counts a new stream of view claiming key; it returns the zone the
-// stream gets and whether it overflowed.
-func (z *zoneCensus) admit(view int, key string) (zone string, overflow bool) {
-	if key == "" {
-		return "", false
+// fits says whether a stream may join class key.
+func (z *zoneCensus) fits(key string) bool {
+	if len(key) > MaxZoneKey {
+		return false
 	}
-	if len(key) > MaxZoneKey || (z.streams[key] == 0 && len(z.streams) >= z.max) {
+	if z.streams[key] > 0 {
+		return true
+	}
+	if IsRegionKey(key) {
+		return len(z.streams)-z.zones < z.max
+	}
+	return z.zones < z.max
+}
+
+// admit counts a new stream of view claiming key; it returns the class the
+// stream gets and how.
+func (z *zoneCensus) admit(view int, key string) (class string, how Admission) {
+	if key == "" {
+		return "", Admitted
+	}
+	switch {
+	case z.fits(key):
+	case !IsRegionKey(key) && z.fits(key[:strings.IndexByte(key, '/')]):
+		key, how = key[:strings.IndexByte(key, '/')], RegionFallback
+		z.fallback++
+	default:
 		z.overflow++
 		z.notify()
-		return "", true
+		return "", Overflow
 	}
-	z.streams[key]++
+	if z.streams[key]++; z.streams[key] == 1 && !IsRegionKey(key) {
+		z.zones++
+	}
 	z.perView[view][key]++
 	z.notify()
-	return key, false
+	return key, how
 }
 
 // leave uncounts a stream that admit counted.
-func (z *zoneCensus) leave(view int, zone string, overflow bool) {
+func (z *zoneCensus) leave(view int, class string, how Admission) {
 	switch {
-	case overflow:
+	case how == Overflow:
 		z.overflow--
-	case zone != "":
-		if z.streams[zone]--; z.streams[zone] == 0 {
-			delete(z.streams, zone)
+	case class != "":
+		if how == RegionFallback {
+			z.fallback--
 		}
-		if z.perView[view][zone]--; z.perView[view][zone] == 0 {
-			delete(z.perView[view], zone)
+		if z.streams[class]--; z.streams[class] == 0 {
+			delete(z.streams, class)
+			if !IsRegionKey(class) {
+				z.zones--
+			}
+		}
+		if z.perView[view][class]--; z.perView[view][class] == 0 {
+			delete(z.perView[view], class)
 		}
 	default:
 		return
@@ -86,8 +183,8 @@ func (z *zoneCensus) leave(view int, zone string, overflow bool) {
 	z.notify()
 }
 
-// Zones is the census of one view: how many open streams each zone has
-// (streams without a zone, and overflow, are not in it). The map is a copy.
+// Zones is the census of one view: how many open streams each class has
+// (streams without a class, and overflow, are not in it). The map is a copy.
 func (c *Cache) Zones(view int) map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -102,8 +199,56 @@ func (c *Cache) ZoneOverflow() int {
 	return c.zones.overflow
 }
 
+// ZoneFallback is how many open streams are in their region's class
+// because their zone class was over the bound.
+func (c *Cache) ZoneFallback() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.zones.fallback
+}
+
+// Demand is, for one resource name of a type, the summed demand weight
+// (DemandWeight) of the streams of each zone class that subscribe to it,
+// over every view. Region-level classes and streams with no class are not
+// counted: the Balanced mode gives them the None split.
+func (c *Cache) Demand(typeURL, name string) map[string]uint64 {
+	t := TypeIndex(typeURL)
+	if t < 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out map[string]uint64
+	for _, v := range c.views {
+		for zone, g := range v.types[t].zones {
+			if IsRegionKey(zone) {
+				continue
+			}
+			d := g.wildcardDemand
+			for _, ss := range g.index[name] {
+				d += ss.demand
+			}
+			if d > 0 {
+				if out == nil {
+					out = map[string]uint64{}
+				}
+				out[zone] += d
+			}
+		}
+	}
+	return out
+}
+
+// demandMoved notes that a watch of g changed what it subscribes to; for
+// the endpoints of a zone class this is a change of Demand.
+func (c *Cache) demandMoved(w *Watch) {
+	if w.ts.typ == endpointsIndex && w.g.zone != "" && !IsRegionKey(w.g.zone) {
+		c.zones.notify()
+	}
+}
+
 // ZonesChanged returns a channel closed by the next change of Zones (in
-// any view) or ZoneOverflow.
+// any view), ZoneOverflow, ZoneFallback or Demand.
 func (c *Cache) ZonesChanged() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -9,6 +9,8 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"poise.dev/poise/pkg/xds/xdscache"
 )
@@ -330,34 +332,39 @@ func TestZoneCensus(t *testing.T) {
 	}
 }
 
-// At most MaxZones zones have streams at once: a stream of another zone,
-// or with an overlong locality, is sent the base and counted as overflow.
+// At most MaxZones zone classes have streams at once: a stream of another
+// zone joins its region's class, and when MaxZones region classes have
+// streams too (or its region is overlong) it is sent the base and counted
+// as overflow.
 func TestMaxZones(t *testing.T) {
 	c := xdscache.New(2, func(*core.Node) int { return 0 }, xdscache.WithMaxZones(2))
 	c.Apply(xdscache.Update{Version: "v1", Changes: []xdscache.Change{
-		put("", "c1", "base", "v1"), put(zoneA, "c1", "A", "v1"), put("r1/c", "c1", "C", "v1"),
+		put("", "c1", "base", "v1"), put(zoneA, "c1", "A", "v1"), put("r1/c", "c1", "C", "v1"), put("r1", "c1", "R1", "v1"),
 	}})
 	a, b := openZoned(t, c, false, inA), openZoned(t, c, false, inB)
-	long := zoneNode("long", strings.Repeat("r", xdscache.MaxZoneKey), "z")
+	long := zoneNode("long", strings.Repeat("r", xdscache.MaxZoneKey+1), "z")
 	for _, tc := range []struct {
-		node     *core.Node
-		zone     string
-		overflow int
-		want     string
+		node               *core.Node
+		zone               string
+		fallback, overflow int
+		want               string
 	}{
-		{zoneNode("c", "r1", "c"), "", 1, "c1=base@v1"},
-		{inA, zoneA, 1, "c1=A@v1"}, // an admitted zone takes more streams
-		{long, "", 2, "c1=base@v1"},
+		{zoneNode("c", "r1", "c"), "r1", 1, 0, "c1=R1@v1"},
+		{inA, zoneA, 1, 0, "c1=A@v1"}, // an admitted zone takes more streams
+		{long, "", 1, 1, "c1=base@v1"},
+		{zoneNode("x", "r2", "x"), "r2", 2, 1, "c1=base@v1"}, // a second region class; it has no variant
+		{zoneNode("y", "r3", "y"), "", 2, 2, "c1=base@v1"},   // region classes are full too
+		{zoneNode("r", "r3", ""), "", 2, 3, "c1=base@v1"},    // a region-only node claims a region class
 	} {
 		z := openZoned(t, c, false, tc.node)
 		z.subscribe(nil, "c1")
-		if got := z.recv(); z.s.Zone() != tc.zone || got != tc.want || c.ZoneOverflow() != tc.overflow {
-			t.Fatalf("%s: zone %q overflow %d got %s, want zone %q overflow %d %s",
-				tc.node.GetId(), z.s.Zone(), c.ZoneOverflow(), got, tc.zone, tc.overflow, tc.want)
+		if got := z.recv(); z.s.Zone() != tc.zone || got != tc.want || c.ZoneOverflow() != tc.overflow || c.ZoneFallback() != tc.fallback {
+			t.Fatalf("%s: zone %q fallback %d overflow %d got %s, want zone %q fallback %d overflow %d %s",
+				tc.node.GetId(), z.s.Zone(), c.ZoneFallback(), c.ZoneOverflow(), got, tc.zone, tc.fallback, tc.overflow, tc.want)
 		}
 		defer z.s.Close()
 	}
-	if got := c.Zones(0); !maps.Equal(got, map[string]int{zoneA: 2, zoneB: 1}) {
+	if got := c.Zones(0); !maps.Equal(got, map[string]int{zoneA: 2, zoneB: 1, "r1": 1, "r2": 1}) {
 		t.Fatalf("census %v", got)
 	}
 	// Once a zone is free, a new one is admitted.
@@ -368,4 +375,112 @@ func TestMaxZones(t *testing.T) {
 		t.Fatalf("after a zone left: zone %q got %s", z.s.Zone(), got)
 	}
 	a.s.Close()
+}
+
+func withDemand(n *core.Node, v *structpb.Value) *core.Node {
+	n = proto.Clone(n).(*core.Node)
+	n.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{xdscache.DemandWeightKey: v}}
+	return n
+}
+
+// Demand sums, per zone class, the demand weights of the streams that
+// subscribe to a name (or to every name), and follows subscriptions and
+// closes; each change closes ZonesChanged.
+func TestDemand(t *testing.T) {
+	c := xdscache.New(2, func(n *core.Node) int {
+		if n.GetUserAgentName() == "grpc-go" {
+			return 1
+		}
+		return 0
+	})
+	c.Apply(xdscache.Update{Version: "v1", Changes: []xdscache.Change{put("", "c1", "base", "v1"), put("", "c2", "base", "v1")}})
+	a1 := openZoned(t, c, false, withDemand(inA, structpb.NewNumberValue(3)))
+	grpcA := proto.Clone(inA).(*core.Node)
+	grpcA.UserAgentName = "grpc-go"
+	a2 := openZoned(t, c, true, withDemand(grpcA, structpb.NewStringValue("5"))) // another view, the same class
+	b := openZoned(t, c, false, inB)
+	region := openZoned(t, c, false, zoneNode("r", "r2", "")) // a region class: not counted
+	none := openZoned(t, c, false, &core.Node{Id: "n"})      // no class: not counted
+	changed := c.ZonesChanged()
+	a1.subscribe(nil, "c1")
+	select {
+	case <-changed:
+	default:
+		t.Fatal("a subscription of a zone class did not close ZonesChanged")
+	}
+	a2.subscribe(nil, "c1", "c2")
+	b.subscribe(nil, "c2")
+	region.subscribe(nil, "c1")
+	none.subscribe(nil, "c1")
+	for _, tc := range []struct {
+		name string
+		want map[string]uint64
+	}{
+		{"c1", map[string]uint64{zoneA: 8}},
+		{"c2", map[string]uint64{zoneA: 5, zoneB: 1}},
+		{"c3", nil},
+	} {
+		if got := c.Demand(EDS, tc.name); !maps.Equal(got, tc.want) {
+			t.Errorf("Demand(%s) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if got := c.Demand(resource.ClusterType, "c1"); got != nil {
+		t.Errorf("no cluster watches, yet Demand(CDS) = %v", got)
+	}
+	a1.subscribe(nil, "c2") // moves its 3 from c1 to c2
+	a2.s.Close()
+	if got, want := c.Demand(EDS, "c1"), map[string]uint64(nil); !maps.Equal(got, want) {
+		t.Errorf("after moves, Demand(c1) = %v, want %v", got, want)
+	}
+	if got, want := c.Demand(EDS, "c2"), map[string]uint64{zoneA: 3, zoneB: 1}; !maps.Equal(got, want) {
+		t.Errorf("after moves, Demand(c2) = %v, want %v", got, want)
+	}
+	for _, z := range []*zoneClient{a1, b, region, none} {
+		z.s.Close()
+	}
+	if got := c.Demand(EDS, "c2"); got != nil {
+		t.Errorf("all closed, Demand(c2) = %v", got)
+	}
+}
+
+func TestDemandWeight(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    *structpb.Value
+		want uint64
+		ok   bool
+	}{
+		{"absent", nil, 1, true},
+		{"number", structpb.NewNumberValue(40), 40, true},
+		{"string", structpb.NewStringValue("1000000"), 1_000_000, true},
+		{"zero", structpb.NewNumberValue(0), 1, false},
+		{"fraction", structpb.NewNumberValue(2.5), 1, false},
+		{"too large", structpb.NewNumberValue(1_000_001), 1, false},
+		{"negative string", structpb.NewStringValue("-3"), 1, false},
+		{"long string", structpb.NewStringValue("00000000000000000001"), 1, false},
+		{"bool", structpb.NewBoolValue(true), 1, false},
+	} {
+		n := &core.Node{Id: "n"}
+		if tc.v != nil {
+			n = withDemand(n, tc.v)
+		}
+		if got, ok := xdscache.DemandWeight(n); got != tc.want || ok != tc.ok {
+			t.Errorf("%s: %d %v, want %d %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestZoneKey(t *testing.T) {
+	for _, tc := range []struct {
+		region, zone, want string
+	}{
+		{"eu", "a", "eu/a"},
+		{"eu", "", "eu"},
+		{"", "a", ""},
+		{"e/u", "a", ""},
+	} {
+		if got := xdscache.ZoneKey(zoneNode("n", tc.region, tc.zone)); got != tc.want {
+			t.Errorf("ZoneKey(%q, %q) = %q, want %q", tc.region, tc.zone, got, tc.want)
+		}
+	}
 }
