@@ -57,12 +57,12 @@ type Client struct {
 	ClassNote string `json:"classNote,omitempty"`
 	// DemandWeight is what the client counts for in a Balanced upstream's
 	// demand (node metadata poise.dev/demand-weight, else 1).
-	DemandWeight uint64                `json:"demandWeight,omitempty"`
-	DemandNote   string                `json:"demandNote,omitempty"`
+	DemandWeight uint64 `json:"demandWeight,omitempty"`
+	DemandNote   string `json:"demandNote,omitempty"`
 	classified   bool
-	Features  []string              `json:"features"`
-	Connected time.Time             `json:"connected"`
-	Types     map[string]*TypeState `json:"types"`
+	Features     []string              `json:"features"`
+	Connected    time.Time             `json:"connected"`
+	Types        map[string]*TypeState `json:"types"`
 }
 
 // TypeState is what one client was sent and answered for one xDS type.

@@ -183,8 +183,8 @@ type group struct {
 	wildcard map[*Watch]struct{}
 	// wildcardDemand sums the demand weights of the wildcard watches.
 	wildcardDemand uint64
-	subsets  map[uint64][]*subset // by hash of the sorted names
-	index    map[string][]*subset // name → the subsets that hold it
+	subsets        map[uint64][]*subset // by hash of the sorted names
+	index          map[string][]*subset // name → the subsets that hold it
 }
 
 func newGroup(zone string) group {

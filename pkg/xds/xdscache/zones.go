@@ -103,7 +103,7 @@ type zoneCensus struct {
 	perView  []map[string]int // view → class → open streams
 	zones    int              // classes in streams that are zones
 	overflow int
-	fallback int // streams in a region class because their zone did not fit
+	fallback int           // streams in a region class because their zone did not fit
 	changed  chan struct{} // closed, and replaced, when a count or a demand changes
 }
 

@@ -400,7 +400,7 @@ func TestDemand(t *testing.T) {
 	a2 := openZoned(t, c, true, withDemand(grpcA, structpb.NewStringValue("5"))) // another view, the same class
 	b := openZoned(t, c, false, inB)
 	region := openZoned(t, c, false, zoneNode("r", "r2", "")) // a region class: not counted
-	none := openZoned(t, c, false, &core.Node{Id: "n"})      // no class: not counted
+	none := openZoned(t, c, false, &core.Node{Id: "n"})       // no class: not counted
 	changed := c.ZonesChanged()
 	a1.subscribe(nil, "c1")
 	select {
