@@ -18,6 +18,7 @@ import (
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xds/xdscache"
 )
 
 func runServe(args []string, stdout, stderr io.Writer) int {
@@ -50,6 +51,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	statusShare := fs.Float64("status-write-share", kube.DefaultStatusShare,
 		"the part (0 to 1] of --kube-api-qps and --kube-api-burst that status writes may take; the rest is kept for the Lease and the informers")
 	statusWriters := fs.Int("status-writers", kube.DefaultStatusWorkers, "status writes in flight at once, at most (the status writer's share of the apiserver's concurrency)")
+	maxClasses := fs.Int("max-client-classes", xdscache.DefaultMaxZones,
+		"client-locality classes (region/zone) rendered at once for upstreams with localityAffinity; a client of another zone beyond it receives its region's class, and beyond as many region classes the split of clients with no locality (/debug/clients says which)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -76,6 +79,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	case *kubeQPS <= 0 || *kubeBurst <= 0:
 		fmt.Fprintln(stderr, "error: --kube-api-qps and --kube-api-burst must be positive")
+		return exitUsage
+	case *maxClasses < 1 || *maxClasses > 4096:
+		fmt.Fprintf(stderr, "error: --max-client-classes %d: want 1 to 4096\n", *maxClasses)
 		return exitUsage
 	case *statusWriters <= 0:
 		fmt.Fprintln(stderr, "error: --status-writers must be positive")
@@ -107,7 +113,8 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	err = controlplane.Run(ctx, controlplane.Config{
 		Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace,
 		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, MetricsAddress: *metricsAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn,
-		DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Settle: settleOf(*settle), Spatial: spatial,
+		MaxClientClasses: *maxClasses,
+		DrainPeriod:      *drain, Debounce: *debounce, DebounceMax: *debounceMax, Settle: settleOf(*settle), Spatial: spatial,
 		KubeQPS: *kubeQPS, KubeBurst: *kubeBurst, StatusShare: *statusShare, StatusWriters: *statusWriters,
 		Log: log, Out: stdout, Version: version,
 	})

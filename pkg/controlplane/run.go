@@ -58,6 +58,9 @@ type Config struct {
 	// DrainPeriod: how long stopping takes to end the xDS streams (see
 	// server.Config.DrainPeriod).
 	DrainPeriod time.Duration
+	// MaxClientClasses bounds the client-locality classes rendered at once
+	// (xdscache.WithMaxZones); 0 is xdscache.DefaultMaxZones.
+	MaxClientClasses int
 	// Spatial says where Envoy's spatial routing listener binds (zero: 0.0.0.0:10080).
 	Spatial translate.SpatialOptions
 	// Debounce: the files source applies a change once the files have been
@@ -115,8 +118,14 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancel()
 
 	instance := publish.NewInstanceID()
-	cache := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
+	maxClasses := cfg.MaxClientClasses
+	if maxClasses == 0 {
+		maxClasses = xdscache.DefaultMaxZones
+	}
+	cache := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) },
+		xdscache.WithMaxZones(maxClasses))
 	pub := publish.New(cache, instance, log)
+	pub.SetCensus(cache)
 	pub.SetSpatialOptions(cfg.Spatial)
 	pub.OnPublish = func(st publish.Stats) {
 		m.SnapshotBuilds.WithLabelValues("published").Inc()
@@ -267,6 +276,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 	run("publisher", func() error { return pub.Run(ctx, dir) })
+	run("client classes", func() error { return pub.RunClasses(ctx) })
 	run("xds server", func() error { return server.Serve(ctx, grpcServer, xdsLis) })
 	run("admin server", func() error { return serveHTTP(ctx, adminSrv, adminLis) })
 	if metricsSrv != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime"
 	"strconv"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
+	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
@@ -96,6 +98,8 @@ type Publisher struct {
 	OnReject func(rev uint64, err error)
 
 	changed chan struct{} // closed after each publication
+
+	cls classState
 }
 
 // published is what was last published for one upstream.
@@ -106,6 +110,11 @@ type published struct {
 	endpoints [translate.NumRenderings]*xdscache.Entry
 	listener  *xdscache.Entry
 	route     *xdscache.Entry
+	// variants are the endpoints of client classes that differ from the
+	// base (nil without affinity); failed the classes that could not be
+	// derived and receive the base.
+	variants map[variantKey]*xdscache.Entry
+	failed   map[string]bool
 }
 
 // New returns a Publisher writing to c with version prefix instance.
@@ -114,7 +123,9 @@ func New(c xdscache.Publisher, instance string, log *slog.Logger) *Publisher {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Publisher{cache: c, instance: instance, log: log, upstream: map[topology.Key]*published{}, changed: make(chan struct{}),
-		enc: translate.NewEncoder()}
+		enc: translate.NewEncoder(),
+		cls: classState{demand: map[topology.Key][]affinity.Demand{}, pending: map[topology.Key]*pendingDemand{},
+			affine: map[topology.Key]struct{}{}, now: time.Now, poke: make(chan struct{}, 1)}}
 }
 
 // SetSpatialOptions says where Envoy's spatial listener listens; call it before the
@@ -262,6 +273,9 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 		}
 		// API listeners are for proxyless gRPC; an Envoy would reject them.
 		put(int(translate.PerEndpoint), resource.ListenerType, was.listener, pub.listener)
+		n := len(changes)
+		changes = appendVariantChanges(changes, &was, pub.variants)
+		st.Changes[xdscache.TypeIndex(resource.EndpointType)] += len(changes) - n
 	}
 	var spatial spatialSet
 	if err == nil {
@@ -276,12 +290,15 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 	p.spatial = spatial
 	for k, pub := range next {
 		p.upstream[k] = pub
+		p.cls.follow(k, pub.state.Upstream.ModeOf())
 	}
 	for _, k := range gone {
 		delete(p.upstream, k)
+		p.cls.forget(k)
 	}
 	p.cache.Apply(xdscache.Update{Version: st.Version, Changes: changes})
 	p.last = s
+	p.cls.seq = 0
 	close(p.changed)
 	p.changed = make(chan struct{})
 	st.Duration = time.Since(start)
@@ -470,6 +487,12 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, vers
 			old = prev.get(resource.EndpointType, v)
 		}
 		pub.endpoints[v] = entry(old, pub.name, version, resource.EndpointType, *scratch)
+	}
+	if prev != nil {
+		pub.variants, pub.failed = prev.variants, maps.Clone(prev.failed)
+	}
+	if pub.variants, err = p.renderVariants(pub, cur, version, scratch, clusterChanged); err != nil {
+		return nil, err
 	}
 	return pub, nil
 }

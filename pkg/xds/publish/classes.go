@@ -1,0 +1,368 @@
+package publish
+
+import (
+	"bytes"
+	"context"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"poise.dev/poise/pkg/affinity"
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xds/xdscache"
+)
+
+// Census is what the publisher needs to know of the connected clients to
+// render client-locality classes: the classes each view has streams of, the
+// demand of each zone class for an upstream's endpoints, and a signal when
+// either changes. *xdscache.Cache is one.
+type Census interface {
+	Zones(view int) map[string]int
+	Demand(typeURL, name string) map[string]uint64
+	ZonesChanged() <-chan struct{}
+}
+
+// Demand changes are applied to Balanced upstreams with hysteresis, so that
+// client churn does not push to every client each time one connects: a
+// new demand is applied once it has held for DemandQuiet, or DemandMaxDelay
+// after it first differed from the applied one, whichever comes first.
+const (
+	DemandQuiet    = 2 * time.Second
+	DemandMaxDelay = 10 * time.Second
+	// classRefreshEvery bounds how often connects and disconnects make the
+	// publisher look at the census: a burst of them is handled at once.
+	classRefreshEvery = 100 * time.Millisecond
+)
+
+// variantKey is one client class of one view (rendering).
+type variantKey struct {
+	view  int
+	class string
+}
+
+// classState is what the publisher knows of client classes; p.mu guards it.
+type classState struct {
+	census Census
+	// classes are the classes with streams in each view, as last applied.
+	classes [translate.NumRenderings][]string
+	// demand is the demand applied to each Balanced upstream; pending the
+	// observed one waiting for its hysteresis.
+	demand  map[topology.Key][]affinity.Demand
+	pending map[topology.Key]*pendingDemand
+	// affine are the upstreams published with a mode other than None.
+	affine map[topology.Key]struct{}
+	seq    uint64 // class publications since the last revision
+	now    func() time.Time
+	// poke wakes RunClasses after a publication that touched an affinity
+	// upstream: a Balanced one must start following its demand.
+	poke chan struct{}
+}
+
+type pendingDemand struct {
+	demand       []affinity.Demand
+	since, moved time.Time // first differed from the applied; last changed
+}
+
+// follow keeps track of a published upstream's mode.
+func (c *classState) follow(k topology.Key, mode affinity.Mode) {
+	switch mode {
+	case affinity.None:
+		c.forget(k)
+	case affinity.Balanced:
+		c.affine[k] = struct{}{}
+		select {
+		case c.poke <- struct{}{}:
+		default:
+		}
+	default:
+		c.affine[k] = struct{}{}
+		delete(c.demand, k)
+		delete(c.pending, k)
+	}
+}
+
+// forget drops what is kept for an upstream that has no affinity now.
+func (c *classState) forget(k topology.Key) {
+	delete(c.affine, k)
+	delete(c.demand, k)
+	delete(c.pending, k)
+}
+
+// ClassOf is the locality a class key stands for: "region/zone", or a
+// region alone for a region-level class.
+func ClassOf(key string) affinity.Zone {
+	region, zone, _ := strings.Cut(key, "/")
+	return affinity.Zone{Region: region, Zone: zone}
+}
+
+// SetCensus makes the publisher render a variant of every affinity
+// upstream's endpoints for each client class the census has streams of;
+// call it before the first publication, then run RunClasses.
+func (p *Publisher) SetCensus(c Census) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cls.census = c
+}
+
+// AppliedDemand is the demand the Balanced split of upstream k was last
+// rendered with, by zone class (nil when none).
+func (p *Publisher) AppliedDemand(k topology.Key) []affinity.Demand {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.cls.demand[k])
+}
+
+// Classes lists the classes each view has variants rendered for.
+func (p *Publisher) Classes() [translate.NumRenderings][]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out [translate.NumRenderings][]string
+	for v := range out {
+		out[v] = slices.Clone(p.cls.classes[v])
+	}
+	return out
+}
+
+// RunClasses follows the census until ctx is done: a class gets its
+// variants when its first client connects and loses them when its last
+// leaves; Balanced upstreams follow their demand with hysteresis.
+func (p *Publisher) RunClasses(ctx context.Context) error {
+	p.mu.Lock()
+	census := p.cls.census
+	p.mu.Unlock()
+	if census == nil {
+		<-ctx.Done()
+		return nil
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		changed := census.ZonesChanged()
+		next := p.refreshClasses()
+		if next > 0 {
+			timer.Reset(next)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-timer.C:
+		case <-p.cls.poke:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(classRefreshEvery):
+		}
+	}
+}
+
+// refreshClasses applies the census to what is published and returns how
+// long until a pending demand is due (0 for none).
+func (p *Publisher) refreshClasses() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := &p.cls
+	if c.census == nil {
+		return 0
+	}
+	var classes [translate.NumRenderings][]string
+	for v := range classes {
+		classes[v] = slices.Sorted(maps.Keys(c.census.Zones(v)))
+	}
+	if p.last == nil {
+		c.classes = classes
+		return 0
+	}
+	now := c.now()
+	var due time.Duration
+	var rerender []topology.Key
+	for k := range c.affine {
+		pub := p.upstream[k]
+		if pub == nil || pub.state.Upstream.ModeOf() != affinity.Balanced {
+			continue
+		}
+		observed := demandOf(c.census.Demand(resource.EndpointType, pub.name))
+		if slices.Equal(observed, c.demand[k]) {
+			delete(c.pending, k)
+			continue
+		}
+		pd := c.pending[k]
+		switch {
+		case pd == nil:
+			pd = &pendingDemand{demand: observed, since: now, moved: now}
+			c.pending[k] = pd
+		case !slices.Equal(pd.demand, observed):
+			pd.demand, pd.moved = observed, now
+		}
+		wait := min(DemandQuiet-now.Sub(pd.moved), DemandMaxDelay-now.Sub(pd.since))
+		if wait <= 0 {
+			c.demand[k] = observed
+			if len(observed) == 0 {
+				delete(c.demand, k)
+			}
+			delete(c.pending, k)
+			rerender = append(rerender, k)
+			continue
+		}
+		if due == 0 || wait < due {
+			due = wait
+		}
+	}
+	classesMoved := !sameClasses(classes, c.classes)
+	if !classesMoved && len(rerender) == 0 {
+		return due
+	}
+	c.classes = classes
+	if classesMoved {
+		for k := range c.affine {
+			if !slices.Contains(rerender, k) {
+				rerender = append(rerender, k)
+			}
+		}
+	}
+	slices.SortFunc(rerender, topology.Key.Compare)
+	c.seq++
+	version := p.Version(p.last.Revision) + "." + strconv.FormatUint(c.seq, 10)
+	changes := p.changes[:0]
+	for _, k := range rerender {
+		pub := p.upstream[k]
+		if pub == nil {
+			continue
+		}
+		next, err := p.renderVariants(pub, pub.state, version, &p.scratch, false)
+		if err != nil {
+			p.log.Error("client-class variants not rendered; those clients keep what they have", "upstream", k, "error", err)
+			continue
+		}
+		changes = appendVariantChanges(changes, pub, next)
+		pub.variants = next
+	}
+	if len(changes) > 0 {
+		p.cache.Apply(xdscache.Update{Version: version, Changes: changes})
+	}
+	clear(changes)
+	p.changes = changes[:0]
+	return due
+}
+
+func sameClasses(a, b [translate.NumRenderings][]string) bool {
+	for v := range a {
+		if !slices.Equal(a[v], b[v]) {
+			return false
+		}
+	}
+	return true
+}
+
+// demandOf is a census demand as the Balanced split takes it, in zone order.
+func demandOf(m map[string]uint64) []affinity.Demand {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make([]affinity.Demand, 0, len(m))
+	for k, w := range m {
+		out = append(out, affinity.Demand{Zone: ClassOf(k), Weight: w})
+	}
+	slices.SortFunc(out, func(a, b affinity.Demand) int { return a.Zone.Compare(b.Zone) })
+	return out
+}
+
+// renderVariants renders, for an affinity upstream, the endpoints each
+// client class of each view receives where they differ from the base's
+// (pub.endpoints, already built for cur). A class whose derivation fails
+// (too many effective priorities) receives the base and is logged once.
+// force makes every variant a new entry, as a changed cluster needs.
+func (p *Publisher) renderVariants(pub *published, cur *topology.UpstreamState, version string, scratch *[]byte, force bool) (map[variantKey]*xdscache.Entry, error) {
+	if cur.Upstream.ModeOf() == affinity.None || p.cls.census == nil {
+		return nil, nil
+	}
+	var out map[variantKey]*xdscache.Entry
+	derived := map[string]*topology.ClassState{}
+	for v := range translate.NumRenderings {
+		for _, class := range p.cls.classes[v] {
+			cs, ok := derived[class]
+			if !ok {
+				var err error
+				cs, err = cur.ForClass(ClassOf(class), p.cls.demand[cur.Upstream.Key])
+				if err != nil {
+					if !pub.failed[class] {
+						p.log.Warn("a client class receives the base split", "upstream", cur.Upstream.Key, "class", class, "error", err)
+					}
+					pub.markFailed(class, true)
+					cs = nil
+				} else {
+					pub.markFailed(class, false)
+				}
+				derived[class] = cs
+			}
+			if cs == nil || cs.Base(cur) {
+				continue
+			}
+			var err error
+			if *scratch, err = translate.AppendEndpointsNamed((*scratch)[:0], pub.name, cs.State, v); err != nil {
+				return nil, err
+			}
+			if bytes.Equal(pub.endpoints[v].Any.GetValue(), *scratch) {
+				continue // the class receives what the base is
+			}
+			key := variantKey{int(v), class}
+			var old *xdscache.Entry
+			if !force {
+				old = pub.variants[key]
+			}
+			if out == nil {
+				out = map[variantKey]*xdscache.Entry{}
+			}
+			out[key] = entry(old, pub.name, version, resource.EndpointType, *scratch)
+		}
+	}
+	return out, nil
+}
+
+func (pub *published) markFailed(class string, failed bool) {
+	switch {
+	case failed && pub.failed == nil:
+		pub.failed = map[string]bool{class: true}
+	case failed:
+		pub.failed[class] = true
+	default:
+		delete(pub.failed, class)
+	}
+}
+
+// appendVariantChanges appends the puts and deletes that take was's
+// variants to next's, in a stable order.
+func appendVariantChanges(changes []xdscache.Change, was *published, next map[variantKey]*xdscache.Entry) []xdscache.Change {
+	var prev map[variantKey]*xdscache.Entry
+	if was != nil {
+		prev = was.variants
+	}
+	keys := slices.Collect(maps.Keys(next))
+	for k := range prev {
+		if _, ok := next[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b variantKey) int {
+		if a.view != b.view {
+			return a.view - b.view
+		}
+		return strings.Compare(a.class, b.class)
+	})
+	for _, k := range keys {
+		e, old := next[k], prev[k]
+		switch {
+		case e == nil:
+			changes = append(changes, xdscache.Change{View: k.view, TypeURL: resource.EndpointType, Name: old.Name, Zone: k.class})
+		case e != old:
+			changes = append(changes, xdscache.Change{View: k.view, TypeURL: resource.EndpointType, Name: e.Name, Zone: k.class, Entry: e})
+		}
+	}
+	return changes
+}
