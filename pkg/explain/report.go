@@ -28,13 +28,38 @@ type Upstream struct {
 	SplitBy string `json:"splitBy"`
 	// LoadBalancing says, per client kind, how the loadBalancing policy is
 	// published and whether the figures below hold exactly or within a bound.
-	LoadBalancing               LoadBalancing `json:"loadBalancing"`
-	Outcome                     string        `json:"outcome"`
-	NormalizedTotalAvailability uint64        `json:"normalizedTotalAvailability"`
-	TotalPanic                  bool          `json:"totalPanic"`
-	DroppedMillionths           uint64        `json:"droppedMillionths"`
-	Priorities                  []Priority    `json:"priorities"`
-	Simulation                  *Simulation   `json:"simulation,omitempty"`
+	LoadBalancing LoadBalancing `json:"loadBalancing"`
+	// Affinity is the client-locality affinity in force and what set it.
+	Affinity                    Affinity    `json:"affinity"`
+	Outcome                     string      `json:"outcome"`
+	NormalizedTotalAvailability uint64      `json:"normalizedTotalAvailability"`
+	TotalPanic                  bool        `json:"totalPanic"`
+	DroppedMillionths           uint64      `json:"droppedMillionths"`
+	Priorities                  []Priority  `json:"priorities"`
+	Simulation                  *Simulation `json:"simulation,omitempty"`
+}
+
+// Affinity is an upstream's client-locality affinity (docs/weights.md,
+// "Client-locality affinity").
+type Affinity struct {
+	Mode            string   `json:"mode"`
+	FailoverRegions []string `json:"failoverRegions"`
+	// Origin is what set the mode: "spec.localityAffinity", an imported
+	// Service's "Service NS/NAME trafficDistribution VALUE", or
+	// AffinityDefault when neither asks for one.
+	Origin string `json:"origin"`
+}
+
+// AffinityDefault is the Origin of the None mode nothing asked for.
+const AffinityDefault = "default"
+
+func affinityOf(u *topology.Upstream) Affinity {
+	out := Affinity{Mode: u.ModeOf().String(), FailoverRegions: []string{}, Origin: AffinityDefault}
+	if a := u.Affinity; a != nil {
+		out.FailoverRegions = append(out.FailoverRegions, a.FailoverRegions...)
+		out.Origin = a.Origin
+	}
+	return out
 }
 
 // Policy is the upstream's computation knobs.
@@ -135,6 +160,7 @@ func BuildUpstream(u *topology.UpstreamState) Upstream {
 		},
 		SplitBy:                     string(u.Upstream.HealthAdjustment),
 		LoadBalancing:               loadBalancing(u),
+		Affinity:                    affinityOf(&u.Upstream),
 		Outcome:                     r.Outcome.String(),
 		NormalizedTotalAvailability: r.NTA,
 		TotalPanic:                  r.TotalPanic,
