@@ -160,9 +160,13 @@ type UpstreamSpec struct {
 	AddressPolicy *AddressPolicy `json:"addressPolicy,omitempty"`
 
 	// localityAffinity says how a client's own locality (its xDS node's region and
-	// zone) shapes the split it receives. Without it every client receives the same
-	// split. An imported Service's trafficDistribution PreferClose or
-	// PreferSameZone means PreferSameZone unless this is set.
+	// zone) shapes the split it receives. Setting it, even to mode None, decides
+	// the mode. Without it, an Upstream that imports a Service follows the
+	// Service's spec.trafficDistribution: PreferClose and PreferSameZone mean
+	// PreferSameZone, and so does PreferSameNode, because Poise places endpoints
+	// by region and zone, not node, and the zone is the closest level it can
+	// prefer; any other value, or none, means None. Without it and without a
+	// Service's preference, every client receives the same split.
 	// +optional
 	LocalityAffinity *LocalityAffinity `json:"localityAffinity,omitempty"`
 }
@@ -221,7 +225,9 @@ type EndpointsFrom struct {
 	// service imports the EndpointSlices of a Kubernetes Service in the same
 	// namespace. An endpoint's locality comes from the topology.kubernetes.io/region
 	// and topology.kubernetes.io/zone labels of its node; ready becomes Ready,
-	// serving and terminating becomes Draining, anything else Unavailable.
+	// serving and terminating becomes Draining, anything else Unavailable. The
+	// Service's trafficDistribution sets the Upstream's mode when
+	// localityAffinity is absent (see localityAffinity).
 	// +required
 	Service ServiceReference `json:"service"`
 }

@@ -304,6 +304,22 @@ func TestValidateRefusesAddresses(t *testing.T) {
 	}
 }
 
+// TestExplicitNoneAffinity: in files mode an Upstream that sets
+// localityAffinity mode None validates, and explain names the mode and
+// that the Upstream set it.
+func TestExplicitNoneAffinity(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "web.yaml", upstream("web")+"spec: {localityAffinity: {mode: None}}\n---\n"+
+		endpointSet("web-a", "web", "a", "[{address: 10.0.0.1, port: 80}]"))
+	if code, stdout, stderr := runCLI("validate", "-f", dir); code != exitOK || !strings.Contains(stdout, "1 upstream(s)") {
+		t.Fatalf("validate: exit %d\n%s%s", code, stdout, stderr)
+	}
+	code, stdout, stderr := runCLI("explain", "-f", dir)
+	if want := "  locality affinity: None (from spec.localityAffinity)\n"; code != exitOK || !strings.Contains(stdout, want) {
+		t.Errorf("explain: exit %d, stdout lacks %q:\n%s%s", code, want, stdout, stderr)
+	}
+}
+
 func write(t *testing.T, dir, name, content string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)

@@ -160,9 +160,9 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 			}
 			seen[r] = true
 		}
-		if mode != v1alpha1.LocalityAffinityNone {
-			aff = &topology.Affinity{Mode: m, FailoverRegions: slices.Clone(a.FailoverRegions)}
-		}
+		// kept for None too: an Upstream that sets a mode, even None,
+		// overrides an imported Service's trafficDistribution
+		aff = &topology.Affinity{Mode: m, FailoverRegions: slices.Clone(a.FailoverRegions), Origin: topology.OriginLocalityAffinity}
 	}
 	if len(errs) > 0 {
 		return topology.Upstream{}, errs

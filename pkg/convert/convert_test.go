@@ -557,12 +557,21 @@ func TestUpstreamAffinity(t *testing.T) {
 		in   *v1alpha1.LocalityAffinity
 		want *topology.Affinity
 	}{
+		// absent: nothing asks for a mode, so an imported Service's
+		// trafficDistribution may decide (pkg/source/kube)
 		{"absent", nil, nil},
-		{"None is no affinity", &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityNone}, nil},
-		{"empty mode is None", &v1alpha1.LocalityAffinity{}, nil},
+		// present: the Upstream sets its mode, None included, and that
+		// stays visible so a Service's preference cannot override it
+		{"explicit None is kept", &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityNone},
+			&topology.Affinity{Mode: affinity.None, Origin: topology.OriginLocalityAffinity}},
+		{"empty mode is an explicit None", &v1alpha1.LocalityAffinity{},
+			&topology.Affinity{Mode: affinity.None, Origin: topology.OriginLocalityAffinity}},
 		{"PreferSameZone with failover", &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityPreferSameZone, FailoverRegions: []string{"us", "ap"}},
-			&topology.Affinity{Mode: affinity.PreferSameZone, FailoverRegions: []string{"us", "ap"}}},
-		{"Balanced", &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityBalanced}, &topology.Affinity{Mode: affinity.Balanced}},
+			&topology.Affinity{Mode: affinity.PreferSameZone, FailoverRegions: []string{"us", "ap"}, Origin: topology.OriginLocalityAffinity}},
+		{"PreferSameRegion", &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityPreferSameRegion},
+			&topology.Affinity{Mode: affinity.PreferSameRegion, Origin: topology.OriginLocalityAffinity}},
+		{"Balanced", &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityBalanced},
+			&topology.Affinity{Mode: affinity.Balanced, Origin: topology.OriginLocalityAffinity}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			u := validUpstream()
@@ -573,6 +582,9 @@ func TestUpstreamAffinity(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got.Affinity, c.want) {
 				t.Errorf("affinity %+v, want %+v", got.Affinity, c.want)
+			}
+			if c.want != nil && got.ModeOf() != c.want.Mode {
+				t.Errorf("ModeOf %v, want %v", got.ModeOf(), c.want.Mode)
 			}
 		})
 	}

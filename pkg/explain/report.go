@@ -34,6 +34,8 @@ type Upstream struct {
 	// LoadBalancing says, per client kind, how the loadBalancing policy is
 	// published and whether the figures below hold exactly or within a bound.
 	LoadBalancing LoadBalancing `json:"loadBalancing"`
+	// Affinity is the client-locality affinity in force and what set it.
+	Affinity Affinity `json:"affinity"`
 	// Split is the None split: what every client receives without
 	// localityAffinity. Embedded, its fields are the upstream's own in JSON.
 	Split
@@ -50,6 +52,29 @@ type Split struct {
 	DroppedMillionths           uint64      `json:"droppedMillionths"`
 	Priorities                  []Priority  `json:"priorities"`
 	Simulation                  *Simulation `json:"simulation,omitempty"`
+}
+
+// Affinity is an upstream's client-locality affinity (docs/weights.md,
+// "Client-locality affinity").
+type Affinity struct {
+	Mode            string   `json:"mode"`
+	FailoverRegions []string `json:"failoverRegions"`
+	// Origin is what set the mode: "spec.localityAffinity", an imported
+	// Service's "Service NS/NAME trafficDistribution VALUE", or
+	// AffinityDefault when neither asks for one.
+	Origin string `json:"origin"`
+}
+
+// AffinityDefault is the Origin of the None mode nothing asked for.
+const AffinityDefault = "default"
+
+func affinityOf(u *topology.Upstream) Affinity {
+	out := Affinity{Mode: u.ModeOf().String(), FailoverRegions: []string{}, Origin: AffinityDefault}
+	if a := u.Affinity; a != nil {
+		out.FailoverRegions = append(out.FailoverRegions, a.FailoverRegions...)
+		out.Origin = a.Origin
+	}
+	return out
 }
 
 // Policy is the upstream's computation knobs.
@@ -149,6 +174,7 @@ func BuildUpstream(u *topology.UpstreamState) Upstream {
 		},
 		SplitBy:       string(u.Upstream.HealthAdjustment),
 		LoadBalancing: loadBalancing(u),
+		Affinity:      affinityOf(&u.Upstream),
 		Split:         buildSplit(u, nil),
 	}
 	if out.SplitBy == "" {

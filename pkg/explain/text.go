@@ -77,6 +77,7 @@ func writeUpstream(tw *textWriter, u Upstream) {
 		tw.printf("  note: healthAdjustment Proxy publishes the source topology; the split clients carry out is the proxy's own math, not the figures below\n")
 	}
 	writeLoadBalancing(tw, u.LoadBalancing)
+	writeAffinity(tw, u.Affinity)
 	writeSplit(tw, p, u.Split, nil)
 }
 
@@ -146,6 +147,18 @@ func writeLoadBalancing(tw *textWriter, lb LoadBalancing) {
 		}
 		tw.printf("    %-5s %s, %s%s: %s (%s)\n", c.Client, c.Rendering, c.LbPolicy, size, verdict, c.Note)
 	}
+}
+
+func writeAffinity(tw *textWriter, a Affinity) {
+	tw.printf("  locality affinity: %s", a.Mode)
+	if len(a.FailoverRegions) > 0 {
+		tw.printf(", failover regions %s", strings.Join(a.FailoverRegions, ", "))
+	}
+	if a.Origin == AffinityDefault {
+		tw.printf(" (default: nothing sets a mode; every client receives this split)\n")
+		return
+	}
+	tw.printf(" (from %s)\n", a.Origin)
 }
 
 func writeLocality(tw *textWriter, opf uint32, sim *Simulation, l Locality) {

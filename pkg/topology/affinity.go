@@ -32,7 +32,9 @@ type EffectivePriority struct {
 // Base reports whether the class receives the None split unchanged.
 func (c *ClassState) Base(u *UpstreamState) bool { return c.State == u }
 
-// ModeOf is the upstream's affinity mode (None without localityAffinity).
+// ModeOf is the upstream's affinity mode: None when Affinity is nil, and
+// None too when spec.localityAffinity says so or an imported Service's
+// trafficDistribution is not a preference Poise maps.
 func (u *Upstream) ModeOf() affinity.Mode {
 	if u.Affinity == nil {
 		return affinity.None

@@ -71,15 +71,37 @@ type Upstream struct {
 	AllowLoopback bool
 	// Service, when set, imports the endpoints of a Kubernetes Service.
 	Service *ServiceRef
-	// Affinity, when set, is spec.localityAffinity; nil is mode None.
+	// Affinity, when set, is the upstream's client-locality affinity and
+	// where it came from: spec.localityAffinity, kept even when its mode is
+	// None because an Upstream that sets a mode overrides what an imported
+	// Service prefers; else, in the Kubernetes source, the imported
+	// Service's spec.trafficDistribution. nil is mode None with nothing
+	// asking for it. Every user reads the mode through ModeOf, so an
+	// explicit None renders exactly as nil does: one split for every client.
 	Affinity *Affinity
 }
 
 // Affinity is an upstream's client-locality-aware routing
 // (docs/weights.md, "Client-locality affinity").
 type Affinity struct {
-	Mode            affinity.Mode // never None: an upstream without affinity has a nil Affinity
+	Mode            affinity.Mode
 	FailoverRegions []string
+	// Origin says what set the mode, for explain: OriginLocalityAffinity,
+	// or "Service NS/NAME trafficDistribution VALUE" for an imported
+	// Service's preference. It is part of the upstream's identity, so a
+	// Service changing from PreferClose to PreferSameZone (the same mode)
+	// still moves the revision and explain shows the new origin.
+	Origin string
+}
+
+// OriginLocalityAffinity is the Origin of an affinity the Upstream sets itself.
+const OriginLocalityAffinity = "spec.localityAffinity"
+
+func (a *Affinity) equal(o *Affinity) bool {
+	if a == nil || o == nil {
+		return a == o
+	}
+	return a.Mode == o.Mode && a.Origin == o.Origin && slices.Equal(a.FailoverRegions, o.FailoverRegions)
 }
 
 // equal reports whether u and o are the same object (o non-nil).
@@ -87,10 +109,7 @@ func (u Upstream) equal(o *Upstream) bool {
 	a, b := u, *o
 	a.Service, b.Service = nil, nil
 	a.Affinity, b.Affinity = nil, nil
-	if a != b || (u.Service == nil) != (o.Service == nil) || (u.Affinity == nil) != (o.Affinity == nil) {
-		return false
-	}
-	if u.Affinity != nil && (u.Affinity.Mode != o.Affinity.Mode || !slices.Equal(u.Affinity.FailoverRegions, o.Affinity.FailoverRegions)) {
+	if a != b || (u.Service == nil) != (o.Service == nil) || !u.Affinity.equal(o.Affinity) {
 		return false
 	}
 	return u.Service == nil || *u.Service == *o.Service

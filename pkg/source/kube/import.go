@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 )
@@ -59,14 +60,22 @@ func (s *Source) forgetImporter(up topology.Key) {
 // importFor turns the Service an Upstream imports into endpoint sets, one
 // per (region, zone), and deletes the sets it imported before that are gone.
 // A missing Service or port imports nothing; the status writer says why.
-func (s *Source) importFor(ctx context.Context, u topology.Upstream) ([]op, error) {
+// An Upstream without spec.localityAffinity takes its affinity from the
+// Service's trafficDistribution (ServiceAffinity): u.Affinity is set here,
+// before the Upstream is put, so a change of the field changes the Upstream
+// and re-renders it.
+func (s *Source) importFor(ctx context.Context, u *topology.Upstream) ([]op, error) {
 	var sets []topology.EndpointSet
 	var nodes []string
 	ref := ""
 	if u.Service != nil {
-		var err error
-		if sets, nodes, ref, err = s.serviceSets(ctx, u); err != nil {
+		imp, err := s.serviceSets(ctx, *u)
+		if err != nil {
 			return nil, err
+		}
+		sets, nodes, ref = imp.sets, imp.nodes, imp.ref
+		if u.Affinity == nil && imp.svc != nil {
+			u.Affinity = ServiceAffinity(imp.svc)
 		}
 	}
 	s.mu.Lock()
@@ -146,27 +155,59 @@ func AdminState(c discoveryv1.EndpointConditions) weights.AdminState {
 	return weights.Unavailable
 }
 
+// ServiceAffinity is the affinity an importing Upstream without
+// spec.localityAffinity takes from its Service's spec.trafficDistribution
+// (nil when the Service states no preference): PreferClose (the older name
+// of PreferSameZone) and PreferSameZone are PreferSameZone. PreferSameNode
+// is PreferSameZone too: Poise places endpoints by region and zone only, so
+// it cannot tell a client's own node from the rest of its zone, and the
+// zone is the closest level it can prefer. Any other value, one a newer
+// Kubernetes may add, is None; the origin still names it so that explain
+// shows what was not followed.
+func ServiceAffinity(svc *corev1.Service) *topology.Affinity {
+	td := svc.Spec.TrafficDistribution
+	if td == nil || *td == "" {
+		return nil
+	}
+	mode := affinity.None
+	switch *td {
+	case corev1.ServiceTrafficDistributionPreferClose, corev1.ServiceTrafficDistributionPreferSameZone,
+		corev1.ServiceTrafficDistributionPreferSameNode:
+		mode = affinity.PreferSameZone
+	}
+	return &topology.Affinity{Mode: mode, Origin: fmt.Sprintf("Service %s/%s trafficDistribution %s", svc.Namespace, svc.Name, *td)}
+}
+
+// serviceImport is what one read of an Upstream's Service found.
+type serviceImport struct {
+	sets  []topology.EndpointSet
+	nodes []string // the Nodes that place the sets
+	// ref is how the Service reference resolved: ReasonServiceNotFound,
+	// ReasonPortNotFound or ReasonResolved
+	ref string
+	svc *corev1.Service // nil when it does not exist
+}
+
 // serviceSets reads the endpoint sets an Upstream imports, the Nodes that
-// place them, and how its Service reference resolved
-// (ReasonServiceNotFound, ReasonPortNotFound or ReasonResolved).
-func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) ([]topology.EndpointSet, []string, string, error) {
+// place them, the Service itself, and how the reference resolved.
+func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) (serviceImport, error) {
 	var svc corev1.Service
 	err := s.Reader.Get(ctx, types.NamespacedName{Namespace: u.Key.Namespace, Name: u.Service.Name}, &svc)
 	if apierrors.IsNotFound(err) {
-		return nil, nil, ReasonServiceNotFound, nil
+		return serviceImport{ref: ReasonServiceNotFound}, nil
 	}
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("service %s/%s: %w", u.Key.Namespace, u.Service.Name, err)
+		return serviceImport{}, fmt.Errorf("service %s/%s: %w", u.Key.Namespace, u.Service.Name, err)
 	}
 	sp, ok := ServicePort(&svc, u.Service.Port)
 	if !ok {
-		return nil, nil, ReasonPortNotFound, nil
+		return serviceImport{ref: ReasonPortNotFound, svc: &svc}, nil
 	}
 	// the index reads this Service's slices only, not every slice of the namespace
 	var slices_ discoveryv1.EndpointSliceList
 	if err := s.Reader.List(ctx, &slices_, client.InNamespace(u.Key.Namespace),
 		client.MatchingFields{sliceServiceIndex: u.Service.Name}); err != nil {
-		return nil, nil, "", fmt.Errorf("endpointslices of %s/%s: %w", u.Key.Namespace, u.Service.Name, err)
+		return serviceImport{}, fmt.Errorf("endpointslices of %s/%s: %w", u.Key.Namespace, u.Service.Name, err)
 	}
 	type locKey struct{ region, zone string }
 	byLoc := map[locKey]map[string]topology.Endpoint{}
@@ -189,7 +230,7 @@ func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) ([]topolo
 			if ep.NodeName != nil {
 				n, err := s.node(ctx, nodes, *ep.NodeName)
 				if err != nil {
-					return nil, nil, "", err
+					return serviceImport{}, err
 				}
 				if n != nil {
 					region, zone = n.Labels[LabelRegion], n.Labels[LabelZone]
@@ -240,7 +281,7 @@ func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) ([]topolo
 	for n := range nodes {
 		names = append(names, n)
 	}
-	return out, names, ReasonResolved, nil
+	return serviceImport{sets: out, nodes: names, ref: ReasonResolved, svc: &svc}, nil
 }
 
 // ImportedSetName names the endpoints of one (region, zone) that an Upstream

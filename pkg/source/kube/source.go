@@ -164,7 +164,10 @@ func (s *Source) update(kind string, o, n client.Object) {
 			return
 		}
 	case *corev1.Service:
-		if nn, ok := n.(*corev1.Service); ok && samePorts(o.Spec.Ports, nn.Spec.Ports) {
+		// the ports resolve the reference; trafficDistribution may set the
+		// importers' affinity
+		if nn, ok := n.(*corev1.Service); ok && samePorts(o.Spec.Ports, nn.Spec.Ports) &&
+			equality.Semantic.DeepEqual(o.Spec.TrafficDistribution, nn.Spec.TrafficDistribution) {
 			return
 		}
 	case *discoveryv1.EndpointSlice:
@@ -492,12 +495,12 @@ func (s *Source) read(ctx context.Context, ref topology.ObjectRef) ([]op, *Rejec
 		if len(errs) > 0 {
 			return nil, &Rejection{Reason: v1alpha1.ReasonInvalid, Message: errs.ToAggregate().Error()}, nil
 		}
-		ops := []op{{ref: ref, upstream: u.Key, apply: func(b *topology.Batch) { b.PutUpstream(u) }}}
-		imp, err := s.importFor(ctx, u)
+		// the import comes first: it may give u its affinity
+		imp, err := s.importFor(ctx, &u)
 		if err != nil {
 			return nil, nil, err
 		}
-		return append(ops, imp...), nil, nil
+		return append([]op{{ref: ref, upstream: u.Key, apply: func(b *topology.Batch) { b.PutUpstream(u) }}}, imp...), nil, nil
 	case topology.KindLocality:
 		var obj v1alpha1.Locality
 		if err := s.Reader.Get(ctx, nn, &obj); apierrors.IsNotFound(err) {

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/topology"
 )
 
@@ -87,6 +88,25 @@ func TestUpdatesMarkOnlyWhatTheyChange(t *testing.T) {
 		},
 		want: []topology.ObjectRef{upstreamRef("imp-1")},
 	}, {
+		name: "Service: a selector, then its trafficDistribution",
+		unchanged: func() {
+			svc := &corev1.Service{}
+			if err := fx.c.Get(ctx, client.ObjectKey{Namespace: "bench", Name: "svc-0"}, svc); err != nil {
+				t.Fatal(err)
+			}
+			svc.Spec.Selector = map[string]string{"app": "a"}
+			fx.api.update(svc)
+		},
+		changed: func() {
+			svc := &corev1.Service{}
+			if err := fx.c.Get(ctx, client.ObjectKey{Namespace: "bench", Name: "svc-3"}, svc); err != nil {
+				t.Fatal(err)
+			}
+			svc.Spec.TrafficDistribution = ptrTo(corev1.ServiceTrafficDistributionPreferClose)
+			fx.api.update(svc)
+		},
+		want: []topology.ObjectRef{upstreamRef("imp-3")},
+	}, {
 		name: "EndpointSlice: an annotation, then an endpoint's conditions",
 		unchanged: func() {
 			fx.slices[0].Annotations = map[string]string{"note": "x"}
@@ -149,6 +169,9 @@ func TestUpdatesMarkOnlyWhatTheyChange(t *testing.T) {
 	}
 	if n, _ := endpoints("imp-5"); n != 14 {
 		t.Errorf("imp-5: %d endpoints, want its own 7 and the moved slice's 7", n)
+	}
+	if m := snap.Upstream(topology.Key{Namespace: "bench", Name: "imp-3"}).Upstream.ModeOf(); m != affinity.PreferSameZone {
+		t.Errorf("imp-3: mode %v after its Service turned to PreferClose, want PreferSameZone", m)
 	}
 }
 
