@@ -58,7 +58,7 @@ func snapshotOf(t *testing.T, up topology.Upstream, places []place) *topology.Sn
 // and the Locality objects must still be found.
 func orders(t *testing.T, ha topology.HealthAdjustment) *topology.Snapshot {
 	return snapshotOf(t, topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "orders"}, Policy: weights.DefaultPolicy(),
-		HealthAdjustment: ha, Affinity: &topology.Affinity{Mode: affinity.PreferSameRegion, FailoverRegions: []string{"us"}}},
+		HealthAdjustment: ha, Affinity: &topology.Affinity{Mode: affinity.PreferSameRegion, FailoverRegions: []string{"us"}, Origin: topology.OriginLocalityAffinity}},
 		[]place{
 			{"eu", "a", "", 0, 2, 2, 1},
 			{"eu", "b", "", 0, 1, 1, 1},
@@ -73,7 +73,7 @@ func orders(t *testing.T, ha topology.HealthAdjustment) *topology.Snapshot {
 // class's priority loads are its own.
 func ledger(t *testing.T) *topology.Snapshot {
 	return snapshotOf(t, topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "ledger"}, Policy: weights.DefaultPolicy(),
-		HealthAdjustment: topology.ControlPlane, Affinity: &topology.Affinity{Mode: affinity.Balanced}},
+		HealthAdjustment: topology.ControlPlane, Affinity: &topology.Affinity{Mode: affinity.Balanced, Origin: topology.OriginLocalityAffinity}},
 		[]place{
 			{"eu", "a", "", 0, 0, 2, 1},
 			{"eu", "b", "", 0, 0, 2, 1},
