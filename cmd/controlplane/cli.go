@@ -31,7 +31,9 @@ commands:
   serve     --source=kubernetes [--kubeconfig F] [--namespace NS] [--leader-election-namespace NS] ...
             serve Upstream, Locality and EndpointSet objects (and imported Services) from the cluster
   explain   -f PATH... [--upstream NS/NAME] [-o text|json] [--simulate N --seed S]
-            show the whole priority → locality → endpoint derivation
+            [--from REGION/ZONE[/SUBZONE] [--demand REGION/ZONE=N,...]]
+            show the whole priority → locality → endpoint derivation, and with --from
+            what clients in that locality receive under the upstream's localityAffinity
   explain-route -f PATH... --domain D --product P [--bbox B] [--crs C] [--path P] [--request-id ID] [-o text|json]
             show how a spatial request is routed: residency, health, locality, result
   validate  -f PATH...   check manifests as the control plane would, without serving
@@ -165,12 +167,18 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	output := fs.String("o", "text", "output format: text or json")
 	simulate := fs.Uint64("simulate", 0, "draw N picks with the seeded picker and show observed counts")
 	seed := fs.Uint64("seed", 1, "seed of the simulated picks")
+	from := fs.String("from", "", "explain also what clients in this locality receive (REGION/ZONE[/SUBZONE])")
+	demand := fs.String("demand", "", "the demand of each client zone for Balanced upstreams (REGION/ZONE=N,..., N in 1..1000000)")
 	if !parseReportFlags(fs, args, output, stderr) {
 		return exitUsage
 	}
 	const maxSimulate = 1_000_000_000
 	if *simulate > maxSimulate {
 		fmt.Fprintf(stderr, "error: --simulate %d: at most %d picks\n", *simulate, maxSimulate)
+		return exitUsage
+	}
+	class, ok := classFlags(fs, *from, *demand, stderr)
+	if !ok {
 		return exitUsage
 	}
 	snap, _, ok := load(files, stderr)
@@ -190,7 +198,21 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		}
 		keys = append(keys, k)
 	}
-	rep := explain.Build(snap, keys...)
+	var rep explain.Report
+	if class == nil {
+		rep = explain.Build(snap, keys...)
+	} else {
+		var err error
+		if rep, err = explain.BuildFor(snap, *class, keys...); err != nil {
+			if de := (*explain.DemandError)(nil); errors.As(err, &de) {
+				fmt.Fprintf(stderr, "error: --demand %s: %v\n", *demand, err)
+				return exitUsage
+			}
+			// the manifests give clients of this locality a topology a proxy cannot take
+			fmt.Fprintf(stderr, "error: %v\n", err)
+			return exitInvalid
+		}
+	}
 	if *simulate > 0 {
 		for i := range rep.Upstreams {
 			x := &rep.Upstreams[i]
@@ -198,6 +220,33 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return writeReport(*output, stdout, stderr, rep, func() error { return explain.WriteText(stdout, rep) })
+}
+
+// classFlags reads --from and --demand; nil options when --from is not
+// given. An empty flag that was given is refused rather than ignored.
+func classFlags(fs *flag.FlagSet, from, demand string, stderr io.Writer) (*explain.ClassOptions, bool) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["from"] {
+		if set["demand"] {
+			fmt.Fprintln(stderr, "error: --demand needs --from REGION/ZONE: the demand divides the split for the clients of one zone")
+			return nil, false
+		}
+		return nil, true
+	}
+	f, err := explain.ParseFrom(from)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: --from %v\n", err)
+		return nil, false
+	}
+	opts := &explain.ClassOptions{From: f}
+	if set["demand"] {
+		if opts.Demand, err = explain.ParseDemand(demand); err != nil {
+			fmt.Fprintf(stderr, "error: --demand %v\n", err)
+			return nil, false
+		}
+	}
+	return opts, true
 }
 
 // parseReportFlags parses the flags of a command that prints a report: no arguments

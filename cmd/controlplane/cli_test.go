@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,9 +13,8 @@ import (
 	"testing"
 
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/test/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 const examples = "../../examples"
 
@@ -39,45 +37,6 @@ func checkNoCrash(t *testing.T, stderr string) {
 	}
 }
 
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./cmd/controlplane -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("output differs from %s (run go test ./cmd/controlplane -update after checking the change):\n%s", path, diff(string(want), got))
-	}
-}
-
-// diff shows the first differing line of two texts.
-func diff(want, got string) string {
-	wl, gl := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < len(wl) || i < len(gl); i++ {
-		var w, g string
-		if i < len(wl) {
-			w = wl[i]
-		}
-		if i < len(gl) {
-			g = gl[i]
-		}
-		if w != g {
-			return "line " + strconv.Itoa(i+1) + ":\n want: " + w + "\n  got: " + g
-		}
-	}
-	return "(identical lines; trailing difference)"
-}
-
 func TestGolden(t *testing.T) {
 	tests := []struct {
 		name string
@@ -97,7 +56,7 @@ func TestGolden(t *testing.T) {
 			if stderr != "" {
 				t.Errorf("unexpected stderr:\n%s", stderr)
 			}
-			golden(t, tc.name, stdout)
+			golden.Check(t, tc.name, stdout)
 		})
 	}
 }

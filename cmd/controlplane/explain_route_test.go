@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/test/golden"
 )
 
 const spatialExamples = "../../examples/spatial"
@@ -36,7 +37,7 @@ func TestExplainRouteGolden(t *testing.T) {
 			if code != exitOK || stderr != "" {
 				t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 			}
-			golden(t, tc.name, stdout)
+			golden.Check(t, tc.name, stdout)
 			code, js, stderr := runCLI(append(append(base, tc.args...), "-o", "json")...)
 			if code != exitOK || stderr != "" {
 				t.Fatalf("json: exit %d, stderr:\n%s", code, stderr)

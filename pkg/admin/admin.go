@@ -2,12 +2,15 @@ package admin
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/partitionmap"
@@ -26,7 +29,11 @@ type Sources struct {
 	// Warnings, when set, lists what /readyz adds below "ok": conditions
 	// that do not stop serving but need an operator (a refused change).
 	Warnings func() []string
-	Metrics  *metrics.Metrics
+	// Demand, when set, is the client demand in force for a Balanced
+	// upstream (what the publisher applied). When it is nil or has none for
+	// an upstream, /debug/explain?from= divides by the demand parameter.
+	Demand  func(topology.Key) []affinity.Demand
+	Metrics *metrics.Metrics
 }
 
 // HealthHandler serves what probes and scrapers need and nothing else:
@@ -84,7 +91,26 @@ func addDebug(mux *http.ServeMux, s Sources) {
 			}
 			keys = append(keys, k)
 		}
-		writeJSON(w, explain.Build(snap, keys...))
+		opts, err := classQuery(r.URL.Query(), s.Demand)
+		if err != nil {
+			writeJSONError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if opts == nil {
+			writeJSON(w, explain.Build(snap, keys...))
+			return
+		}
+		rep, err := explain.BuildFor(snap, *opts, keys...)
+		if de := (*explain.DemandError)(nil); errors.As(err, &de) {
+			writeJSONError(w, http.StatusBadRequest, "demand: "+err.Error())
+			return
+		} else if err != nil {
+			// the served topology gives clients of this locality more
+			// priorities than a proxy takes: the request is fine, the topology is not
+			writeJSONError(w, http.StatusUnprocessableEntity, err.Error())
+			return
+		}
+		writeJSON(w, rep)
 	})
 	// The live counterpart of `controlplane explain-route`: the same Go reference on the
 	// map and health the published Lua carries.
@@ -116,6 +142,34 @@ func addDebug(mux *http.ServeMux, s Sources) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+}
+
+// classQuery reads from=REGION/ZONE[/SUBZONE] and demand=REGION/ZONE=N,...,
+// bounded as the explain command's flags; nil options without from.
+func classQuery(q url.Values, applied func(topology.Key) []affinity.Demand) (*explain.ClassOptions, error) {
+	for _, name := range []string{"from", "demand"} {
+		if n := len(q[name]); n > 1 {
+			return nil, fmt.Errorf("%s is given %d times, at most once", name, n)
+		}
+	}
+	_, hasDemand := q["demand"]
+	if _, ok := q["from"]; !ok {
+		if hasDemand {
+			return nil, errors.New("demand needs from=REGION/ZONE: the demand divides the split for the clients of one zone")
+		}
+		return nil, nil
+	}
+	f, err := explain.ParseFrom(q.Get("from"))
+	if err != nil {
+		return nil, fmt.Errorf("from %w", err)
+	}
+	opts := &explain.ClassOptions{From: f, Applied: applied}
+	if hasDemand {
+		if opts.Demand, err = explain.ParseDemand(q.Get("demand")); err != nil {
+			return nil, fmt.Errorf("demand %w", err)
+		}
+	}
+	return opts, nil
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -5,9 +5,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
+	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/manifest"
 	"poise.dev/poise/pkg/metrics"
@@ -93,15 +95,7 @@ func TestExplainRouteEndpoint(t *testing.T) {
 	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: d.Current,
 		Clients: func() []server.Client { return nil }}))
 	defer srv.Close()
-	get := func(query string) (int, string) {
-		resp, err := http.Get(srv.URL + "/debug/explain-route?" + query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func(query string) (int, string) { return httpGet(t, srv.URL+"/debug/explain-route?"+query) }
 	code, body := get("domain=cadastre&product=parcels&bbox=8,48,9,49")
 	var rep explain.RouteReport
 	if err := json.Unmarshal([]byte(body), &rep); err != nil || code != http.StatusOK {
@@ -168,4 +162,107 @@ func TestReadyzShowsWarnings(t *testing.T) {
 	if resp.StatusCode != 200 || string(body) != "ok\nwarning: "+warnings[0]+"\n" {
 		t.Fatalf("GET /readyz = %d %q", resp.StatusCode, body)
 	}
+}
+
+// /debug/explain?from= is the live twin of explain --from: the class of one
+// client zone, divided by the demand the plane applies, else by the demand
+// parameter (docs/weights.md, worked example 6).
+func TestExplainFrom(t *testing.T) {
+	var b topology.Batch
+	b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "web"}, Policy: weights.DefaultPolicy(),
+		Affinity: &topology.Affinity{Mode: affinity.Balanced}})
+	for i, zone := range []string{"a", "b"} {
+		b.PutEndpointSet(topology.EndpointSet{Key: topology.Key{Namespace: "shop", Name: "web-" + zone}, Upstream: "web",
+			Locality: weights.Locality{Region: "eu", Zone: zone}, Endpoints: []topology.Endpoint{{Address: "10.0.0." + string(rune('1'+i)), Port: 80, Weight: 1}}})
+	}
+	d := topology.NewDirectory()
+	if _, err := d.Apply(b); err != nil {
+		t.Fatal(err)
+	}
+	var applied []affinity.Demand
+	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: d.Current,
+		Clients: func() []server.Client { return nil },
+		Demand: func(k topology.Key) []affinity.Demand {
+			if k != (topology.Key{Namespace: "shop", Name: "web"}) {
+				t.Errorf("demand asked for %s", k)
+			}
+			return applied
+		}}))
+	defer srv.Close()
+	get := func(query string) (int, string) { return httpGet(t, srv.URL+"/debug/explain?"+query) }
+	class := func(query string) (explain.Report, *explain.Class) {
+		t.Helper()
+		code, body := get(query)
+		var rep explain.Report
+		if err := json.Unmarshal([]byte(body), &rep); err != nil || code != http.StatusOK || len(rep.Upstreams) != 1 {
+			t.Fatalf("%s: %d %s: %v", query, code, body, err)
+		}
+		return rep, rep.Upstreams[0].Class
+	}
+	traffic := func(c *explain.Class) []uint64 {
+		var out []uint64
+		for _, l := range c.Split.Priorities[0].Localities {
+			out = append(out, l.Traffic)
+		}
+		return out
+	}
+
+	rep, c := class("from=eu/a/rack-1&demand=eu/b=1,eu/a=3&upstream=shop/web")
+	if *rep.From != (explain.From{Region: "eu", Zone: "a", SubZone: "rack-1"}) || len(rep.Demand) != 2 || rep.Demand[0].Zone != "a" {
+		t.Errorf("from %+v, demand %+v", rep.From, rep.Demand)
+	}
+	if c.Balanced.DemandSource != explain.DemandGiven || !slices.Equal(traffic(c), []uint64{666_667, 333_333}) {
+		t.Errorf("given demand: %s, traffic %v", c.Balanced.DemandSource, traffic(c))
+	}
+	if _, c = class("from=eu/a"); !c.ReceivesNone || c.Reason != "no client declares demand" {
+		t.Errorf("no demand: %+v", c)
+	}
+
+	// the applied demand wins over the parameter
+	applied = []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 3}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 1}}
+	for _, q := range []string{"from=eu/b", "from=eu/b&demand=eu/b=5,eu/a=1"} {
+		if _, c = class(q); c.Balanced.DemandSource != explain.DemandClients || !c.Balanced.KeepsAll || !slices.Equal(traffic(c), []uint64{0, 1_000_000}) {
+			t.Errorf("%s: %s, traffic %v", q, c.Balanced.DemandSource, traffic(c))
+		}
+	}
+	if _, c = class("from=us/x"); !c.ReceivesNone || c.Reason != "no demand is counted for us/x yet" {
+		t.Errorf("a zone without applied demand: %+v", c)
+	}
+	if code, body := get(""); code != http.StatusOK || strings.Contains(body, `"from": {`) || strings.Contains(body, `"demand": [`) || strings.Contains(body, `"class"`) {
+		t.Errorf("without from: %d %s", code, body)
+	}
+	applied = nil
+
+	for _, tc := range []struct {
+		query string
+		code  int
+		want  string
+	}{
+		{"from=eu", http.StatusBadRequest, `from \"eu\": want REGION/ZONE[/SUBZONE]`},
+		{"from=", http.StatusBadRequest, `from \"\": want REGION/ZONE[/SUBZONE]`},
+		{"from=eu/a&from=eu/b", http.StatusBadRequest, "from is given 2 times, at most once"},
+		{"demand=eu/a=1", http.StatusBadRequest, "demand needs from=REGION/ZONE"},
+		{"from=eu/a&demand=eu/a=0", http.StatusBadRequest, `weight \"0\": want an integer 1..1000000`},
+		{"from=eu/a&demand=", http.StatusBadRequest, "demand empty"},
+		{"from=eu/a&demand=" + strings.Repeat("eu/a=1,", 64) + "eu/b=1", http.StatusBadRequest, "demand 65 zones, at most 64"},
+		{"from=eu/" + strings.Repeat("z", 129), http.StatusBadRequest, "the zone is 129 bytes, at most 128"},
+		{"from=eu/c&demand=eu/a=1", http.StatusBadRequest, "demand: upstream shop/web: localityAffinity Balanced: the demand has no entry for eu/c"},
+		{"from=eu/a&upstream=shop/nope", http.StatusNotFound, "not found in revision 1"},
+	} {
+		if code, body := get(tc.query); code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %s, want %d containing %q", tc.query, code, body, tc.code, tc.want)
+		}
+	}
+}
+
+// httpGet returns the status and body of GET url.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

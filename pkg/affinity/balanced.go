@@ -24,7 +24,10 @@ type ZoneSplit struct {
 	Supply  uint64   // u_k: the None traffic of the zone's localities, millionths
 	Demand  uint64   // d_k
 	Surplus *big.Int // s_k = u_k × D − d_k × U
-	Traffic uint64   // t_k: what the client's class sends to this zone, millionths
+	// Weight is N_k, the zone's weight in the apportion of U for the
+	// client's class (common denominator d_z × U × S); kept for explain.
+	Weight  *big.Int
+	Traffic uint64 // t_k: what the client's class sends to this zone, millionths
 }
 
 // BalancedSplit is what the clients of one zone receive.
@@ -138,7 +141,7 @@ func Balance(r *weights.Result, demand []Demand, from Zone) (*BalancedSplit, err
 	}
 	t := apportionBig(out.Routable, N)
 	for i := range out.Zones {
-		out.Zones[i].Traffic = t[i]
+		out.Zones[i].Weight, out.Zones[i].Traffic = N[i], t[i]
 	}
 
 	// inside each zone, the None split of its localities

@@ -1,6 +1,7 @@
 package explain
 
 import (
+	"cmp"
 	"slices"
 
 	"poise.dev/poise/pkg/topology"
@@ -10,8 +11,12 @@ import (
 // Report is the explanation of a snapshot. Its JSON field names are a
 // stable interface documented in docs/explain.md.
 type Report struct {
-	Revision  uint64     `json:"revision"`
-	Upstreams []Upstream `json:"upstreams"`
+	Revision uint64 `json:"revision"`
+	// From and Demand are the client locality and the demand given
+	// (--from, --demand, or the query); absent when no locality is given.
+	From      *From         `json:"from,omitempty"`
+	Demand    []DemandEntry `json:"demand,omitempty"`
+	Upstreams []Upstream    `json:"upstreams"`
 	// Orphans are objects whose upstream does not exist.
 	Orphans []string `json:"orphans,omitempty"`
 }
@@ -28,13 +33,23 @@ type Upstream struct {
 	SplitBy string `json:"splitBy"`
 	// LoadBalancing says, per client kind, how the loadBalancing policy is
 	// published and whether the figures below hold exactly or within a bound.
-	LoadBalancing               LoadBalancing `json:"loadBalancing"`
-	Outcome                     string        `json:"outcome"`
-	NormalizedTotalAvailability uint64        `json:"normalizedTotalAvailability"`
-	TotalPanic                  bool          `json:"totalPanic"`
-	DroppedMillionths           uint64        `json:"droppedMillionths"`
-	Priorities                  []Priority    `json:"priorities"`
-	Simulation                  *Simulation   `json:"simulation,omitempty"`
+	LoadBalancing LoadBalancing `json:"loadBalancing"`
+	// Split is the None split: what every client receives without
+	// localityAffinity. Embedded, its fields are the upstream's own in JSON.
+	Split
+	// Class, present when a client locality is given (--from, ?from=), is
+	// what the clients of that locality receive and how it was derived.
+	Class *Class `json:"class,omitempty"`
+}
+
+// Split is one priority → locality → endpoint derivation.
+type Split struct {
+	Outcome                     string      `json:"outcome"`
+	NormalizedTotalAvailability uint64      `json:"normalizedTotalAvailability"`
+	TotalPanic                  bool        `json:"totalPanic"`
+	DroppedMillionths           uint64      `json:"droppedMillionths"`
+	Priorities                  []Priority  `json:"priorities"`
+	Simulation                  *Simulation `json:"simulation,omitempty"`
 }
 
 // Policy is the upstream's computation knobs.
@@ -121,7 +136,6 @@ func Build(s *topology.Snapshot, only ...topology.Key) Report {
 
 // BuildUpstream explains one upstream.
 func BuildUpstream(u *topology.UpstreamState) Upstream {
-	r := u.Result
 	p := u.Upstream.Policy
 	out := Upstream{
 		Namespace: u.Upstream.Key.Namespace,
@@ -133,23 +147,40 @@ func BuildUpstream(u *topology.UpstreamState) Upstream {
 			DrainingCapacity:       p.DrainingCapacity.String(),
 			HealthAdjustment:       string(u.Upstream.HealthAdjustment),
 		},
-		SplitBy:                     string(u.Upstream.HealthAdjustment),
-		LoadBalancing:               loadBalancing(u),
+		SplitBy:       string(u.Upstream.HealthAdjustment),
+		LoadBalancing: loadBalancing(u),
+		Split:         buildSplit(u, nil),
+	}
+	if out.SplitBy == "" {
+		out.SplitBy = string(topology.ControlPlane)
+	}
+	return out
+}
+
+// buildSplit explains the derivation in u.Result. configured maps a result
+// priority to the configured priority its Locality objects were given at:
+// nil when the result's priorities are the configured ones, the effective
+// priority table when a PreferSame* class renumbered them.
+func buildSplit(u *topology.UpstreamState, configured []topology.EffectivePriority) Split {
+	r := u.Result
+	out := Split{
 		Outcome:                     r.Outcome.String(),
 		NormalizedTotalAvailability: r.NTA,
 		TotalPanic:                  r.TotalPanic,
 		DroppedMillionths:           r.DroppedMillionths,
 		Priorities:                  []Priority{},
 	}
-	if out.SplitBy == "" {
-		out.SplitBy = string(topology.ControlPlane)
-	}
-	gi := 0
 	for _, pr := range r.Priorities {
 		xp := Priority{
 			Priority: pr.Priority, ConfiguredWeight: pr.ConfiguredWeight, EligibleWeight: pr.EligibleWeight,
 			PanicEligibleWeight: pr.PanicEligibleWeight, Health: pr.Health, Load: pr.Load,
 			InPanic: pr.InPanic, DroppedMillionths: pr.Dropped, Localities: []Locality{},
+		}
+		groupPriority := pr.Priority
+		if i, ok := slices.BinarySearchFunc(configured, pr.Priority, func(e topology.EffectivePriority, p uint32) int {
+			return cmp.Compare(e.Effective, p)
+		}); ok {
+			groupPriority = configured[i].Configured
 		}
 		for _, l := range r.Localities[pr.FirstLocality : pr.FirstLocality+pr.LocalityCount] {
 			xl := Locality{
@@ -159,12 +190,12 @@ func BuildUpstream(u *topology.UpstreamState) Upstream {
 				Availability: l.Availability, EffectiveWeight: l.EffectiveWeight,
 				ShareInPriority: l.ShareInPriority, Traffic: l.Traffic, Endpoints: []Endpoint{},
 			}
-			// Groups and result localities are both in canonical order; groups
-			// may also hold Locality objects without endpoints, which we skip.
-			for gi < len(u.Groups) && (u.Groups[gi].Priority != l.Priority || u.Groups[gi].Locality != l.Locality) {
-				gi++
-			}
-			if gi < len(u.Groups) {
+			// Groups are in canonical (priority, locality) order; they may
+			// also hold Locality objects without endpoints, which no result
+			// locality finds.
+			if gi, ok := slices.BinarySearchFunc(u.Groups, l.Locality, func(g topology.Group, loc weights.Locality) int {
+				return cmp.Or(cmp.Compare(g.Priority, groupPriority), g.Locality.Compare(loc))
+			}); ok {
 				for _, k := range u.Groups[gi].LocalityObjects {
 					xl.LocalityFrom = append(xl.LocalityFrom, "Locality "+k.String())
 				}

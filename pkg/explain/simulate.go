@@ -14,8 +14,18 @@ type Simulation struct {
 
 // Simulate draws n picks with the seeded picker of pkg/weights and records
 // the observed counts beside the computed figures of x, which must have
-// been built from u.
+// been built from u. A class with a split of its own is drawn from too,
+// with the same seed.
 func Simulate(x *Upstream, u *topology.UpstreamState, n, seed uint64) {
+	x.Simulation = simulate(x.Priorities, u, n, seed)
+	if c := x.Class; c != nil && c.Split != nil && c.state != nil {
+		c.Split.Simulation = simulate(c.Split.Priorities, c.state, n, seed)
+	}
+}
+
+// simulate draws n picks from u and records them in prios, which must have
+// been built from u.
+func simulate(prios []Priority, u *topology.UpstreamState, n, seed uint64) *Simulation {
 	r := u.Result
 	locCounts := make([]uint64, len(r.Localities))
 	epCounts := make([]uint64, len(r.Endpoints))
@@ -30,11 +40,10 @@ func Simulate(x *Upstream, u *topology.UpstreamState, n, seed uint64) {
 		locCounts[pick.Locality]++
 		epCounts[pick.Endpoint]++
 	}
-	x.Simulation = sim
 	li, ei := 0, 0
-	for pi := range x.Priorities {
-		for lj := range x.Priorities[pi].Localities {
-			xl := &x.Priorities[pi].Localities[lj]
+	for pi := range prios {
+		for lj := range prios[pi].Localities {
+			xl := &prios[pi].Localities[lj]
 			xl.Observed = &locCounts[li]
 			li++
 			for ej := range xl.Endpoints {
@@ -43,4 +52,5 @@ func Simulate(x *Upstream, u *topology.UpstreamState, n, seed uint64) {
 			}
 		}
 	}
+	return sim
 }

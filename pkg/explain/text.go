@@ -16,9 +16,15 @@ func Percent(m uint64) string {
 func WriteText(w io.Writer, rep Report) error {
 	tw := &textWriter{w: w}
 	tw.printf("Topology revision %d: %d upstream(s)\n", rep.Revision, len(rep.Upstreams))
+	if rep.From != nil {
+		writeFrom(tw, rep)
+	}
 	for _, u := range rep.Upstreams {
 		tw.printf("\n")
 		writeUpstream(tw, u)
+		if u.Class != nil && rep.From != nil {
+			writeClass(tw, *rep.From, u)
+		}
 	}
 	if len(rep.Orphans) > 0 {
 		tw.printf("\nObjects whose upstream does not exist (ignored until it does):\n")
@@ -29,15 +35,37 @@ func WriteText(w io.Writer, rep Report) error {
 	return tw.err
 }
 
+// textWriter prints lines, each non-empty one after indent, so a
+// derivation can be nested under a heading with the code that prints it
+// at the top level.
 type textWriter struct {
-	w   io.Writer
-	err error
+	w      io.Writer
+	err    error
+	indent string
+	// midLine: the last write did not end a line, so the next does not
+	// start one.
+	midLine bool
 }
 
 func (t *textWriter) printf(format string, a ...any) {
-	if t.err == nil {
-		_, t.err = fmt.Fprintf(t.w, format, a...)
+	if t.err != nil {
+		return
 	}
+	s := fmt.Sprintf(format, a...)
+	var b strings.Builder
+	for s != "" {
+		line := s
+		if i := strings.IndexByte(s, '\n'); i >= 0 {
+			line = s[:i+1]
+		}
+		s = s[len(line):]
+		if !t.midLine && line != "\n" {
+			b.WriteString(t.indent) // blank lines stay blank: no trailing spaces
+		}
+		b.WriteString(line)
+		t.midLine = !strings.HasSuffix(line, "\n")
+	}
+	_, t.err = io.WriteString(t.w, b.String())
 }
 
 func writeUpstream(tw *textWriter, u Upstream) {
@@ -49,6 +77,12 @@ func writeUpstream(tw *textWriter, u Upstream) {
 		tw.printf("  note: healthAdjustment Proxy publishes the source topology; the split clients carry out is the proxy's own math, not the figures below\n")
 	}
 	writeLoadBalancing(tw, u.LoadBalancing)
+	writeSplit(tw, p, u.Split, nil)
+}
+
+// writeSplit prints a derivation; eff, when given, names the configured
+// priority and rank behind each effective priority.
+func writeSplit(tw *textWriter, p Policy, u Split, eff []EffectivePriority) {
 	tw.printf("  outcome: %s; normalized total availability %s", u.Outcome, Percent(u.NormalizedTotalAvailability))
 	if u.TotalPanic {
 		tw.printf("; TOTAL PANIC (%s)", p.PanicMode)
@@ -57,15 +91,19 @@ func writeUpstream(tw *textWriter, u Upstream) {
 		tw.printf("; dropped %s", Percent(u.DroppedMillionths))
 	}
 	tw.printf("\n")
-	if s := u.Simulation; s != nil {
-		tw.printf("  simulated %d picks with seed %d: %d dropped (%s)\n", s.Picks, s.Seed, s.Dropped, observedPercent(s.Dropped, s.Picks))
-	}
+	writeSimulation(tw, u.Simulation)
 	if len(u.Priorities) == 0 {
 		tw.printf("  no endpoints\n")
 	}
 	for _, pr := range u.Priorities {
-		tw.printf("\n  Priority %d: configured weight %d, eligible %d, panic-eligible %d\n",
-			pr.Priority, pr.ConfiguredWeight, pr.EligibleWeight, pr.PanicEligibleWeight)
+		behind := ""
+		for _, e := range eff {
+			if e.EffectivePriority == pr.Priority {
+				behind = fmt.Sprintf(" (configured priority %d, rank %d)", e.ConfiguredPriority, e.Rank)
+			}
+		}
+		tw.printf("\n  Priority %d%s: configured weight %d, eligible %d, panic-eligible %d\n",
+			pr.Priority, behind, pr.ConfiguredWeight, pr.EligibleWeight, pr.PanicEligibleWeight)
 		if pr.ConfiguredWeight > 0 {
 			tw.printf("    health = min(100%%, %d%% × %d / %d) = %s\n",
 				p.OverprovisioningFactor, pr.EligibleWeight, pr.ConfiguredWeight, Percent(pr.Health))
@@ -127,23 +165,33 @@ func writeLocality(tw *textWriter, opf uint32, sim *Simulation, l Locality) {
 	}
 	tw.printf("\n")
 	for _, e := range l.Endpoints {
-		status := "eligible"
-		if !e.Eligible {
-			status = e.Reason
-			if e.ReasonFrom != "" {
-				status += " (from " + e.ReasonFrom + ")"
-			}
-		}
-		if e.Selectable && !e.Eligible {
-			status += ", selectable in panic"
-		}
-		tw.printf("        %-24s weight %-5d %-11s share %9s", hostPort(e.Address, e.Port), e.Weight, e.AdminState, Percent(e.Share))
-		if e.Observed != nil && sim != nil {
-			tw.printf("  observed %9s", observedPercent(*e.Observed, sim.Picks))
-		}
-		tw.printf("  %s", status)
-		tw.printf("\n")
+		writeEndpoint(tw, sim, e)
 	}
+}
+
+func writeSimulation(tw *textWriter, s *Simulation) {
+	if s != nil {
+		tw.printf("  simulated %d picks with seed %d: %d dropped (%s)\n", s.Picks, s.Seed, s.Dropped, observedPercent(s.Dropped, s.Picks))
+	}
+}
+
+func writeEndpoint(tw *textWriter, sim *Simulation, e Endpoint) {
+	status := "eligible"
+	if !e.Eligible {
+		status = e.Reason
+		if e.ReasonFrom != "" {
+			status += " (from " + e.ReasonFrom + ")"
+		}
+	}
+	if e.Selectable && !e.Eligible {
+		status += ", selectable in panic"
+	}
+	tw.printf("        %-24s weight %-5d %-11s share %9s", hostPort(e.Address, e.Port), e.Weight, e.AdminState, Percent(e.Share))
+	if e.Observed != nil && sim != nil {
+		tw.printf("  observed %9s", observedPercent(*e.Observed, sim.Picks))
+	}
+	tw.printf("  %s", status)
+	tw.printf("\n")
 }
 
 func hostPort(addr string, port uint32) string {

@@ -94,6 +94,7 @@ func (c *ClassState) balanced(u *UpstreamState, demand []affinity.Demand) error 
 		return nil
 	}
 	res := *u.Result
+	res.Priorities = slices.Clone(u.Result.Priorities)
 	res.Localities = slices.Clone(u.Result.Localities)
 	res.Endpoints = slices.Clone(u.Result.Endpoints)
 	var w []uint64
@@ -112,6 +113,17 @@ func (c *ClassState) balanced(u *UpstreamState, demand []affinity.Demand) error 
 		parts := weights.Apportion(l.Traffic, w)
 		for i := range eps {
 			eps[i].Share = parts[i]
+		}
+	}
+	// A zone's traffic may sit in localities of several priorities, so the
+	// class's priority loads are its own: what its localities carry plus the
+	// priority's drop, which is the same for every class. Without this the
+	// seeded picker (stage 1 draws a priority by load) would replay None.
+	for pi := range res.Priorities {
+		p := &res.Priorities[pi]
+		p.Load = p.Dropped
+		for _, l := range res.Localities[p.FirstLocality : p.FirstLocality+p.LocalityCount] {
+			p.Load += l.Traffic
 		}
 	}
 	derived := *u
