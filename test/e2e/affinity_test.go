@@ -1,22 +1,20 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 
-	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/explain"
-	"poise.dev/poise/pkg/manifest"
-	topo "poise.dev/poise/pkg/topology" // xds_test.go has a type named topology
 	"poise.dev/poise/pkg/xds/publish"
 	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/splitcheck"
@@ -195,6 +193,7 @@ func TestGRPCClientsInThreeZonesCarryOutTheirClassSplit(t *testing.T) {
 	expectZoneShares(t, "c eu/a", balanced["eu/a"], backends, [3]uint64{555_557, 222_222, 222_221})
 	expectZoneShares(t, "c eu/b", balanced["eu/b"], backends, [3]uint64{0, 1_000_000, 0})
 	expectZoneShares(t, "c us/c", balanced["us/c"], backends, [3]uint64{0, 0, 1_000_000})
+	cp.checkLiveClasses(t, phaseC, balanced)
 	parts, zs := measure(t, phaseC, clients, balanced)
 	figures["c"] = zs
 	zs["all five, against None"] = splitcheck.CheckAggregate(t, phaseC+": all five clients against the None split", parts, none)
@@ -224,11 +223,8 @@ func TestGRPCClientsInThreeZonesCarryOutTheirClassSplit(t *testing.T) {
 			fmt.Fprintf(&summary, "  %s  %-24s largest |z| %.2f\n", phase, z, figures[phase][z])
 		}
 	}
-	t.Logf("expectations from %s; %v in all\n%s", expectationSource, time.Since(start).Round(100*time.Millisecond), summary.String())
+	t.Logf("expectations from controlplane explain --from; %v in all\n%s", time.Since(start).Round(100*time.Millisecond), summary.String())
 }
-
-// expectationSource says where classExpectation's figures come from.
-const expectationSource = "topology.UpstreamState.ForClass in-process (explain --from is not available yet)"
 
 // classExpectations is classExpectation for each of affZones.
 func classExpectations(t *testing.T, dir, demand string) map[string]splitcheck.Expectation {
@@ -240,53 +236,34 @@ func classExpectations(t *testing.T, dir, demand string) map[string]splitcheck.E
 	return out
 }
 
-// classExpectation is the split explain computes for clients in from
-// (REGION/ZONE) of upstream under its localityAffinity, with the demand
-// (REGION/ZONE=N,...; Balanced only) — what `controlplane explain -f dir
-// --upstream upstream --from from --demand demand -o json` reports. Until
-// that flag exists it derives the class in-process from the same manifests,
-// as explain and the publisher do (topology.UpstreamState.ForClass).
+// classExpectation runs `controlplane explain --from from [--demand
+// demand] -o json` on the manifests and returns the split it computes for
+// clients in from (REGION/ZONE) of upstream under its localityAffinity;
+// demand (REGION/ZONE=N,...) is for Balanced, which must then divide the
+// split rather than fall back to None.
 func classExpectation(t *testing.T, dir, upstream, from, demand string) splitcheck.Expectation {
 	t.Helper()
-	set, err := manifest.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := topo.NewDirectory().Apply(set.Batch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := topo.ParseKey(upstream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := snap.Upstream(key)
-	if u == nil {
-		t.Fatalf("no upstream %s in %s", upstream, dir)
-	}
-	zoneOf := func(s string) affinity.Zone {
-		region, zone, _ := strings.Cut(s, "/")
-		return affinity.Zone{Region: region, Zone: zone}
-	}
-	var d []affinity.Demand
+	args := []string{"explain", "-f", dir, "--upstream", upstream, "--from", from, "-o", "json"}
 	if demand != "" {
-		for _, kv := range strings.Split(demand, ",") {
-			z, n, _ := strings.Cut(kv, "=")
-			w, err := strconv.ParseUint(n, 10, 64)
-			if err != nil {
-				t.Fatalf("demand %q: %v", demand, err)
-			}
-			d = append(d, affinity.Demand{Zone: zoneOf(z), Weight: w})
+		args = append(args, "--demand", demand)
+	}
+	cmd := exec.Command(binary, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("explain %s: %v\n%s", strings.Join(args[1:], " "), err, stderr.String())
+	}
+	var rep explain.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Upstreams) == 1 && rep.Upstreams[0].Class != nil {
+		if c := rep.Upstreams[0].Class; c.Mode == "Balanced" && demand != "" && c.ReceivesNone {
+			t.Fatalf("explain --from %s --demand %s: the clients receive the None split: %s", from, demand, c.Reason)
 		}
 	}
-	cs, err := u.ForClass(zoneOf(from), d)
-	if err != nil {
-		t.Fatalf("clients in %s: %v", from, err)
-	}
-	if cs.Balanced != nil && cs.Balanced.Fallback != "" {
-		t.Fatalf("clients in %s receive the None split: %s", from, cs.Balanced.Fallback)
-	}
-	return splitcheck.ExpectationOf(t, explain.Report{Revision: snap.Revision, Upstreams: []explain.Upstream{explain.BuildUpstream(cs.State)}})
+	return splitcheck.ClassExpectationOf(t, rep)
 }
 
 // expectShares requires explain's split to give the backends exactly these
@@ -378,5 +355,30 @@ func (cp *controlPlane) waitDemandApplied(t *testing.T, node string, revision ui
 			t.Fatalf("node %s did not ACK the applied demand (a version %d.N) by the deadline (acked %q)\n%s", node, revision, v, cp.logs())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkLiveClasses compares, for each zone, what /debug/explain?from=
+// says the plane gives its clients with what explain --from computed.
+// Only a class divided by the demand the plane applied can be compared:
+// without that, the live explain has no demand to divide by, and the test
+// says so rather than passing in silence.
+func (cp *controlPlane) checkLiveClasses(t *testing.T, phase string, want map[string]splitcheck.Expectation) {
+	t.Helper()
+	for _, z := range affZones {
+		var rep explain.Report
+		getJSON(t, cp.adminURL+"/debug/explain?upstream="+affUpstream+"&from="+z, &rep)
+		c := rep.Upstreams[0].Class
+		if c == nil || c.Balanced == nil || c.Balanced.DemandSource != explain.DemandClients {
+			source, reason := "", ""
+			if c != nil && c.Balanced != nil {
+				source, reason = c.Balanced.DemandSource, c.Reason
+			}
+			t.Logf("%s: not compared for %s: /debug/explain?from= does not divide by the demand the plane applied (demand source %q: %s)", phase, z, source, reason)
+			continue
+		}
+		if got := splitcheck.ClassExpectationOf(t, rep); !maps.Equal(got.Share, want[z].Share) || got.Dropped != want[z].Dropped {
+			t.Errorf("%s: /debug/explain?from=%s gives %v, explain --from with the clients' demand %v", phase, z, got.Share, want[z].Share)
+		}
 	}
 }

@@ -199,6 +199,29 @@ func ExpectationOf(t *testing.T, rep explain.Report) Expectation {
 	return e
 }
 
+// ClassExpectationOf reads what the clients of the report's locality
+// (explain --from, /debug/explain?from=) receive from its one upstream: the
+// class's split, or the upstream's own where the class receives None.
+func ClassExpectationOf(t *testing.T, rep explain.Report) Expectation {
+	t.Helper()
+	if len(rep.Upstreams) != 1 {
+		t.Fatalf("want one upstream in the report, got %d", len(rep.Upstreams))
+	}
+	c := rep.Upstreams[0].Class
+	switch {
+	case c == nil:
+		t.Fatalf("the report names no client locality (no class): %+v", rep.From)
+	case c.ReceivesNone:
+		return ExpectationOf(t, rep)
+	case c.Split == nil:
+		t.Fatalf("the class of %+v has no split of its own and does not receive None", rep.From)
+	}
+	u := rep.Upstreams[0]
+	u.Split = *c.Split
+	rep.Upstreams = []explain.Upstream{u}
+	return ExpectationOf(t, rep)
+}
+
 // Warm sends RPCs until every backend with a share has served one and no
 // backend without one serves any more, so the measured split is not skewed
 // by connections still being made (gRPC weighs only READY localities) or an
