@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -135,15 +136,22 @@ func (cp *controlPlane) metric(t *testing.T, name string) float64 {
 }
 
 type clientsView struct {
-	Clients []struct {
-		NodeID string `json:"nodeId"`
-		Kind   string `json:"kind"`
-		Types  map[string]struct {
-			LastSentVersion  string `json:"lastSentVersion"`
-			LastAckedVersion string `json:"lastAckedVersion"`
-			NACKs            uint64 `json:"nacks"`
-		} `json:"types"`
-	} `json:"clients"`
+	Clients []clientView `json:"clients"`
+}
+
+// clientView is one client of /debug/clients.
+type clientView struct {
+	NodeID       string `json:"nodeId"`
+	Kind         string `json:"kind"`
+	Zone         string `json:"zone"`
+	Class        string `json:"class"`
+	DemandWeight uint64 `json:"demandWeight"`
+	DemandNote   string `json:"demandNote"`
+	Types        map[string]struct {
+		LastSentVersion  string `json:"lastSentVersion"`
+		LastAckedVersion string `json:"lastAckedVersion"`
+		NACKs            uint64 `json:"nacks"`
+	} `json:"types"`
 }
 
 // ackedEDS is the EDS version the node last ACKed, "" when not connected.
@@ -158,6 +166,27 @@ func (cp *controlPlane) ackedEDS(t *testing.T, node string) string {
 	return ""
 }
 
+// versionOf reads an EDS version: INSTANCE-REVISION, or
+// INSTANCE-REVISION.N for the N-th client-class publication since that
+// revision (a class's first client, or a Balanced demand, applied).
+func versionOf(v string) (revision, class uint64, ok bool) {
+	i := strings.LastIndexByte(v, '-')
+	if i < 0 {
+		return 0, 0, false
+	}
+	rev, seq, hasSeq := strings.Cut(v[i+1:], ".")
+	r, err := strconv.ParseUint(rev, 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	if hasSeq {
+		if class, err = strconv.ParseUint(seq, 10, 64); err != nil {
+			return 0, 0, false
+		}
+	}
+	return r, class, true
+}
+
 // waitAcked waits until the node has ACKed, on this control plane, an EDS
 // version of the given revision or a later one (the file source may apply one
 // write as more than one batch), and returns the version.
@@ -166,10 +195,8 @@ func (cp *controlPlane) waitAcked(t *testing.T, node string, revision uint64, ti
 	deadline := time.Now().Add(timeout)
 	for {
 		v := cp.ackedEDS(t, node)
-		if i := strings.LastIndexByte(v, '-'); i >= 0 {
-			if r, err := strconv.ParseUint(v[i+1:], 10, 64); err == nil && r >= revision {
-				return v
-			}
+		if r, _, ok := versionOf(v); ok && r >= revision {
+			return v
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("node %s did not ACK revision %d within %v (acked %q)\n%s", node, revision, timeout, cp.ackedEDS(t, node), cp.logs())
@@ -191,4 +218,26 @@ func explainOffline(t *testing.T, dir, upstream string) splitcheck.Expectation {
 		t.Fatal(err)
 	}
 	return splitcheck.ExpectationOf(t, rep)
+}
+
+// waitServed waits until the upstream the control plane serves is the one
+// the manifests in dir now describe, and returns the served report: its
+// revision alone cannot say, since a read just after a write may still see
+// the previous one.
+func (cp *controlPlane) waitServed(t *testing.T, phase, dir, upstream string) explain.Report {
+	t.Helper()
+	want := explainOffline(t, dir, upstream)
+	var served explain.Report
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		getJSON(t, cp.adminURL+"/debug/explain?upstream="+upstream, &served)
+		got := splitcheck.ExpectationOf(t, served)
+		if maps.Equal(got.Share, want.Share) && got.Dropped == want.Dropped {
+			return served
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the served topology did not follow the manifests within 10s", phase)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -117,23 +116,7 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 		if tp.panicMode != "" || tp.unhealthy != nil {
 			tp.write(t, manifests, backends)
 		}
-		want := explainOffline(t, manifests, "e2e/echo")
-		// Wait until the served upstream is the one the manifests now describe: its
-		// revision alone cannot say, since a read just after the write may still see
-		// the previous one.
-		var served explain.Report
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			getJSON(t, cp.adminURL+"/debug/explain?upstream=e2e/echo", &served)
-			got := splitcheck.ExpectationOf(t, served)
-			if maps.Equal(got.Share, want.Share) && got.Dropped == want.Dropped {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the served topology did not follow the manifests within 10s", phase)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		served := cp.waitServed(t, phase, manifests, "e2e/echo")
 		// the served snapshot is a directory fed file by file; its revision
 		// counts batches, so wait for the client to ACK whatever it is now
 		v := cp.waitAcked(t, node, served.Revision, 10*time.Second)
@@ -141,7 +124,7 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 		versions = append(versions, v)
 		var live explain.Report
 		getJSON(t, cp.adminURL+"/debug/explain?upstream=e2e/echo", &live)
-		want = splitcheck.ExpectationOf(t, live)
+		want := splitcheck.ExpectationOf(t, live)
 		splitcheck.Warm(t, conn, want)
 		splitcheck.CheckSplit(t, phase, splitcheck.Send(conn, rpcs), want)
 		return want

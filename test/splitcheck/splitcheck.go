@@ -6,6 +6,7 @@ package splitcheck
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net"
@@ -63,9 +64,46 @@ func StartBackends(t *testing.T, host string, n int) []*Backend {
 
 // NewXDSClient dials xds:///listener through grpc-go's own xDS resolver,
 // isolated per call with its own bootstrap, and starts resolving at once.
+// Its node names no locality and no metadata.
 func NewXDSClient(t *testing.T, xdsAddr, node, listener string) *grpc.ClientConn {
 	t.Helper()
-	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":"passthrough:///%s","channel_creds":[{"type":"insecure"}]}],"node":{"id":%q,"cluster":"poise-tests"}}`, xdsAddr, node)
+	return NewXDSClientWith(t, xdsAddr, node, listener, Node{})
+}
+
+// Node is what a client's bootstrap says of its node besides its id.
+type Node struct {
+	// Region and Zone are node.locality; a client with no region has no
+	// locality (and receives the split of clients without one).
+	Region, Zone string
+	// Metadata is node.metadata, e.g. poise.dev/demand-weight.
+	Metadata map[string]any
+}
+
+// NewXDSClientWith is NewXDSClient for a node that names its locality or
+// carries metadata. Each call has its own bootstrap and so its own xDS
+// client and stream, even when two calls describe the same node: the
+// control plane counts them as two clients.
+func NewXDSClientWith(t *testing.T, xdsAddr, node, listener string, n Node) *grpc.ClientConn {
+	t.Helper()
+	type locality struct {
+		Region string `json:"region"`
+		Zone   string `json:"zone,omitempty"`
+	}
+	type bootstrapNode struct {
+		ID       string         `json:"id"`
+		Cluster  string         `json:"cluster"`
+		Locality *locality      `json:"locality,omitempty"`
+		Metadata map[string]any `json:"metadata,omitempty"`
+	}
+	bn := bootstrapNode{ID: node, Cluster: "poise-tests", Metadata: n.Metadata}
+	if n.Region != "" || n.Zone != "" {
+		bn.Locality = &locality{Region: n.Region, Zone: n.Zone}
+	}
+	nodeJSON, err := json.Marshal(bn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":"passthrough:///%s","channel_creds":[{"type":"insecure"}]}],"node":%s}`, xdsAddr, nodeJSON)
 	r, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
 	if err != nil {
 		t.Fatal(err)
@@ -161,6 +199,29 @@ func ExpectationOf(t *testing.T, rep explain.Report) Expectation {
 	return e
 }
 
+// ClassExpectationOf reads what the clients of the report's locality
+// (explain --from, /debug/explain?from=) receive from its one upstream: the
+// class's split, or the upstream's own where the class receives None.
+func ClassExpectationOf(t *testing.T, rep explain.Report) Expectation {
+	t.Helper()
+	if len(rep.Upstreams) != 1 {
+		t.Fatalf("want one upstream in the report, got %d", len(rep.Upstreams))
+	}
+	c := rep.Upstreams[0].Class
+	switch {
+	case c == nil:
+		t.Fatalf("the report names no client locality (no class): %+v", rep.From)
+	case c.ReceivesNone:
+		return ExpectationOf(t, rep)
+	case c.Split == nil:
+		t.Fatalf("the class of %+v has no split of its own and does not receive None", rep.From)
+	}
+	u := rep.Upstreams[0]
+	u.Split = *c.Split
+	rep.Upstreams = []explain.Upstream{u}
+	return ExpectationOf(t, rep)
+}
+
 // Warm sends RPCs until every backend with a share has served one and no
 // backend without one serves any more, so the measured split is not skewed
 // by connections still being made (gRPC weighs only READY localities) or an
@@ -199,46 +260,146 @@ func firstErr(errs []error) error {
 
 // CheckSplit requires every cell (each backend, and the dropped fraction)
 // within 4.5 standard deviations of its binomial expectation; a cell whose
-// share is 0 must see nothing.
-func CheckSplit(t *testing.T, phase string, got Tally, want Expectation) {
+// share is 0 must see nothing. It returns the largest |z|.
+func CheckSplit(t *testing.T, phase string, got Tally, want Expectation) float64 {
 	t.Helper()
-	if len(got.Other) > 0 {
-		t.Fatalf("%s: %d RPCs failed unexpectedly, first: %v", phase, len(got.Other), got.Other[0])
+	return check(t, phase, []Part{{got, want}}, &want)
+}
+
+// Part is what one client observed and the split it was sent.
+type Part struct {
+	Got  Tally
+	Want Expectation
+}
+
+// CheckAggregate requires the summed tallies of several clients within 4.5
+// standard deviations of target, the split they are meant to add up to:
+// each cell's mean is the RPCs sent in all × its target share, and its
+// variance that of a sum of binomials, Σ nᵢ·pᵢ·(1 − pᵢ) over each part's
+// own share — what the sum varies by when every client carries out its
+// own split. That is at most the variance of one binomial at the mean
+// share, so this is the stricter reading. A cell whose target share is 0
+// must see nothing. It returns the largest |z|.
+func CheckAggregate(t *testing.T, phase string, parts []Part, target Expectation) float64 {
+	t.Helper()
+	return check(t, phase, parts, &target)
+}
+
+// Deviation is the largest |z| of the parts' summed tallies from what
+// their Want splits add up to (+Inf where a cell of share 0 served). With
+// an alternative split as Want it says how far the observations are from
+// what that alternative would have produced: a test shows with it that its
+// check tells the split it expects from a wrong one.
+func Deviation(parts []Part) float64 {
+	worst := 0.0
+	for _, c := range cellsOf(parts, nil) {
+		worst = max(worst, math.Abs(c.z()))
 	}
-	n := float64(got.Total)
-	type cell struct {
-		name     string
-		observed int
-		p        float64
+	return worst
+}
+
+// cell is one backend, or the dropped fraction, of a check.
+type cell struct {
+	name           string
+	observed       int
+	share          float64 // the expected fraction, as shown
+	mean, variance float64
+}
+
+// z is the cell's deviation in standard deviations; ±Inf when it has none
+// to deviate by and the observation is more than rounding away.
+func (c cell) z() float64 {
+	d := float64(c.observed) - c.mean
+	switch {
+	case c.variance > 0:
+		return d / math.Sqrt(c.variance)
+	case math.Abs(d) < 1:
+		return 0
+	}
+	return math.Copysign(math.Inf(1), d)
+}
+
+// cellsOf lays out the cells of parts: the mean of each is the total × its
+// target share, or, with no target, what the parts' own shares add up to
+// (Σ nᵢ·pᵢ); its variance is Σ nᵢ·pᵢ·(1 − pᵢ).
+func cellsOf(parts []Part, target *Expectation) []cell {
+	total := 0
+	byName := map[string]*cell{}
+	at := func(name string) *cell {
+		c := byName[name]
+		if c == nil {
+			c = &cell{name: name}
+			byName[name] = c
+		}
+		return c
+	}
+	known := map[string]bool{}
+	for _, pt := range parts {
+		n := float64(pt.Got.Total)
+		total += pt.Got.Total
+		add := func(name string, millionths uint64) {
+			p := float64(millionths) / 1e6
+			c := at(name)
+			c.variance += n * p * (1 - p)
+			if target == nil {
+				c.mean += n * p
+			}
+		}
+		for addr, s := range pt.Want.Share {
+			known[addr] = true
+			add(addr, s)
+		}
+		add("dropped", pt.Want.Dropped)
+		for addr, v := range pt.Got.By {
+			at(addr).observed += v
+		}
+		at("dropped").observed += pt.Got.Dropped
+	}
+	if target != nil {
+		for addr, s := range target.Share {
+			known[addr] = true
+			at(addr).mean = float64(total) * float64(s) / 1e6
+		}
+		at("dropped").mean = float64(total) * float64(target.Dropped) / 1e6
 	}
 	var cells []cell
-	for addr, s := range want.Share {
-		cells = append(cells, cell{addr, got.By[addr], float64(s) / 1e6})
-	}
-	for addr, c := range got.By {
-		if _, ok := want.Share[addr]; !ok {
-			cells = append(cells, cell{addr + " (not in the topology)", c, 0})
+	for name, c := range byName {
+		if name != "dropped" && !known[name] {
+			c.name += " (not in the topology)"
 		}
+		if total > 0 {
+			c.share = c.mean / float64(total)
+		}
+		cells = append(cells, *c)
 	}
-	cells = append(cells, cell{"dropped", got.Dropped, float64(want.Dropped) / 1e6})
 	sort.Slice(cells, func(i, j int) bool { return cells[i].name < cells[j].name })
+	return cells
+}
+
+// check fails the test where a cell is more than 4.5 standard deviations
+// off, or a cell of share 0 saw anything, and logs every cell.
+func check(t *testing.T, phase string, parts []Part, target *Expectation) float64 {
+	t.Helper()
+	total := 0
+	for _, pt := range parts {
+		if len(pt.Got.Other) > 0 {
+			t.Fatalf("%s: %d RPCs failed unexpectedly, first: %v", phase, len(pt.Got.Other), pt.Got.Other[0])
+		}
+		total += pt.Got.Total
+	}
 	var report strings.Builder
 	worst := 0.0
-	for _, c := range cells {
-		mean := n * c.p
-		sd := math.Sqrt(n * c.p * (1 - c.p))
-		z := 0.0
-		if sd > 0 {
-			z = (float64(c.observed) - mean) / sd
-		}
-		fmt.Fprintf(&report, "  %-28s expected %7.4f%%  observed %7.4f%% (%6d)  z=%+.2f\n", c.name, 100*c.p, 100*float64(c.observed)/n, c.observed, z)
-		if c.p == 0 && c.observed > 0 {
+	for _, c := range cellsOf(parts, target) {
+		z := c.z()
+		fmt.Fprintf(&report, "  %-28s expected %7.4f%%  observed %7.4f%% (%6d)  z=%+.2f\n", c.name, 100*c.share, 100*float64(c.observed)/float64(total), c.observed, z)
+		switch {
+		case c.mean == 0 && c.observed > 0:
 			t.Errorf("%s: %s has share 0 but served %d RPCs", phase, c.name, c.observed)
-		}
-		if math.Abs(z) > 4.5 {
+		case math.Abs(z) > 4.5:
 			t.Errorf("%s: %s is %.2f standard deviations from its computed share", phase, c.name, z)
 		}
 		worst = max(worst, math.Abs(z))
 	}
-	t.Logf("%s: %d RPCs, largest |z| = %.2f\n%s", phase, got.Total, worst, report.String())
+	t.Logf("%s: %d RPCs, largest |z| = %.2f\n%s", phase, total, worst, report.String())
+	return worst
 }
