@@ -221,6 +221,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Clients:  clients.List,
 		Metrics:  m,
 		Warnings: warnings,
+		Demand:   pub.AppliedDemand,
 	}
 	adminSrv := &http.Server{Handler: admin.Handler(sources), ReadHeaderTimeout: 10 * time.Second}
 	var metricsLis net.Listener

@@ -29,8 +29,9 @@ type Census interface {
 
 // Demand changes are applied to Balanced upstreams with hysteresis, so that
 // client churn does not push to every client each time one connects: a
-// new demand is applied once it has held for DemandQuiet, or DemandMaxDelay
-// after it first differed from the applied one, whichever comes first.
+// new demand is applied once it has held for DemandQuiet (counted from the
+// census's last change), or DemandMaxDelay after it first differed from
+// the applied one, whichever comes first.
 const (
 	DemandQuiet    = 2 * time.Second
 	DemandMaxDelay = 10 * time.Second
@@ -58,6 +59,9 @@ type classState struct {
 	affine map[topology.Key]struct{}
 	seq    uint64 // class publications since the last revision
 	now    func() time.Time
+	// censusAt is when the census last changed (zero: not since start), so
+	// a demand first seen after a long quiet is applied at once.
+	censusAt time.Time
 	// poke wakes RunClasses after a publication that touched an affinity
 	// upstream: a Balanced one must start following its demand.
 	poke chan struct{}
@@ -151,6 +155,9 @@ func (p *Publisher) RunClasses(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
+			p.mu.Lock()
+			p.cls.censusAt = p.cls.now()
+			p.mu.Unlock()
 		case <-timer.C:
 		case <-p.cls.poke:
 		}
@@ -195,7 +202,10 @@ func (p *Publisher) refreshClasses() time.Duration {
 		pd := c.pending[k]
 		switch {
 		case pd == nil:
-			pd = &pendingDemand{demand: observed, since: now, moved: now}
+			// the census, and so this demand, has held since censusAt: an
+			// upstream newly Balanced among settled clients is not kept
+			// waiting, while one whose clients are churning is
+			pd = &pendingDemand{demand: observed, since: now, moved: c.censusAt}
 			c.pending[k] = pd
 		case !slices.Equal(pd.demand, observed):
 			pd.demand, pd.moved = observed, now

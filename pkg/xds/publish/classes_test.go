@@ -22,12 +22,15 @@ import (
 var web = topology.Key{Namespace: "shop", Name: "web"}
 
 // zoned is an upstream with two endpoints in each of eu/a, eu/b and us/c.
-func zoned(mode affinity.Mode) topology.Batch {
+func zoned(mode affinity.Mode, edit ...func(*topology.Upstream)) topology.Batch {
 	var b topology.Batch
 	u := topology.Upstream{Key: web, Policy: weights.DefaultPolicy(), HealthAdjustment: topology.ControlPlane,
 		LoadBalancing: "RoundRobin", Protocol: "HTTP2"}
 	if mode != affinity.None {
 		u.Affinity = &topology.Affinity{Mode: mode}
+	}
+	for _, f := range edit {
+		f(&u)
 	}
 	b.PutUpstream(u)
 	for i, z := range []affinity.Zone{{Region: "eu", Zone: "a"}, {Region: "eu", Zone: "b"}, {Region: "us", Zone: "c"}} {
@@ -155,6 +158,7 @@ func TestBalancedFollowsDemandWithHysteresis(t *testing.T) {
 	for _, s := range []*xdscache.Stream{client(t, c, "eu", "a", 2), client(t, c, "eu", "a", 0), client(t, c, "us", "c", 0)} {
 		defer s.Close()
 	}
+	p.cls.censusAt = clk.t // as RunClasses records each census change
 	if due := p.refreshClasses(); due != DemandQuiet {
 		t.Fatalf("a new demand is due in %v, want %v", due, DemandQuiet)
 	}
@@ -196,6 +200,7 @@ func TestBalancedFollowsDemandWithHysteresis(t *testing.T) {
 	var churn []*xdscache.Stream
 	for i := range 6 {
 		churn = append(churn, client(t, c, "eu", "b", 0))
+		p.cls.censusAt = clk.t
 		p.refreshClasses()
 		clk.t = clk.t.Add(DemandQuiet - time.Millisecond)
 		if i < 5 && !slices.Equal(p.AppliedDemand(web), want) {
@@ -208,5 +213,108 @@ func TestBalancedFollowsDemandWithHysteresis(t *testing.T) {
 	}
 	for _, s := range churn {
 		s.Close()
+	}
+}
+
+// Under healthAdjustment Proxy a class is sent its proximity priorities
+// (the source topology re-prioritised), for the proxy's own math.
+func TestProxyModeClassesCarryProximityPriorities(t *testing.T) {
+	c := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
+	p := New(c, "inst", nil)
+	p.SetCensus(c)
+	s, err := topology.NewDirectory().Apply(zoned(affinity.PreferSameZone, func(u *topology.Upstream) { u.HealthAdjustment = topology.Proxy }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client(t, c, "eu", "b", 0).Close()
+	if _, err := p.Publish(s); err != nil {
+		t.Fatal(err)
+	}
+	p.refreshClasses()
+	priorities := func(class string) map[string]uint32 {
+		out := map[string]uint32{}
+		for _, e := range c.ZoneResources(int(translate.Weighted), class)[resource.EndpointType] {
+			var cla endpoint.ClusterLoadAssignment
+			if err := e.Decode(&cla); err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range cla.GetEndpoints() {
+				out[l.GetLocality().GetRegion()+"/"+l.GetLocality().GetZone()] = l.GetPriority()
+			}
+		}
+		return out
+	}
+	if got, want := priorities(""), map[string]uint32{"eu/a": 0, "eu/b": 0, "us/c": 0}; !maps.Equal(got, want) {
+		t.Fatalf("base priorities %v, want %v", got, want)
+	}
+	if got, want := priorities("eu/b"), map[string]uint32{"eu/b": 0, "eu/a": 1, "us/c": 2}; !maps.Equal(got, want) {
+		t.Fatalf("eu/b's priorities %v, want %v", got, want)
+	}
+}
+
+// A class whose effective priorities would not fit a proxy's 128 receives
+// the base split; the publication itself goes on.
+func TestClassBeyondThePriorityLimitReceivesTheBase(t *testing.T) {
+	c := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
+	p := New(c, "inst", nil)
+	p.SetCensus(c)
+	b := zoned(affinity.PreferSameZone)
+	for prio := range uint32(50) {
+		for i, z := range []affinity.Zone{{Region: "eu", Zone: "a"}, {Region: "eu", Zone: "b"}, {Region: "us", Zone: "c"}} {
+			b.PutEndpointSet(topology.EndpointSet{Key: topology.Key{Namespace: "shop", Name: fmt.Sprintf("p%d-%s", prio, z.Zone)}, Upstream: "web",
+				Locality: weights.Locality{Region: z.Region, Zone: z.Zone}, Priority: &prio,
+				Endpoints: []topology.Endpoint{{Address: fmt.Sprintf("10.1.%d.%d", prio, i), Port: 80, Weight: 1}}})
+		}
+	}
+	s, err := topology.NewDirectory().Apply(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client(t, c, "eu", "a", 0).Close()
+	if _, err := p.Publish(s); err != nil {
+		t.Fatal(err)
+	}
+	p.refreshClasses()
+	if got := c.VariantZones(int(translate.Weighted)); len(got) != 0 {
+		t.Fatalf("variants for %v, want none: 150 effective priorities do not fit", got)
+	}
+	if !p.upstream[web].failed["eu/a"] {
+		t.Fatal("the class is not recorded as failed")
+	}
+}
+
+// An upstream that becomes Balanced among clients whose census has been
+// quiet for DemandQuiet follows their demand at once.
+func TestBalancedAmongSettledClientsAppliesAtOnce(t *testing.T) {
+	c := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
+	p := New(c, "inst", nil)
+	clk := &clock{t: time.Unix(1000, 0)}
+	p.cls.now = clk.now
+	p.SetCensus(c)
+	for _, s := range []*xdscache.Stream{client(t, c, "eu", "a", 3), client(t, c, "us", "c", 0)} {
+		defer s.Close()
+	}
+	p.cls.censusAt = clk.t
+	d := topology.NewDirectory()
+	s, err := d.Apply(zoned(affinity.PreferSameZone))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Publish(s); err != nil {
+		t.Fatal(err)
+	}
+	p.refreshClasses()
+	clk.t = clk.t.Add(time.Minute)
+	if s, err = d.Apply(zoned(affinity.Balanced)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Publish(s); err != nil {
+		t.Fatal(err)
+	}
+	if due := p.refreshClasses(); due != 0 {
+		t.Fatalf("the demand waits %v", due)
+	}
+	if got := p.AppliedDemand(web); len(got) != 2 || got[0].Weight != 3 {
+		t.Fatalf("applied demand %v", got)
 	}
 }
