@@ -329,6 +329,42 @@ type UpstreamStatus struct {
 	// +optional
 	// +listType=atomic
 	Localities []LocalityStatus `json:"localities,omitempty"`
+
+	// clientZones summarizes localityAffinity: for each zone this Upstream has
+	// endpoints in (at most 16, in (region, zone) order), the share of their
+	// traffic that clients in that zone keep in their own zone, in millionths.
+	// Under Balanced it follows the client demand the status-writing replica
+	// applies. Absent without localityAffinity.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	ClientZones []ClientZoneStatus `json:"clientZones,omitempty"`
+
+	// moreClientZones counts the zones left out of clientZones.
+	// +optional
+	MoreClientZones int32 `json:"moreClientZones,omitempty"`
+}
+
+// ClientZoneStatus is what clients in one zone receive under localityAffinity.
+type ClientZoneStatus struct {
+	// zone is the clients' "region/zone".
+	// +kubebuilder:validation:MaxLength=258
+	Zone string `json:"zone"`
+
+	// localMillionths is the share of these clients' traffic that stays in
+	// their zone, in millionths.
+	LocalMillionths int64 `json:"localMillionths"`
+
+	// demand is the zone's client demand the Balanced split is divided by
+	// (Balanced only).
+	// +optional
+	Demand int64 `json:"demand,omitempty"`
+
+	// note says why these clients receive the split every client receives
+	// (for example no demand counted yet), when they do.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Note string `json:"note,omitempty"`
 }
 
 // Upstream is one Envoy cluster: its load-balancing parameters and, optionally, a

@@ -133,3 +133,57 @@ func (c *ClassState) balanced(u *UpstreamState, demand []affinity.Demand) error 
 	c.State = &derived
 	return nil
 }
+
+// ZoneLocal is, for the clients of one zone, the share of their traffic
+// that stays in their zone.
+type ZoneLocal struct {
+	Zone   affinity.Zone
+	Local  uint64 // millionths of all traffic
+	Demand uint64 // the zone's demand, under Balanced
+	// Note says why the zone's clients receive the None split, when they
+	// do under an affinity mode (a Balanced fallback, or a derivation error).
+	Note string
+}
+
+// LocalShares derives, for each zone u has localities in (in zone order,
+// at most limit of them), the share its clients keep in their zone under
+// u's affinity, with demand dividing a Balanced split; more counts the
+// zones left out. It is nil without affinity.
+func (u *UpstreamState) LocalShares(demand []affinity.Demand, limit int) (out []ZoneLocal, more int) {
+	if u.Upstream.ModeOf() == affinity.None || u.Result == nil {
+		return nil, 0
+	}
+	var zones []affinity.Zone
+	for _, l := range u.Result.Localities {
+		if z := affinity.ZoneOf(l.Locality); z.Known() && !slices.Contains(zones, z) {
+			zones = append(zones, z)
+		}
+	}
+	slices.SortFunc(zones, affinity.Zone.Compare)
+	if len(zones) > limit {
+		zones, more = zones[:limit], len(zones)-limit
+	}
+	for _, z := range zones {
+		zl := ZoneLocal{Zone: z}
+		for _, d := range demand {
+			if d.Zone == z {
+				zl.Demand += d.Weight
+			}
+		}
+		c, err := u.ForClass(z, demand)
+		switch {
+		case err != nil:
+			zl.Note = err.Error()
+			c = &ClassState{State: u}
+		case c.Balanced != nil && c.Balanced.Fallback != "":
+			zl.Note = c.Balanced.Fallback
+		}
+		for _, l := range c.State.Result.Localities {
+			if affinity.ZoneOf(l.Locality) == z {
+				zl.Local += l.Traffic
+			}
+		}
+		out = append(out, zl)
+	}
+	return out, more
+}

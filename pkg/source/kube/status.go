@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/topology"
 )
 
@@ -100,7 +102,7 @@ func endpointSetStatus(s *v1alpha1.EndpointSet, snap *topology.Snapshot, rej *Re
 // revision of state, or one past the stored revision when that is not above
 // it: a new leader counts revisions from its own start, and a revision never
 // goes back.
-func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Rejection, refs *metav1.Condition, programmed bool) v1alpha1.UpstreamStatus {
+func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Rejection, refs *metav1.Condition, programmed bool, demand []affinity.Demand) v1alpha1.UpstreamStatus {
 	stored := u.Status
 	want := *stored.DeepCopy()
 	want.ObservedGeneration = u.Generation
@@ -136,6 +138,7 @@ func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Re
 				EffectiveWeight: int64(l.EffectiveWeight), Traffic: int64(l.Traffic),
 			})
 		}
+		want.ClientZones, want.MoreClientZones = clientZones(state, demand)
 		if !sameUpstreamFigures(want, stored) {
 			want.Revision = nextRevision(stored.Revision, state.Revision)
 		}
@@ -153,6 +156,29 @@ func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Re
 	}
 	meta.SetStatusCondition(&want.Conditions, c)
 	return want
+}
+
+// maxClientZones bounds status.clientZones (the CRD's MaxItems).
+const maxClientZones = 16
+
+// clientZones is status.clientZones: what clients in each of the
+// upstream's zones keep local under its localityAffinity.
+func clientZones(state *topology.UpstreamState, demand []affinity.Demand) ([]v1alpha1.ClientZoneStatus, int32) {
+	shares, more := state.LocalShares(demand, maxClientZones)
+	var out []v1alpha1.ClientZoneStatus
+	for _, z := range shares {
+		out = append(out, v1alpha1.ClientZoneStatus{Zone: clip(z.Zone.String(), 258), LocalMillionths: int64(z.Local),
+			Demand: int64(z.Demand), Note: clip(z.Note, 256)})
+	}
+	return out, int32(more)
+}
+
+// clip cuts s to at most n bytes, on a rune boundary (the CRD bounds the field).
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
 }
 
 // nextRevision is the revision a status whose figures changed takes: the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/topology"
 )
@@ -34,6 +36,14 @@ type Publication interface {
 	LastRevision() uint64
 	// Changed is closed by the next publication.
 	Changed() <-chan struct{}
+}
+
+// ClassDemand is what a Publication that renders client-locality classes
+// also tells the status writer: the demand each Balanced upstream's split
+// is divided by, for status.clientZones, and when it changes.
+type ClassDemand interface {
+	AppliedDemand(topology.Key) []affinity.Demand
+	DemandChanged() <-chan struct{}
 }
 
 // StatusBudget bounds what the status writer asks of the apiserver: every
@@ -201,6 +211,9 @@ func (w *StatusWriter) Start(ctx context.Context) error {
 	wg.Go(func() { r.followDirectory(ctx, snap) })
 	wg.Go(func() { r.followPublication(ctx, published) })
 	wg.Go(func() { r.followRejections(ctx, rejected, refs) })
+	if cd, ok := pub.(ClassDemand); ok {
+		wg.Go(func() { r.followDemand(ctx, cd) })
+	}
 	for range max(budget.Workers, 1) {
 		wg.Go(func() { r.work(ctx) })
 	}
@@ -395,6 +408,34 @@ func (r *statusRun) followPublication(ctx context.Context, seen uint64) {
 	}
 }
 
+// followDemand queues the Balanced upstreams whose applied demand changed:
+// their status.clientZones follow it. Demand moves at most every
+// publish.DemandQuiet per upstream, so this writes no more often.
+func (r *statusRun) followDemand(ctx context.Context, cd ClassDemand) {
+	seen := map[topology.Key][]affinity.Demand{}
+	for {
+		changed := cd.DemandChanged()
+		for _, u := range r.w.Dir.Current().Upstreams() {
+			if u.Upstream.ModeOf() != affinity.Balanced {
+				delete(seen, u.Upstream.Key)
+				continue
+			}
+			d := cd.AppliedDemand(u.Upstream.Key)
+			if old, ok := seen[u.Upstream.Key]; !ok || !slices.Equal(old, d) {
+				seen[u.Upstream.Key] = d
+				if ok {
+					r.queueUpstream(ctx, u.Upstream.Key)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
 // followRejections queues the objects whose rejection changed, and the
 // Upstreams whose Service reference resolves differently.
 func (r *statusRun) followRejections(ctx context.Context, rejected map[topology.ObjectRef]Rejection, refs map[topology.Key]string) {
@@ -507,7 +548,11 @@ func (r *statusRun) process(ctx context.Context, ref topology.ObjectRef) error {
 			c := resolvedRefs(ctx, r.w.Client, &u)
 			refs = &c
 		}
-		return writeStatus(ctx, r, ref, &u, &u.Status, upstreamStatus(&u, state, rej, refs, programmed))
+		var demand []affinity.Demand
+		if cd, ok := r.pub.(ClassDemand); ok && state != nil && state.Upstream.ModeOf() == affinity.Balanced {
+			demand = cd.AppliedDemand(ref.Key)
+		}
+		return writeStatus(ctx, r, ref, &u, &u.Status, upstreamStatus(&u, state, rej, refs, programmed, demand))
 	case topology.KindLocality:
 		var l v1alpha1.Locality
 		if err := r.w.Client.Get(ctx, nn, &l); err != nil {

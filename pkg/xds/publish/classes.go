@@ -65,6 +65,8 @@ type classState struct {
 	// poke wakes RunClasses after a publication that touched an affinity
 	// upstream: a Balanced one must start following its demand.
 	poke chan struct{}
+	// demandChanged is closed, and replaced, when a demand is applied.
+	demandChanged chan struct{}
 }
 
 type pendingDemand struct {
@@ -119,6 +121,14 @@ func (p *Publisher) AppliedDemand(k topology.Key) []affinity.Demand {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.cls.demand[k])
+}
+
+// DemandChanged returns a channel closed when the demand applied to some
+// Balanced upstream changes next.
+func (p *Publisher) DemandChanged() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cls.demandChanged
 }
 
 // Classes lists the classes each view has variants rendered for.
@@ -224,6 +234,7 @@ func (p *Publisher) refreshClasses() time.Duration {
 			due = wait
 		}
 	}
+	demandMoved := len(rerender) > 0
 	classesMoved := !sameClasses(classes, c.classes)
 	if !classesMoved && len(rerender) == 0 {
 		return due
@@ -255,6 +266,10 @@ func (p *Publisher) refreshClasses() time.Duration {
 	}
 	if len(changes) > 0 {
 		p.cache.Apply(xdscache.Update{Version: version, Changes: changes})
+	}
+	if demandMoved {
+		close(c.demandChanged)
+		c.demandChanged = make(chan struct{})
 	}
 	clear(changes)
 	p.changes = changes[:0]

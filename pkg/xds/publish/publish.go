@@ -125,7 +125,8 @@ func New(c xdscache.Publisher, instance string, log *slog.Logger) *Publisher {
 	return &Publisher{cache: c, instance: instance, log: log, upstream: map[topology.Key]*published{}, changed: make(chan struct{}),
 		enc: translate.NewEncoder(),
 		cls: classState{demand: map[topology.Key][]affinity.Demand{}, pending: map[topology.Key]*pendingDemand{},
-			affine: map[topology.Key]struct{}{}, now: time.Now, poke: make(chan struct{}, 1)}}
+			affine: map[topology.Key]struct{}{}, now: time.Now, poke: make(chan struct{}, 1),
+			demandChanged: make(chan struct{})}}
 }
 
 // SetSpatialOptions says where Envoy's spatial listener listens; call it before the
