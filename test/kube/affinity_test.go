@@ -2,10 +2,15 @@ package kube_test
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,6 +56,10 @@ func waitAffinity(t *testing.T, p *plane, ns, name, phase, mode, origin string, 
 // importing a Service without spec.localityAffinity takes its mode from the
 // Service's trafficDistribution, follows it as it changes, and says where it
 // came from; an Upstream that sets None keeps None whatever the Service says.
+// Over xDS, while the Service prefers close, an Envoy of each zone is sent its
+// own zone alone at priority 0 (what explain says its class receives) and one
+// naming no locality every zone; once the preference is removed every client
+// is sent the same.
 func TestServiceTrafficDistribution(t *testing.T) {
 	ns := namespace(t)
 	b := importedBackends(2)
@@ -93,6 +102,26 @@ func TestServiceTrafficDistribution(t *testing.T) {
 		t.Errorf("a Service's preference names no failover regions: %+v", first.upstream.Affinity)
 	}
 
+	// Envoy clients of each zone and one naming no locality, each on one
+	// stream held for the rest of the test: the first client of a zone
+	// creates its class, whose variant then reaches it as an update.
+	clients := servedClients{plain: watchEDS(t, p.addrs.XDS, &core.Node{Id: "envoy-nowhere", Cluster: "affinity", UserAgentName: "envoy"},
+		ns+"/checkout", ns+"/pinned")}
+	for _, z := range zones {
+		region, zone, _ := strings.Cut(z, "/")
+		clients.zoned = append(clients.zoned, watchEDS(t, p.addrs.XDS, &core.Node{Id: "envoy-" + zone, Cluster: "affinity", UserAgentName: "envoy",
+			Locality: &core.Locality{Region: region, Zone: zone}}, ns+"/checkout", ns+"/pinned"))
+	}
+	start := time.Now()
+	checkServed(t, p, ns, "PreferClose", "PreferSameZone", zones, clients)
+	t.Logf("PreferClose: each zone's client holds its own zone's split %v after connecting, after %d and %d responses (the first may be the base)",
+		time.Since(start).Round(time.Millisecond), clients.zoned[0].received(), clients.zoned[1].received())
+	inA, inB, none := clients.zoned[0].last(ns+"/checkout"), clients.zoned[1].last(ns+"/checkout"), clients.plain.last(ns+"/checkout")
+	if proto.Equal(inA, inB) || proto.Equal(inA, none) || proto.Equal(inB, none) {
+		t.Errorf("PreferClose: the zones' and the no-locality client's ClusterLoadAssignments are not all different:\n%s: %s\n%s: %s\nno locality: %s",
+			zones[0], describeCLA(inA), zones[1], describeCLA(inB), describeCLA(none))
+	}
+
 	// each change of the field re-renders: a new revision whose origin names it
 	prev := first.report.Revision
 	for _, step := range []struct {
@@ -118,5 +147,119 @@ func TestServiceTrafficDistribution(t *testing.T) {
 		}
 		prev = st.report.Revision
 		waitAffinity(t, p, ns, "pinned", phase+": pinned keeps None", "None", "spec.localityAffinity", zones)
+		checkServed(t, p, ns, phase, step.mode, zones, clients)
 	}
+}
+
+// servedClients are the xDS clients of TestServiceTrafficDistribution:
+// zoned[i] is in zones[i], plain names no locality.
+type servedClients struct {
+	plain *edsStream
+	zoned []*edsStream
+}
+
+// checkServed waits until every client holds what the upstream "checkout"
+// in mode gives its class, and what /debug/explain?from= says that class
+// receives: under PreferSameZone a zoned client's priority 0 is its own zone
+// alone (the other kept as a standby priority), under None the no-locality
+// client's assignment; the no-locality client has every zone at priority 0.
+// "pinned" (None) is the same for every client.
+func checkServed(t *testing.T, p *plane, ns, phase, mode string, zones []string, c servedClients) {
+	t.Helper()
+	const within = 15 * time.Second
+	checkout, pinned := ns+"/checkout", ns+"/pinned"
+	base := c.plain.waitFor(t, within, phase+": every zone at priority 0, as explain says", checkout, func(cla *endpointv3.ClusterLoadAssignment) (bool, string) {
+		p0 := priorityZero(cla)
+		if !slices.Equal(slices.Sorted(maps.Keys(p0)), zones) || sumWeights(p0) != 1_000_000 {
+			return false, fmt.Sprintf("want priority 0 %v weighing 1000000 in all", zones)
+		}
+		return matchesExplain(p, ns, "checkout", "", p0)
+	})
+	for i, w := range c.zoned {
+		zone := zones[i]
+		what := phase + ": priority 0 only " + zone + ", as explain says"
+		if mode == "None" {
+			what = phase + ": what the no-locality client receives, as explain says"
+		}
+		w.waitFor(t, within, what, checkout, func(cla *endpointv3.ClusterLoadAssignment) (bool, string) {
+			p0 := priorityZero(cla)
+			switch mode {
+			case "PreferSameZone":
+				if len(p0) != 1 || p0[zone] != 1_000_000 {
+					return false, fmt.Sprintf("want priority 0 %s=1000000 alone", zone)
+				}
+				if standby := standbyZones(cla); !slices.Equal(standby, otherZones(zones, zone)) {
+					return false, fmt.Sprintf("standby priorities hold %v, want %v", standby, otherZones(zones, zone))
+				}
+			case "None":
+				if !proto.Equal(cla, base) {
+					return false, "want the no-locality client's " + describeCLA(base)
+				}
+			default:
+				t.Fatalf("checkServed: no expectation for mode %s", mode)
+			}
+			return matchesExplain(p, ns, "checkout", zone, p0)
+		})
+		w.waitFor(t, within, phase+": pinned is the no-locality client's", pinned, func(cla *endpointv3.ClusterLoadAssignment) (bool, string) {
+			none := c.plain.last(pinned)
+			if none == nil {
+				return false, "the no-locality client holds no " + pinned
+			}
+			return proto.Equal(cla, none), "the no-locality client holds " + describeCLA(none)
+		})
+	}
+}
+
+// matchesExplain says whether a client's priority 0 is what
+// /debug/explain?from=from (none: the upstream's own split) says the clients
+// of that locality receive: each locality with traffic, weighted by it.
+func matchesExplain(p *plane, ns, name, from string, p0 map[string]uint32) (bool, string) {
+	url := p.adminURL + "/debug/explain?upstream=" + ns + "/" + name
+	if from != "" {
+		url += "&from=" + from
+	}
+	var rep explain.Report
+	if err := getJSON(url, &rep); err != nil {
+		return false, err.Error()
+	}
+	if len(rep.Upstreams) != 1 {
+		return false, fmt.Sprintf("explain %s: %d upstreams", url, len(rep.Upstreams))
+	}
+	u := rep.Upstreams[0]
+	split := u.Split
+	if u.Class != nil && !u.Class.ReceivesNone && u.Class.Split != nil {
+		split = *u.Class.Split
+	}
+	want := map[string]uint32{}
+	for _, pr := range split.Priorities {
+		for _, l := range pr.Localities {
+			if l.Traffic > 0 {
+				want[localityKey(l.Region, l.Zone, l.SubZone)] = uint32(l.Traffic)
+			}
+		}
+	}
+	return maps.Equal(p0, want), fmt.Sprintf("explain (revision %d, from %q) gives priority 0 %v", rep.Revision, from, want)
+}
+
+func sumWeights(m map[string]uint32) (sum uint64) {
+	for _, w := range m {
+		sum += uint64(w)
+	}
+	return sum
+}
+
+// standbyZones lists, sorted, the localities of the priorities after 0.
+func standbyZones(cla *endpointv3.ClusterLoadAssignment) []string {
+	var out []string
+	for _, lle := range cla.GetEndpoints() {
+		if l := lle.GetLocality(); lle.GetPriority() > 0 {
+			out = append(out, localityKey(l.GetRegion(), l.GetZone(), l.GetSubZone()))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func otherZones(zones []string, zone string) []string {
+	return slices.DeleteFunc(slices.Clone(zones), func(z string) bool { return z == zone })
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"runtime/pprof"
@@ -17,7 +18,9 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -295,4 +298,164 @@ func fetchADS(t *testing.T, xdsAddr string, node *core.Node, typeURL string, nam
 		t.Fatalf("%s %v: %v", typeURL, names, err)
 	}
 	return resp.GetResources()
+}
+
+// edsStream is one node's ADS stream subscribed to the ClusterLoadAssignments
+// of some clusters, kept open and ACKing every response (with its version and
+// nonce) so that the server goes on sending changes. A client-locality
+// class's variant is rendered only after the class's first client connects,
+// so a zoned client may first be sent the base and its variant later on the
+// same stream, which a one-response fetch (fetchADS) cannot see.
+type edsStream struct {
+	node *core.Node
+
+	mu        sync.Mutex
+	clas      map[string]*endpointv3.ClusterLoadAssignment // the last received of each cluster
+	version   string                                       // of the last response
+	responses int
+	err       error // why the stream ended, once it has
+}
+
+// watchEDS opens an edsStream as node; it is closed when the test ends.
+func watchEDS(t *testing.T, xdsAddr string, node *core.Node, clusters ...string) *edsStream {
+	t.Helper()
+	conn, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		cancel()
+		conn.Close()
+		t.Fatalf("node %s: %v", node.GetId(), err)
+	}
+	w := &edsStream{node: node, clas: map[string]*endpointv3.ClusterLoadAssignment{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := w.run(stream, clusters)
+		w.mu.Lock()
+		w.err = err
+		w.mu.Unlock()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		conn.Close()
+	})
+	return w
+}
+
+func (w *edsStream) run(stream discoverygrpc.AggregatedDiscoveryService_StreamAggregatedResourcesClient, clusters []string) error {
+	req := &discoverygrpc.DiscoveryRequest{Node: w.node, TypeUrl: resource.EndpointType, ResourceNames: clusters}
+	for {
+		if err := stream.Send(req); err != nil {
+			return err
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		got := make(map[string]*endpointv3.ClusterLoadAssignment, len(resp.GetResources()))
+		for _, a := range resp.GetResources() {
+			cla := &endpointv3.ClusterLoadAssignment{}
+			if err := a.UnmarshalTo(cla); err != nil {
+				return fmt.Errorf("response %s: %w", resp.GetVersionInfo(), err)
+			}
+			got[cla.GetClusterName()] = cla
+		}
+		w.mu.Lock()
+		maps.Copy(w.clas, got)
+		w.version = resp.GetVersionInfo()
+		w.responses++
+		w.mu.Unlock()
+		req = &discoverygrpc.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: clusters,
+			VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}
+	}
+}
+
+// last is the cluster's ClusterLoadAssignment as last received (nil before
+// any); it is never modified afterwards.
+func (w *edsStream) last(cluster string) *endpointv3.ClusterLoadAssignment {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.clas[cluster]
+}
+
+// received is how many responses the stream has had.
+func (w *edsStream) received() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.responses
+}
+
+// waitFor waits until the cluster's last received ClusterLoadAssignment
+// satisfies cond and returns it; past timeout, or when the stream ends, the
+// test fails with what was received.
+func (w *edsStream) waitFor(t *testing.T, timeout time.Duration, what, cluster string, cond func(*endpointv3.ClusterLoadAssignment) (bool, string)) *endpointv3.ClusterLoadAssignment {
+	t.Helper()
+	var cla *endpointv3.ClusterLoadAssignment
+	eventually(t, timeout, "node "+w.node.GetId()+": "+what, func() (bool, string) {
+		w.mu.Lock()
+		cla = w.clas[cluster]
+		n, version, err := w.responses, w.version, w.err
+		w.mu.Unlock()
+		if err != nil {
+			t.Fatalf("node %s: %s: the stream ended after %d responses: %v", w.node.GetId(), what, n, err)
+		}
+		if cla == nil {
+			return false, fmt.Sprintf("no ClusterLoadAssignment %s in %d responses", cluster, n)
+		}
+		ok, detail := cond(cla)
+		return ok, fmt.Sprintf("%s; received %s (the last of %d responses, version %s)", detail, describeCLA(cla), n, version)
+	})
+	return cla
+}
+
+// localityKey is "region/zone", with "/subZone" when it has one.
+func localityKey(region, zone, subZone string) string {
+	if subZone != "" {
+		return region + "/" + zone + "/" + subZone
+	}
+	return region + "/" + zone
+}
+
+// priorityZero is the localities of a ClusterLoadAssignment's priority 0
+// with their weights: under the Envoy (weighted) rendering, each locality
+// with traffic, weighted by its traffic in millionths.
+func priorityZero(cla *endpointv3.ClusterLoadAssignment) map[string]uint32 {
+	out := map[string]uint32{}
+	for _, lle := range cla.GetEndpoints() {
+		if lle.GetPriority() == 0 {
+			l := lle.GetLocality()
+			out[localityKey(l.GetRegion(), l.GetZone(), l.GetSubZone())] += lle.GetLoadBalancingWeight().GetValue()
+		}
+	}
+	return out
+}
+
+// describeCLA is a ClusterLoadAssignment in one line: each locality with its
+// priority, weight and endpoints.
+func describeCLA(cla *endpointv3.ClusterLoadAssignment) string {
+	var b strings.Builder
+	for i, lle := range cla.GetEndpoints() {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		l := lle.GetLocality()
+		fmt.Fprintf(&b, "p%d %s=%d [", lle.GetPriority(), localityKey(l.GetRegion(), l.GetZone(), l.GetSubZone()), lle.GetLoadBalancingWeight().GetValue())
+		for j, ep := range lle.GetLbEndpoints() {
+			if j > 0 {
+				b.WriteString(" ")
+			}
+			sa := ep.GetEndpoint().GetAddress().GetSocketAddress()
+			b.WriteString(net.JoinHostPort(sa.GetAddress(), fmt.Sprint(sa.GetPortValue())))
+		}
+		b.WriteString("]")
+	}
+	if b.Len() == 0 {
+		return "no endpoints"
+	}
+	return b.String()
 }
