@@ -122,6 +122,12 @@ func TestServiceTrafficDistribution(t *testing.T) {
 			zones[0], describeCLA(inA), zones[1], describeCLA(inB), describeCLA(none))
 	}
 
+	// status.clientZones says what each zone's clients keep local, and an
+	// Upstream without affinity says nothing
+	waitClientZones(t, ns, "checkout", "PreferClose", []v1alpha1.ClientZoneStatus{
+		{Zone: zones[0], LocalMillionths: 1_000_000}, {Zone: zones[1], LocalMillionths: 1_000_000}})
+	waitClientZones(t, ns, "pinned", "PreferClose: pinned", nil)
+
 	// each change of the field re-renders: a new revision whose origin names it
 	prev := first.report.Revision
 	for _, step := range []struct {
@@ -149,6 +155,20 @@ func TestServiceTrafficDistribution(t *testing.T) {
 		waitAffinity(t, p, ns, "pinned", phase+": pinned keeps None", "None", "spec.localityAffinity", zones)
 		checkServed(t, p, ns, phase, step.mode, zones, clients)
 	}
+	waitClientZones(t, ns, "checkout", "trafficDistribution removed", nil)
+}
+
+// waitClientZones waits until Upstream ns/name's status.clientZones is want.
+func waitClientZones(t *testing.T, ns, name, phase string, want []v1alpha1.ClientZoneStatus) {
+	t.Helper()
+	eventually(t, 30*time.Second, phase+": status.clientZones of "+name, func() (bool, string) {
+		var u v1alpha1.Upstream
+		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &u); err != nil {
+			return false, err.Error()
+		}
+		got := u.Status.ClientZones
+		return slices.Equal(got, want) && u.Status.MoreClientZones == 0, fmt.Sprintf("%+v (%d more), want %+v", got, u.Status.MoreClientZones, want)
+	})
 }
 
 // servedClients are the xDS clients of TestServiceTrafficDistribution:
