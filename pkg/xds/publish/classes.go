@@ -308,13 +308,27 @@ func (p *Publisher) renderVariants(pub *published, cur *topology.UpstreamState, 
 		return nil, nil
 	}
 	var out map[variantKey]*xdscache.Entry
+	mode := cur.Upstream.ModeOf()
 	derived := map[string]*topology.ClassState{}
+	// under PreferSameRegion the zones of a region are one derivation and
+	// share one encoding
+	shared := map[variantKey]*xdscache.Entry{}
 	for v := range translate.NumRenderings {
 		for _, class := range p.cls.classes[v] {
-			cs, ok := derived[class]
+			from := ClassOf(class)
+			if mode == affinity.PreferSameRegion {
+				from.Zone = ""
+			}
+			if e, ok := shared[variantKey{int(v), from.String()}]; ok {
+				if e != nil {
+					out[variantKey{int(v), class}] = e
+				}
+				continue
+			}
+			cs, ok := derived[from.String()]
 			if !ok {
 				var err error
-				cs, err = cur.ForClass(ClassOf(class), p.cls.demand[cur.Upstream.Key])
+				cs, err = cur.ForClass(from, p.cls.demand[cur.Upstream.Key])
 				if err != nil {
 					if !pub.failed[class] {
 						p.log.Warn("a client class receives the base split", "upstream", cur.Upstream.Key, "class", class, "error", err)
@@ -324,8 +338,10 @@ func (p *Publisher) renderVariants(pub *published, cur *topology.UpstreamState, 
 				} else {
 					pub.markFailed(class, false)
 				}
-				derived[class] = cs
+				derived[from.String()] = cs
 			}
+			sharedKey := variantKey{int(v), from.String()}
+			shared[sharedKey] = nil
 			if cs == nil || cs.Base(cur) {
 				continue
 			}
@@ -345,6 +361,7 @@ func (p *Publisher) renderVariants(pub *published, cur *topology.UpstreamState, 
 				out = map[variantKey]*xdscache.Entry{}
 			}
 			out[key] = entry(old, pub.name, version, resource.EndpointType, *scratch)
+			shared[sharedKey] = out[key]
 		}
 	}
 	return out, nil

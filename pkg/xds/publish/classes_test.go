@@ -318,3 +318,30 @@ func TestBalancedAmongSettledClientsAppliesAtOnce(t *testing.T) {
 		t.Fatalf("applied demand %v", got)
 	}
 }
+
+// Under PreferSameRegion the zone classes of one region receive one
+// derivation, encoded once and shared.
+func TestPreferSameRegionSharesOneEncodingPerRegion(t *testing.T) {
+	c := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
+	p := New(c, "inst", nil)
+	p.SetCensus(c)
+	s, err := topology.NewDirectory().Apply(zoned(affinity.PreferSameRegion))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, z := range [][2]string{{"eu", "a"}, {"eu", "b"}, {"us", "c"}} {
+		defer client(t, c, z[0], z[1], 0).Close()
+	}
+	if _, err := p.Publish(s); err != nil {
+		t.Fatal(err)
+	}
+	p.refreshClasses()
+	v := p.upstream[web].variants
+	a, b, us := v[variantKey{int(translate.Weighted), "eu/a"}], v[variantKey{int(translate.Weighted), "eu/b"}], v[variantKey{int(translate.Weighted), "us/c"}]
+	if a == nil || a != b || us == nil || us == a {
+		t.Fatalf("eu/a %p, eu/b %p, us/c %p: want eu/a and eu/b one entry, us/c another", a, b, us)
+	}
+	if got, want := trafficOf(t, c, "eu/b"), map[string]uint32{"eu/a": 500_000, "eu/b": 500_000}; !maps.Equal(got, want) {
+		t.Fatalf("eu/b receives %v, want %v", got, want)
+	}
+}
