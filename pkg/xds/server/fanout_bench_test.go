@@ -105,6 +105,12 @@ func BenchmarkFanOut(b *testing.B) {
 		b.Run(fmt.Sprintf("poise-delta/clients=%d", clients), func(b *testing.B) { benchPoiseDelta(b, f, clients) })
 		b.Run(fmt.Sprintf("linearcache-delta/clients=%d", clients), func(b *testing.B) { benchLinearDelta(b, f, clients) })
 	}
+	// the same flip when every CLA has a variant per client class and the
+	// clients are spread over 8 and 64 classes: each class's variant is one
+	// more entry, marshalled once and shared by the class's clients
+	for _, classes := range []int{8, 64} {
+		b.Run(fmt.Sprintf("poise-sotw-classes=%d/clients=1000", classes), func(b *testing.B) { benchPoiseSotwClasses(b, f, 1000, classes) })
+	}
 }
 
 // flips runs the measured loop: each iteration moves the flipped CLA to
@@ -173,7 +179,35 @@ type poiseClient struct {
 	out []xdscache.Response
 }
 
-func benchPoiseSotw(b *testing.B, f *fixture, n int) {
+func benchPoiseSotw(b *testing.B, f *fixture, n int) { benchPoiseSotwClasses(b, f, n, 0) }
+
+// classKey is the class of client i when clients are spread over k classes.
+func classKey(i, k int) (region, zone, key string) {
+	region, zone = fmt.Sprintf("r%d", i%k%3), fmt.Sprintf("z%d", i%k)
+	return region, zone, region + "/" + zone
+}
+
+// classUpdate publishes the flipped CLA as the base and as a variant for
+// each of k classes (each its own entry, as the publisher makes them).
+func classUpdate(b *testing.B, c *xdscache.Cache, k int) func(string, *endpointv3.ClusterLoadAssignment) {
+	return func(version string, cla *endpointv3.ClusterLoadAssignment) {
+		u := xdscache.Update{Version: version}
+		for i := -1; i < k; i++ {
+			e, err := xdscache.NewEntry(cla.GetClusterName(), version, cla)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ch := xdscache.Change{TypeURL: resource.EndpointType, Name: e.Name, Entry: e}
+			if i >= 0 {
+				_, _, ch.Zone = classKey(i, k)
+			}
+			u.Changes = append(u.Changes, ch)
+		}
+		c.Apply(u)
+	}
+}
+
+func benchPoiseSotwClasses(b *testing.B, f *fixture, n, k int) {
 	c := poiseCache(b, f)
 	x := &xdsServer{cache: c, clients: NewClients(nil, nil), names: newNameBlocks(maxNameBlockBytes)}
 	first, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: f.names, Node: &core.Node{Id: "envoy"}})
@@ -222,16 +256,26 @@ func benchPoiseSotw(b *testing.B, f *fixture, n int) {
 		cl.req.release()
 		return len(r.Entries)
 	}
+	update := poiseUpdate(b, c)
+	if k > 0 {
+		update = classUpdate(b, c, k)
+	}
 	fanOut(b, f, n, func(i int) *poiseClient {
 		cl := &poiseClient{st: c.NewStream(false), key: streamKey{"sotw", int64(i + 1)}, req: &sotwRequest{seed: c.Seed(), blocks: x.names}}
 		x.clients.open(cl.key)
-		decodeInto(b, cl.req, first)
+		req := first
+		if k > 0 {
+			region, zone, _ := classKey(i, k)
+			req, _ = proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: f.names,
+				Node: &core.Node{Id: "envoy", Locality: &core.Locality{Region: region, Zone: zone}}})
+		}
+		decodeInto(b, cl.req, req)
 		if err := x.handleSotw(cl.st, cl.key, "", cl.req); err != nil {
 			b.Fatal(err)
 		}
 		takeAll(b, len(f.names), func() int { return answer(cl) })
 		return cl
-	}, func(cl *poiseClient) { flipOnly(b, answer(cl)) }, poiseUpdate(b, c))
+	}, func(cl *poiseClient) { flipOnly(b, answer(cl)) }, update)
 }
 
 func benchPoiseDelta(b *testing.B, f *fixture, n int) {
