@@ -46,6 +46,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	namespace := fs.String("namespace", "", "with --source=kubernetes, watch only this namespace (empty: all)")
 	spatialListen := fs.String("spatial-listener", "0.0.0.0:10080", "address Envoy's spatial routing listener (LDS \"spatial\") binds, when a SpatialDomain exists")
 	leNamespace := fs.String("leader-election-namespace", "", "namespace of the Lease that elects the status writer (default: --namespace, else the pod's own, else the kubeconfig context's)")
+	leID := fs.String("leader-election-id", kube.DefaultLeaderElectionID, "name of the Lease that elects the status writer: installs sharing a namespace need different names")
 	kubeQPS := fs.Float64("kube-api-qps", kube.DefaultClientQPS, "with --source=kubernetes, requests per second to the apiserver, all clients of the process together")
 	kubeBurst := fs.Int("kube-api-burst", kube.DefaultClientBurst, "with --source=kubernetes, requests the apiserver client may send at once above --kube-api-qps")
 	statusShare := fs.Float64("status-write-share", kube.DefaultStatusShare,
@@ -111,7 +112,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err = controlplane.Run(ctx, controlplane.Config{
-		Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace,
+		Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace, LeaderElectionID: *leID,
 		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, MetricsAddress: *metricsAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn,
 		MaxClientClasses: *maxClasses,
 		DrainPeriod:      *drain, Debounce: *debounce, DebounceMax: *debounceMax, Settle: settleOf(*settle), Spatial: spatial,

@@ -75,6 +75,22 @@ var cases = []renderCase{
 	{name: "custom", release: "edge", namespace: "mesh", valuesFile: "testdata/values-custom.yaml"},
 }
 
+// watchNamespace is the case's values' watchNamespace.
+func (c renderCase) watchNamespace() string {
+	if c.valuesFile == "" {
+		return ""
+	}
+	raw, err := os.ReadFile(c.valuesFile)
+	if err != nil {
+		return ""
+	}
+	var v struct {
+		WatchNamespace string `json:"watchNamespace"`
+	}
+	_ = yaml.Unmarshal(raw, &v)
+	return v.WatchNamespace
+}
+
 func (c renderCase) render(t *testing.T) string {
 	t.Helper()
 	args := []string{"template", c.release, chartDir, "--namespace", c.namespace}
@@ -241,6 +257,8 @@ func TestObjects(t *testing.T) {
 			}
 			if c.name == "custom" {
 				want["NetworkPolicy"] = 1 // networkPolicy.enabled
+				// watchNamespace: the topology's Role and RoleBinding live there
+				want["Role"], want["RoleBinding"] = 2, 2
 			}
 			got := map[string]int{}
 			for _, o := range objs {
@@ -262,6 +280,18 @@ func TestObjects(t *testing.T) {
 				case "ClusterRole", "ClusterRoleBinding", "PriorityLevelConfiguration", "FlowSchema":
 					if ns != "" {
 						t.Errorf("%s %s: cluster-scoped object has namespace %q", o.kind(), o.name(), ns)
+					}
+					// one release name in two namespaces must not collide
+					if !strings.HasPrefix(o.name(), c.namespace+"-") {
+						t.Errorf("%s %s: a cluster-scoped name must carry the release namespace %q", o.kind(), o.name(), c.namespace)
+					}
+				case "Role", "RoleBinding":
+					want := c.namespace
+					if strings.HasSuffix(o.name(), "-topology") {
+						want = c.watchNamespace()
+					}
+					if ns != want {
+						t.Errorf("%s %s: namespace %q, want %q", o.kind(), o.name(), ns, want)
 					}
 				default:
 					if ns != c.namespace {
@@ -446,12 +476,19 @@ func checkWiring(t *testing.T, objs []obj) {
 		t.Errorf("pods run as %q, not the chart's ServiceAccount", sa)
 	}
 	for _, pair := range [][2]string{{"ClusterRoleBinding", "ClusterRole"}, {"RoleBinding", "Role"}} {
-		b, r := one(t, objs, pair[0]), one(t, objs, pair[1])
-		if str(b, "roleRef", "kind") != pair[1] || str(b, "roleRef", "name") != r.name() {
-			t.Errorf("%s %s refers to %v, want %s %s", pair[0], b.name(), get(b, "roleRef"), pair[1], r.name())
-		}
-		if str(b, "subjects", 0, "name") != sa || get(b, "subjects", 1) != nil {
-			t.Errorf("%s %s subjects = %v, want only ServiceAccount %s", pair[0], b.name(), get(b, "subjects"), sa)
+		for _, b := range byKind(objs, pair[0]) {
+			var r obj
+			for _, o := range byKind(objs, pair[1]) {
+				if o.name() == b.name() && str(o, "metadata", "namespace") == str(b, "metadata", "namespace") {
+					r = o
+				}
+			}
+			if r == nil || str(b, "roleRef", "kind") != pair[1] || str(b, "roleRef", "name") != r.name() {
+				t.Errorf("%s %s refers to %v, want the %s of its name in its namespace", pair[0], b.name(), get(b, "roleRef"), pair[1])
+			}
+			if str(b, "subjects", 0, "name") != sa || get(b, "subjects", 1) != nil {
+				t.Errorf("%s %s subjects = %v, want only ServiceAccount %s", pair[0], b.name(), get(b, "subjects"), sa)
+			}
 		}
 	}
 	// the FlowSchema puts the pods' ServiceAccount's status writes, and
@@ -508,7 +545,29 @@ func TestRBAC(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			objs := parse(t, c.render(t))
 			cluster := grants(t, one(t, objs, "ClusterRole"))
-			ns := grants(t, one(t, objs, "Role"))
+			var ns, topology []grant
+			for _, r := range byKind(objs, "Role") {
+				if strings.HasSuffix(r.name(), "-topology") {
+					topology = append(topology, grants(t, r)...)
+				} else {
+					ns = append(ns, grants(t, r)...)
+				}
+			}
+			// With watchNamespace the topology is read, and its status
+			// written, in that namespace only: cluster-wide, only Nodes.
+			if c.watchNamespace() != "" {
+				for _, g := range cluster {
+					if g.group != "" || g.resource != "nodes" || !slices.Contains(readVerbs, g.verb) {
+						t.Errorf("with watchNamespace the ClusterRole grants %q on %s: only reading Nodes (cluster-scoped) belongs there", g.verb, g)
+					}
+				}
+				if len(topology) == 0 {
+					t.Error("with watchNamespace there is no Role in that namespace to read the topology")
+				}
+			} else if len(topology) > 0 {
+				t.Errorf("without watchNamespace a topology Role is rendered: %v", topology)
+			}
+			cluster = append(cluster, topology...)
 
 			// Cluster-wide: read the topology, write only status of our kinds.
 			for _, g := range cluster {
@@ -605,8 +664,8 @@ func TestCRDsMatchGenerated(t *testing.T) {
 	}
 }
 
-// TestInvalidValues: inconsistent TLS values fail at render time with a
-// message that says what to set.
+// TestInvalidValues: inconsistent TLS values, values the schema refuses and
+// misspelt keys fail at render time with a message that names them.
 func TestInvalidValues(t *testing.T) {
 	for _, tc := range []struct {
 		set  []string
@@ -614,6 +673,16 @@ func TestInvalidValues(t *testing.T) {
 	}{
 		{[]string{"tls.enabled=true"}, "tls.secretName is required"},
 		{[]string{"tls.clientCA=true"}, "tls.clientCA (mTLS) needs tls.enabled=true"},
+		// values.schema.json: a bad value fails at render time, naming it
+		{[]string{"logLevel=verbose"}, "/logLevel"},
+		{[]string{"logFormat=xml"}, "/logFormat"},
+		{[]string{"replicaCount=0"}, "/replicaCount"},
+		{[]string{"statusWriter.share=1.5"}, "/statusWriter/share"},
+		{[]string{"service.xdsPort=70000"}, "/service/xdsPort"},
+		{[]string{"watchNamespace=Shop_1"}, "/watchNamespace"},
+		{[]string{"extraArgs={debounce=1s}"}, "/extraArgs/0"},
+		{[]string{"logLevl=debug"}, "additional properties 'logLevl' not allowed"},
+		{[]string{"xds.maxStream=10"}, "additional properties 'maxStream' not allowed"},
 	} {
 		t.Run(strings.Join(tc.set, ","), func(t *testing.T) {
 			args := []string{"template", "poise", chartDir}
@@ -637,5 +706,43 @@ func TestSingleReplicaHasNoPDB(t *testing.T) {
 	}
 	if n := len(byKind(parse(t, out), "PodDisruptionBudget")); n != 0 {
 		t.Errorf("replicaCount=1 renders %d PodDisruptionBudget(s)", n)
+	}
+}
+
+// TestServiceMonitor: the opt-in ServiceMonitor scrapes /metrics through
+// the metrics Service, and selects that Service only.
+func TestServiceMonitor(t *testing.T) {
+	out, err := runHelm(t, "template", "poise", chartDir, "--namespace", "poise-system",
+		"--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=prom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := parse(t, out)
+	sm := one(t, objs, "ServiceMonitor")
+	if got := str(sm, "metadata", "labels", "release"); got != "prom" {
+		t.Errorf("ServiceMonitor label release = %q, want prom", got)
+	}
+	sel, _ := get(sm, "spec", "selector", "matchLabels").(map[string]any)
+	var matched []string
+	for _, svc := range byKind(objs, "Service") {
+		labels, _ := get(svc, "metadata", "labels").(map[string]any)
+		all := len(sel) > 0
+		for k, v := range sel {
+			if labels[k] != v {
+				all = false
+			}
+		}
+		if all {
+			matched = append(matched, svc.name())
+		}
+	}
+	if !slices.Equal(matched, []string{"poise-metrics"}) {
+		t.Errorf("the ServiceMonitor selects Services %v, want only poise-metrics", matched)
+	}
+	if str(sm, "spec", "endpoints", 0, "port") != "http-metrics" || str(sm, "spec", "endpoints", 0, "path") != "/metrics" {
+		t.Errorf("ServiceMonitor endpoints %v", get(sm, "spec", "endpoints"))
+	}
+	if def, _ := runHelm(t, "template", "poise", chartDir); strings.Contains(def, "kind: ServiceMonitor") {
+		t.Error("a ServiceMonitor is rendered by default; it needs the Prometheus Operator's CRDs")
 	}
 }

@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -109,6 +111,15 @@ func startAPIServer(t *testing.T) *apiServer {
 func TestInstall(t *testing.T) {
 	helm(t) // HELM first: fail or skip before starting anything
 	srv := startAPIServer(t)
+	// the custom values watch namespace shop, where the chart puts the Role
+	// that reads the topology: it must exist, as it would in a cluster
+	for _, c := range cases {
+		if ns := c.watchNamespace(); ns != "" {
+			if err := srv.c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 
 	for _, c := range cases {
 		ok := t.Run("install-"+c.name, func(t *testing.T) {
@@ -136,6 +147,32 @@ func TestInstall(t *testing.T) {
 		}
 	}
 
+	// A second release of the same name in another namespace installs beside
+	// the first: cluster-scoped objects carry the namespace, and the
+	// status writers elect on Leases of their own.
+	t.Run("same-name-other-namespace", func(t *testing.T) {
+		second := renderCase{name: "second", release: cases[0].release, namespace: "poise-other"}
+		out, err := runHelm(t, "install", second.release, chartDir, "--namespace", second.namespace, "--create-namespace",
+			"--wait=false", "--kubeconfig", srv.kubeconfig)
+		if err != nil {
+			t.Fatalf("a second release %q in %s: %v", second.release, second.namespace, err)
+		}
+		if !strings.Contains(out, "STATUS: deployed") {
+			t.Errorf("helm install did not report STATUS: deployed:\n%s", out)
+		}
+		checkInstalled(t, srv, second)
+		leases := map[string]bool{}
+		for _, c := range []renderCase{cases[0], second} {
+			for _, a := range strs(one(t, parse(t, c.render(t)), "Deployment"), "spec", "template", "spec", "containers", 0, "args") {
+				if v, ok := strings.CutPrefix(a, "--leader-election-id="); ok {
+					leases[c.namespace+"/"+v] = true
+				}
+			}
+		}
+		if len(leases) != 2 {
+			t.Errorf("the two releases elect on Leases %v, want one each", leases)
+		}
+	})
 	if !t.Run("crds", func(t *testing.T) { checkServedCRDs(t, srv) }) {
 		t.FailNow()
 	}
@@ -513,7 +550,8 @@ func checkStatusPriorityLevel(t *testing.T, srv *apiServer, c renderCase) {
 		}
 		return string(u.GetUID())
 	}
-	fsUID, plUID := uid("FlowSchema", name+"-status"), uid("PriorityLevelConfiguration", name+"-status")
+	level := c.namespace + "-" + name + "-status"
+	fsUID, plUID := uid("FlowSchema", level), uid("PriorityLevelConfiguration", level)
 
 	up := &unstructured.Unstructured{}
 	up.SetAPIVersion("poise.dev/v1alpha1")
@@ -561,5 +599,5 @@ func checkStatusPriorityLevel(t *testing.T, srv *apiServer, c renderCase) {
 	if fs, pl := send(http.MethodGet, path, ""); fs == fsUID || pl == plUID {
 		t.Errorf("a read by the release's ServiceAccount went to the chart's status priority level (FlowSchema %q, level %q); only status writes belong there", fs, pl)
 	}
-	t.Logf("status write by %s → FlowSchema and priority level %s-status", "system:serviceaccount:"+c.namespace+":"+name, name)
+	t.Logf("status write by %s → FlowSchema and priority level %s", "system:serviceaccount:"+c.namespace+":"+name, level)
 }

@@ -78,3 +78,39 @@ Fail early on inconsistent TLS values.
 {{- $_ := required "tls.secretName is required when tls.enabled is true (a kubernetes.io/tls Secret with tls.crt and tls.key, and ca.crt for tls.clientCA)" .Values.tls.secretName }}
 {{- end }}
 {{- end }}
+
+{{/*
+Name of the release's cluster-scoped objects (ClusterRole, ClusterRoleBinding,
+PriorityLevelConfiguration, FlowSchema): the release namespace and the full
+name, so releases of one name in two namespaces do not collide.
+*/}}
+{{- define "poise.clusterName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "poise.fullname" .) | trunc 253 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Name of the status writer's Lease (--leader-election-id): one per release,
+so two releases in one namespace elect separately.
+*/}}
+{{- define "poise.leaseName" -}}
+{{- printf "%s-status-writer" (include "poise.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The rules that read the topology and write the status of poise.dev kinds:
+cluster-wide, or in watchNamespace only.
+*/}}
+{{- define "poise.topologyRules" -}}
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+- apiGroups: [poise.dev]
+  resources: [endpointsets, localities, partitions, spatialdomains, upstreams]
+  verbs: [get, list, watch]
+- apiGroups: [poise.dev]
+  resources: [endpointsets/status, localities/status, partitions/status, spatialdomains/status, upstreams/status]
+  verbs: [get, patch, update]
+{{- end }}

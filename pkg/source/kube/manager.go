@@ -22,6 +22,10 @@ import (
 	"poise.dev/poise/pkg/topology"
 )
 
+// DefaultLeaderElectionID is the name of the status writer's Lease when
+// Options.LeaderElectionID is empty.
+const DefaultLeaderElectionID = "poise-status-writer"
+
 // Options configure the Kubernetes source of one replica.
 type Options struct {
 	// Namespace limits the source to one namespace; "" watches all.
@@ -142,7 +146,7 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	}
 	id := o.LeaderElectionID
 	if id == "" {
-		id = "poise-status-writer"
+		id = DefaultLeaderElectionID
 	}
 	ns, why, err := electionNamespace(o.LeaderElectionNamespace, o.Namespace, podNamespaceFile, o.ContextNamespace)
 	if err != nil {
