@@ -24,6 +24,8 @@ import (
 	"poise.dev/poise/test/kubemanifests"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
@@ -33,6 +35,8 @@ const (
 	shopDir = "../../examples/kubernetes"
 	// kindValues are the chart values the kind suite installs with.
 	kindValues = "../kind/testdata/values-kind.yaml"
+	// kustomizeDir is the plain install: kubectl apply -k config/default
+	kustomizeDir = "../../config/default"
 	// serviceRange is the Service CIDR of the kind suite's cluster
 	// (test/kind/testdata/kind-config.yaml); the walkthrough pins ClusterIPs in it.
 	serviceRange = "10.96.0.0/16"
@@ -173,6 +177,7 @@ func TestInstall(t *testing.T) {
 			t.Errorf("the two releases elect on Leases %v, want one each", leases)
 		}
 	})
+	t.Run("kustomize-default", func(t *testing.T) { checkKustomize(t, srv) })
 	if !t.Run("crds", func(t *testing.T) { checkServedCRDs(t, srv) }) {
 		t.FailNow()
 	}
@@ -317,7 +322,7 @@ func subset(path string, want, got any) []string {
 // columns) field for field.
 func checkServedCRDs(t *testing.T, srv *apiServer) {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(crdDir, "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(crdDir, "poise.dev_*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no CRDs in %s: %v", crdDir, err)
 	}
@@ -600,4 +605,63 @@ func checkStatusPriorityLevel(t *testing.T, srv *apiServer, c renderCase) {
 		t.Errorf("a read by the release's ServiceAccount went to the chart's status priority level (FlowSchema %q, level %q); only status writes belong there", fs, pl)
 	}
 	t.Logf("status write by %s → FlowSchema and priority level %s", "system:serviceaccount:"+c.namespace+":"+name, level)
+}
+
+// checkKustomize: `kubectl apply -k config/default`, the install without
+// Helm, builds (kustomize's own API, as kubectl embeds it) to the CRDs of
+// config/crd, the generated least-privilege ClusterRole bound to the pods'
+// ServiceAccount, and a Deployment in poise-system; the apiserver accepts
+// every object (server-side apply, dry run: the chart's release already
+// owns poise-system's objects of the same names).
+func checkKustomize(t *testing.T, srv *apiServer) {
+	t.Helper()
+	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), kustomizeDir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", kustomizeDir, err)
+	}
+	rendered, err := resMap.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := parse(t, string(rendered))
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.kind()]++
+		if ns := str(o, "metadata", "namespace"); o.kind() != "Namespace" && o.kind() != "CustomResourceDefinition" &&
+			!strings.HasPrefix(o.kind(), "Cluster") && ns != "poise-system" {
+			t.Errorf("%s %s: namespace %q, want poise-system", o.kind(), o.name(), ns)
+		}
+	}
+	gen, err := filepath.Glob(filepath.Join(crdDir, "poise.dev_*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kinds["CustomResourceDefinition"] != len(gen) || kinds["Deployment"] != 1 || kinds["ClusterRole"] != 1 ||
+		kinds["ClusterRoleBinding"] != 1 || kinds["ServiceAccount"] != 1 || kinds["Service"] != 2 || kinds["Namespace"] != 1 {
+		t.Errorf("config/default builds %v: want %d CRDs, a Namespace, a ServiceAccount, a ClusterRole and its binding, a Deployment and two Services", kinds, len(gen))
+	}
+	raw, err := os.ReadFile(roleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var generated obj
+	if err := yaml.Unmarshal(raw, &generated); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := set(grants(t, one(t, objs, "ClusterRole"))), set(grants(t, generated)); !slices.Equal(got, want) {
+		t.Errorf("the kustomize ClusterRole grants %v, the generated role %v", got, want)
+	}
+	crb, sa := one(t, objs, "ClusterRoleBinding"), one(t, objs, "ServiceAccount")
+	d := one(t, objs, "Deployment")
+	if str(crb, "subjects", 0, "name") != sa.name() || str(crb, "subjects", 0, "namespace") != "poise-system" ||
+		str(d, "spec", "template", "spec", "serviceAccountName") != sa.name() {
+		t.Errorf("the binding's subject %v, the pods' ServiceAccount %q and the ServiceAccount %q do not agree",
+			get(crb, "subjects"), str(d, "spec", "template", "spec", "serviceAccountName"), sa.name())
+	}
+	for _, u := range toUnstructured(t, objs) {
+		if err := dryRunApply(srv, u); err != nil {
+			t.Errorf("%s: %v", describe(u), err)
+		}
+	}
+	t.Logf("kubectl apply -k %s: %d objects (%v) accepted (server-side apply, dry run)", kustomizeDir, len(objs), kinds)
 }
