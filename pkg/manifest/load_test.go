@@ -107,6 +107,15 @@ func TestLoadErrors(t *testing.T) {
 			want:  []wantErr{{"a.yaml", 1, "Upstreams shop/x", "kind", `unknown kind "Upstreams"`}},
 		},
 		{
+			name:  "a repeated key does not hide the other problems",
+			files: map[string]string{"a.yaml": strings.Replace(upstreamX, "protocol: GRPC", "protocol: GRPC\n  protocol: SCTP\n  colour: red", 1)},
+			want: []wantErr{
+				{"a.yaml", 1, "Upstream shop/x", "spec.protocol", "duplicate field: set on line 7 and again on line 8"},
+				{"a.yaml", 1, "Upstream shop/x", "spec.colour", "unknown field"},
+				{"a.yaml", 1, "Upstream shop/x", "spec.protocol", `Unsupported value: "SCTP"`},
+			},
+		},
+		{
 			name:  "every problem of a document, in order",
 			files: map[string]string{"a.yaml": strings.Replace(upstreamX, "protocol: GRPC", "protocol: SCTP\n  colour: red\n  connectTimout: 1s", 1)},
 			want: []wantErr{
