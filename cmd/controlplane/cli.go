@@ -99,12 +99,43 @@ func load(files paths, stderr io.Writer) (*topology.Snapshot, *manifest.Set, boo
 	for _, w := range set.Warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
+	notes(files, set, stderr)
 	snap, err := topology.NewDirectory().Apply(set.Batch)
 	if err != nil {
 		fmt.Fprintf(stderr, "error: the topology is rejected:\n%s\n", indent(describeProblems(set.Locate(err))))
 		return nil, nil, false
 	}
 	return snap, set, true
+}
+
+// maxNamedObjects bounds the objects a note names.
+const maxNamedObjects = 5
+
+// notes says, one line each, what the manifests hold besides Poise objects
+// (skipped, as kubectl's other kinds are not ours to read) and which objects
+// are read in namespace default for want of one.
+func notes(files paths, set *manifest.Set, stderr io.Writer) {
+	if set.Others.Total() > 0 {
+		fmt.Fprintf(stderr, "note: skipped %s in %s\n", set.Others, strings.Join(files, ", "))
+	}
+	var bare []string
+	n := 0
+	for _, o := range set.Objects {
+		if !o.NoNamespace {
+			continue
+		}
+		if n++; n <= maxNamedObjects {
+			bare = append(bare, fmt.Sprintf("%s (%s document %d)", o, o.File, o.Document))
+		}
+	}
+	if n == 0 {
+		return
+	}
+	if n > maxNamedObjects {
+		bare = append(bare, fmt.Sprintf("and %d more", n-maxNamedObjects))
+	}
+	fmt.Fprintf(stderr, "note: %d object(s) set no metadata.namespace and are read in namespace default, "+
+		"where kubectl apply puts them only when its context names no other: %s\n", n, strings.Join(bare, ", "))
 }
 
 // describeProblems prints one line per problem of a rejected batch.

@@ -35,7 +35,7 @@ func TestExplainFromGolden(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := runCLI(tc.args...)
-			if code != exitOK || stderr != "" {
+			if code != exitOK || stderr != stderrOf(tc.args) {
 				t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 			}
 			golden.Check(t, tc.name, stdout)

@@ -80,22 +80,23 @@ func (p *fastParser) fastDecode(file string, doc int, raw []byte) (Document, boo
 		key   topology.Key
 		kind  string
 		nerrs int
+		ns    string
 	)
 	switch o := obj.(type) {
 	case *v1alpha1.Upstream:
 		u, ferrs := convert.Upstream(o)
-		value, key, kind, nerrs = u, u.Key, topology.KindUpstream, len(ferrs)
+		value, key, kind, nerrs, ns = u, u.Key, topology.KindUpstream, len(ferrs), o.Namespace
 	case *v1alpha1.Locality:
 		l, ferrs := convert.Locality(o)
-		value, key, kind, nerrs = l, l.Key, topology.KindLocality, len(ferrs)
+		value, key, kind, nerrs, ns = l, l.Key, topology.KindLocality, len(ferrs), o.Namespace
 	case *v1alpha1.EndpointSet:
 		s, ferrs := convert.OwnedEndpointSet(o) // o is ours: no copy to default
-		value, key, kind, nerrs = s, s.Key, topology.KindEndpointSet, len(ferrs)
+		value, key, kind, nerrs, ns = s, s.Key, topology.KindEndpointSet, len(ferrs), o.Namespace
 	}
 	if nerrs > 0 {
 		return Document{}, false // the general path says what is wrong
 	}
-	return Document{Object: Object{File: file, Document: doc, Kind: kind, Key: key}, value: value}, true
+	return Document{Object: Object{File: file, Document: doc, Kind: kind, Key: key, NoNamespace: ns == ""}, value: value}, true
 }
 
 // apiObject decodes a document into a *v1alpha1.Upstream, Locality or

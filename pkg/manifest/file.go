@@ -23,7 +23,8 @@ type Document struct {
 	// Sum is the SHA-256 of the document's text as split from its file:
 	// documents with equal sums decode to equal objects.
 	Sum   [sha256.Size]byte
-	value any // topology.Upstream, Locality, EndpointSet, SpatialDomain or Partition
+	value any  // topology.Upstream, Locality, EndpointSet, SpatialDomain or Partition
+	other bool // a document of another kind: Kind is all it says
 }
 
 // Put adds the document's object to a batch. It reports false, putting
@@ -60,9 +61,16 @@ type File struct {
 	Errors Errors
 	// Warnings are what decoded but deserves a look (see IgnoredAfterEnd).
 	Warnings []string
+	// Others counts the documents of other kinds, which are skipped: they
+	// are not among Documents, so they count for nothing that counts a
+	// file's objects.
+	Others Others
 	// Decoded counts the documents decoded; the others were taken from the
 	// previous version of the file.
 	Decoded int
+	// otherKinds is the kind of each skipped document by its sum, so the
+	// next version of the file need not decode them again either.
+	otherKinds map[[sha256.Size]byte]string
 }
 
 // Release drops the decoded objects and keeps what identifies each
@@ -111,6 +119,12 @@ func (d *Decoder) DecodeFile(name string, data []byte, prev *File) *File {
 	}
 	err := splitDocuments(name, data, func(doc int, raw []byte) {
 		sum := sha256.Sum256(raw)
+		if prev != nil {
+			if kind, ok := prev.otherKinds[sum]; ok {
+				f.skip(sum, kind)
+				return
+			}
+		}
 		if d, ok := known[sum]; ok {
 			reused := *d
 			reused.File, reused.Document = name, doc
@@ -123,6 +137,10 @@ func (d *Decoder) DecodeFile(name string, data []byte, prev *File) *File {
 			f.Errors = append(f.Errors, errs...)
 			return
 		}
+		if d.other {
+			f.skip(sum, d.Kind)
+			return
+		}
 		d.Sum = sum
 		f.Documents = append(f.Documents, d)
 	}, func(doc, line int) { f.Warnings = append(f.Warnings, IgnoredAfterEnd(name, doc, line)) })
@@ -130,4 +148,13 @@ func (d *Decoder) DecodeFile(name string, data []byte, prev *File) *File {
 		f.Errors = append(f.Errors, err)
 	}
 	return f
+}
+
+// skip counts a document of another kind.
+func (f *File) skip(sum [sha256.Size]byte, kind string) {
+	if f.otherKinds == nil {
+		f.otherKinds = map[[sha256.Size]byte]string{}
+	}
+	f.otherKinds[sum] = kind
+	f.Others.add(kind)
 }

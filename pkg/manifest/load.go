@@ -68,6 +68,11 @@ type Object struct {
 	Document int
 	Kind     string
 	Key      topology.Key
+	// NoNamespace: the document sets no metadata.namespace, and the object
+	// is read in namespace "default" (kubectl apply would put it in the
+	// namespace of its context, which is "default" unless the context says
+	// otherwise).
+	NoNamespace bool
 }
 
 func (o Object) String() string { return o.Kind + " " + o.Key.String() }
@@ -78,6 +83,8 @@ type Set struct {
 	Objects []Object
 	// Warnings are what decoded but deserves a look (see IgnoredAfterEnd).
 	Warnings []string
+	// Others counts the documents of other kinds, which are skipped.
+	Others Others
 }
 
 // IgnoredAfterEnd is the warning for content after a document's "..." end
@@ -189,6 +196,10 @@ func decodeInto(set *Set, seen map[string]Object, file string, data []byte) Erro
 		d, e := decodeDocument(&fast, file, doc, raw)
 		if e != nil {
 			errs = append(errs, e...)
+			return
+		}
+		if d.other {
+			set.Others.add(d.Kind)
 			return
 		}
 		id := d.String()
@@ -333,59 +344,92 @@ func decodeGeneral(file string, doc int, raw []byte) (Document, Errors) {
 		ns = "default"
 	}
 	object := fmt.Sprintf("%s %s/%s", tm.Kind, ns, tm.Metadata.Name)
-	switch {
-	case tm.APIVersion == "" || tm.Kind == "":
+	if tm.APIVersion == "" || tm.Kind == "" {
 		return fail("", "", "apiVersion and kind are required")
-	case tm.APIVersion != v1alpha1.GroupVersion.String():
+	}
+	if !isPoise(tm.APIVersion, tm.Kind) {
+		// Another kind (a Namespace, a Deployment, ...) in the files
+		// kubectl applies beside ours: not Poise's to read or judge.
+		return Document{Object: Object{File: file, Document: doc, Kind: tm.Kind}, other: true}, nil
+	}
+	if tm.APIVersion != v1alpha1.GroupVersion.String() {
 		return fail(object, "apiVersion", fmt.Sprintf("unsupported apiVersion %q: want %s", tm.APIVersion, v1alpha1.GroupVersion))
 	}
 
+	// Every problem of the document is collected: repeated keys, unknown
+	// fields and invalid values, so one edit can fix them all.
+	var errs Errors
 	if dupErr != nil {
-		return Document{}, duplicateKeys(file, doc, object, raw, dupErr)
+		errs = duplicateKeys(file, doc, object, raw, dupErr)
 	}
-
+	at := func(fieldPath, detail string) *Error {
+		return &Error{File: file, Document: doc, Object: object, Field: fieldPath, Detail: detail}
+	}
 	var (
-		ferrs field.ErrorList
 		key   topology.Key
 		value any
 	)
-	strict := func(obj any) Errors {
-		strictErrs, err := sigsjson.UnmarshalStrict(js, obj)
-		if err != nil {
-			return Errors{{File: file, Document: doc, Object: object, Detail: fmt.Sprintf("cannot decode: %v", err)}}
-		}
-		var out Errors
-		for _, se := range strictErrs {
-			out = append(out, strictError(file, doc, object, se))
-		}
-		return out
-	}
-	var decodeErrs Errors
 	switch tm.Kind {
 	case topology.KindUpstream:
-		value, key, ferrs, decodeErrs = decodeAs(strict, convert.Upstream, func(u topology.Upstream) topology.Key { return u.Key })
+		value, key = decodeAs(js, at, &errs, convert.Upstream, func(u topology.Upstream) topology.Key { return u.Key })
 	case topology.KindLocality:
-		value, key, ferrs, decodeErrs = decodeAs(strict, convert.Locality, func(l topology.Locality) topology.Key { return l.Key })
+		value, key = decodeAs(js, at, &errs, convert.Locality, func(l topology.Locality) topology.Key { return l.Key })
 	case topology.KindEndpointSet:
-		value, key, ferrs, decodeErrs = decodeAs(strict, convert.EndpointSet, func(e topology.EndpointSet) topology.Key { return e.Key })
+		value, key = decodeAs(js, at, &errs, convert.EndpointSet, func(e topology.EndpointSet) topology.Key { return e.Key })
 	case topology.KindSpatialDomain:
-		value, key, ferrs, decodeErrs = decodeAs(strict, convert.SpatialDomain, func(d topology.SpatialDomain) topology.Key { return d.Key })
+		value, key = decodeAs(js, at, &errs, convert.SpatialDomain, func(d topology.SpatialDomain) topology.Key { return d.Key })
 	case topology.KindPartition:
-		value, key, ferrs, decodeErrs = decodeAs(strict, convert.Partition, func(p topology.Partition) topology.Key { return p.Key })
+		value, key = decodeAs(js, at, &errs, convert.Partition, func(p topology.Partition) topology.Key { return p.Key })
 	default:
-		return fail(object, "kind", fmt.Sprintf("unknown kind %q: want Upstream, Locality, EndpointSet, SpatialDomain or Partition", tm.Kind))
+		errs = append(errs, at("kind", fmt.Sprintf("unknown kind %q: want Upstream, Locality, EndpointSet, SpatialDomain or Partition", tm.Kind)))
 	}
-	if decodeErrs != nil {
-		return Document{}, decodeErrs
+	if len(errs) > 0 {
+		return Document{}, boundProblems(errs)
 	}
-	if len(ferrs) > 0 {
-		var out Errors
-		for _, fe := range ferrs {
-			out = append(out, &Error{File: file, Document: doc, Object: object, Field: fe.Field, Detail: fe.ErrorBody()})
+	return Document{Object: Object{File: file, Document: doc, Kind: tm.Kind, Key: key, NoNamespace: tm.Metadata.Namespace == ""}, value: value}, nil
+}
+
+// MaxProblemsPerDocument bounds the problems reported for one document: a
+// generated EndpointSet with thousands of bad addresses says the first ones
+// and how many more there are.
+const MaxProblemsPerDocument = 20
+
+// boundProblems keeps the first MaxProblemsPerDocument problems of one
+// document and counts the rest in one more line.
+func boundProblems(errs Errors) Errors {
+	if len(errs) <= MaxProblemsPerDocument {
+		return errs
+	}
+	first := errs[0]
+	more := &Error{File: first.File, Document: first.Document, Object: first.Object,
+		Detail: fmt.Sprintf("and %d more problems in this document", len(errs)-MaxProblemsPerDocument)}
+	return append(errs[:MaxProblemsPerDocument:MaxProblemsPerDocument], more)
+}
+
+// isPoise reports whether a document of this apiVersion and kind is Poise's
+// to read. Any apiVersion of the poise.dev group is (a version Poise does not
+// serve is an error, not another kind); so is a Poise kind in the core group
+// ("v1alpha1" without its group, say), which has no such kind and can only be
+// a Poise object with its group left out. Everything else belongs to someone
+// else: another project may well have a kind named Upstream in its own group.
+func isPoise(apiVersion, kind string) bool {
+	group, _, versioned := strings.Cut(apiVersion, "/")
+	if !versioned {
+		if apiVersion == v1alpha1.GroupVersion.Group {
+			return true
 		}
-		return Document{}, out
+		group = ""
 	}
-	return Document{Object: Object{File: file, Document: doc, Kind: tm.Kind, Key: key}, value: value}, nil
+	if group == v1alpha1.GroupVersion.Group {
+		return true
+	}
+	if group == "" {
+		switch kind {
+		case topology.KindUpstream, topology.KindLocality, topology.KindEndpointSet, topology.KindSpatialDomain, topology.KindPartition:
+			return true
+		}
+	}
+	return false
 }
 
 // duplicateKeys reports each key repeated in one mapping of a document with
@@ -436,26 +480,37 @@ func duplicateKeys(file string, doc int, object string, raw []byte, cause error)
 	return errs
 }
 
-// decodeAs decodes one object of API type T strictly, validates and converts it.
-func decodeAs[T, O any](strict func(any) Errors, conv func(*T) (O, field.ErrorList), keyOf func(O) topology.Key) (any, topology.Key, field.ErrorList, Errors) {
+// decodeAs decodes one object of API type T strictly, validates and converts
+// it, adding every problem to errs through at. An object that does not decode
+// (a string where a number goes) is not validated: its fields would say more
+// about the decoding than about the document.
+func decodeAs[T, O any](js []byte, at func(fieldPath, detail string) *Error, errs *Errors, conv func(*T) (O, field.ErrorList), keyOf func(O) topology.Key) (any, topology.Key) {
 	var obj T
-	if e := strict(&obj); e != nil {
-		return nil, topology.Key{}, nil, e
+	strictErrs, err := sigsjson.UnmarshalStrict(js, &obj)
+	if err != nil {
+		*errs = append(*errs, at("", fmt.Sprintf("cannot decode: %v", err)))
+		return nil, topology.Key{}
+	}
+	for _, se := range strictErrs {
+		*errs = append(*errs, strictError(at, se))
 	}
 	o, ferrs := conv(&obj)
-	return o, keyOf(o), ferrs, nil
+	for _, fe := range ferrs {
+		*errs = append(*errs, at(fe.Field, fe.ErrorBody()))
+	}
+	return o, keyOf(o)
 }
 
 // strictError turns `unknown field "spec.x"` into Field "spec.x", Detail
 // "unknown field", so every error has the same shape.
-func strictError(file string, doc int, object string, se error) *Error {
+func strictError(at func(fieldPath, detail string) *Error, se error) *Error {
 	msg := se.Error()
 	if path, ok := strings.CutPrefix(msg, "unknown field "); ok {
 		if p, err := strconv.Unquote(path); err == nil {
-			return &Error{File: file, Document: doc, Object: object, Field: p, Detail: "unknown field"}
+			return at(p, "unknown field")
 		}
 	}
-	return &Error{File: file, Document: doc, Object: object, Detail: msg}
+	return at("", msg)
 }
 
 // Locate adds to a topology rejection the file and document of every object

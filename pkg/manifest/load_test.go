@@ -91,9 +91,38 @@ func TestLoadErrors(t *testing.T) {
 			want:  []wantErr{{"a.yaml", 1, "Upstream shop/x", "apiVersion", `unsupported apiVersion "poise.dev/v1": want poise.dev/v1alpha1`}},
 		},
 		{
-			name:  "core apiVersion",
-			files: map[string]string{"a.yaml": "apiVersion: v1\nkind: Service\nmetadata: {name: web}\n"},
-			want:  []wantErr{{"a.yaml", 1, "Service default/web", "apiVersion", `unsupported apiVersion "v1"`}},
+			// the core group has no Upstream: the group was left out
+			name:  "Poise kind in the core group",
+			files: map[string]string{"a.yaml": strings.Replace(upstreamX, "poise.dev/v1alpha1", "v1alpha1", 1)},
+			want:  []wantErr{{"a.yaml", 1, "Upstream shop/x", "apiVersion", `unsupported apiVersion "v1alpha1": want poise.dev/v1alpha1`}},
+		},
+		{
+			name:  "the group without a version",
+			files: map[string]string{"a.yaml": strings.Replace(upstreamX, "poise.dev/v1alpha1", "poise.dev", 1)},
+			want:  []wantErr{{"a.yaml", 1, "Upstream shop/x", "apiVersion", `unsupported apiVersion "poise.dev"`}},
+		},
+		{
+			name:  "unknown kind of the poise.dev group",
+			files: map[string]string{"a.yaml": docs(strings.Replace(upstreamX, "kind: Upstream", "kind: Upstreams", 1), "apiVersion: v1\nkind: Service\nmetadata: {name: web}\n")},
+			want:  []wantErr{{"a.yaml", 1, "Upstreams shop/x", "kind", `unknown kind "Upstreams"`}},
+		},
+		{
+			name:  "a repeated key does not hide the other problems",
+			files: map[string]string{"a.yaml": strings.Replace(upstreamX, "protocol: GRPC", "protocol: GRPC\n  protocol: SCTP\n  colour: red", 1)},
+			want: []wantErr{
+				{"a.yaml", 1, "Upstream shop/x", "spec.protocol", "duplicate field: set on line 7 and again on line 8"},
+				{"a.yaml", 1, "Upstream shop/x", "spec.colour", "unknown field"},
+				{"a.yaml", 1, "Upstream shop/x", "spec.protocol", `Unsupported value: "SCTP"`},
+			},
+		},
+		{
+			name:  "every problem of a document, in order",
+			files: map[string]string{"a.yaml": strings.Replace(upstreamX, "protocol: GRPC", "protocol: SCTP\n  colour: red\n  connectTimout: 1s", 1)},
+			want: []wantErr{
+				{"a.yaml", 1, "Upstream shop/x", "spec.colour", "unknown field"},
+				{"a.yaml", 1, "Upstream shop/x", "spec.connectTimout", "unknown field"},
+				{"a.yaml", 1, "Upstream shop/x", "spec.protocol", `Unsupported value: "SCTP"`},
+			},
 		},
 		{
 			name:  "unknown field",
@@ -212,7 +241,10 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name:  "spatial objects: unknown field",
 			files: map[string]string{"a.yaml": docs(domainX, strings.Replace(partitionX, "replicas:", "replica:", 1))},
-			want:  []wantErr{{"a.yaml", 2, "Partition shop/pacific", "spec.replica", "unknown field"}},
+			want: []wantErr{
+				{"a.yaml", 2, "Partition shop/pacific", "spec.replica", "unknown field"},
+				{"a.yaml", 2, "Partition shop/pacific", "spec.replicas", "Required value"},
+			},
 		},
 		{
 			name:  "spatial objects: duplicate field",

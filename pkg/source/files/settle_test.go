@@ -329,3 +329,44 @@ func TestRefusalLogIsBounded(t *testing.T) {
 		t.Fatalf("a long reason is cut to %d bytes (valid UTF-8: %v)", len(long), utf8.ValidString(long))
 	}
 }
+
+// TestOtherKindsDoNotCountForSettle: the Namespaces and Services kubectl
+// applies from the same files are skipped, and the settle rule counts only
+// Poise objects: a file of other kinds alone is never "emptied", and other
+// kinds added to a file do not hide that its Poise objects are going.
+func TestOtherKindsDoNotCountForSettle(t *testing.T) {
+	const (
+		ns  = "apiVersion: v1\nkind: Namespace\nmetadata: {name: bench}\n"
+		svc = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: bench}\n"
+	)
+	h := newHarness(t, map[string]string{
+		"a.yaml": ns + "---\n" + upstreamsFile([]int{0, 1}, 0), // 8 Poise objects
+		"b.yaml": ns + "---\n" + svc,
+	})
+	h.src.Settle = time.Hour
+	if got := upstreamsOf(h.src.Dir.Current(), 2); !equalSets(got, map[int]bool{0: true, 1: true}) {
+		t.Fatalf("loaded upstreams %v, want 0 and 1", got)
+	}
+	for _, step := range []struct {
+		what, file, content string
+		held                bool
+	}{
+		{"a file of other kinds emptied", "b.yaml", "", false},
+		{"the Namespace taken out of a file", "a.yaml", upstreamsFile([]int{0, 1}, 0), false},
+		{"half of the Poise objects go while other kinds come", "a.yaml", strings.Repeat(svc+"---\n", 9) + upstreamsFile([]int{0}, 0), true},
+	} {
+		h.write(step.file, step.content)
+		out, err := h.sync()
+		if err != nil {
+			t.Fatalf("%s: %v", step.what, err)
+		}
+		if held := len(out.held) > 0; held != step.held {
+			t.Errorf("%s: held %v, want held %v", step.what, out.held, step.held)
+		}
+	}
+	// the skipped documents of an edited file are not decoded again
+	h.write("a.yaml", strings.Repeat(svc+"---\n", 9)+upstreamsFile([]int{0}, 1))
+	if out, err := h.sync(); err != nil || out.decoded != 1 {
+		t.Errorf("one EndpointSet edited beside 9 Services: %d documents decoded (err %v), want 1", out.decoded, err)
+	}
+}
