@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"poise.dev/poise/pkg/admin"
 	"poise.dev/poise/pkg/metrics"
@@ -113,6 +114,14 @@ func Run(ctx context.Context, cfg Config) error {
 		out = io.Discard
 	}
 	m := metrics.New()
+	m.SetBuildInfo(cfg.Version)
+	// controller-runtime's registry holds client-go's REST client metrics
+	// (requests by code, latency, rate-limiter wait, retries), its work
+	// queues' and the leader election's; /metrics serves it beside ours,
+	// less its own Go and process collectors, which would repeat ours.
+	ctrlmetrics.RegisterRESTClientMetrics(ctrlmetrics.MetricRequestLatency, ctrlmetrics.MetricRateLimiterLatency,
+		ctrlmetrics.MetricRequestRetry)
+	m.Include(metrics.Without(ctrlmetrics.Registry, "go_", "process_"))
 	dir := topology.NewDirectory()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -175,6 +184,14 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		warnings = replica.Watch.Warnings
+		m.InitSource("kubernetes")
+		m.SetInvalidObjects(func() map[string]float64 {
+			out := map[string]float64{}
+			for ref := range replica.Source.Rejections() {
+				out[ref.Kind]++
+			}
+			return out
+		})
 		runSource = func() error {
 			select {
 			case err := <-errc:
@@ -189,6 +206,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("initial manifests are invalid; nothing to serve:\n%s", "  "+strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		}
 		runSource = func() error { return src.Run(ctx) }
+		m.InitSource("files")
 		warnings = func() []string {
 			if r := src.Refusal(); r != "" {
 				return []string{r}
