@@ -62,6 +62,12 @@ type Config struct {
 	// MaxClientClasses bounds the client-locality classes rendered at once
 	// (xdscache.WithMaxZones); 0 is xdscache.DefaultMaxZones.
 	MaxClientClasses int
+	// MetricsNoLocalityGauges leaves out poise_upstream_locality_traffic
+	// (the zero value exports it); MetricsMaxUpstreams bounds the upstreams
+	// with per-upstream gauges (0: metrics.DefaultMaxUpstreams; negative:
+	// none). See metrics.Upstreams.
+	MetricsNoLocalityGauges bool
+	MetricsMaxUpstreams     int
 	// Spatial says where Envoy's spatial routing listener binds (zero: 0.0.0.0:10080).
 	Spatial translate.SpatialOptions
 	// Debounce: the files source applies a change once the files have been
@@ -136,7 +142,17 @@ func Run(ctx context.Context, cfg Config) error {
 	pub := publish.New(cache, instance, log)
 	pub.SetCensus(cache)
 	pub.SetSpatialOptions(cfg.Spatial)
+	maxUpstreams := cfg.MetricsMaxUpstreams
+	if maxUpstreams == 0 {
+		maxUpstreams = metrics.DefaultMaxUpstreams
+	}
+	m.Upstreams.SetLimits(!cfg.MetricsNoLocalityGauges, maxUpstreams, log)
 	pub.OnPublish = func(st publish.Stats) {
+		// only queued here, under the publisher's lock; the gauges are set
+		// on their own goroutine
+		for _, c := range st.Changed {
+			m.Upstreams.Queue(c.Old, c.Cur)
+		}
 		m.SnapshotBuilds.WithLabelValues("published").Inc()
 		m.SnapshotDuration.Observe(st.Duration.Seconds())
 		m.PublishedRevision.Set(float64(st.Revision))
@@ -296,6 +312,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	run("publisher", func() error { return pub.Run(ctx, dir) })
 	run("client classes", func() error { return pub.RunClasses(ctx) })
+	run("upstream gauges", func() error { return m.Upstreams.Run(ctx) })
 	run("xds server", func() error { return server.Serve(ctx, grpcServer, xdsLis) })
 	run("admin server", func() error { return serveHTTP(ctx, adminSrv, adminLis) })
 	if metricsSrv != nil {

@@ -69,7 +69,9 @@ type Metrics struct {
 	StatusQueueLatency prometheus.Histogram
 	StatusWorkDuration prometheus.Histogram
 	StatusRetries      prometheus.Counter
-	Leader             prometheus.Gauge // 1 while this replica holds the status-writer Lease
+	// Upstreams are the per-upstream gauges of the computed figures.
+	Upstreams *Upstreams
+	Leader    prometheus.Gauge // 1 while this replica holds the status-writer Lease
 }
 
 // New registers every metric on a new registry, with the Go and process collectors.
@@ -155,6 +157,7 @@ func New() *Metrics {
 		StatusRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "poise_status_retries_total", Help: "Objects re-queued with backoff after a failed status write.",
 		}),
+		Upstreams: newUpstreams(),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "poise_status_leader", Help: "1 while this replica holds the status-writer Lease and writes status; 0 otherwise (and always with the files source).",
 		}),
@@ -164,6 +167,7 @@ func New() *Metrics {
 		m.StatusWrites, m.StatusWriteErrors, m.StatusUnchanged, m.StatusQueueDepth, m.StatusQueueAdds, m.StatusQueueLatency,
 		m.StatusWorkDuration, m.StatusRetries,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r.MustRegister(m.Upstreams.collectors()...)
 	for _, t := range Types {
 		m.ResourceChanges.WithLabelValues(t)
 		m.Pushes.WithLabelValues(t)
