@@ -139,6 +139,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cache := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) },
 		xdscache.WithMaxZones(maxClasses))
+	m.SetClientClasses(func() map[string]float64 {
+		out := make(map[string]float64, translate.NumRenderings)
+		for v := range translate.NumRenderings {
+			out[v.String()] = float64(len(cache.Zones(int(v))))
+		}
+		return out
+	}, func() float64 { return float64(cache.ZoneFallback()) }, func() float64 { return float64(cache.ZoneOverflow()) })
 	pub := publish.New(cache, instance, log)
 	pub.SetCensus(cache)
 	pub.SetSpatialOptions(cfg.Spatial)

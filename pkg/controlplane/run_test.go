@@ -57,7 +57,8 @@ func TestMetricsServed(t *testing.T) {
 		`poise_upstream_priority_load{`, `poise_upstream_locality_traffic{`, `poise_build_info{goversion="`,
 		`version="v9.9.9"`, `poise_xds_nacks_total{type="EDS"} 0`, `poise_xds_connected_clients{kind="envoy"} 0`,
 		`poise_source_batches_total{result="rejected",source="files"} 0`, `poise_status_leader 0`,
-		`poise_source_invalid_objects{kind="Upstream"} 0`,
+		`poise_source_invalid_objects{kind="Upstream"} 0`, `poise_xds_client_class_fallback_streams 0`,
+		`poise_xds_client_class_overflow_streams 0`, `poise_xds_client_classes{rendering="`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("/metrics has no %s", want)

@@ -59,6 +59,9 @@ type Metrics struct {
 	KubeStale *funcGaugeVec
 	// kind: objects the source sets aside as invalid (see SetInvalidObjects)
 	InvalidObjects *funcGaugeVec
+	// Client-locality classes, read from the cache at each scrape (see SetClientClasses).
+	ClientClasses                  *funcGaugeVec // rendering: classes with open streams
+	ClassFallbacks, ClassOverflows *funcGaugeVec // no labels: streams in a region class, in none
 
 	// The Kubernetes status writer (leader only).
 	StatusWrites       *prometheus.CounterVec // kind
@@ -131,6 +134,13 @@ func New() *Metrics {
 		InvalidObjects: &funcGaugeVec{desc: prometheus.NewDesc("poise_source_invalid_objects",
 			"Objects the source sets aside because they are invalid (each has a status condition saying why; the rest of the topology serves), by kind. The files source refuses a whole change instead (poise_source_refusing), so it reports 0.",
 			[]string{"kind"}, nil), zero: Kinds},
+		ClientClasses: &funcGaugeVec{desc: prometheus.NewDesc("poise_xds_client_classes",
+			"Client-locality classes (region/zone, or region) with open streams, by rendering; bounded by --max-client-classes.",
+			[]string{"rendering"}, nil)},
+		ClassFallbacks: &funcGaugeVec{desc: prometheus.NewDesc("poise_xds_client_class_fallback_streams",
+			"Open streams sent their region's class because their zone's class was over --max-client-classes.", nil, nil), zero: []string{""}, bare: true},
+		ClassOverflows: &funcGaugeVec{desc: prometheus.NewDesc("poise_xds_client_class_overflow_streams",
+			"Open streams sent the resources of clients with no locality because their zone's and their region's classes were both over --max-client-classes.", nil, nil), zero: []string{""}, bare: true},
 		StatusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "poise_status_writes_total", Help: "Status subresource patches the status writer issued and the apiserver accepted, by kind.",
 		}, []string{"kind"}),
@@ -164,6 +174,7 @@ func New() *Metrics {
 	}
 	r.MustRegister(m.BuildInfo, m.Convergence, m.PushDuration, m.SendDuration, m.Leader, m.Revision, m.PublishedRevision, m.SnapshotBuilds, m.SnapshotDuration, m.ResourceChanges,
 		m.Pushes, m.NACKs, m.ConnectedClients, m.SourceBatches, m.SourceRefusing, m.KubeStale, m.InvalidObjects,
+		m.ClientClasses, m.ClassFallbacks, m.ClassOverflows,
 		m.StatusWrites, m.StatusWriteErrors, m.StatusUnchanged, m.StatusQueueDepth, m.StatusQueueAdds, m.StatusQueueLatency,
 		m.StatusWorkDuration, m.StatusRetries,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -287,6 +298,17 @@ func (m *Metrics) SetKubeStale(f func() map[string]float64) { m.KubeStale.f.Stor
 // returns at each scrape: objects set aside by kind (kinds it leaves out are 0).
 func (m *Metrics) SetInvalidObjects(f func() map[string]float64) { m.InvalidObjects.f.Store(&f) }
 
+// SetClientClasses makes the client-class gauges read the cache at each
+// scrape: classes by rendering, and the streams in a region's class or in
+// none because the classes were over their bound.
+func (m *Metrics) SetClientClasses(classes func() map[string]float64, fallback, overflow func() float64) {
+	m.ClientClasses.f.Store(&classes)
+	fb := func() map[string]float64 { return map[string]float64{"": fallback()} }
+	of := func() map[string]float64 { return map[string]float64{"": overflow()} }
+	m.ClassFallbacks.f.Store(&fb)
+	m.ClassOverflows.f.Store(&of)
+}
+
 // funcGaugeVec is a gauge per label value, read from a function at each
 // scrape: a staleness grows between events, which a set gauge would not,
 // and a count the owner already keeps needs no second copy kept in step.
@@ -296,6 +318,8 @@ type funcGaugeVec struct {
 	// zero are the label values reported as 0 when f does not name them
 	// (or is not set), so their series exist from the start.
 	zero []string
+	// bare: the gauge has no label; f reports it under "".
+	bare bool
 }
 
 func (g *funcGaugeVec) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
@@ -307,10 +331,17 @@ func (g *funcGaugeVec) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, label := range g.zero {
 		if _, ok := values[label]; !ok {
-			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, 0, label)
+			ch <- g.metric(0, label)
 		}
 	}
 	for label, v := range values {
-		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v, label)
+		ch <- g.metric(v, label)
 	}
+}
+
+func (g *funcGaugeVec) metric(v float64, label string) prometheus.Metric {
+	if g.bare {
+		return prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v)
+	}
+	return prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v, label)
 }
