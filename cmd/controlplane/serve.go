@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"poise.dev/poise/pkg/controlplane"
+	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/source/files"
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/xds/server"
@@ -54,6 +55,10 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	statusWriters := fs.Int("status-writers", kube.DefaultStatusWorkers, "status writes in flight at once, at most (the status writer's share of the apiserver's concurrency)")
 	maxClasses := fs.Int("max-client-classes", xdscache.DefaultMaxZones,
 		"client-locality classes (region/zone) rendered at once for upstreams with localityAffinity; a client of another zone beyond it receives its region's class, and beyond as many region classes the split of clients with no locality (/debug/clients says which)")
+	localityGauges := fs.Bool("metrics-locality-gauges", true,
+		"export poise_upstream_locality_traffic, a series per (upstream, priority, locality): the most numerous of the per-upstream gauges")
+	maxUpstreamGauges := fs.Int("metrics-max-upstreams", metrics.DefaultMaxUpstreams,
+		"upstreams with per-upstream gauges, at most (the first seen; 0: none); the others are logged once and have their figures in status and /debug/explain")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -84,6 +89,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	case *maxClasses < 1 || *maxClasses > 4096:
 		fmt.Fprintf(stderr, "error: --max-client-classes %d: want 1 to 4096\n", *maxClasses)
 		return exitUsage
+	case *maxUpstreamGauges < 0:
+		fmt.Fprintln(stderr, "error: --metrics-max-upstreams must not be negative")
+		return exitUsage
 	case *statusWriters <= 0:
 		fmt.Fprintln(stderr, "error: --status-writers must be positive")
 		return exitUsage
@@ -109,13 +117,16 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "error: --spatial-listener %q: %v\n", *spatialListen, err)
 		return exitUsage
 	}
+	if *maxUpstreamGauges == 0 {
+		*maxUpstreamGauges = -1 // Config's zero is the default
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err = controlplane.Run(ctx, controlplane.Config{
 		Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace, LeaderElectionID: *leID,
 		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, MetricsAddress: *metricsAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn,
-		MaxClientClasses: *maxClasses,
-		DrainPeriod:      *drain, Debounce: *debounce, DebounceMax: *debounceMax, Settle: settleOf(*settle), Spatial: spatial,
+		MaxClientClasses: *maxClasses, MetricsNoLocalityGauges: !*localityGauges, MetricsMaxUpstreams: *maxUpstreamGauges,
+		DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Settle: settleOf(*settle), Spatial: spatial,
 		KubeQPS: *kubeQPS, KubeBurst: *kubeBurst, StatusShare: *statusShare, StatusWriters: *statusWriters,
 		Log: log, Out: stdout, Version: version,
 	})

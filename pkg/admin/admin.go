@@ -71,7 +71,7 @@ func addHealth(mux *http.ServeMux, s Sources) {
 		}
 	})
 	if s.Metrics != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{}))
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Metrics.Gatherer(), promhttp.HandlerOpts{}))
 	}
 }
 

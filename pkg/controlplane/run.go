@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"poise.dev/poise/pkg/admin"
 	"poise.dev/poise/pkg/metrics"
@@ -61,6 +62,12 @@ type Config struct {
 	// MaxClientClasses bounds the client-locality classes rendered at once
 	// (xdscache.WithMaxZones); 0 is xdscache.DefaultMaxZones.
 	MaxClientClasses int
+	// MetricsNoLocalityGauges leaves out poise_upstream_locality_traffic
+	// (the zero value exports it); MetricsMaxUpstreams bounds the upstreams
+	// with per-upstream gauges (0: metrics.DefaultMaxUpstreams; negative:
+	// none). See metrics.Upstreams.
+	MetricsNoLocalityGauges bool
+	MetricsMaxUpstreams     int
 	// Spatial says where Envoy's spatial routing listener binds (zero: 0.0.0.0:10080).
 	Spatial translate.SpatialOptions
 	// Debounce: the files source applies a change once the files have been
@@ -113,6 +120,14 @@ func Run(ctx context.Context, cfg Config) error {
 		out = io.Discard
 	}
 	m := metrics.New()
+	m.SetBuildInfo(cfg.Version)
+	// controller-runtime's registry holds client-go's REST client metrics
+	// (requests by code, latency, rate-limiter wait, retries), its work
+	// queues' and the leader election's; /metrics serves it beside ours,
+	// less its own Go and process collectors, which would repeat ours.
+	ctrlmetrics.RegisterRESTClientMetrics(ctrlmetrics.MetricRequestLatency, ctrlmetrics.MetricRateLimiterLatency,
+		ctrlmetrics.MetricRequestRetry)
+	m.Include(metrics.Without(ctrlmetrics.Registry, "go_", "process_"))
 	dir := topology.NewDirectory()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -124,10 +139,27 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cache := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) },
 		xdscache.WithMaxZones(maxClasses))
+	m.SetClientClasses(func() map[string]float64 {
+		out := make(map[string]float64, translate.NumRenderings)
+		for v := range translate.NumRenderings {
+			out[v.String()] = float64(len(cache.Zones(int(v))))
+		}
+		return out
+	}, func() float64 { return float64(cache.ZoneFallback()) }, func() float64 { return float64(cache.ZoneOverflow()) })
 	pub := publish.New(cache, instance, log)
 	pub.SetCensus(cache)
 	pub.SetSpatialOptions(cfg.Spatial)
+	maxUpstreams := cfg.MetricsMaxUpstreams
+	if maxUpstreams == 0 {
+		maxUpstreams = metrics.DefaultMaxUpstreams
+	}
+	m.Upstreams.SetLimits(!cfg.MetricsNoLocalityGauges, maxUpstreams, log)
 	pub.OnPublish = func(st publish.Stats) {
+		// only queued here, under the publisher's lock; the gauges are set
+		// on their own goroutine
+		for _, c := range st.Changed {
+			m.Upstreams.Queue(c.Old, c.Cur)
+		}
 		m.SnapshotBuilds.WithLabelValues("published").Inc()
 		m.SnapshotDuration.Observe(st.Duration.Seconds())
 		m.PublishedRevision.Set(float64(st.Revision))
@@ -175,6 +207,14 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		warnings = replica.Watch.Warnings
+		m.InitSource("kubernetes")
+		m.SetInvalidObjects(func() map[string]float64 {
+			out := map[string]float64{}
+			for ref := range replica.Source.Rejections() {
+				out[ref.Kind]++
+			}
+			return out
+		})
 		runSource = func() error {
 			select {
 			case err := <-errc:
@@ -189,6 +229,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("initial manifests are invalid; nothing to serve:\n%s", "  "+strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		}
 		runSource = func() error { return src.Run(ctx) }
+		m.InitSource("files")
 		warnings = func() []string {
 			if r := src.Refusal(); r != "" {
 				return []string{r}
@@ -278,6 +319,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	run("publisher", func() error { return pub.Run(ctx, dir) })
 	run("client classes", func() error { return pub.RunClasses(ctx) })
+	run("upstream gauges", func() error { return m.Upstreams.Run(ctx) })
 	run("xds server", func() error { return server.Serve(ctx, grpcServer, xdsLis) })
 	run("admin server", func() error { return serveHTTP(ctx, adminSrv, adminLis) })
 	if metricsSrv != nil {

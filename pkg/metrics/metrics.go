@@ -1,15 +1,44 @@
 package metrics
 
 import (
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
+
+	"poise.dev/poise/pkg/topology"
+)
+
+// The label values known before anything happens. Every series of these is
+// created at 0 when the metrics are, so a rate() or an absent() alert sees
+// a series from the first scrape, not only after the first event.
+var (
+	// Types are the xDS types, as xdscache.ShortType names them.
+	Types = []string{"CDS", "EDS", "LDS", "RDS"}
+	// ClientKinds are the kinds of xDS client (server.ClientKind).
+	ClientKinds = []string{"envoy", "grpc", "unknown"}
+	// BuildResults are the results of a snapshot build.
+	BuildResults = []string{"published", "rejected"}
+	// SourceResults are the results of a source's batch.
+	SourceResults = []string{"applied", "rejected"}
+	// Kinds are the kinds of object a source reads.
+	Kinds = []string{topology.KindUpstream, topology.KindLocality, topology.KindEndpointSet,
+		topology.KindSpatialDomain, topology.KindPartition}
+	// StatusErrorReasons are the reasons of a failed status write.
+	StatusErrorReasons = []string{"conflict", "timeout", "throttled", "invalid", "error"}
 )
 
 // Metrics is every metric the control plane exports.
 type Metrics struct {
 	Registry *prometheus.Registry
+	// extra are other registries served on the same /metrics (Gatherer).
+	extra []prometheus.Gatherer
+
+	BuildInfo *prometheus.GaugeVec // version, goversion, revision: always 1
 
 	Revision          prometheus.Gauge
 	PublishedRevision prometheus.Gauge
@@ -19,10 +48,20 @@ type Metrics struct {
 	Pushes            *prometheus.CounterVec // type
 	NACKs             *prometheus.CounterVec // type
 	ConnectedClients  *prometheus.GaugeVec   // kind: envoy | grpc | unknown
-	SourceBatches     *prometheus.CounterVec // source, result: applied | rejected
-	SourceRefusing    *prometheus.GaugeVec   // source: 1 while its latest change is refused or held back
+	// type: from a version's publication (or the client's request, when
+	// later) to a client's ACK of it or of a later version
+	Convergence    *prometheus.HistogramVec
+	PushDuration   *prometheus.HistogramVec // type: from a stream's wake-up to its response handed to gRPC
+	SendDuration   *prometheus.HistogramVec // type: handing one response to gRPC
+	SourceBatches  *prometheus.CounterVec   // source, result: applied | rejected
+	SourceRefusing *prometheus.GaugeVec     // source: 1 while its latest change is refused or held back
 	// kind: seconds the Kubernetes source's watch of it has been broken (see SetKubeStale)
 	KubeStale *funcGaugeVec
+	// kind: objects the source sets aside as invalid (see SetInvalidObjects)
+	InvalidObjects *funcGaugeVec
+	// Client-locality classes, read from the cache at each scrape (see SetClientClasses).
+	ClientClasses                  *funcGaugeVec // rendering: classes with open streams
+	ClassFallbacks, ClassOverflows *funcGaugeVec // no labels: streams in a region class, in none
 
 	// The Kubernetes status writer (leader only).
 	StatusWrites       *prometheus.CounterVec // kind
@@ -33,6 +72,9 @@ type Metrics struct {
 	StatusQueueLatency prometheus.Histogram
 	StatusWorkDuration prometheus.Histogram
 	StatusRetries      prometheus.Counter
+	// Upstreams are the per-upstream gauges of the computed figures.
+	Upstreams *Upstreams
+	Leader    prometheus.Gauge // 1 while this replica holds the status-writer Lease
 }
 
 // New registers every metric on a new registry, with the Go and process collectors.
@@ -40,6 +82,9 @@ func New() *Metrics {
 	r := prometheus.NewRegistry()
 	m := &Metrics{
 		Registry: r,
+		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "poise_build_info", Help: "Always 1; its labels say which build of the control plane runs.",
+		}, []string{"version", "goversion", "revision"}),
 		Revision: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "poise_topology_revision", Help: "Revision of the current topology snapshot.",
 		}),
@@ -65,6 +110,18 @@ func New() *Metrics {
 		ConnectedClients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "poise_xds_connected_clients", Help: "Open xDS streams, by client kind.",
 		}, []string{"kind"}),
+		Convergence: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "poise_xds_convergence_seconds", Help: "Time from the publication of a version of an xDS type (or the client's request for it, when later) to a client's ACK of that version or a later one; observed once per client and version, by xDS type.",
+			Buckets: convergenceBuckets,
+		}, []string{"type"}),
+		PushDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "poise_xds_push_duration_seconds", Help: "Time from a stream being woken by a change to its response of a type handed to gRPC (building the stream's responses, and sending those of earlier types), by xDS type.",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12),
+		}, []string{"type"}),
+		SendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "poise_xds_send_duration_seconds", Help: "Time to hand one response to gRPC (waiting for the large-response budget and the stream's flow control), by xDS type.",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12),
+		}, []string{"type"}),
 		SourceBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "poise_source_batches_total", Help: "Topology batches from a source, by result (applied or rejected).",
 		}, []string{"source", "result"}),
@@ -74,6 +131,16 @@ func New() *Metrics {
 		KubeStale: &funcGaugeVec{desc: prometheus.NewDesc("poise_kube_source_stale_seconds",
 			"Seconds the Kubernetes source's list and watch of a kind have not reached the apiserver (0 while they do); meanwhile the topology last seen keeps serving.",
 			[]string{"kind"}, nil)},
+		InvalidObjects: &funcGaugeVec{desc: prometheus.NewDesc("poise_source_invalid_objects",
+			"Objects the source sets aside because they are invalid (each has a status condition saying why; the rest of the topology serves), by kind. The files source refuses a whole change instead (poise_source_refusing), so it reports 0.",
+			[]string{"kind"}, nil), zero: Kinds},
+		ClientClasses: &funcGaugeVec{desc: prometheus.NewDesc("poise_xds_client_classes",
+			"Client-locality classes (region/zone, or region) with open streams, by rendering; bounded by --max-client-classes.",
+			[]string{"rendering"}, nil)},
+		ClassFallbacks: &funcGaugeVec{desc: prometheus.NewDesc("poise_xds_client_class_fallback_streams",
+			"Open streams sent their region's class because their zone's class was over --max-client-classes.", nil, nil), zero: []string{""}, bare: true},
+		ClassOverflows: &funcGaugeVec{desc: prometheus.NewDesc("poise_xds_client_class_overflow_streams",
+			"Open streams sent the resources of clients with no locality because their zone's and their region's classes were both over --max-client-classes.", nil, nil), zero: []string{""}, bare: true},
 		StatusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "poise_status_writes_total", Help: "Status subresource patches the status writer issued and the apiserver accepted, by kind.",
 		}, []string{"kind"}),
@@ -100,34 +167,181 @@ func New() *Metrics {
 		StatusRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "poise_status_retries_total", Help: "Objects re-queued with backoff after a failed status write.",
 		}),
+		Upstreams: newUpstreams(),
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "poise_status_leader", Help: "1 while this replica holds the status-writer Lease and writes status; 0 otherwise (and always with the files source).",
+		}),
 	}
-	r.MustRegister(m.Revision, m.PublishedRevision, m.SnapshotBuilds, m.SnapshotDuration, m.ResourceChanges,
-		m.Pushes, m.NACKs, m.ConnectedClients, m.SourceBatches, m.SourceRefusing, m.KubeStale,
+	r.MustRegister(m.BuildInfo, m.Convergence, m.PushDuration, m.SendDuration, m.Leader, m.Revision, m.PublishedRevision, m.SnapshotBuilds, m.SnapshotDuration, m.ResourceChanges,
+		m.Pushes, m.NACKs, m.ConnectedClients, m.SourceBatches, m.SourceRefusing, m.KubeStale, m.InvalidObjects,
+		m.ClientClasses, m.ClassFallbacks, m.ClassOverflows,
 		m.StatusWrites, m.StatusWriteErrors, m.StatusUnchanged, m.StatusQueueDepth, m.StatusQueueAdds, m.StatusQueueLatency,
 		m.StatusWorkDuration, m.StatusRetries,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r.MustRegister(m.Upstreams.collectors()...)
+	for _, t := range Types {
+		m.ResourceChanges.WithLabelValues(t)
+		m.Pushes.WithLabelValues(t)
+		m.NACKs.WithLabelValues(t)
+		m.Convergence.WithLabelValues(t)
+		m.PushDuration.WithLabelValues(t)
+		m.SendDuration.WithLabelValues(t)
+	}
+	for _, k := range ClientKinds {
+		m.ConnectedClients.WithLabelValues(k)
+	}
+	for _, r := range BuildResults {
+		m.SnapshotBuilds.WithLabelValues(r)
+	}
+	m.SetBuildInfo("")
 	return m
+}
+
+// convergenceBuckets span a change reaching a client at once (a
+// millisecond) to one that takes minutes: an alert on the slow end needs
+// buckets there.
+var convergenceBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+
+// InitSource creates the series of one source (its name as the source
+// label) at 0: only the configured source has them.
+func (m *Metrics) InitSource(name string) {
+	for _, r := range SourceResults {
+		m.SourceBatches.WithLabelValues(name, r)
+	}
+	m.SourceRefusing.WithLabelValues(name)
+}
+
+// InitStatus creates the status writer's series at 0, for the Kubernetes
+// source (the files source writes no status).
+func (m *Metrics) InitStatus() {
+	for _, k := range Kinds {
+		m.StatusWrites.WithLabelValues(k)
+		m.StatusUnchanged.WithLabelValues(k)
+		for _, r := range StatusErrorReasons {
+			m.StatusWriteErrors.WithLabelValues(k, r)
+		}
+	}
+}
+
+// SetBuildInfo sets poise_build_info: version is the one the binary was
+// given (empty: the main module's, from the build information), revision
+// the VCS revision the build recorded ("-dirty" when modified), else "unknown".
+func (m *Metrics) SetBuildInfo(version string) {
+	revision, modified := "unknown", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if version == "" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				revision = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if modified && revision != "unknown" {
+		revision += "-dirty"
+	}
+	if version == "" {
+		version = "unknown"
+	}
+	m.BuildInfo.Reset()
+	m.BuildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
+}
+
+// Include serves g's metrics on /metrics beside the control plane's own
+// (another library's registry, such as controller-runtime's). Call it
+// before /metrics is served.
+func (m *Metrics) Include(g prometheus.Gatherer) { m.extra = append(m.extra, g) }
+
+// Gatherer is what /metrics serves: the registry and what Include added.
+func (m *Metrics) Gatherer() prometheus.Gatherer {
+	if len(m.extra) == 0 {
+		return m.Registry
+	}
+	return append(prometheus.Gatherers{m.Registry}, m.extra...)
+}
+
+// Without gathers g but for the metric families whose names begin with one
+// of prefixes: a library registry that has its own Go and process
+// collectors would otherwise repeat ours, and repeated series fail the
+// whole scrape.
+func Without(g prometheus.Gatherer, prefixes ...string) prometheus.Gatherer {
+	return prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		mfs, err := g.Gather()
+		out := mfs[:0]
+		for _, mf := range mfs {
+			if !hasPrefix(mf.GetName(), prefixes) {
+				out = append(out, mf)
+			}
+		}
+		return out, err
+	})
+}
+
+func hasPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // SetKubeStale makes poise_kube_source_stale_seconds report what f returns
 // at each scrape: seconds by kind.
 func (m *Metrics) SetKubeStale(f func() map[string]float64) { m.KubeStale.f.Store(&f) }
 
+// SetInvalidObjects makes poise_source_invalid_objects report what f
+// returns at each scrape: objects set aside by kind (kinds it leaves out are 0).
+func (m *Metrics) SetInvalidObjects(f func() map[string]float64) { m.InvalidObjects.f.Store(&f) }
+
+// SetClientClasses makes the client-class gauges read the cache at each
+// scrape: classes by rendering, and the streams in a region's class or in
+// none because the classes were over their bound.
+func (m *Metrics) SetClientClasses(classes func() map[string]float64, fallback, overflow func() float64) {
+	m.ClientClasses.f.Store(&classes)
+	fb := func() map[string]float64 { return map[string]float64{"": fallback()} }
+	of := func() map[string]float64 { return map[string]float64{"": overflow()} }
+	m.ClassFallbacks.f.Store(&fb)
+	m.ClassOverflows.f.Store(&of)
+}
+
 // funcGaugeVec is a gauge per label value, read from a function at each
-// scrape: a staleness grows between events, which a set gauge would not.
+// scrape: a staleness grows between events, which a set gauge would not,
+// and a count the owner already keeps needs no second copy kept in step.
 type funcGaugeVec struct {
 	desc *prometheus.Desc
 	f    atomic.Pointer[func() map[string]float64]
+	// zero are the label values reported as 0 when f does not name them
+	// (or is not set), so their series exist from the start.
+	zero []string
+	// bare: the gauge has no label; f reports it under "".
+	bare bool
 }
 
 func (g *funcGaugeVec) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
 
 func (g *funcGaugeVec) Collect(ch chan<- prometheus.Metric) {
-	f := g.f.Load()
-	if f == nil {
-		return
+	var values map[string]float64
+	if f := g.f.Load(); f != nil {
+		values = (*f)()
 	}
-	for label, v := range (*f)() {
-		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v, label)
+	for _, label := range g.zero {
+		if _, ok := values[label]; !ok {
+			ch <- g.metric(0, label)
+		}
 	}
+	for label, v := range values {
+		ch <- g.metric(v, label)
+	}
+}
+
+func (g *funcGaugeVec) metric(v float64, label string) prometheus.Metric {
+	if g.bare {
+		return prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v)
+	}
+	return prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v, label)
 }

@@ -28,6 +28,9 @@ type elector struct {
 	lease, renew, retry       time.Duration
 	run                       func(context.Context) error
 	log                       *slog.Logger
+	// leading, when set, is told when this replica gains (true) and loses
+	// (false) the Lease: the leader gauge follows it.
+	leading func(bool)
 }
 
 // NeedLeaderElection: the elector does its own election.
@@ -49,11 +52,13 @@ func (e *elector) Start(ctx context.Context) error {
 			LeaseDuration: e.lease, RenewDeadline: e.renew, RetryPeriod: e.retry,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(lctx context.Context) {
+					e.lead(true)
 					if err := e.run(lctx); err != nil {
 						e.log.Error("status writer stopped", "error", err)
 					}
 				},
 				OnStoppedLeading: func() {
+					e.lead(false)
 					if ctx.Err() == nil {
 						e.log.Warn("lost the status-writer lease; xDS keeps serving, competing again", "lease", e.namespace+"/"+e.name)
 					}
@@ -66,6 +71,12 @@ func (e *elector) Start(ctx context.Context) error {
 		le.Run(ctx)
 	}
 	return nil
+}
+
+func (e *elector) lead(leading bool) {
+	if e.leading != nil {
+		e.leading(leading)
+	}
 }
 
 // podNamespaceFile holds a pod's own namespace.

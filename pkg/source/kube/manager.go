@@ -177,6 +177,16 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 		return nil, err
 	}
 	el := &elector{cfg: cfg, namespace: ns, name: id, identity: newIdentity(), lease: lease, renew: renew, retry: retry, run: sw.Start, log: log}
+	if o.Metrics != nil {
+		o.Metrics.InitStatus()
+		el.leading = func(leading bool) {
+			v := 0.0
+			if leading {
+				v = 1
+			}
+			o.Metrics.Leader.Set(v)
+		}
+	}
 	if err := m.Add(el); err != nil {
 		return nil, err
 	}

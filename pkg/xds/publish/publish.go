@@ -42,6 +42,10 @@ type Stats struct {
 	// Changes per type: resources put or deleted.
 	Changes  Counts
 	Duration time.Duration
+	// Changed are the upstreams the publication changed, in the order it
+	// took them. The slice is the publisher's, reused by the next
+	// publication: it is valid only during OnPublish, which copies what it keeps.
+	Changed []UpstreamChange
 }
 
 // Counts is a number for each published type, in xdscache.TypeOrder.
@@ -90,7 +94,7 @@ type Publisher struct {
 	// changes and next are reused by every publication
 	changes []xdscache.Change
 	next    map[topology.Key]*published
-	pairs   []change
+	pairs   []UpstreamChange
 	pubs    []*published
 	// OnPublish, when set, is called after each publication.
 	OnPublish func(Stats)
@@ -234,7 +238,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 	}
 	pairs := p.pairs[:0]
 	err := p.changedUpstreams(s, func(old, cur *topology.UpstreamState) error {
-		pairs = append(pairs, change{old: old, cur: cur})
+		pairs = append(pairs, UpstreamChange{Old: old, Cur: cur})
 		return nil
 	})
 	defer func() { p.pairs, p.pubs = clearSlice(pairs), clearSlice(p.pubs) }()
@@ -243,7 +247,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 		pubs, err = p.translateAll(pairs, st.Version)
 	}
 	for i := 0; err == nil && i < len(pairs); i++ {
-		old, cur, pub := pairs[i].old, pairs[i].cur, pubs[i]
+		old, cur, pub := pairs[i].Old, pairs[i].Cur, pubs[i]
 		var prev *published
 		if old != nil {
 			prev = p.upstream[old.Upstream.Key]
@@ -303,6 +307,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 	close(p.changed)
 	p.changed = make(chan struct{})
 	st.Duration = time.Since(start)
+	st.Changed = pairs
 	if p.OnPublish != nil {
 		p.OnPublish(st)
 	}
@@ -373,8 +378,9 @@ func diff(prev, cur []*topology.UpstreamState, fn func(old, cur *topology.Upstre
 	return nil
 }
 
-// change is one upstream to publish: (nil, cur) added, (old, nil) removed.
-type change struct{ old, cur *topology.UpstreamState }
+// UpstreamChange is one upstream to publish: (nil, Cur) added, (Old, nil)
+// removed, else changed.
+type UpstreamChange struct{ Old, Cur *topology.UpstreamState }
 
 // parallelTranslation is how many changed upstreams make a publication
 // translate them on every core: a first publication, or a large batch.
@@ -383,14 +389,14 @@ const parallelTranslation = 256
 // translateAll translates every changed upstream (nil for a removed one),
 // checking each one's references; on several cores when there are many. The
 // first error in key order is returned, whatever the scheduling.
-func (p *Publisher) translateAll(pairs []change, version string) ([]*published, error) {
+func (p *Publisher) translateAll(pairs []UpstreamChange, version string) ([]*published, error) {
 	pubs := p.pubs[:0]
 	for range pairs {
 		pubs = append(pubs, nil)
 	}
 	p.pubs = pubs
 	one := func(i int, scratch *[]byte) error {
-		old, cur := pairs[i].old, pairs[i].cur
+		old, cur := pairs[i].Old, pairs[i].Cur
 		if cur == nil {
 			return nil
 		}

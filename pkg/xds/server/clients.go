@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/xds/translate"
@@ -63,6 +64,10 @@ type Client struct {
 	Features     []string              `json:"features"`
 	Connected    time.Time             `json:"connected"`
 	Types        map[string]*TypeState `json:"types"`
+	// requested is when the stream last asked for each type (by
+	// xdscache.TypeIndex): a response to a new subscription converges from
+	// the request, not from the publication of a version it predates.
+	requested [4]time.Time
 }
 
 // TypeState is what one client was sent and answered for one xDS type.
@@ -78,7 +83,16 @@ type TypeState struct {
 	// nackLogEvery; unlogged counts the others since the last line.
 	lastNACKLog time.Time
 	unlogged    int
+	// pending holds, for each version sent since the last ACK, when its
+	// convergence began (see response): the next ACK ends them all, since
+	// accepting a version accepts the changes of those it supersedes.
+	pending []time.Time
 }
+
+// maxPending bounds TypeState.pending: a client that never ACKs while
+// versions keep coming holds at most this many. When it is full the newest
+// replaces the last, so the oldest (the slowest to converge) are kept.
+const maxPending = 16
 
 // A client's NACK text is its own: it is kept and logged only up to
 // maxNACKDetail bytes, and a stream's NACKs of one type are logged at most
@@ -119,6 +133,9 @@ type NACK struct {
 // Clients is the registry of connected clients, fed by the xDS server.
 type Clients struct {
 	mu sync.Mutex
+	// byType are the metrics of each type (by xdscache.TypeIndex), looked
+	// up once: a label lookup per response would hash the label each time.
+	byType [4]typeMetrics
 	// SotW and Delta streams are numbered independently, each from 1, so a
 	// stream is known by its protocol and id.
 	streams map[streamKey]*Client
@@ -132,12 +149,35 @@ type streamKey struct {
 	id       int64
 }
 
+type typeMetrics struct {
+	pushes, nacks                   prometheus.Counter
+	convergence, pushTime, sendTime prometheus.Observer
+}
+
 // NewClients returns an empty registry recording into m (which may be nil).
 func NewClients(m *metrics.Metrics, log *slog.Logger) *Clients {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Clients{streams: map[streamKey]*Client{}, metrics: m, log: log, now: time.Now}
+	c := &Clients{streams: map[streamKey]*Client{}, metrics: m, log: log, now: time.Now}
+	if m != nil {
+		for t, url := range xdscache.TypeOrder {
+			short := xdscache.ShortType(url)
+			c.byType[t] = typeMetrics{pushes: m.Pushes.WithLabelValues(short), nacks: m.NACKs.WithLabelValues(short),
+				convergence: m.Convergence.WithLabelValues(short), pushTime: m.PushDuration.WithLabelValues(short),
+				sendTime: m.SendDuration.WithLabelValues(short)}
+		}
+	}
+	return c
+}
+
+// sent records the time a response took: push from the stream's wake-up
+// to the response handed to gRPC, send the handing alone.
+func (c *Clients) sent(typeURL string, push, send time.Duration) {
+	if t := xdscache.TypeIndex(typeURL); c.metrics != nil && t >= 0 {
+		c.byType[t].pushTime.Observe(push.Seconds())
+		c.byType[t].sendTime.Observe(send.Seconds())
+	}
 }
 
 // List returns a copy of every connected client, by stream id.
@@ -154,6 +194,7 @@ func (c *Clients) List() []Client {
 				n := *ts.LastNACK
 				s.LastNACK = &n
 			}
+			s.pending = nil // the registry's own
 			cp.Types[t] = &s
 		}
 		cp.Features = slices.Clone(cl.Features)
@@ -301,6 +342,10 @@ func (c *Clients) deltaRequest(k streamKey, n *core.Node, typeURL, nonce, errDet
 // the server never sent.
 func (c *Clients) record(cl *Client, n *core.Node, typeURL, nonce, errDetail string, isNACK bool) {
 	c.identify(cl, n)
+	t := xdscache.TypeIndex(typeURL)
+	if t >= 0 {
+		cl.requested[t] = c.now()
+	}
 	if nonce == "" {
 		return // a first request: neither ACK nor NACK
 	}
@@ -314,8 +359,8 @@ func (c *Clients) record(cl *Client, n *core.Node, typeURL, nonce, errDetail str
 		detail := truncate(errDetail, maxNACKDetail)
 		ts.NACKs++
 		ts.LastNACK = &NACK{Version: ts.LastSentVersion, Nonce: nonce, Error: detail, At: now}
-		if c.metrics != nil {
-			c.metrics.NACKs.WithLabelValues(short).Inc()
+		if c.metrics != nil && t >= 0 {
+			c.byType[t].nacks.Inc()
 		}
 		if !ts.lastNACKLog.IsZero() && now.Sub(ts.lastNACKLog) < nackLogEvery {
 			ts.unlogged++
@@ -328,9 +373,21 @@ func (c *Clients) record(cl *Client, n *core.Node, typeURL, nonce, errDetail str
 		return
 	}
 	ts.LastAckedVersion = ts.LastSentVersion
+	if len(ts.pending) > 0 && t >= 0 {
+		acked := c.now()
+		for _, began := range ts.pending {
+			c.byType[t].convergence.Observe(acked.Sub(began).Seconds())
+		}
+		ts.pending = ts.pending[:0]
+	}
 }
 
-func (c *Clients) response(k streamKey, typeURL, version, nonce string, count int) {
+// response records a response about to be sent. published is when its
+// version was applied to the cache (zero when unknown); a version the
+// stream has not been sent before begins to converge then, or at the
+// stream's last request of the type when that is later (a new
+// subscription is answered with whatever version is current, however old).
+func (c *Clients) response(k streamKey, typeURL, version, nonce string, count int, published time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cl := c.streams[k]
@@ -338,9 +395,21 @@ func (c *Clients) response(k streamKey, typeURL, version, nonce string, count in
 		return
 	}
 	ts := cl.typeState(typeURL)
+	t := xdscache.TypeIndex(typeURL)
+	if c.metrics != nil && t >= 0 && !published.IsZero() && version != ts.LastSentVersion && version != ts.LastAckedVersion {
+		began := published
+		if r := cl.requested[t]; r.After(began) {
+			began = r
+		}
+		if len(ts.pending) < maxPending {
+			ts.pending = append(ts.pending, began)
+		} else {
+			ts.pending[maxPending-1] = began
+		}
+	}
 	ts.LastSentVersion, ts.LastSentNonce, ts.LastSentCount = version, nonce, count
 	ts.Pushes++
-	if c.metrics != nil {
-		c.metrics.Pushes.WithLabelValues(xdscache.ShortType(typeURL)).Inc()
+	if c.metrics != nil && t >= 0 {
+		c.byType[t].pushes.Inc()
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -142,7 +143,7 @@ func TestACKAllocatesO1(t *testing.T) {
 		if len(out) != 1 || len(out[0].Entries) != n {
 			t.Fatalf("first response: %d responses", len(out))
 		}
-		x.clients.response(key, out[0].TypeURL, out[0].Version, out[0].Nonce, n)
+		x.clients.response(key, out[0].TypeURL, out[0].Version, out[0].Nonce, n, time.Time{})
 		ack, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: list, VersionInfo: "v1", ResponseNonce: out[0].Nonce})
 		nonce := out[0].Nonce
 		frames := framesOf(ack, frameSize)

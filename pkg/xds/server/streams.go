@@ -285,13 +285,18 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 		case err := <-recvErr:
 			return streamEnd(err)
 		case <-st.Wake():
+			woke := time.Now()
 			out = st.Next(out[:0])
 			for _, r := range out {
+				published, _ := x.cache.PublishedAt(r.Version)
 				// Recorded before sending, so an ACK can never arrive before its nonce is known.
-				x.clients.response(key, r.TypeURL, r.Version, r.Nonce, len(r.Entries)+len(r.Removed))
+				x.clients.response(key, r.TypeURL, r.Version, r.Nonce, len(r.Entries)+len(r.Removed), published)
+				sending := time.Now()
 				if err := x.send(ss, hold, r, envelope); err != nil {
 					return streamEnd(err)
 				}
+				done := time.Now()
+				x.clients.sent(r.TypeURL, done.Sub(woke), done.Sub(sending))
 			}
 		}
 	}

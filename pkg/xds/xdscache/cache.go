@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -142,6 +143,9 @@ type Cache struct {
 	seed    maphash.Seed
 
 	zones zoneCensus
+
+	published publications // when the last versions were applied
+	moved     bool         // the current Apply moved a type's version
 
 	epoch  uint64    // counts Applies, to notify each stream once per Apply
 	notify []*Stream // streams to wake after the current Apply; reused
@@ -280,6 +284,12 @@ func (c *Cache) Apply(u Update) {
 			}
 		}
 	}
+	// Recorded before any stream is woken, so each finds the time of the
+	// version it is sent. An Apply that moved no version is never sent.
+	if c.moved {
+		c.published.add(u.Version, time.Now())
+		c.moved = false
+	}
 	// Signalling never blocks (a stream has a one-slot wake channel), so it
 	// is done under the lock and the list is reused.
 	for i, s := range c.notify {
@@ -297,6 +307,53 @@ func (c *Cache) setVersion(ts *typeState, version string) {
 		ts.forEachWatch(c.wake)
 	}
 	ts.version = version
+	c.moved = true
+}
+
+// PublishedAt is when the Apply of version ran, while version is among
+// the last MaxPublishedVersions applied; ok is false for an older or
+// unknown one. Convergence metrics measure from it.
+func (c *Cache) PublishedAt(version string) (at time.Time, ok bool) {
+	return c.published.at(version)
+}
+
+// MaxPublishedVersions bounds the versions whose publication time the
+// cache keeps: a client still unacknowledged that many versions later is
+// not measured, and memory stays constant however long the cache runs.
+const MaxPublishedVersions = 256
+
+// publications is a ring of the last versions applied and their times,
+// with its own lock: every stream reads it per response, and the cache's
+// lock is the publication's.
+type publications struct {
+	mu    sync.Mutex
+	times map[string]time.Time
+	ring  [MaxPublishedVersions]string
+	next  int
+}
+
+func (p *publications) add(version string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.times == nil {
+		p.times = make(map[string]time.Time, MaxPublishedVersions)
+	}
+	if _, ok := p.times[version]; ok || version == "" {
+		return // the first publication of a version is when it became current
+	}
+	if old := p.ring[p.next]; old != "" {
+		delete(p.times, old)
+	}
+	p.ring[p.next] = version
+	p.next = (p.next + 1) % MaxPublishedVersions
+	p.times[version] = at
+}
+
+func (p *publications) at(version string) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.times[version]
+	return t, ok
 }
 
 // interested marks a base resource's name pending on every watch that

@@ -513,3 +513,34 @@ func TestLargeStartsComeInChunks(t *testing.T) {
 		})
 	}
 }
+
+// The cache keeps when each of the last MaxPublishedVersions versions was
+// applied, and only of Applies that moved a version (others are never sent).
+func TestPublishedAtKeepsTheLastVersions(t *testing.T) {
+	c := xdscache.New(1, func(*core.Node) int { return 0 })
+	if _, ok := c.PublishedAt("v1"); ok {
+		t.Fatal("a time for a version never applied")
+	}
+	e := func(v string) *xdscache.Entry {
+		return xdscache.NewEntryBytes("c1", v, resource.ClusterType, []byte(v))
+	}
+	before := time.Now()
+	c.Apply(xdscache.Update{Version: "v1", Changes: []xdscache.Change{{TypeURL: resource.ClusterType, Name: "c1", Entry: e("v1")}}})
+	if at, ok := c.PublishedAt("v1"); !ok || at.Before(before) || time.Since(at) > time.Minute {
+		t.Fatalf("v1 published at %v (%v), want just now", at, ok)
+	}
+	c.Apply(xdscache.Update{Version: "empty"})
+	if _, ok := c.PublishedAt("empty"); ok {
+		t.Error("an Apply that changed nothing has a publication time")
+	}
+	for i := range xdscache.MaxPublishedVersions {
+		v := fmt.Sprintf("w%d", i)
+		c.Apply(xdscache.Update{Version: v, Changes: []xdscache.Change{{TypeURL: resource.ClusterType, Name: "c1", Entry: e(v)}}})
+	}
+	if _, ok := c.PublishedAt("v1"); ok {
+		t.Error("v1 is still kept after MaxPublishedVersions newer versions")
+	}
+	if _, ok := c.PublishedAt(fmt.Sprintf("w%d", xdscache.MaxPublishedVersions-1)); !ok {
+		t.Error("the last version has no publication time")
+	}
+}

@@ -1,0 +1,74 @@
+package controlplane_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"poise.dev/poise/pkg/controlplane"
+)
+
+// scrape runs the control plane on the examples and returns /metrics once
+// the upstream gauges are set.
+func scrape(t *testing.T, cfg controlplane.Config) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan controlplane.Addrs, 1)
+	cfg.Paths, cfg.XDSAddress, cfg.AdminAddress = []string{"../../examples"}, "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Started = func(a controlplane.Addrs) { addrs <- a }
+	done := make(chan error, 1)
+	go func() { done <- controlplane.Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	var a controlplane.Addrs
+	select {
+	case a = <-addrs:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + a.Admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("/metrics: %s\n%s", resp.Status, b)
+		}
+		if strings.Contains(string(b), "poise_upstream_priority_load{") || time.Now().After(deadline) {
+			return string(b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestMetricsServed(t *testing.T) {
+	out := scrape(t, controlplane.Config{Version: "v9.9.9"})
+	for _, want := range []string{
+		`poise_upstream_priority_load{`, `poise_upstream_locality_traffic{`, `poise_build_info{goversion="`,
+		`version="v9.9.9"`, `poise_xds_nacks_total{type="EDS"} 0`, `poise_xds_connected_clients{kind="envoy"} 0`,
+		`poise_source_batches_total{result="rejected",source="files"} 0`, `poise_status_leader 0`,
+		`poise_source_invalid_objects{kind="Upstream"} 0`, `poise_xds_client_class_fallback_streams 0`,
+		`poise_xds_client_class_overflow_streams 0`, `poise_xds_client_classes{rendering="`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+}
+
+func TestMetricsWithoutLocalityGauges(t *testing.T) {
+	out := scrape(t, controlplane.Config{MetricsNoLocalityGauges: true})
+	if !strings.Contains(out, "poise_upstream_priority_load{") || strings.Contains(out, "poise_upstream_locality_traffic{") {
+		t.Error("with the locality gauges off: want priority loads and no locality traffic")
+	}
+}

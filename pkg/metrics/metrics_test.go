@@ -1,0 +1,102 @@
+package metrics
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// Alerts on rate() or absent() need series before the first event: every
+// labelled series whose values are known up front is there at 0.
+func TestSeriesExistAtZeroBeforeAnyEvent(t *testing.T) {
+	m := New()
+	m.InitSource("files")
+	for name, want := range map[string]int{
+		"poise_xds_pushes_total":                    len(Types),
+		"poise_xds_nacks_total":                     len(Types),
+		"poise_xds_resource_changes_total":          len(Types),
+		"poise_xds_convergence_seconds":             len(Types),
+		"poise_xds_push_duration_seconds":           len(Types),
+		"poise_xds_send_duration_seconds":           len(Types),
+		"poise_xds_connected_clients":               len(ClientKinds),
+		"poise_xds_snapshot_builds_total":           len(BuildResults),
+		"poise_source_batches_total":                len(SourceResults),
+		"poise_source_refusing":                     1,
+		"poise_source_invalid_objects":              len(Kinds),
+		"poise_status_leader":                       1,
+		"poise_build_info":                          1,
+		"poise_status_writes_total":                 0, // the files source writes no status
+		"poise_xds_snapshot_build_duration_seconds": 1,
+	} {
+		if got := testutil.CollectAndCount(m.Registry, name); got != want {
+			t.Errorf("%s: %d series, want %d", name, got, want)
+		}
+	}
+	for _, typ := range Types {
+		if v := testutil.ToFloat64(m.NACKs.WithLabelValues(typ)); v != 0 {
+			t.Errorf("NACKs{type=%s} = %v", typ, v)
+		}
+	}
+	m.InitStatus()
+	if got, want := testutil.CollectAndCount(m.Registry, "poise_status_write_errors_total"), len(Kinds)*len(StatusErrorReasons); got != want {
+		t.Errorf("status write errors: %d series, want %d", got, want)
+	}
+}
+
+func TestInvalidObjectsReportEveryKind(t *testing.T) {
+	m := New()
+	m.SetInvalidObjects(func() map[string]float64 { return map[string]float64{"EndpointSet": 2} })
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(`
+# HELP poise_source_invalid_objects Objects the source sets aside because they are invalid (each has a status condition saying why; the rest of the topology serves), by kind. The files source refuses a whole change instead (poise_source_refusing), so it reports 0.
+# TYPE poise_source_invalid_objects gauge
+poise_source_invalid_objects{kind="EndpointSet"} 2
+poise_source_invalid_objects{kind="Locality"} 0
+poise_source_invalid_objects{kind="Partition"} 0
+poise_source_invalid_objects{kind="SpatialDomain"} 0
+poise_source_invalid_objects{kind="Upstream"} 0
+`), "poise_source_invalid_objects"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestBuildInfo(t *testing.T) {
+	m := New()
+	m.SetBuildInfo("v1.2.3")
+	if got := testutil.CollectAndCount(m.BuildInfo); got != 1 {
+		t.Fatalf("%d build info series, want 1 (the one set last)", got)
+	}
+	if v := testutil.ToFloat64(m.BuildInfo.WithLabelValues("v1.2.3", runtime.Version(), "unknown")); v != 1 {
+		// a test binary records no VCS revision
+		t.Errorf("poise_build_info{version=v1.2.3,goversion=%s,revision=unknown} = %v, want 1", runtime.Version(), v)
+	}
+}
+
+// A library registry with Go and process collectors of its own is served
+// beside ours without repeating them, which would fail the whole scrape.
+func TestIncludedRegistryWithoutItsGoCollector(t *testing.T) {
+	m := New()
+	lib := prometheus.NewRegistry()
+	lib.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewCounter(prometheus.CounterOpts{Name: "rest_client_requests_total", Help: "h"}))
+	m.Include(prometheus.Gatherers{lib}) // the raw one first: it must fail
+	if _, err := m.Gatherer().Gather(); err == nil {
+		t.Fatal("repeated Go collector gathered without error; the filter below proves nothing")
+	}
+	m = New()
+	m.Include(Without(lib, "go_", "process_"))
+	mfs, err := m.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, mf := range mfs {
+		found = found || mf.GetName() == "rest_client_requests_total"
+	}
+	if !found {
+		t.Error("the included registry's own metric is not served")
+	}
+}
