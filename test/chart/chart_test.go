@@ -2,6 +2,7 @@ package chart_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -744,5 +745,58 @@ func TestServiceMonitor(t *testing.T) {
 	}
 	if def, _ := runHelm(t, "template", "poise", chartDir); strings.Contains(def, "kind: ServiceMonitor") {
 		t.Error("a ServiceMonitor is rendered by default; it needs the Prometheus Operator's CRDs")
+	}
+}
+
+// TestGrafanaDashboard: the opt-in dashboard is valid JSON, every panel
+// queries something, and every series it queries is one Poise exports
+// (docs/observability.md lists them all).
+func TestGrafanaDashboard(t *testing.T) {
+	out, err := runHelm(t, "template", "poise", chartDir, "--namespace", "poise-system", "--set", "grafanaDashboard.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := one(t, parse(t, out), "ConfigMap")
+	if str(cm, "metadata", "labels", "grafana_dashboard") != "1" {
+		t.Errorf("the dashboard ConfigMap lacks the sidecar's label: %v", get(cm, "metadata", "labels"))
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal([]byte(str(cm, "data", "poise-traffic.json")), &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	docs, err := os.ReadFile("../../docs/observability.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := regexp.MustCompile("poise_[a-z_]+")
+	exported := map[string]bool{}
+	for _, n := range series.FindAllString(string(docs), -1) {
+		exported[n] = true
+	}
+	if len(dash.Panels) < 5 {
+		t.Fatalf("%d panels", len(dash.Panels))
+	}
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 || p.Targets[0].Expr == "" {
+			t.Errorf("panel %q queries nothing", p.Title)
+		}
+		for _, tg := range p.Targets {
+			for _, n := range series.FindAllString(tg.Expr, -1) {
+				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(n, "_bucket"), "_sum"), "_count")
+				if !exported[base] {
+					t.Errorf("panel %q queries %s, which Poise does not export", p.Title, n)
+				}
+			}
+		}
+	}
+	if def, _ := runHelm(t, "template", "poise", chartDir); strings.Contains(def, "kind: ConfigMap") {
+		t.Error("the dashboard is rendered by default")
 	}
 }
