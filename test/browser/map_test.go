@@ -73,6 +73,7 @@ type drawnEndpoint struct {
 // groups of each SVG are priority → locality → endpoint.
 const readPage = `(() => {
   const m = document.getElementById('map');
+  if (!m) { return null; } // between two pages
   const fig = g => { const f = g.querySelector(':scope > text > .fig'); return f ? f.textContent : ''; };
   const kids = (g, cls) => [...g.querySelectorAll(':scope > g.' + cls)];
   return {
@@ -149,21 +150,34 @@ func onlyFigures(us []drawnUpstream) []drawnUpstream {
 
 // waitDrawn reads the page until it draws the figures of want for the
 // clients of from ("" for none), with no help from the test: the page's
-// own script must fetch the change. It fails with the last page read.
+// own script must fetch the change. A read may fail while the page's
+// script navigates (the zone selector); it is tried again. It fails with
+// the last page read.
 func waitDrawn(t *testing.T, ctx context.Context, want explain.Report, from string) page {
 	t.Helper()
 	wantUps := figures(want)
 	var last page
+	var lastErr error
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		last = run(t, ctx, chromedp.Evaluate[page](readPage))
-		if last.From == from && reflect.DeepEqual(onlyFigures(last.Upstreams), wantUps) {
+		p, err := tryRead(ctx)
+		if lastErr = err; err != nil || p == nil {
+			continue
+		}
+		if last = *p; last.From == from && reflect.DeepEqual(onlyFigures(last.Upstreams), wantUps) {
 			return last
 		}
 	}
 	got, _ := json.MarshalIndent(onlyFigures(last.Upstreams), "", "  ")
 	exp, _ := json.MarshalIndent(wantUps, "", "  ")
-	t.Fatalf("the page did not draw explain's figures within 20s (from %q, want %q)\ndrawn:\n%s\nexplain:\n%s", last.From, from, got, exp)
+	t.Fatalf("the page did not draw explain's figures within 20s (from %q, want %q; last error %v)\ndrawn:\n%s\nexplain:\n%s", last.From, from, lastErr, got, exp)
 	return last
+}
+
+// tryRead reads the page once; nil while no map is loaded.
+func tryRead(ctx context.Context) (*page, error) {
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return chromedp.Run(tctx, chromedp.Evaluate[*page](readPage))
 }
 
 // screenshot saves a full-page PNG in the test's artifact directory, which
@@ -282,7 +296,9 @@ func TestTrafficMapDrawsExplainLive(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no locality selector with %s after localityAffinity was set: zones %v", from, p.Zones)
 		}
-		p = run(t, ctx, chromedp.Evaluate[page](readPage))
+		if read, err := tryRead(ctx); err == nil && read != nil {
+			p = *read
+		}
 	}
 	run(t, ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const s = document.getElementById('from');
 		s.value = %q; s.dispatchEvent(new Event('change')); return true; })()`, from)))
