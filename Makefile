@@ -18,10 +18,17 @@ build: ## Build bin/controlplane.
 run: ## Serve the bundled examples over xDS on 127.0.0.1 (admin on :19000), watching them for changes.
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/controlplane serve -f examples
 
+# Tests save what a person should look at (test/browser's screenshots of the
+# traffic map) with t.ArtifactDir(); -artifacts keeps them under
+# TEST_OUTPUT/_artifacts/, emptied at each run.
+TEST_OUTPUT ?= $(CURDIR)/$(BIN)/test-output
+
 .PHONY: test
 test: ## Run every test with the race detector (fuzz targets run their seed corpus); builds the test apiserver, etcd and helm once.
-	@assets=$$(bash hack/test-binaries.sh) && helm=$$(bash hack/helm.sh) && \
-	KUBEBUILDER_ASSETS="$$assets" HELM="$$helm" $(GO) test -race -count=1 -timeout 30m $(PKGS)
+	@rm -rf "$(TEST_OUTPUT)" && mkdir -p "$(TEST_OUTPUT)" && \
+	assets=$$(bash hack/test-binaries.sh) && helm=$$(bash hack/helm.sh) && \
+	KUBEBUILDER_ASSETS="$$assets" HELM="$$helm" $(GO) test -race -count=1 -timeout 30m -artifacts -outputdir "$(TEST_OUTPUT)" $(PKGS)
+	@echo "note: the traffic map's screenshots (test/browser): $$(ls "$(TEST_OUTPUT)"/_artifacts/*/*.png 2>/dev/null | tr '\n' ' ')"
 	@echo "note: test/kind checked the kind suite's inputs only; the suite itself needs Docker: make e2e-kind"
 
 # The kind end-to-end suite: a kind cluster with three zones, the image,

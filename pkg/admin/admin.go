@@ -46,11 +46,12 @@ func HealthHandler(s Sources) http.Handler {
 }
 
 // Handler returns the admin mux: the health endpoints, explain, the
-// connected clients and pprof.
+// traffic map, the connected clients and pprof.
 func Handler(s Sources) http.Handler {
 	mux := http.NewServeMux()
 	addHealth(mux, s)
 	addDebug(mux, s)
+	addMap(mux, s)
 	return mux
 }
 

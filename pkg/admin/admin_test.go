@@ -132,7 +132,7 @@ func TestHealthHandlerServesNoDebug(t *testing.T) {
 	}))
 	defer srv.Close()
 	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200,
-		"/debug/explain": 404, "/debug/clients": 404, "/debug/pprof/": 404, "/debug/explain-route": 404} {
+		"/debug/explain": 404, "/debug/clients": 404, "/debug/pprof/": 404, "/debug/explain-route": 404, "/map": 404} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)

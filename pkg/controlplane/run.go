@@ -278,7 +278,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	fmt.Fprintf(out, "poise control plane %s (instance %s)\n", cfg.Version, instance)
 	fmt.Fprintf(out, "  xDS (ADS, SotW and Delta): %s%s\n", xdsLis.Addr(), tlsNote(cfg.TLS))
-	fmt.Fprintf(out, "  admin:                     http://%s (/readyz /metrics /debug/explain /debug/clients)\n", adminLis.Addr())
+	fmt.Fprintf(out, "  admin:                     http://%s (/readyz /metrics /debug/explain /debug/clients /map)\n", adminLis.Addr())
 	addrs := Addrs{XDS: xdsLis.Addr().String(), Admin: adminLis.Addr().String(), Instance: instance}
 	if metricsLis != nil {
 		addrs.Metrics = metricsLis.Addr().String()

@@ -1,0 +1,153 @@
+package admin
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"poise.dev/poise/pkg/affinity"
+	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/trafficmap"
+)
+
+// maxPage bounds the page parameter before it is compared with the count.
+const maxPage = 1 << 20
+
+// addMap serves the traffic map: /map (the page), /map/fragment (what its
+// script swaps in), /map/version (what it polls) and the embedded assets.
+// They read the same report as /debug/explain, on the same port.
+func addMap(mux *http.ServeMux, s Sources) {
+	mux.HandleFunc("GET /map", func(w http.ResponseWriter, r *http.Request) {
+		v, code := mapView(s, r.URL.Query())
+		writeMap(w, code, func() error { return trafficmap.WritePage(w, v) })
+	})
+	mux.HandleFunc("GET /map/fragment", func(w http.ResponseWriter, r *http.Request) {
+		v, code := mapView(s, r.URL.Query())
+		writeMap(w, code, func() error { return trafficmap.WriteFragment(w, v) })
+	})
+	// The version is what the page's script polls every second: the
+	// revision, and with a client locality the demand in force, which
+	// moves a Balanced class without a new revision. It costs no report.
+	mux.HandleFunc("GET /map/version", func(w http.ResponseWriter, r *http.Request) {
+		snap := s.Snapshot()
+		q := r.URL.Query()
+		keys, _, _, err := mapPage(snap, q)
+		opts, cerr := classQuery(q, s.Demand)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if err = errors.Join(err, cerr); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintln(w, mapVersion(snap, keys, opts))
+	})
+	mux.HandleFunc("GET /map/assets/{name}", func(w http.ResponseWriter, r *http.Request) {
+		b, typ, ok := trafficmap.Asset(r.PathValue("name"))
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", typ)
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		_, _ = w.Write(b)
+	})
+}
+
+// mapPolicy keeps the page to its own origin: no inline script or style,
+// no frames, no other hosts.
+const mapPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+func writeMap(w http.ResponseWriter, code int, render func() error) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", mapPolicy)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = render() // the templates are fixed and checked by tests; a write error is the client gone
+}
+
+// mapPage reads page=N and returns the keys of that page's upstreams,
+// the page (clamped to the last) and the number of pages.
+func mapPage(snap *topology.Snapshot, q url.Values) ([]topology.Key, int, int, error) {
+	page := 1
+	if n := len(q["page"]); n > 1 {
+		return nil, 0, 0, fmt.Errorf("page is given %d times, at most once", n)
+	} else if n == 1 {
+		p, err := strconv.Atoi(q.Get("page"))
+		if err != nil || p < 1 || p > maxPage {
+			return nil, 0, 0, fmt.Errorf("page %q: want an integer 1..%d", q.Get("page"), maxPage)
+		}
+		page = p
+	}
+	all := snap.Upstreams()
+	pages := max(1, (len(all)+trafficmap.PerPage-1)/trafficmap.PerPage)
+	page = min(page, pages)
+	first := (page - 1) * trafficmap.PerPage
+	var keys []topology.Key
+	for _, u := range all[first:min(first+trafficmap.PerPage, len(all))] {
+		keys = append(keys, u.Upstream.Key)
+	}
+	return keys, page, pages, nil
+}
+
+// mapView builds one page of the map and the status to send it with.
+func mapView(s Sources, q url.Values) (trafficmap.View, int) {
+	snap := s.Snapshot()
+	v := trafficmap.View{Query: q, Total: snap.NumUpstreams(), Page: 1, Pages: 1,
+		Report: explain.Report{Revision: snap.Revision}}
+	keys, page, pages, err := mapPage(snap, q)
+	if err != nil {
+		v.Error = err.Error()
+		return v, http.StatusBadRequest
+	}
+	v.Page, v.Pages, v.First = page, pages, (page-1)*trafficmap.PerPage
+	opts, err := classQuery(q, s.Demand)
+	if err != nil {
+		v.Error = err.Error()
+		return v, http.StatusBadRequest
+	}
+	v.Version = mapVersion(snap, keys, opts)
+	if len(keys) == 0 {
+		return v, http.StatusOK // explain.Build with no keys would explain every upstream
+	}
+	if opts == nil {
+		v.Report = explain.Build(snap, keys...)
+		v.Report.Orphans = nil
+		return v, http.StatusOK
+	}
+	rep, err := explain.BuildFor(snap, *opts, keys...)
+	if de := (*explain.DemandError)(nil); errors.As(err, &de) {
+		v.Error = "demand: " + err.Error()
+		return v, http.StatusBadRequest
+	} else if err != nil {
+		v.Error = err.Error()
+		return v, http.StatusUnprocessableEntity
+	}
+	rep.Orphans = nil
+	v.Report = rep
+	return v, http.StatusOK
+}
+
+// mapVersion is the revision, followed with a client locality by a hash
+// of the demand in force for the page's Balanced upstreams.
+func mapVersion(snap *topology.Snapshot, keys []topology.Key, opts *explain.ClassOptions) string {
+	v := strconv.FormatUint(snap.Revision, 10)
+	if opts == nil || opts.Applied == nil {
+		return v
+	}
+	h := fnv.New64a()
+	for _, k := range keys {
+		if u := snap.Upstream(k); u == nil || u.Upstream.ModeOf() != affinity.Balanced {
+			continue
+		}
+		for _, d := range opts.Applied(k) {
+			fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00", k, d.Zone.Region, d.Zone.Zone, d.Weight)
+		}
+		h.Write([]byte{1})
+	}
+	return fmt.Sprintf("%s-%016x", v, h.Sum64())
+}
