@@ -269,7 +269,7 @@ func TestStatusWriterWritesEachObjectOnceAndNothingUnchanged(t *testing.T) {
 		t.Errorf("poise_status_unchanged_total{kind=Upstream} = %v; want %d", got, n)
 	}
 
-	// one endpoint flips: the directory follower queues u-7 and its objects; only u-7 is written
+	// one endpoint flips: the directory follower queues u-7 and its objects; only u-7's are written
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go fx.run.followDirectory(ctx, fx.dir.Current())
@@ -286,7 +286,9 @@ func TestStatusWriterWritesEachObjectOnceAndNothingUnchanged(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	fx.waitProcessed(mark, 5) // u-7, its two Localities and two EndpointSets
-	if got, want := fx.writes(), map[string]int{"*v1alpha1.Upstream/u-7": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+	// the Upstream's figures, the set's eligible count, and the shares of both Localities of the priority
+	if got, want := fx.writes(), map[string]int{"*v1alpha1.EndpointSet/u-7-a": 1, "*v1alpha1.Locality/u-7-a": 1, "*v1alpha1.Locality/u-7-b": 1,
+		"*v1alpha1.Upstream/u-7": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("one endpoint flip wrote %v; want %v", got, want)
 	}
 	for name, rev := range others {
