@@ -206,3 +206,58 @@ func TestStatusColumnsAndDegraded(t *testing.T) {
 	columns("recovered", map[string]map[string]any{"a": {"Traffic": "50.0%"}, "c": {"Traffic": "0.0%"}},
 		map[string]map[string]any{"a": {"Eligible": 2}}, map[string]map[string]any{"web": {"Degraded": "False"}})
 }
+
+// TestConflictedLocality: a second Locality for the same (upstream,
+// priority, locality) with another weight is the only one rejected, with
+// reason Conflicted naming the older one, which keeps placing the group.
+func TestConflictedLocality(t *testing.T) {
+	ns := namespace(t)
+	id := v1alpha1.LocalityID{Region: "eu", Zone: "a"}
+	for _, o := range []client.Object{
+		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}},
+		&v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{Upstream: "web", Locality: id,
+			Endpoints: []v1alpha1.Endpoint{{Address: "10.2.0.1", Port: 80}}}},
+		&v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "z-first", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "web", LocalityID: id, Weight: ptr(int64(3))}},
+	} {
+		if err := k8s.Create(t.Context(), o); err != nil {
+			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
+		}
+	}
+	startPlane(t, ns, "one")
+	eventually(t, 15*time.Second, "Locality z-first places the group", func() (bool, string) {
+		var l v1alpha1.Locality
+		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "z-first"}, &l); err != nil {
+			return false, err.Error()
+		}
+		return l.Status.TrafficPercent == "100.0%", fmt.Sprintf("%+v", l.Status)
+	})
+	// creation timestamps have a resolution of a second
+	time.Sleep(1100 * time.Millisecond)
+	newer := &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "a-second", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "web", LocalityID: id, Weight: ptr(int64(5))}}
+	if err := k8s.Create(t.Context(), newer); err != nil {
+		t.Fatal(err)
+	}
+	took := eventually(t, 15*time.Second, "only the newer Locality is Conflicted", func() (bool, string) {
+		var a, z v1alpha1.Locality
+		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "a-second"}, &a); err != nil {
+			return false, err.Error()
+		}
+		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "z-first"}, &z); err != nil {
+			return false, err.Error()
+		}
+		ca := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionAccepted)
+		cz := meta.FindStatusCondition(z.Status.Conditions, v1alpha1.ConditionAccepted)
+		ok := ca != nil && ca.Status == metav1.ConditionFalse && ca.Reason == v1alpha1.ReasonConflicted && strings.Contains(ca.Message, ns+"/z-first is older") &&
+			cz != nil && cz.Status == metav1.ConditionTrue && z.Status.TrafficPercent == "100.0%" && a.Status.Traffic == nil
+		return ok, fmt.Sprintf("newer: %s %+v; older: %s %+v", condition(a.Status.Conditions, v1alpha1.ConditionAccepted), a.Status,
+			condition(z.Status.Conditions, v1alpha1.ConditionAccepted), z.Status)
+	})
+	t.Logf("the newer Locality is Conflicted %v after its creation; the older keeps the group", took.Round(time.Millisecond))
+	var u v1alpha1.Upstream
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "web"}, &u); err != nil {
+		t.Fatal(err)
+	}
+	if len(u.Status.Localities) != 1 || u.Status.Localities[0].LocalityWeight != 3 {
+		t.Errorf("Upstream web localities %+v; want one of weight 3, the older Locality's", u.Status.Localities)
+	}
+}
