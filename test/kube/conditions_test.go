@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,12 @@ import (
 	"testing"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -16,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/source/kube"
 )
 
 // table reads a list of one kind through the apiserver's Table rendering
@@ -260,4 +268,70 @@ func TestConflictedLocality(t *testing.T) {
 	if len(u.Status.Localities) != 1 || u.Status.Localities[0].LocalityWeight != 3 {
 		t.Errorf("Upstream web localities %+v; want one of weight 3, the older Locality's", u.Status.Localities)
 	}
+}
+
+// TestProgrammedFollowsNACKs: an xDS client of the leader that rejects an
+// upstream's endpoints makes its Upstream Programmed=False
+// (RejectedByClients) with the client's reason; when that client goes, the
+// Upstream is Programmed again, its revision unmoved.
+func TestProgrammedFollowsNACKs(t *testing.T) {
+	ns := namespace(t)
+	for _, o := range []client.Object{
+		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}},
+		&v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{Upstream: "web",
+			Endpoints: []v1alpha1.Endpoint{{Address: "10.3.0.1", Port: 80}}}},
+	} {
+		if err := k8s.Create(t.Context(), o); err != nil {
+			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
+		}
+	}
+	p := startPlane(t, ns, "one")
+	programmed := func(what, status, reason, message string) v1alpha1.Upstream {
+		t.Helper()
+		var u v1alpha1.Upstream
+		took := eventually(t, 15*time.Second, what, func() (bool, string) {
+			if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "web"}, &u); err != nil {
+				return false, err.Error()
+			}
+			c := meta.FindStatusCondition(u.Status.Conditions, v1alpha1.ConditionProgrammed)
+			return c != nil && string(c.Status) == status && c.Reason == reason && strings.Contains(c.Message, message),
+				condition(u.Status.Conditions, v1alpha1.ConditionProgrammed)
+		})
+		t.Logf("%s: %v", what, took.Round(time.Millisecond))
+		return u
+	}
+	before := programmed("published", "True", v1alpha1.ReasonProgrammed, "")
+
+	conn, err := grpc.NewClient(p.addrs.XDS, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	stream, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &core.Node{Id: "nacker", UserAgentName: "envoy"}
+	if err := stream.Send(&discoverygrpc.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{ns + "/web"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil || len(resp.GetResources()) != 1 {
+		t.Fatalf("EDS for %s/web: %v, %d resources", ns, err, len(resp.GetResources()))
+	}
+	if err := stream.Send(&discoverygrpc.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{ns + "/web"},
+		ResponseNonce: resp.GetNonce(), ErrorDetail: &statuspb.Status{Code: 3, Message: "endpoint 10.3.0.1 refused by test"}}); err != nil {
+		t.Fatal(err)
+	}
+	during := programmed("the client NACKs", "False", kube.ReasonRejectedByClients, "endpoint 10.3.0.1 refused by test")
+	if during.Status.Revision != before.Status.Revision {
+		t.Errorf("revision moved from %d to %d on a NACK", before.Status.Revision, during.Status.Revision)
+	}
+	if c := meta.FindStatusCondition(during.Status.Conditions, v1alpha1.ConditionAccepted); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Accepted %+v during the NACK; want True", c)
+	}
+
+	cancel()
+	programmed("the client goes", "True", v1alpha1.ReasonProgrammed, "")
 }

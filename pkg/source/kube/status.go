@@ -33,6 +33,9 @@ const (
 	ReasonPortNotFound    = "PortNotFound"
 	// ReasonDefaulted: an EndpointSet with no matching Locality object.
 	ReasonDefaulted = "DefaultLocality"
+	// ReasonRejectedByClients: Programmed=False because xDS clients of the
+	// status-writing replica rejected (NACKed) the upstream's resources.
+	ReasonRejectedByClients = "RejectedByClients"
 )
 
 // The status of each kind is a pure function of the object, its own part of
@@ -176,15 +179,16 @@ func endpointCounts(u *topology.UpstreamState, set topology.ObjectRef) (total, r
 
 // upstreamStatus is the status an Upstream should have: state is its part of
 // the snapshot (nil when it is not in the topology), programmed whether that
-// state is published over xDS, refs its ResolvedRefs condition (nil without
-// endpointsFrom).
+// state is published over xDS, rejectedBy how this replica's xDS clients
+// reject it ("" when none does), refs its ResolvedRefs condition (nil
+// without endpointsFrom).
 //
 // status.revision moves only when the rest of the status (its figures and
 // conditions other than Programmed) changes, and then to the topology
 // revision of state, or one past the stored revision when that is not above
 // it: a new leader counts revisions from its own start, and a revision never
 // goes back.
-func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Rejection, refs *metav1.Condition, programmed bool, demand []affinity.Demand) v1alpha1.UpstreamStatus {
+func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Rejection, refs *metav1.Condition, programmed bool, rejectedBy string, demand []affinity.Demand) v1alpha1.UpstreamStatus {
 	stored := u.Status
 	want := *stored.DeepCopy()
 	want.ObservedGeneration = u.Generation
@@ -239,6 +243,10 @@ func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Re
 	case rej != nil:
 		// what is published is the last accepted version, not this generation
 		c.Reason, c.Message = rej.Reason, "this generation is not accepted (see Accepted); the last accepted version, if any, keeps serving"
+	case state != nil && programmed && rejectedBy != "":
+		// published, but the clients that asked for it keep their last accepted version
+		c.Reason = ReasonRejectedByClients
+		c.Message = clip(fmt.Sprintf("published over xDS at revision %d, but rejected (NACK) by %s", want.Revision, rejectedBy), maxMessage)
 	case state != nil && programmed && refs != nil && refs.Status != metav1.ConditionTrue:
 		// published, but not what the spec asks for: without the endpoints
 		// of the Service it names

@@ -121,7 +121,7 @@ func TestLocalityAndEndpointSetFigures(t *testing.T) {
 		mustGet(t, fx, "u-0-b", &lb)
 		mustGet(t, fx, "u-0-a", &ea)
 		u := fx.upstream("u-0")
-		st := upstreamStatus(&u, snap.Upstream(topology.Key{Namespace: "ns", Name: "u-0"}), nil, nil, true, nil)
+		st := upstreamStatus(&u, snap.Upstream(topology.Key{Namespace: "ns", Name: "u-0"}), nil, nil, true, "", nil)
 		return localityStatus(&la, snap, nil), localityStatus(&lb, snap, nil), endpointSetStatus(&ea, snap, nil),
 			meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionDegraded)
 	}
@@ -160,5 +160,45 @@ func mustGet(t *testing.T, fx *statusFixture, name string, obj client.Object) {
 	t.Helper()
 	if err := fx.c.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: name}, obj); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestProgrammed: Programmed is True only when the upstream's state is
+// published, accepted, its references resolve and no client of this
+// replica rejects it.
+func TestProgrammed(t *testing.T) {
+	u := v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "u", Namespace: "n", Generation: 2},
+		Spec: v1alpha1.UpstreamSpec{EndpointsFrom: &v1alpha1.EndpointsFrom{Service: v1alpha1.ServiceReference{Name: "svc"}}}}
+	state := &topology.UpstreamState{Revision: 7, Result: &weights.Result{}}
+	resolved := &metav1.Condition{Type: ConditionResolvedRefs, Status: metav1.ConditionTrue, Reason: ReasonResolved}
+	missing := &metav1.Condition{Type: ConditionResolvedRefs, Status: metav1.ConditionFalse, Reason: ReasonServiceNotFound}
+	for _, tc := range []struct {
+		name       string
+		rej        *Rejection
+		refs       *metav1.Condition
+		published  bool
+		rejectedBy string
+		status     metav1.ConditionStatus
+		reason     string
+		message    string
+	}{
+		{"published", nil, resolved, true, "", metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "published over xDS at revision 7"},
+		{"not yet published", nil, resolved, false, "", metav1.ConditionFalse, v1alpha1.ReasonPending, "not yet published"},
+		{"not accepted", &Rejection{Reason: v1alpha1.ReasonInvalid}, resolved, true, "", metav1.ConditionFalse, v1alpha1.ReasonInvalid, "not accepted"},
+		{"the Service is missing", nil, missing, true, "", metav1.ConditionFalse, v1alpha1.ReasonRefsNotResolved, "without the endpoints of Service n/svc"},
+		{"clients reject it", nil, resolved, true, "2 xDS stream(s); resource n/u: bad", metav1.ConditionFalse, ReasonRejectedByClients,
+			"revision 7, but rejected (NACK) by 2 xDS stream(s); resource n/u: bad"},
+		{"a NACK of a version not yet published does not count", nil, resolved, false, "1 xDS stream(s)", metav1.ConditionFalse, v1alpha1.ReasonPending, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := upstreamStatus(&u, state, tc.rej, tc.refs, tc.published, tc.rejectedBy, nil)
+			c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgrammed)
+			if c == nil || c.Status != tc.status || c.Reason != tc.reason || c.ObservedGeneration != 2 || !strings.Contains(c.Message, tc.message) {
+				t.Fatalf("Programmed = %+v; want %s %s with %q", c, tc.status, tc.reason, tc.message)
+			}
+			if a := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionAccepted); (a.Status == metav1.ConditionTrue) != (tc.rej == nil) {
+				t.Fatalf("Accepted = %+v", a)
+			}
+		})
 	}
 }

@@ -240,7 +240,7 @@ func benchPoiseSotwClasses(b *testing.B, f *fixture, n, k int) {
 			return -1
 		}
 		r := cl.out[0]
-		x.clients.response(cl.key, r.TypeURL, r.Version, r.Nonce, len(r.Entries))
+		x.clients.response(cl.key, r.TypeURL, r.Version, r.Nonce, r.Entries, r.Removed)
 		if _, err := proto.Marshal(sotwResponse(r)); err != nil {
 			b.Fatal(err)
 		}
@@ -287,7 +287,7 @@ func benchPoiseDelta(b *testing.B, f *fixture, n int) {
 			return -1
 		}
 		r := cl.out[0]
-		x.clients.response(cl.key, r.TypeURL, r.Version, r.Nonce, len(r.Entries))
+		x.clients.response(cl.key, r.TypeURL, r.Version, r.Nonce, r.Entries, r.Removed)
 		if _, err := proto.Marshal(deltaResponse(r)); err != nil {
 			b.Fatal(err)
 		}

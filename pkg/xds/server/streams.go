@@ -288,7 +288,7 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 			out = st.Next(out[:0])
 			for _, r := range out {
 				// Recorded before sending, so an ACK can never arrive before its nonce is known.
-				x.clients.response(key, r.TypeURL, r.Version, r.Nonce, len(r.Entries)+len(r.Removed))
+				x.clients.response(key, r.TypeURL, r.Version, r.Nonce, r.Entries, r.Removed)
 				if err := x.send(ss, hold, r, envelope); err != nil {
 					return streamEnd(err)
 				}
