@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -79,6 +81,31 @@ func cellsMatch(rows map[string]map[string]any, name string, want map[string]any
 		}
 	}
 	return true, ""
+}
+
+// waitEvents waits until the namespace holds an Event for each of want,
+// "Kind/name type reason", and returns them all so.
+func waitEvents(t *testing.T, ns string, want ...string) []string {
+	t.Helper()
+	var got []string
+	took := eventually(t, 15*time.Second, "Events", func() (bool, string) {
+		var l eventsv1.EventList
+		if err := k8s.List(t.Context(), &l, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		got = got[:0]
+		for _, e := range l.Items {
+			got = append(got, fmt.Sprintf("%s/%s %s %s", e.Regarding.Kind, e.Regarding.Name, e.Type, e.Reason))
+		}
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				return false, fmt.Sprintf("no %q among %v", w, got)
+			}
+		}
+		return true, ""
+	})
+	t.Logf("Events %v after asking: %v", took.Round(time.Millisecond), got)
+	return got
 }
 
 func condition(conds []metav1.Condition, typ string) string {
@@ -213,6 +240,16 @@ func TestStatusColumnsAndDegraded(t *testing.T) {
 	degraded("recovered", "False", v1alpha1.ReasonHealthy, "")
 	columns("recovered", map[string]map[string]any{"a": {"Traffic": "50.0%"}, "c": {"Traffic": "0.0%"}},
 		map[string]map[string]any{"a": {"Eligible": 2}}, map[string]map[string]any{"web": {"Degraded": "False"}})
+
+	// Events: one per transition, none for the healthy objects' first status
+	got := waitEvents(t, ns, "Lease/poise-status-writer Normal LeaderElected",
+		"Upstream/web Warning Spilling", "Upstream/web Normal Recovered",
+		"Upstream/ghost Warning ServiceNotFound", "Upstream/ghost Warning RefsNotResolved", "Upstream/ghost Warning NoCapacity")
+	for _, e := range got {
+		if strings.HasPrefix(e, "Locality/") || strings.HasPrefix(e, "EndpointSet/") {
+			t.Errorf("Event %q: a healthy object's status calls for none", e)
+		}
+	}
 }
 
 // TestConflictedLocality: a second Locality for the same (upstream,
@@ -261,6 +298,7 @@ func TestConflictedLocality(t *testing.T) {
 			condition(z.Status.Conditions, v1alpha1.ConditionAccepted), z.Status)
 	})
 	t.Logf("the newer Locality is Conflicted %v after its creation; the older keeps the group", took.Round(time.Millisecond))
+	waitEvents(t, ns, "Locality/a-second Warning Conflicted")
 	var u v1alpha1.Upstream
 	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "web"}, &u); err != nil {
 		t.Fatal(err)
@@ -334,4 +372,5 @@ func TestProgrammedFollowsNACKs(t *testing.T) {
 
 	cancel()
 	programmed("the client goes", "True", v1alpha1.ReasonProgrammed, "")
+	waitEvents(t, ns, "Upstream/web Warning RejectedByClients", "Upstream/web Normal Recovered")
 }

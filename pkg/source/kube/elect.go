@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -28,6 +29,9 @@ type elector struct {
 	lease, renew, retry       time.Duration
 	run                       func(context.Context) error
 	log                       *slog.Logger
+	// events, when set, receives a LeaderElected Event on the Lease each
+	// time this replica takes it.
+	events EventRecorder
 }
 
 // NeedLeaderElection: the elector does its own election.
@@ -49,6 +53,11 @@ func (e *elector) Start(ctx context.Context) error {
 			LeaseDuration: e.lease, RenewDeadline: e.renew, RetryPeriod: e.retry,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(lctx context.Context) {
+					if e.events != nil {
+						e.events.Eventf(&coordinationv1.Lease{TypeMeta: metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
+							ObjectMeta: metav1.ObjectMeta{Namespace: e.namespace, Name: e.name}}, nil, "Normal", ReasonLeaderElected, "Lead",
+							"replica %s leads: it writes the status of every object", e.identity)
+					}
 					if err := e.run(lctx); err != nil {
 						e.log.Error("status writer stopped", "error", err)
 					}

@@ -113,6 +113,9 @@ type StatusWriter struct {
 	Budget StatusBudget
 	// PublishGrace: 0 means 2s.
 	PublishGrace time.Duration
+	// Events, when set, receives an Event for each condition that turns bad
+	// or good again (statusEvents), once the status saying so is written.
+	Events EventRecorder
 
 	informers cache.Informers // set by Register
 }
@@ -687,6 +690,7 @@ func writeStatus[S any](ctx context.Context, r *statusRun, ref topology.ObjectRe
 		return fmt.Errorf("status of %s: waiting for the write budget: %w", ref, err)
 	}
 	orig := obj.DeepCopyObject().(client.Object)
+	old := conditionsOf(*status)
 	*status = want
 	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
@@ -697,6 +701,7 @@ func writeStatus[S any](ctx context.Context, r *statusRun, ref topology.ObjectRe
 		return fmt.Errorf("status of %s: %w", ref, err)
 	}
 	r.m.StatusWrites.WithLabelValues(ref.Kind).Inc()
+	statusEvents(r.w.Events, obj, old, conditionsOf(want))
 	return nil
 }
 
