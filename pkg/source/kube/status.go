@@ -126,6 +126,48 @@ func percent(m uint64) string {
 
 func ptrTo[T any](v T) *T { return &v }
 
+// localityPending reports whether the topology does not yet hold what a
+// Locality's spec says (an accepted, valid one: its upstream exists): no
+// group is placed by it, or not at its priority, locality and weight.
+func localityPending(l *v1alpha1.Locality, snap *topology.Snapshot) bool {
+	u := snap.Upstream(topology.Key{Namespace: l.Namespace, Name: l.Spec.Upstream})
+	if u == nil {
+		return false
+	}
+	prio, weight := v1alpha1.DefaultLocalityPriority, v1alpha1.DefaultLocalityWeight
+	if l.Spec.Priority != nil {
+		prio = *l.Spec.Priority
+	}
+	if l.Spec.Weight != nil {
+		weight = *l.Spec.Weight
+	}
+	id := weights.Locality{Region: l.Spec.Region, Zone: l.Spec.Zone, SubZone: l.Spec.SubZone}
+	for _, g := range u.Groups {
+		if slices.Contains(g.LocalityObjects, keyOf(l)) {
+			return g.Priority != uint32(prio) || g.Locality != id || g.LocalityWeight != uint64(weight)
+		}
+	}
+	return true
+}
+
+// endpointSetPending reports whether the topology does not yet hold what an
+// EndpointSet's spec says (an accepted one whose upstream exists): it is
+// not in the topology, or with another number of endpoints or of Ready ones.
+func endpointSetPending(s *v1alpha1.EndpointSet, snap *topology.Snapshot) bool {
+	u := snap.Upstream(topology.Key{Namespace: s.Namespace, Name: s.Spec.Upstream})
+	if u == nil {
+		return false
+	}
+	total, ready, _, ok := endpointCounts(u, topology.ObjectRef{Kind: topology.KindEndpointSet, Key: keyOf(s)})
+	var want int32
+	for _, e := range s.Spec.Endpoints {
+		if e.AdminState == "" || e.AdminState == v1alpha1.AdminStateReady {
+			want++
+		}
+	}
+	return !ok || total != int32(len(s.Spec.Endpoints)) || ready != want
+}
+
 // endpointSetStatus is the status an EndpointSet should have: its
 // conditions and the counts of its endpoints in the served topology. Its
 // health, written by probers, is kept as it is.

@@ -202,3 +202,39 @@ func TestProgrammed(t *testing.T) {
 		})
 	}
 }
+
+// TestPendingGenerations: a Locality or EndpointSet whose spec the topology
+// does not hold yet waits (its figures would change right after).
+func TestPendingGenerations(t *testing.T) {
+	fx := newStatusFixture(t, 1, StatusBudget{QPS: 1e6, Burst: 1e6})
+	snap := fx.dir.Current()
+	var l v1alpha1.Locality
+	var s v1alpha1.EndpointSet
+	mustGet(t, fx, "u-0-a", &l)
+	mustGet(t, fx, "u-0-a", &s)
+	for _, tc := range []struct {
+		name string
+		edit func(*v1alpha1.Locality, *v1alpha1.EndpointSet)
+		want bool
+	}{
+		{"as applied", func(*v1alpha1.Locality, *v1alpha1.EndpointSet) {}, false},
+		{"another weight", func(l *v1alpha1.Locality, _ *v1alpha1.EndpointSet) { l.Spec.Weight = ptrTo(int64(5)) }, true},
+		{"another priority", func(l *v1alpha1.Locality, _ *v1alpha1.EndpointSet) { l.Spec.Priority = ptrTo(int32(1)) }, true},
+		{"another upstream that does not exist", func(l *v1alpha1.Locality, s *v1alpha1.EndpointSet) { l.Spec.Upstream, s.Spec.Upstream = "nope", "nope" }, false},
+		{"a new name", func(l *v1alpha1.Locality, s *v1alpha1.EndpointSet) { l.Name, s.Name = "new", "new" }, true},
+		{"an endpoint more", func(_ *v1alpha1.Locality, s *v1alpha1.EndpointSet) {
+			s.Spec.Endpoints = append(s.Spec.Endpoints, v1alpha1.Endpoint{Address: "10.9.9.9", Port: 80})
+		}, true},
+		{"an endpoint drains", func(_ *v1alpha1.Locality, s *v1alpha1.EndpointSet) {
+			s.Spec.Endpoints[0].AdminState = v1alpha1.AdminStateDraining
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l2, s2 := l.DeepCopy(), s.DeepCopy()
+			tc.edit(l2, s2)
+			if got := localityPending(l2, snap) || endpointSetPending(s2, snap); got != tc.want {
+				t.Fatalf("pending = %v; want %v", got, tc.want)
+			}
+		})
+	}
+}

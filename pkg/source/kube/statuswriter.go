@@ -605,11 +605,18 @@ func (r *statusRun) process(ctx context.Context, ref topology.ObjectRef) error {
 		if err := r.w.Client.Get(ctx, nn, &l); err != nil {
 			return r.gone(ref, err)
 		}
+		// a new generation is written once the topology holds it, with its figures
+		if r.waitForPublication(ref, rej == nil && localityPending(&l, snap)) {
+			return nil
+		}
 		return writeStatus(ctx, r, ref, &l, &l.Status, localityStatus(&l, snap, rej))
 	case topology.KindEndpointSet:
 		var s v1alpha1.EndpointSet
 		if err := r.w.Client.Get(ctx, nn, &s); err != nil {
 			return r.gone(ref, err)
+		}
+		if r.waitForPublication(ref, rej == nil && endpointSetPending(&s, snap)) {
+			return nil
 		}
 		return writeStatus(ctx, r, ref, &s, &s.Status, endpointSetStatus(&s, snap, rej))
 	case topology.KindSpatialDomain:
@@ -649,7 +656,9 @@ func (r *statusRun) gone(ref topology.ObjectRef, err error) error {
 // is not yet published (waiting) should wait for it: a change is written
 // once, with Programmed=True, when its revision is published, unless that
 // takes longer than the grace (a publication refused): then it is written
-// with Programmed=False at once.
+// with Programmed=False at once. Localities and EndpointSets wait the same
+// way for the topology to hold their generation, so that their figures
+// are written with their observedGeneration, not after it.
 func (r *statusRun) waitForPublication(ref topology.ObjectRef, waiting bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
