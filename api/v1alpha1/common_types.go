@@ -11,6 +11,11 @@ const (
 	// ConditionResolvedRefs is True when every object the object names exists: an
 	// Upstream's Service, the Upstreams of a SpatialDomain's replicas.
 	ConditionResolvedRefs = "ResolvedRefs"
+	// ConditionDegraded is True when an Upstream's traffic does not go where
+	// its configuration says: no capacity, drops, panic or spill. Its reason
+	// is the most severe of these (NoCapacity, Dropping, Panic, Spilling);
+	// False with reason Healthy otherwise.
+	ConditionDegraded = "Degraded"
 )
 
 // Condition reasons. Each names something a person can act on.
@@ -44,6 +49,26 @@ const (
 	ReasonProgrammed = "Programmed"
 	// ReasonPending: the object is not yet published (Programmed=False or Unknown).
 	ReasonPending = "Pending"
+	// ReasonConflicted: an older object of the same kind already claims what
+	// this one claims (a Locality of the same upstream, priority and locality
+	// with another weight); the oldest wins, by creationTimestamp, then name.
+	ReasonConflicted = "Conflicted"
+	// ReasonRefsNotResolved: Programmed=False because a referenced object
+	// does not exist or does not match (see ResolvedRefs).
+	ReasonRefsNotResolved = "RefsNotResolved"
+	// Degraded reasons, most severe first.
+	// ReasonNoCapacity: no endpoint can take traffic.
+	ReasonNoCapacity = "NoCapacity"
+	// ReasonDropping: FailClosed drops part or all of the traffic.
+	ReasonDropping = "Dropping"
+	// ReasonPanic: a priority that receives traffic is in panic and routes to
+	// every Ready endpoint regardless of health.
+	ReasonPanic = "Panic"
+	// ReasonSpilling: traffic reaches a priority above 0, or a locality gets
+	// less than its configured share of its priority.
+	ReasonSpilling = "Spilling"
+	// ReasonHealthy: Degraded=False.
+	ReasonHealthy = "Healthy"
 	// ReasonUnknownDomain: a Partition's spec.domain names no SpatialDomain in its
 	// namespace.
 	ReasonUnknownDomain = "UnknownDomain"

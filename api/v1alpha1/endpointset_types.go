@@ -167,6 +167,18 @@ type EndpointSetStatus struct {
 	// +listMapKey=port
 	// +kubebuilder:validation:MaxItems=5000
 	Health []EndpointHealth `json:"health,omitempty"`
+
+	// total is the number of endpoints in spec.endpoints, as the control
+	// plane last read them. Absent while the set is not in the topology.
+	// +optional
+	Total *int32 `json:"total,omitempty"`
+	// ready is how many of them have adminState Ready.
+	// +optional
+	Ready *int32 `json:"ready,omitempty"`
+	// eligible is how many of them may take traffic: Ready, not Unhealthy,
+	// circuit Closed and not ejected (docs/weights.md).
+	// +optional
+	Eligible *int32 `json:"eligible,omitempty"`
 }
 
 // EndpointSet lists endpoints of one Upstream in one locality, with their weights
@@ -180,6 +192,9 @@ type EndpointSetStatus struct {
 // +kubebuilder:printcolumn:name="Zone",type=string,JSONPath=`.spec.locality.zone`
 // +kubebuilder:printcolumn:name="SubZone",type=string,JSONPath=`.spec.locality.subZone`,priority=1
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`
+// +kubebuilder:printcolumn:name="Eligible",type=integer,JSONPath=`.status.eligible`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.ready`,priority=1
+// +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.total`
 // +kubebuilder:printcolumn:name="Accepted",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type EndpointSet struct {

@@ -46,7 +46,8 @@ type LocalityObjectStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions are Accepted and Programmed.
+	// conditions are Accepted (False with Conflicted when an older Locality
+	// of the same upstream, priority and locality sets another weight).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -54,6 +55,38 @@ type LocalityObjectStatus struct {
 	// +patchMergeKey=type
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// What the (priority, locality) group this Locality places receives, as
+	// in its Upstream's status.localities. Absent while the Locality is not
+	// in the topology (not accepted, or its Upstream does not exist).
+
+	// traffic is the share of the upstream's traffic sent to this locality,
+	// in millionths.
+	// +optional
+	Traffic *int64 `json:"traffic,omitempty"`
+	// availability is the share of the locality's configured weight that is
+	// selectable, times the overprovisioning factor, capped at 1000000, in
+	// millionths.
+	// +optional
+	Availability *int64 `json:"availability,omitempty"`
+	// effectiveWeight is the locality weight times availability
+	// (weight-millionths).
+	// +optional
+	EffectiveWeight *int64 `json:"effectiveWeight,omitempty"`
+	// shareInPriority is the share of its priority's traffic this locality
+	// receives, in millionths.
+	// +optional
+	ShareInPriority *int64 `json:"shareInPriority,omitempty"`
+	// trafficPercent is traffic as a percent with one decimal ("42.9%"),
+	// for kubectl get.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8
+	TrafficPercent string `json:"trafficPercent,omitempty"`
+	// availabilityPercent is availability as a percent with one decimal
+	// ("71.4%"), for kubectl get.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8
+	AvailabilityPercent string `json:"availabilityPercent,omitempty"`
 }
 
 // Locality gives one locality of an Upstream its priority and weight. EndpointSets
@@ -69,6 +102,8 @@ type LocalityObjectStatus struct {
 // +kubebuilder:printcolumn:name="Zone",type=string,JSONPath=`.spec.zone`
 // +kubebuilder:printcolumn:name="SubZone",type=string,JSONPath=`.spec.subZone`,priority=1
 // +kubebuilder:printcolumn:name="Weight",type=integer,JSONPath=`.spec.weight`
+// +kubebuilder:printcolumn:name="Traffic",type=string,JSONPath=`.status.trafficPercent`
+// +kubebuilder:printcolumn:name="Availability",type=string,JSONPath=`.status.availabilityPercent`
 // +kubebuilder:printcolumn:name="Accepted",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Locality struct {

@@ -300,7 +300,8 @@ type UpstreamStatus struct {
 	// +optional
 	Revision int64 `json:"revision,omitempty"`
 
-	// conditions are Accepted and Programmed.
+	// conditions are Accepted, Programmed, Degraded and, with
+	// endpointsFrom, ResolvedRefs.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -379,7 +380,9 @@ type ClientZoneStatus struct {
 // +kubebuilder:printcolumn:name="Outcome",type=string,JSONPath=`.status.outcome`
 // +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.revision`
 // +kubebuilder:printcolumn:name="Accepted",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].status`
+// +kubebuilder:printcolumn:name="ResolvedRefs",type=string,JSONPath=`.status.conditions[?(@.type=="ResolvedRefs")].status`
 // +kubebuilder:printcolumn:name="Programmed",type=string,JSONPath=`.status.conditions[?(@.type=="Programmed")].status`
+// +kubebuilder:printcolumn:name="Degraded",type=string,JSONPath=`.status.conditions[?(@.type=="Degraded")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Upstream struct {
 	metav1.TypeMeta   `json:",inline"`

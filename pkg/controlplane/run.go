@@ -196,7 +196,7 @@ func Run(ctx context.Context, cfg Config) error {
 			ContextNamespace: contextNamespace,
 			LeaseDuration:    cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
 			Debounce: cfg.Debounce, Log: log, Metrics: m,
-			Publication: pub, ClientQPS: cfg.KubeQPS, ClientBurst: cfg.KubeBurst, StatusShare: cfg.StatusShare,
+			Publication: rejectingPublication{pub, clients}, ClientQPS: cfg.KubeQPS, ClientBurst: cfg.KubeBurst, StatusShare: cfg.StatusShare,
 			StatusWorkers: cfg.StatusWriters,
 		})
 		if err != nil {

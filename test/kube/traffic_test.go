@@ -264,9 +264,9 @@ func TestTraffic(t *testing.T) {
 	})
 
 	// 3. a second Locality for eu-west-a with another weight contradicts the
-	//    first: both are set aside with InconsistentTopology naming the
-	//    other, the client's split does not move, and a health change in
-	//    another Upstream still goes through meanwhile.
+	//    first: the older wins, so only the newcomer is set aside, as
+	//    Conflicted naming the first; the client's split does not move, and a
+	//    health change in another Upstream still goes through meanwhile.
 	other := []client.Object{
 		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{AddressPolicy: &v1alpha1.AddressPolicy{AllowLoopback: true}}},
 		&v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{
@@ -293,19 +293,14 @@ func TestTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	orig := &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "eu-west-a", Namespace: ns}}
-	took = eventually(t, 15*time.Second, "both Localities InconsistentTopology, each naming the other", func() (bool, string) {
-		var detail []string
-		ok := true
-		for _, pair := range [][2]client.Object{{dup, orig}, {orig, dup}} {
-			c := accepted(t, pair[0])
-			good := c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonInconsistentTopology &&
-				strings.Contains(c.Message, "Locality "+ns+"/"+pair[1].GetName()+" ") && c.ObservedGeneration == pair[0].GetGeneration()
-			ok = ok && good
-			detail = append(detail, fmt.Sprintf("%s: %+v", pair[0].GetName(), c))
-		}
-		return ok, strings.Join(detail, "; ")
+	took = eventually(t, 15*time.Second, "only the newer Locality Conflicted, naming the older", func() (bool, string) {
+		c, o := accepted(t, dup), accepted(t, orig)
+		ok := c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonConflicted &&
+			strings.Contains(c.Message, "Locality "+ns+"/eu-west-a ") && strings.Contains(c.Message, ns+"/eu-west-a is older") &&
+			c.ObservedGeneration == dup.GetGeneration() && o != nil && o.Status == metav1.ConditionTrue
+		return ok, fmt.Sprintf("newer: %+v; older: %+v", c, o)
 	})
-	t.Logf("3 conflict: both Localities show InconsistentTopology %v after the second was created", took.Round(time.Millisecond))
+	t.Logf("3 conflict: the newer Locality shows Conflicted %v after it was created; the older stays Accepted", took.Round(time.Millisecond))
 	t.Logf("3 conflict: %s", accepted(t, dup).Message)
 
 	// meanwhile, elsewhere
@@ -338,7 +333,7 @@ func TestTraffic(t *testing.T) {
 	}
 	splitcheck.CheckSplit(t, "3 conflict", splitcheck.Send(conn, rpcs), health)
 
-	// deleting the contradiction clears the condition
+	// deleting the contradiction leaves the older as it was
 	if err := k8s.Delete(t.Context(), dup); err != nil {
 		t.Fatal(err)
 	}

@@ -113,4 +113,7 @@ cluster-wide, or in watchNamespace only.
 - apiGroups: [poise.dev]
   resources: [endpointsets/status, localities/status, partitions/status, spatialdomains/status, upstreams/status]
   verbs: [get, patch, update]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
 {{- end }}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -31,6 +32,9 @@ type elector struct {
 	// leading, when set, is told when this replica gains (true) and loses
 	// (false) the Lease: the leader gauge follows it.
 	leading func(bool)
+	// events, when set, receives a LeaderElected Event on the Lease each
+	// time this replica takes it.
+	events EventRecorder
 }
 
 // NeedLeaderElection: the elector does its own election.
@@ -53,6 +57,11 @@ func (e *elector) Start(ctx context.Context) error {
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(lctx context.Context) {
 					e.lead(true)
+					if e.events != nil {
+						e.events.Eventf(&coordinationv1.Lease{TypeMeta: metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
+							ObjectMeta: metav1.ObjectMeta{Namespace: e.namespace, Name: e.name}}, nil, "Normal", ReasonLeaderElected, "Lead",
+							"replica %s leads: it writes the status of every object", e.identity)
+					}
 					if err := e.run(lctx); err != nil {
 						e.log.Error("status writer stopped", "error", err)
 					}

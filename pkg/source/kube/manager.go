@@ -171,12 +171,13 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 		return nil, fmt.Errorf("kubernetes manager: %w", err)
 	}
 	src := &Source{Reader: m.GetCache(), Dir: dir, Debounce: o.Debounce, Log: log, Metrics: o.Metrics}
+	events := m.GetEventRecorder("poise-controlplane")
 	sw := &StatusWriter{Client: m.GetClient(), Dir: dir, Source: src, Publication: o.Publication, Log: log, Metrics: o.Metrics,
-		Budget: o.StatusBudgetOf()}
+		Budget: o.StatusBudgetOf(), Events: events}
 	if err := m.Add(src); err != nil {
 		return nil, err
 	}
-	el := &elector{cfg: cfg, namespace: ns, name: id, identity: newIdentity(), lease: lease, renew: renew, retry: retry, run: sw.Start, log: log}
+	el := &elector{cfg: cfg, namespace: ns, name: id, identity: newIdentity(), lease: lease, renew: renew, retry: retry, run: sw.Start, log: log, events: events}
 	if o.Metrics != nil {
 		o.Metrics.InitStatus()
 		el.leading = func(leading bool) {

@@ -80,8 +80,6 @@ func newChurnFixture(tb testing.TB, n int) *churnFixture {
 	return fx
 }
 
-func ptrTo[T any](v T) *T { return &v }
-
 // BenchmarkSliceEvent: one EndpointSlice endpoint flips ready; the source
 // takes the informer's event and applies the batch. It should cost the same
 // whatever the number of Services.

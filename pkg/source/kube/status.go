@@ -17,6 +17,7 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/weights"
 )
 
 // +kubebuilder:rbac:groups=poise.dev,resources=upstreams/status;localities/status;endpointsets/status;spatialdomains/status;partitions/status,verbs=get;update;patch
@@ -32,6 +33,9 @@ const (
 	ReasonPortNotFound    = "PortNotFound"
 	// ReasonDefaulted: an EndpointSet with no matching Locality object.
 	ReasonDefaulted = "DefaultLocality"
+	// ReasonRejectedByClients: Programmed=False because xDS clients of the
+	// status-writing replica rejected (NACKed) the upstream's resources.
+	ReasonRejectedByClients = "RejectedByClients"
 )
 
 // The status of each kind is a pure function of the object, its own part of
@@ -70,39 +74,163 @@ func setAccepted(conds *[]metav1.Condition, gen int64, rej *Rejection, upstreamE
 	meta.SetStatusCondition(conds, c)
 }
 
-// localityStatus is the status a Locality should have.
+// localityStatus is the status a Locality should have: its conditions and
+// what the group it places receives in the served topology.
 func localityStatus(l *v1alpha1.Locality, snap *topology.Snapshot, rej *Rejection) v1alpha1.LocalityObjectStatus {
 	want := *l.Status.DeepCopy()
 	want.ObservedGeneration = l.Generation
-	setAccepted(&want.Conditions, l.Generation, rej, snap.Upstream(topology.Key{Namespace: l.Namespace, Name: l.Spec.Upstream}) != nil, "")
+	u := snap.Upstream(topology.Key{Namespace: l.Namespace, Name: l.Spec.Upstream})
+	setAccepted(&want.Conditions, l.Generation, rej, u != nil, "")
+	want.Traffic, want.Availability, want.EffectiveWeight, want.ShareInPriority = nil, nil, nil, nil
+	want.TrafficPercent, want.AvailabilityPercent = "", ""
+	if lr, ok := localityShares(u, keyOf(l)); ok {
+		want.Traffic, want.Availability = ptrTo(int64(lr.Traffic)), ptrTo(int64(lr.Availability))
+		want.EffectiveWeight, want.ShareInPriority = ptrTo(int64(lr.EffectiveWeight)), ptrTo(int64(lr.ShareInPriority))
+		want.TrafficPercent, want.AvailabilityPercent = percent(lr.Traffic), percent(lr.Availability)
+	}
 	return want
 }
 
-// endpointSetStatus is the status an EndpointSet should have. Its health,
-// written by probers, is kept as it is.
+// localityShares finds the computed group that the Locality object key
+// placed in u (nil when the upstream is not in the topology).
+func localityShares(u *topology.UpstreamState, key topology.Key) (weights.LocalityResult, bool) {
+	if u == nil || u.Result == nil {
+		return weights.LocalityResult{}, false
+	}
+	for _, g := range u.Groups {
+		if !slices.Contains(g.LocalityObjects, key) {
+			continue
+		}
+		for _, lr := range u.Result.Localities {
+			if lr.Priority == g.Priority && lr.Locality == g.Locality {
+				return lr, true
+			}
+		}
+	}
+	return weights.LocalityResult{}, false
+}
+
+// percent renders millionths as a percent with one decimal, rounded half
+// up (428571 is "42.9%"), except that only 0 shows as "0.0%" and only
+// 1000000 as "100.0%": a share that is not all or nothing never looks so.
+func percent(m uint64) string {
+	tenths := (m + 500) / 1000
+	switch {
+	case m > 0 && tenths == 0:
+		tenths = 1
+	case m < uint64(v1alpha1.Millionths) && tenths == 1000:
+		tenths = 999
+	}
+	return fmt.Sprintf("%d.%d%%", tenths/10, tenths%10)
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// localityPending reports whether the topology does not yet hold what a
+// Locality's spec says (an accepted, valid one: its upstream exists): no
+// group is placed by it, or not at its priority, locality and weight.
+func localityPending(l *v1alpha1.Locality, snap *topology.Snapshot) bool {
+	u := snap.Upstream(topology.Key{Namespace: l.Namespace, Name: l.Spec.Upstream})
+	if u == nil {
+		return false
+	}
+	prio, weight := v1alpha1.DefaultLocalityPriority, v1alpha1.DefaultLocalityWeight
+	if l.Spec.Priority != nil {
+		prio = *l.Spec.Priority
+	}
+	if l.Spec.Weight != nil {
+		weight = *l.Spec.Weight
+	}
+	id := weights.Locality{Region: l.Spec.Region, Zone: l.Spec.Zone, SubZone: l.Spec.SubZone}
+	for _, g := range u.Groups {
+		if slices.Contains(g.LocalityObjects, keyOf(l)) {
+			return g.Priority != uint32(prio) || g.Locality != id || g.LocalityWeight != uint64(weight)
+		}
+	}
+	return true
+}
+
+// endpointSetPending reports whether the topology does not yet hold what an
+// EndpointSet's spec says (an accepted one whose upstream exists): it is
+// not in the topology, or with another number of endpoints or of Ready ones.
+func endpointSetPending(s *v1alpha1.EndpointSet, snap *topology.Snapshot) bool {
+	u := snap.Upstream(topology.Key{Namespace: s.Namespace, Name: s.Spec.Upstream})
+	if u == nil {
+		return false
+	}
+	total, ready, _, ok := endpointCounts(u, topology.ObjectRef{Kind: topology.KindEndpointSet, Key: keyOf(s)})
+	var want int32
+	for _, e := range s.Spec.Endpoints {
+		if e.AdminState == "" || e.AdminState == v1alpha1.AdminStateReady {
+			want++
+		}
+	}
+	return !ok || total != int32(len(s.Spec.Endpoints)) || ready != want
+}
+
+// endpointSetStatus is the status an EndpointSet should have: its
+// conditions and the counts of its endpoints in the served topology. Its
+// health, written by probers, is kept as it is.
 func endpointSetStatus(s *v1alpha1.EndpointSet, snap *topology.Snapshot, rej *Rejection) v1alpha1.EndpointSetStatus {
 	want := *s.Status.DeepCopy()
 	want.ObservedGeneration = s.Generation
 	u := snap.Upstream(topology.Key{Namespace: s.Namespace, Name: s.Spec.Upstream})
 	note := ""
+	want.Total, want.Ready, want.Eligible = nil, nil, nil
 	if u != nil {
 		note = groupNote(u, keyOf(s))
+		if total, ready, eligible, ok := endpointCounts(u, topology.ObjectRef{Kind: topology.KindEndpointSet, Key: keyOf(s)}); ok {
+			want.Total, want.Ready, want.Eligible = &total, &ready, &eligible
+		}
 	}
 	setAccepted(&want.Conditions, s.Generation, rej, u != nil, note)
 	return want
 }
 
+// endpointCounts counts the endpoints of one set in u: all of them, those
+// whose admin state is Ready, and those eligible for traffic. ok is false
+// when the set has no endpoints in u (it is not in the topology).
+func endpointCounts(u *topology.UpstreamState, set topology.ObjectRef) (total, ready, eligible int32, ok bool) {
+	if u.Result == nil {
+		return 0, 0, 0, false
+	}
+	inTopology := false
+	for _, g := range u.Groups {
+		if slices.Contains(g.Sets, set) {
+			inTopology = true
+			break
+		}
+	}
+	if !inTopology {
+		return 0, 0, 0, false
+	}
+	for _, er := range u.Result.Endpoints {
+		if u.Origins[er.Index].Set != set {
+			continue
+		}
+		total++
+		if u.Endpoints[er.Index].Admin == weights.Ready {
+			ready++
+		}
+		if er.Eligible {
+			eligible++
+		}
+	}
+	return total, ready, eligible, true
+}
+
 // upstreamStatus is the status an Upstream should have: state is its part of
 // the snapshot (nil when it is not in the topology), programmed whether that
-// state is published over xDS, refs its ResolvedRefs condition (nil without
-// endpointsFrom).
+// state is published over xDS, rejectedBy how this replica's xDS clients
+// reject it ("" when none does), refs its ResolvedRefs condition (nil
+// without endpointsFrom).
 //
 // status.revision moves only when the rest of the status (its figures and
 // conditions other than Programmed) changes, and then to the topology
 // revision of state, or one past the stored revision when that is not above
 // it: a new leader counts revisions from its own start, and a revision never
 // goes back.
-func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Rejection, refs *metav1.Condition, programmed bool, demand []affinity.Demand) v1alpha1.UpstreamStatus {
+func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Rejection, refs *metav1.Condition, programmed bool, rejectedBy string, demand []affinity.Demand) v1alpha1.UpstreamStatus {
 	stored := u.Status
 	want := *stored.DeepCopy()
 	want.ObservedGeneration = u.Generation
@@ -139,6 +267,13 @@ func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Re
 			})
 		}
 		want.ClientZones, want.MoreClientZones = clientZones(state, demand)
+	}
+	var result *weights.Result
+	if state != nil {
+		result = state.Result
+	}
+	meta.SetStatusCondition(&want.Conditions, degradedCondition(u.Generation, result))
+	if state != nil {
 		if !sameUpstreamFigures(want, stored) {
 			want.Revision = nextRevision(stored.Revision, state.Revision)
 		}
@@ -150,12 +285,131 @@ func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Re
 	case rej != nil:
 		// what is published is the last accepted version, not this generation
 		c.Reason, c.Message = rej.Reason, "this generation is not accepted (see Accepted); the last accepted version, if any, keeps serving"
+	case state != nil && programmed && rejectedBy != "":
+		// published, but the clients that asked for it keep their last accepted version
+		c.Reason = ReasonRejectedByClients
+		c.Message = clip(fmt.Sprintf("published over xDS at revision %d, but rejected (NACK) by %s", want.Revision, rejectedBy), maxMessage)
+	case state != nil && programmed && refs != nil && refs.Status != metav1.ConditionTrue:
+		// published, but not what the spec asks for: without the endpoints
+		// of the Service it names
+		c.Reason = v1alpha1.ReasonRefsNotResolved
+		c.Message = fmt.Sprintf("published over xDS at revision %d without the endpoints of Service %s/%s (see ResolvedRefs)",
+			want.Revision, u.Namespace, u.Spec.EndpointsFrom.Service.Name)
 	case state != nil && programmed:
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonProgrammed
 		c.Message = fmt.Sprintf("published over xDS at revision %d", want.Revision)
 	}
 	meta.SetStatusCondition(&want.Conditions, c)
 	return want
+}
+
+// maxDegradedItems bounds how many priorities and localities a Degraded
+// message names; maxMessage bounds the message.
+const (
+	maxDegradedItems = 3
+	maxMessage       = 512
+	// spillTolerance: a locality counts as short of its configured share of
+	// its priority when it gets more than this many millionths of the
+	// priority less (0.1 %), which no rounding of the math reaches.
+	spillTolerance = 1000
+)
+
+// degradedCondition is an Upstream's Degraded condition from its computed
+// result (nil when the upstream is not in the topology). The reason is the
+// most severe that holds, in this order:
+//
+//   - NoCapacity: no endpoint can take traffic (outcome NoCapacity).
+//   - Dropping: FailClosed drops part of the traffic (droppedMillionths > 0,
+//     outcome PanicRejected included).
+//   - Panic: a priority that receives traffic is in panic.
+//   - Spilling: traffic reaches a priority above 0, or a locality with
+//     configured capacity in a priority that receives traffic gets less
+//     than its configured share (locality weight over the priority's
+//     total) of that priority's traffic.
+//
+// Otherwise it is False with reason Healthy.
+func degradedCondition(gen int64, r *weights.Result) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionDegraded, ObservedGeneration: gen}
+	if r == nil {
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, v1alpha1.ReasonPending, "not in the topology"
+		return c
+	}
+	c.Status = metav1.ConditionTrue
+	switch {
+	case r.Outcome == weights.NoCapacity:
+		c.Reason, c.Message = v1alpha1.ReasonNoCapacity, "no endpoint can take traffic: every request fails"
+		return c
+	case r.DroppedMillionths > 0:
+		var in []string
+		for _, p := range r.Priorities {
+			if p.Dropped > 0 {
+				in = append(in, fmt.Sprintf("priority %d drops %s", p.Priority, percent(p.Dropped)))
+			}
+		}
+		c.Reason = v1alpha1.ReasonDropping
+		c.Message = clip(fmt.Sprintf("panicMode FailClosed drops %s of the traffic: %s", percent(r.DroppedMillionths), bounded(in)), maxMessage)
+		return c
+	}
+	var panics []string
+	for _, p := range r.Priorities {
+		if p.InPanic && p.Load > 0 {
+			panics = append(panics, fmt.Sprintf("priority %d (health %s, load %s)", p.Priority, percent(p.Health), percent(p.Load)))
+		}
+	}
+	if len(panics) > 0 {
+		c.Reason = v1alpha1.ReasonPanic
+		c.Message = clip("in panic, routing to every Ready endpoint regardless of health: "+bounded(panics), maxMessage)
+		return c
+	}
+	if spills := spilling(r); len(spills) > 0 {
+		c.Reason, c.Message = v1alpha1.ReasonSpilling, clip(bounded(spills), maxMessage)
+		return c
+	}
+	c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.ReasonHealthy, "every locality gets its configured share of priority 0"
+	return c
+}
+
+// spilling lists where traffic leaves where the configuration puts it:
+// the priorities above 0 that receive traffic, then the localities short
+// of their configured share of their priority, in the result's order.
+func spilling(r *weights.Result) []string {
+	var out []string
+	for _, p := range r.Priorities {
+		if p.Priority > 0 && p.Load > 0 {
+			out = append(out, fmt.Sprintf("priority %d receives %s", p.Priority, percent(p.Load)))
+		}
+	}
+	for _, p := range r.Priorities {
+		if p.Load == 0 {
+			continue
+		}
+		locs := r.Localities[p.FirstLocality : p.FirstLocality+p.LocalityCount]
+		var total uint64
+		for _, l := range locs {
+			if l.ConfiguredWeight > 0 {
+				total += l.LocalityWeight
+			}
+		}
+		for _, l := range locs {
+			if l.ConfiguredWeight == 0 || total == 0 {
+				continue
+			}
+			configured := l.LocalityWeight * uint64(v1alpha1.Millionths) / total
+			if l.ShareInPriority+spillTolerance < configured {
+				out = append(out, fmt.Sprintf("locality %q gets %s of priority %d, configured %s (availability %s)",
+					l.Locality.String(), percent(l.ShareInPriority), p.Priority, percent(configured), percent(l.Availability)))
+			}
+		}
+	}
+	return out
+}
+
+// bounded joins at most maxDegradedItems items, counting the rest.
+func bounded(items []string) string {
+	if len(items) <= maxDegradedItems {
+		return strings.Join(items, "; ")
+	}
+	return fmt.Sprintf("%s; and %d more", strings.Join(items[:maxDegradedItems], "; "), len(items)-maxDegradedItems)
 }
 
 // maxClientZones bounds status.clientZones (the CRD's MaxItems).

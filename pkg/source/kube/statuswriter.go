@@ -46,6 +46,18 @@ type ClassDemand interface {
 	DemandChanged() <-chan struct{}
 }
 
+// ClientRejections is what a Publication whose xDS clients can reject
+// what it sends (NACK) also tells the status writer: whether this
+// replica's clients reject the current resources of an upstream, and when
+// that changes. Only the leader's own clients are known to it; the NACKs of
+// clients of other replicas are not combined.
+type ClientRejections interface {
+	// RejectedBy says how this replica's clients reject an upstream's
+	// resources ("" when none does): how many, and one's reason.
+	RejectedBy(topology.Key) string
+	RejectedChanged() <-chan struct{}
+}
+
 // StatusBudget bounds what the status writer asks of the apiserver: every
 // status write takes a token from a bucket refilled at QPS, holding at most
 // Burst, and at most Workers writes are in flight at once.
@@ -101,6 +113,9 @@ type StatusWriter struct {
 	Budget StatusBudget
 	// PublishGrace: 0 means 2s.
 	PublishGrace time.Duration
+	// Events, when set, receives an Event for each condition that turns bad
+	// or good again (statusEvents), once the status saying so is written.
+	Events EventRecorder
 
 	informers cache.Informers // set by Register
 }
@@ -213,6 +228,9 @@ func (w *StatusWriter) Start(ctx context.Context) error {
 	wg.Go(func() { r.followRejections(ctx, rejected, refs) })
 	if cd, ok := pub.(ClassDemand); ok {
 		wg.Go(func() { r.followDemand(ctx, cd) })
+	}
+	if cr, ok := pub.(ClientRejections); ok {
+		wg.Go(func() { r.followClientRejections(ctx, cr) })
 	}
 	for range max(budget.Workers, 1) {
 		wg.Go(func() { r.work(ctx) })
@@ -436,6 +454,31 @@ func (r *statusRun) followDemand(ctx context.Context, cd ClassDemand) {
 	}
 }
 
+// followClientRejections queues the Upstreams whose resources this
+// replica's clients start or stop rejecting: their Programmed follows it.
+func (r *statusRun) followClientRejections(ctx context.Context, cr ClientRejections) {
+	seen := map[topology.Key]string{}
+	for {
+		changed := cr.RejectedChanged()
+		for _, u := range r.w.Dir.Current().Upstreams() {
+			k := u.Upstream.Key
+			if why := cr.RejectedBy(k); why != seen[k] {
+				if why == "" {
+					delete(seen, k)
+				} else {
+					seen[k] = why
+				}
+				r.q.Add(topology.ObjectRef{Kind: topology.KindUpstream, Key: k})
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
 // followRejections queues the objects whose rejection changed, and the
 // Upstreams whose Service reference resolves differently.
 func (r *statusRun) followRejections(ctx context.Context, rejected map[topology.ObjectRef]Rejection, refs map[topology.Key]string) {
@@ -552,17 +595,28 @@ func (r *statusRun) process(ctx context.Context, ref topology.ObjectRef) error {
 		if cd, ok := r.pub.(ClassDemand); ok && state != nil && state.Upstream.ModeOf() == affinity.Balanced {
 			demand = cd.AppliedDemand(ref.Key)
 		}
-		return writeStatus(ctx, r, ref, &u, &u.Status, upstreamStatus(&u, state, rej, refs, programmed, demand))
+		rejectedBy := ""
+		if cr, ok := r.pub.(ClientRejections); ok && state != nil {
+			rejectedBy = cr.RejectedBy(ref.Key)
+		}
+		return writeStatus(ctx, r, ref, &u, &u.Status, upstreamStatus(&u, state, rej, refs, programmed, rejectedBy, demand))
 	case topology.KindLocality:
 		var l v1alpha1.Locality
 		if err := r.w.Client.Get(ctx, nn, &l); err != nil {
 			return r.gone(ref, err)
+		}
+		// a new generation is written once the topology holds it, with its figures
+		if r.waitForPublication(ref, rej == nil && localityPending(&l, snap)) {
+			return nil
 		}
 		return writeStatus(ctx, r, ref, &l, &l.Status, localityStatus(&l, snap, rej))
 	case topology.KindEndpointSet:
 		var s v1alpha1.EndpointSet
 		if err := r.w.Client.Get(ctx, nn, &s); err != nil {
 			return r.gone(ref, err)
+		}
+		if r.waitForPublication(ref, rej == nil && endpointSetPending(&s, snap)) {
+			return nil
 		}
 		return writeStatus(ctx, r, ref, &s, &s.Status, endpointSetStatus(&s, snap, rej))
 	case topology.KindSpatialDomain:
@@ -602,7 +656,9 @@ func (r *statusRun) gone(ref topology.ObjectRef, err error) error {
 // is not yet published (waiting) should wait for it: a change is written
 // once, with Programmed=True, when its revision is published, unless that
 // takes longer than the grace (a publication refused): then it is written
-// with Programmed=False at once.
+// with Programmed=False at once. Localities and EndpointSets wait the same
+// way for the topology to hold their generation, so that their figures
+// are written with their observedGeneration, not after it.
 func (r *statusRun) waitForPublication(ref topology.ObjectRef, waiting bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -643,6 +699,7 @@ func writeStatus[S any](ctx context.Context, r *statusRun, ref topology.ObjectRe
 		return fmt.Errorf("status of %s: waiting for the write budget: %w", ref, err)
 	}
 	orig := obj.DeepCopyObject().(client.Object)
+	old := conditionsOf(*status)
 	*status = want
 	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
@@ -653,6 +710,7 @@ func writeStatus[S any](ctx context.Context, r *statusRun, ref topology.ObjectRe
 		return fmt.Errorf("status of %s: %w", ref, err)
 	}
 	r.m.StatusWrites.WithLabelValues(ref.Kind).Inc()
+	statusEvents(r.w.Events, obj, old, conditionsOf(want))
 	return nil
 }
 

@@ -269,7 +269,7 @@ func TestStatusWriterWritesEachObjectOnceAndNothingUnchanged(t *testing.T) {
 		t.Errorf("poise_status_unchanged_total{kind=Upstream} = %v; want %d", got, n)
 	}
 
-	// one endpoint flips: the directory follower queues u-7 and its objects; only u-7 is written
+	// one endpoint flips: the directory follower queues u-7 and its objects; only u-7's are written
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go fx.run.followDirectory(ctx, fx.dir.Current())
@@ -286,7 +286,9 @@ func TestStatusWriterWritesEachObjectOnceAndNothingUnchanged(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	fx.waitProcessed(mark, 5) // u-7, its two Localities and two EndpointSets
-	if got, want := fx.writes(), map[string]int{"*v1alpha1.Upstream/u-7": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+	// the Upstream's figures, the set's eligible count, and the shares of both Localities of the priority
+	if got, want := fx.writes(), map[string]int{"*v1alpha1.EndpointSet/u-7-a": 1, "*v1alpha1.Locality/u-7-a": 1, "*v1alpha1.Locality/u-7-b": 1,
+		"*v1alpha1.Upstream/u-7": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("one endpoint flip wrote %v; want %v", got, want)
 	}
 	for name, rev := range others {
@@ -438,7 +440,7 @@ func TestUpstreamRevisionOnlyGoesUp(t *testing.T) {
 	fx := newStatusFixture(t, 1, StatusBudget{QPS: 1e6, Burst: 1e6})
 	state := fx.dir.Current().Upstream(topology.Key{Namespace: "ns", Name: "u-0"})
 	u := fx.upstream("u-0")
-	first := upstreamStatus(&u, state, nil, nil, true, nil)
+	first := upstreamStatus(&u, state, nil, nil, true, "", nil)
 	if first.Revision != int64(state.Revision) {
 		t.Fatalf("first status: revision %d; want the topology revision %d", first.Revision, state.Revision)
 	}
@@ -448,16 +450,16 @@ func TestUpstreamRevisionOnlyGoesUp(t *testing.T) {
 	u.Status.Revision = 90
 	meta.SetStatusCondition(&u.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgrammed, Status: metav1.ConditionTrue,
 		Reason: v1alpha1.ReasonProgrammed, ObservedGeneration: 1, Message: "published over xDS at revision 90"})
-	if again := upstreamStatus(&u, state, nil, nil, true, nil); fmt.Sprint(again) != fmt.Sprint(u.Status) {
+	if again := upstreamStatus(&u, state, nil, nil, true, "", nil); fmt.Sprint(again) != fmt.Sprint(u.Status) {
 		t.Errorf("same figures under a new leader:\n got %+v\nwant %+v", again, u.Status)
 	}
 	// changed figures go past it, whatever this leader's own count
 	rej := &Rejection{Reason: v1alpha1.ReasonInvalid, Message: "bad"}
-	if next := upstreamStatus(&u, state, rej, nil, true, nil); next.Revision != 91 {
+	if next := upstreamStatus(&u, state, rej, nil, true, "", nil); next.Revision != 91 {
 		t.Errorf("changed figures: revision %d; want 91", next.Revision)
 	}
 	// Programmed alone does not move it
-	if pending := upstreamStatus(&u, state, nil, nil, false, nil); pending.Revision != 90 {
+	if pending := upstreamStatus(&u, state, nil, nil, false, "", nil); pending.Revision != 90 {
 		t.Errorf("not yet published: revision %d; want 90", pending.Revision)
 	}
 }
@@ -469,12 +471,86 @@ func TestRefusedUpstreamIsNotProgrammed(t *testing.T) {
 	u := v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "u", Namespace: "n", Generation: 2}}
 	state := &topology.UpstreamState{Revision: 7, Result: &weights.Result{}}
 	rej := &Rejection{Reason: v1alpha1.ReasonAddressNotAllowed, Message: "AddressNotAllowed: ..."}
-	st := upstreamStatus(&u, state, rej, nil, true, nil)
+	st := upstreamStatus(&u, state, rej, nil, true, "", nil)
 	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgrammed)
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonAddressNotAllowed || c.ObservedGeneration != 2 {
 		t.Fatalf("Programmed = %+v; want False, AddressNotAllowed, generation 2", c)
 	}
 	if a := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionAccepted); a == nil || a.Status != metav1.ConditionFalse {
 		t.Fatalf("Accepted = %+v; want False", a)
+	}
+}
+
+// rejectingPublication is a fakePublication whose clients reject what the test says.
+type rejectingPublication struct {
+	*fakePublication
+	mu      sync.Mutex
+	by      map[topology.Key]string
+	changed chan struct{}
+}
+
+func (p *rejectingPublication) RejectedBy(k topology.Key) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.by[k]
+}
+
+func (p *rejectingPublication) RejectedChanged() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.changed
+}
+
+func (p *rejectingPublication) reject(k topology.Key, why string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.by[k] = why
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// TestStatusWriterFollowsClientRejections: when this replica's clients
+// start rejecting an upstream's resources its Upstream is written
+// Programmed=False, RejectedByClients, and True again when they stop,
+// without moving its revision; nothing else is written.
+func TestStatusWriterFollowsClientRejections(t *testing.T) {
+	fx := newStatusFixture(t, 2, StatusBudget{QPS: 1e6, Burst: 1e6})
+	pub := &rejectingPublication{fakePublication: fx.pub, by: map[topology.Key]string{}, changed: make(chan struct{})}
+	fx.run.pub, fx.run.w.Publication = pub, pub
+	fx.start(2)
+	mark := fx.processed()
+	fx.queueAll(2)
+	fx.waitProcessed(mark, 10)
+	fx.writes()
+	rev := fx.upstream("u-1").Status.Revision
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go fx.run.followClientRejections(ctx, pub)
+	k := topology.Key{Namespace: "ns", Name: "u-1"}
+	programmed := func(what string, status metav1.ConditionStatus, reason string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			u := fx.upstream("u-1")
+			c := meta.FindStatusCondition(u.Status.Conditions, v1alpha1.ConditionProgrammed)
+			if c != nil && c.Status == status && c.Reason == reason {
+				if u.Status.Revision != rev {
+					t.Errorf("%s: revision moved from %d to %d", what, rev, u.Status.Revision)
+				}
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Programmed = %+v; want %s %s", what, c, status, reason)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	pub.reject(k, "1 xDS stream(s) of this replica; resource ns/u-1: bad")
+	programmed("a client rejects", metav1.ConditionFalse, ReasonRejectedByClients)
+	pub.reject(k, "")
+	programmed("no client rejects", metav1.ConditionTrue, v1alpha1.ReasonProgrammed)
+	if got, want := fx.writes(), map[string]int{"*v1alpha1.Upstream/u-1": 2}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("wrote %v; want %v", got, want)
 	}
 }

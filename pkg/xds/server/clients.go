@@ -87,6 +87,12 @@ type TypeState struct {
 	// convergence began (see response): the next ACK ends them all, since
 	// accepting a version accepts the changes of those it supersedes.
 	pending []time.Time
+	// sent and removed are the last response's resources (shared with the
+	// cache: never modified); rejecting are the resources whose last
+	// response to this stream was NACKed, with the client's reason.
+	sent      []*xdscache.Entry
+	removed   []string
+	rejecting map[string]string
 }
 
 // maxPending bounds TypeState.pending: a client that never ACKs while
@@ -142,6 +148,11 @@ type Clients struct {
 	metrics *metrics.Metrics
 	log     *slog.Logger
 	now     func() time.Time
+	// rejected indexes the streams whose last response with a resource
+	// they were sent was NACKed, by resource name, with the reason;
+	// rejectedChanged is closed when it changes.
+	rejected        map[string]map[streamKey]string
+	rejectedChanged chan struct{}
 }
 
 type streamKey struct {
@@ -159,7 +170,8 @@ func NewClients(m *metrics.Metrics, log *slog.Logger) *Clients {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Clients{streams: map[streamKey]*Client{}, metrics: m, log: log, now: time.Now}
+	c := &Clients{streams: map[streamKey]*Client{}, metrics: m, log: log, now: time.Now,
+		rejected: map[string]map[streamKey]string{}, rejectedChanged: make(chan struct{})}
 	if m != nil {
 		for t, url := range xdscache.TypeOrder {
 			short := xdscache.ShortType(url)
@@ -236,7 +248,73 @@ func (c *Clients) closed(k streamKey) {
 	if cl, ok := c.streams[k]; ok {
 		c.gauge(cl.Kind, -1)
 		delete(c.streams, k)
+		changed := false
+		for _, ts := range cl.Types {
+			for name := range ts.rejecting {
+				changed = c.unreject(name, k) || changed
+			}
+		}
+		if changed {
+			c.signalRejected()
+		}
 	}
+}
+
+// Rejection is how this replica's clients answer the current version of a
+// resource: how many streams rejected the last response that carried it,
+// and the reason of the lowest-numbered of them.
+type Rejection struct {
+	Streams int
+	Reason  string
+}
+
+// Rejected says how many connected streams reject a resource now: their
+// last response carrying it was NACKed and no later one carrying it was
+// ACKed. The zero Rejection means none.
+func (c *Clients) Rejected(name string) Rejection {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	by := c.rejected[name]
+	if len(by) == 0 {
+		return Rejection{}
+	}
+	first := streamKey{}
+	for k := range by {
+		if first.protocol == "" || k.protocol < first.protocol || (k.protocol == first.protocol && k.id < first.id) {
+			first = k
+		}
+	}
+	return Rejection{Streams: len(by), Reason: by[first]}
+}
+
+// RejectedChanged is closed the next time what Rejected says of any
+// resource changes.
+func (c *Clients) RejectedChanged() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rejectedChanged
+}
+
+// signalRejected wakes RejectedChanged's waiters; c.mu is held.
+func (c *Clients) signalRejected() {
+	close(c.rejectedChanged)
+	c.rejectedChanged = make(chan struct{})
+}
+
+// unreject forgets that stream k rejects name; c.mu is held.
+func (c *Clients) unreject(name string, k streamKey) bool {
+	by, ok := c.rejected[name]
+	if !ok {
+		return false
+	}
+	if _, ok := by[k]; !ok {
+		return false
+	}
+	delete(by, k)
+	if len(by) == 0 {
+		delete(c.rejected, name)
+	}
+	return true
 }
 
 func (c *Clients) gauge(kind string, delta float64) {
@@ -335,7 +413,9 @@ func (c *Clients) deltaRequest(k streamKey, n *core.Node, typeURL, nonce, errDet
 
 // record records an ACK or a NACK; c.mu is held. A NACK of the last
 // response sent is counted and logged (within bounds) with the client's
-// error detail; the cache does not re-send the rejected version. A NACK
+// error detail, and its resources count as rejected by the stream until a
+// later response carrying them is ACKed (Rejected); the cache does not
+// re-send the rejected version. A NACK
 // whose nonce is not the last one sent answers a response the client has
 // since been sent a newer one for, or none at all: like the cache, the
 // registry ignores it, so a client cannot make it count or log responses
@@ -359,6 +439,7 @@ func (c *Clients) record(cl *Client, n *core.Node, typeURL, nonce, errDetail str
 		detail := truncate(errDetail, maxNACKDetail)
 		ts.NACKs++
 		ts.LastNACK = &NACK{Version: ts.LastSentVersion, Nonce: nonce, Error: detail, At: now}
+		c.rejectSent(cl, ts, detail)
 		if c.metrics != nil && t >= 0 {
 			c.byType[t].nacks.Inc()
 		}
@@ -380,14 +461,62 @@ func (c *Clients) record(cl *Client, n *core.Node, typeURL, nonce, errDetail str
 		}
 		ts.pending = ts.pending[:0]
 	}
+	if len(ts.rejecting) > 0 {
+		c.acceptSent(cl, ts)
+	}
 }
 
-// response records a response about to be sent. published is when its
-// version was applied to the cache (zero when unknown); a version the
-// stream has not been sent before begins to converge then, or at the
-// stream's last request of the type when that is later (a new
+// rejectSent records that stream cl rejects every resource of its last
+// response; c.mu is held.
+func (c *Clients) rejectSent(cl *Client, ts *TypeState, detail string) {
+	if len(ts.sent) == 0 {
+		return
+	}
+	if ts.rejecting == nil {
+		ts.rejecting = map[string]string{}
+	}
+	k := streamKey{cl.Protocol, cl.Stream}
+	for _, e := range ts.sent {
+		ts.rejecting[e.Name] = detail
+		by := c.rejected[e.Name]
+		if by == nil {
+			by = map[streamKey]string{}
+			c.rejected[e.Name] = by
+		}
+		by[k] = detail
+	}
+	c.signalRejected()
+}
+
+// acceptSent records that stream cl accepts the resources of its last
+// response, and no longer has those it removed; c.mu is held.
+func (c *Clients) acceptSent(cl *Client, ts *TypeState) {
+	k := streamKey{cl.Protocol, cl.Stream}
+	changed := false
+	for _, e := range ts.sent {
+		if _, ok := ts.rejecting[e.Name]; ok {
+			delete(ts.rejecting, e.Name)
+			changed = c.unreject(e.Name, k) || changed
+		}
+	}
+	for _, name := range ts.removed {
+		if _, ok := ts.rejecting[name]; ok {
+			delete(ts.rejecting, name)
+			changed = c.unreject(name, k) || changed
+		}
+	}
+	if changed {
+		c.signalRejected()
+	}
+}
+
+// response records a response about to be sent: its version, nonce and
+// resources (entries, and the names a delta response removes). published
+// is when its version was applied to the cache (zero when unknown); a
+// version the stream has not been sent before begins to converge then, or
+// at the stream's last request of the type when that is later (a new
 // subscription is answered with whatever version is current, however old).
-func (c *Clients) response(k streamKey, typeURL, version, nonce string, count int, published time.Time) {
+func (c *Clients) response(k streamKey, typeURL, version, nonce string, entries []*xdscache.Entry, removed []string, published time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cl := c.streams[k]
@@ -407,7 +536,8 @@ func (c *Clients) response(k streamKey, typeURL, version, nonce string, count in
 			ts.pending[maxPending-1] = began
 		}
 	}
-	ts.LastSentVersion, ts.LastSentNonce, ts.LastSentCount = version, nonce, count
+	ts.LastSentVersion, ts.LastSentNonce, ts.LastSentCount = version, nonce, len(entries)+len(removed)
+	ts.sent, ts.removed = entries, removed
 	ts.Pushes++
 	if c.metrics != nil && t >= 0 {
 		c.byType[t].pushes.Inc()

@@ -143,7 +143,7 @@ func TestACKAllocatesO1(t *testing.T) {
 		if len(out) != 1 || len(out[0].Entries) != n {
 			t.Fatalf("first response: %d responses", len(out))
 		}
-		x.clients.response(key, out[0].TypeURL, out[0].Version, out[0].Nonce, n, time.Time{})
+		x.clients.response(key, out[0].TypeURL, out[0].Version, out[0].Nonce, out[0].Entries, out[0].Removed, time.Time{})
 		ack, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: list, VersionInfo: "v1", ResponseNonce: out[0].Nonce})
 		nonce := out[0].Nonce
 		frames := framesOf(ack, frameSize)

@@ -241,7 +241,7 @@ func benchPoiseSotwClasses(b *testing.B, f *fixture, n, k int) {
 		}
 		r := cl.out[0]
 		published, _ := c.PublishedAt(r.Version)
-		x.clients.response(cl.key, r.TypeURL, r.Version, r.Nonce, len(r.Entries), published)
+		x.clients.response(cl.key, r.TypeURL, r.Version, r.Nonce, r.Entries, r.Removed, published)
 		if _, err := proto.Marshal(sotwResponse(r)); err != nil {
 			b.Fatal(err)
 		}
@@ -289,7 +289,7 @@ func benchPoiseDelta(b *testing.B, f *fixture, n int) {
 		}
 		r := cl.out[0]
 		published, _ := c.PublishedAt(r.Version)
-		x.clients.response(cl.key, r.TypeURL, r.Version, r.Nonce, len(r.Entries), published)
+		x.clients.response(cl.key, r.TypeURL, r.Version, r.Nonce, r.Entries, r.Removed, published)
 		if _, err := proto.Marshal(deltaResponse(r)); err != nil {
 			b.Fatal(err)
 		}

@@ -77,3 +77,50 @@ func TestHostileNACKs(t *testing.T) {
 		t.Fatalf("%d NACK log lines, %d bytes of log; want one line of at most a few KiB without the client's version", lines, len(logged))
 	}
 }
+
+// TestRejectedResources: a NACK makes every resource of the rejected
+// response rejected by that stream, with its reason, until a later
+// response carrying the resource is ACKed or the stream goes; streams count
+// separately, and RejectedChanged signals each change.
+func TestRejectedResources(t *testing.T) {
+	h := newHarness(t)
+	publishV1(t, h)
+	one, two := startEnvoy(t, h, "envoy-1"), startEnvoy(t, h, "envoy-2")
+	for _, name := range []string{"c1", "c2"} {
+		if r := h.clients.Rejected(name); r != (server.Rejection{}) {
+			t.Fatalf("%s rejected after ACKs: %+v", name, r)
+		}
+	}
+
+	changed := h.clients.RejectedChanged()
+	h.apply("v2", put(0, EDS, entry(t, "v2", cla("c1", 9001))))
+	bad1, bad2 := one.expect(EDS, "v2", "c1"), two.expect(EDS, "v2", "c1")
+	one.nack(bad1, "v1", "port 9001 refused")
+	eventually(t, "c1 rejected by one stream", func() bool { return h.clients.Rejected("c1").Streams == 1 })
+	<-changed
+	if r := h.clients.Rejected("c1"); r.Streams != 1 || r.Reason != "port 9001 refused" {
+		t.Errorf("c1: %+v; want rejected by one stream with the client's reason", r)
+	}
+	// c2 was not in the rejected response
+	if r := h.clients.Rejected("c2"); r != (server.Rejection{}) {
+		t.Errorf("c2: %+v; want not rejected", r)
+	}
+	two.nack(bad2, "v1", "also refused")
+	eventually(t, "c1 rejected by two streams", func() bool { return h.clients.Rejected("c1").Streams == 2 })
+	if r := h.clients.Rejected("c1"); r.Reason != "port 9001 refused" {
+		t.Errorf("c1: %+v; want the reason of the lowest-numbered stream", r)
+	}
+
+	// a fix, ACKed by one: only the other still rejects
+	h.apply("v3", put(0, EDS, entry(t, "v3", cla("c1", 8001))))
+	one.ack(one.expect(EDS, "v3", "c1"))
+	eventually(t, "c1 rejected by one stream after one ACK", func() bool { return h.clients.Rejected("c1").Streams == 1 })
+	if r := h.clients.Rejected("c1"); r.Reason != "also refused" {
+		t.Errorf("c1 after the first ACK: %+v; want the other stream's reason", r)
+	}
+	// the other stream goes away: nothing is rejected
+	two.close()
+	eventually(t, "nothing rejected after the stream closed", func() bool {
+		return h.clients.Rejected("c1") == (server.Rejection{})
+	})
+}

@@ -290,7 +290,7 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 			for _, r := range out {
 				published, _ := x.cache.PublishedAt(r.Version)
 				// Recorded before sending, so an ACK can never arrive before its nonce is known.
-				x.clients.response(key, r.TypeURL, r.Version, r.Nonce, len(r.Entries)+len(r.Removed), published)
+				x.clients.response(key, r.TypeURL, r.Version, r.Nonce, r.Entries, r.Removed, published)
 				sending := time.Now()
 				if err := x.send(ss, hold, r, envelope); err != nil {
 					return streamEnd(err)
