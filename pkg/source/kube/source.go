@@ -66,6 +66,8 @@ type Source struct {
 	// last read (a ReasonServiceNotFound, ReasonPortNotFound or ReasonResolved)
 	refs    map[topology.Key]string
 	changed chan struct{} // closed when rejections or refs change
+	// readErr is the last error reading an object (which is retried).
+	readErr error
 }
 
 // Rejection is why an object is not in the topology (its last accepted
@@ -351,6 +353,9 @@ func (s *Source) sync(ctx context.Context) {
 		o, rej, err := s.read(ctx, ref)
 		if err != nil {
 			s.Log.Error("reading object failed; will retry", "object", ref.String(), "error", err)
+			s.mu.Lock()
+			s.readErr = fmt.Errorf("%s: %w", ref, err)
+			s.mu.Unlock()
 			s.retry(ref)
 			continue
 		}
