@@ -3,18 +3,20 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"runtime"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/manifest"
 	"poise.dev/poise/pkg/topology"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with -ldflags "-X main.version=..."; when
+// it is not, the build information says (see buildVersion).
 var version = "dev"
 
 const (
@@ -23,45 +25,82 @@ const (
 	exitUsage   = 2 // the command line is wrong
 )
 
-const usage = `usage: controlplane <command> [flags]
+// exitCode ends a command that has said why on stderr with that code.
+type exitCode int
 
-commands:
-  serve     -f PATH... [--xds-address ADDR] [--admin-address ADDR] [--tls-cert F --tls-key F [--tls-client-ca F]]
-            serve the manifests over xDS (ADS) and watch them for changes
-  serve     --source=kubernetes [--kubeconfig F] [--namespace NS] [--leader-election-namespace NS] ...
-            serve Upstream, Locality and EndpointSet objects (and imported Services) from the cluster
-  explain   -f PATH... [--upstream NS/NAME] [-o text|json] [--simulate N --seed S]
-            [--from REGION/ZONE[/SUBZONE] [--demand REGION/ZONE=N,...]]
-            show the whole priority → locality → endpoint derivation, and with --from
-            what clients in that locality receive under the upstream's localityAffinity
-  explain-route -f PATH... --domain D --product P [--bbox B] [--crs C] [--path P] [--request-id ID] [-o text|json]
-            show how a spatial request is routed: residency, health, locality, result
-  validate  -f PATH...   check manifests as the control plane would, without serving
-  version   print the version
-`
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
+
+// command wraps a command body that returns an exit code as cobra's RunE.
+func command(c *cobra.Command, body func(cmd *cobra.Command, args []string) int) *cobra.Command {
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if code := body(cmd, args); code != exitOK {
+			return exitCode(code)
+		}
+		return nil
+	}
+	return c
+}
+
+// noArgs refuses positional arguments: manifests are given with -f.
+func noArgs(_ *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("unexpected argument %q (manifests are given with -f)", args[0])
+	}
+	return nil
+}
+
+// newRoot is the controlplane command and its subcommands, writing to
+// stdout and stderr.
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	info := buildVersion()
+	root := &cobra.Command{
+		Use:   "controlplane",
+		Short: "Poise: a Kubernetes-native Envoy xDS control plane",
+		Long: `controlplane serves Upstream, Locality and EndpointSet objects (from manifest
+files or the cluster) to Envoy and gRPC over xDS, and explains, offline, the
+priority → locality → endpoint derivation it publishes.`,
+		Version:       info.Version,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetVersionTemplate(info.text())
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(newServeCmd(stdout, stderr), newExplainCmd(stdout, stderr), newExplainRouteCmd(stdout, stderr),
+		newValidateCmd(stdout, stderr), newVersionCmd(stdout, stderr, info), newStatusCmd(stdout, stderr))
+	// cobra's completion command, which without this prints its help for
+	// a shell it does not know
+	root.InitDefaultCompletionCmd()
+	if c, _, err := root.Find([]string{"completion"}); err == nil && c.Name() == "completion" {
+		c.RunE = func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return errors.New("completion needs a shell: bash, zsh, fish or powershell")
+			}
+			return fmt.Errorf("completion %q: want bash, zsh, fish or powershell", args[0])
+		}
+	}
+	return root
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		// with no command: the usage, on stderr, as a usage error
+		root.SetOut(stderr)
+		root.Usage()
 		return exitUsage
 	}
-	switch args[0] {
-	case "explain":
-		return runExplain(args[1:], stdout, stderr)
-	case "explain-route":
-		return runExplainRoute(args[1:], stdout, stderr)
-	case "validate":
-		return runValidate(args[1:], stdout, stderr)
-	case "serve":
-		return runServe(args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintf(stdout, "controlplane %s (%s)\n", version, runtime.Version())
-		return exitOK
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "unknown command %q\n\n%s", args[0], usage)
+	var code exitCode
+	if errors.As(err, &code) {
+		return int(code)
+	}
+	// cobra's own errors: an unknown command or flag, a bad flag value
+	fmt.Fprintf(stderr, "error: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
 	return exitUsage
 }
 
@@ -69,6 +108,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 type paths []string
 
 func (p *paths) String() string { return strings.Join(*p, ",") }
+func (p *paths) Type() string   { return "path" }
 func (p *paths) Set(v string) error {
 	for _, s := range strings.Split(v, ",") {
 		if s != "" {
@@ -78,10 +118,9 @@ func (p *paths) Set(v string) error {
 	return nil
 }
 
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
+// fileFlag adds -f/--file to fs.
+func fileFlag(fs *pflag.FlagSet, p *paths, usage string) {
+	fs.VarP(p, "file", "f", usage)
 }
 
 // load reads manifests into a fresh Directory and returns its snapshot,
@@ -158,13 +197,18 @@ func indent(s string) string {
 	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
 }
 
-func runValidate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("validate", stderr)
+func newValidateCmd(stdout, stderr io.Writer) *cobra.Command {
 	var files paths
-	fs.Var(&files, "f", "manifest file or directory (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	c := &cobra.Command{
+		Use:   "validate -f PATH...",
+		Short: "Check manifests as the control plane would, without serving",
+		Args:  noArgs,
 	}
+	fileFlag(c.Flags(), &files, "manifest file or directory (repeatable, or comma-separated)")
+	return command(c, func(*cobra.Command, []string) int { return runValidate(files, stdout, stderr) })
+}
+
+func runValidate(files paths, stdout, stderr io.Writer) int {
 	snap, set, ok := load(files, stderr)
 	if !ok {
 		return exitInvalid
@@ -190,17 +234,39 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func runExplain(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("explain", stderr)
-	var files paths
-	fs.Var(&files, "f", "manifest file or directory (repeatable)")
-	only := fs.String("upstream", "", "explain only this upstream (NAMESPACE/NAME, or NAME in namespace default)")
-	output := fs.String("o", "text", "output format: text or json")
-	simulate := fs.Uint64("simulate", 0, "draw N picks with the seeded picker and show observed counts")
-	seed := fs.Uint64("seed", 1, "seed of the simulated picks")
-	from := fs.String("from", "", "explain also what clients in this locality receive (REGION/ZONE[/SUBZONE])")
-	demand := fs.String("demand", "", "the demand of each client zone for Balanced upstreams (REGION/ZONE=N,..., N in 1..1000000)")
-	if !parseReportFlags(fs, args, output, stderr) {
+func newExplainCmd(stdout, stderr io.Writer) *cobra.Command {
+	var o explainOptions
+	c := &cobra.Command{
+		Use:   "explain -f PATH...",
+		Short: "Show the whole priority → locality → endpoint derivation",
+		Long: `explain shows the whole priority → locality → endpoint derivation of each
+upstream in the manifests, and with --from what clients in that locality
+receive under the upstream's localityAffinity.`,
+		Example: `  controlplane explain -f examples --upstream shop/checkout
+  controlplane explain -f examples -o json --simulate 20000 --seed 7
+  controlplane explain -f examples --from eu-west/a --demand eu-west/a=3,eu-west/b=1`,
+		Args: noArgs,
+	}
+	fs := c.Flags()
+	fileFlag(fs, &o.files, "manifest file or directory (repeatable, or comma-separated)")
+	fs.StringVar(&o.only, "upstream", "", "explain only this upstream (NAMESPACE/NAME, or NAME in namespace default)")
+	fs.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	fs.Uint64Var(&o.simulate, "simulate", 0, "draw N picks with the seeded picker and show observed counts")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the simulated picks")
+	fs.StringVar(&o.from, "from", "", "explain also what clients in this locality receive (REGION/ZONE[/SUBZONE])")
+	fs.StringVar(&o.demand, "demand", "", "the demand of each client zone for Balanced upstreams (REGION/ZONE=N,..., N in 1..1000000)")
+	return command(c, func(cmd *cobra.Command, _ []string) int { return runExplain(cmd.Flags(), o, stdout, stderr) })
+}
+
+type explainOptions struct {
+	files                      paths
+	only, output, from, demand string
+	simulate, seed             uint64
+}
+
+func runExplain(fs *pflag.FlagSet, o explainOptions, stdout, stderr io.Writer) int {
+	files, only, output, simulate, seed, from, demand := o.files, &o.only, &o.output, &o.simulate, &o.seed, &o.from, &o.demand
+	if !checkOutput(*output, stderr) {
 		return exitUsage
 	}
 	const maxSimulate = 1_000_000_000
@@ -255,11 +321,9 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 
 // classFlags reads --from and --demand; nil options when --from is not
 // given. An empty flag that was given is refused rather than ignored.
-func classFlags(fs *flag.FlagSet, from, demand string, stderr io.Writer) (*explain.ClassOptions, bool) {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if !set["from"] {
-		if set["demand"] {
+func classFlags(fs *pflag.FlagSet, from, demand string, stderr io.Writer) (*explain.ClassOptions, bool) {
+	if !fs.Changed("from") {
+		if fs.Changed("demand") {
 			fmt.Fprintln(stderr, "error: --demand needs --from REGION/ZONE: the demand divides the split for the clients of one zone")
 			return nil, false
 		}
@@ -271,7 +335,7 @@ func classFlags(fs *flag.FlagSet, from, demand string, stderr io.Writer) (*expla
 		return nil, false
 	}
 	opts := &explain.ClassOptions{From: f}
-	if set["demand"] {
+	if fs.Changed("demand") {
 		if opts.Demand, err = explain.ParseDemand(demand); err != nil {
 			fmt.Fprintf(stderr, "error: --demand %v\n", err)
 			return nil, false
@@ -280,18 +344,10 @@ func classFlags(fs *flag.FlagSet, from, demand string, stderr io.Writer) (*expla
 	return opts, true
 }
 
-// parseReportFlags parses the flags of a command that prints a report: no arguments
-// besides flags, and -o text or json. It reports usage errors on stderr.
-func parseReportFlags(fs *flag.FlagSet, args []string, output *string, stderr io.Writer) bool {
-	if err := fs.Parse(args); err != nil {
-		return false
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "error: unexpected argument %q (manifests are given with -f)\n", fs.Arg(0))
-		return false
-	}
-	if *output != "text" && *output != "json" {
-		fmt.Fprintf(stderr, "error: -o %q: want text or json\n", *output)
+// checkOutput checks the -o of a command that prints a report: text or json.
+func checkOutput(output string, stderr io.Writer) bool {
+	if output != "text" && output != "json" {
+		fmt.Fprintf(stderr, "error: -o %q: want text or json\n", output)
 		return false
 	}
 	return true

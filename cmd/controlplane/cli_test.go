@@ -212,7 +212,7 @@ func TestVersionAndHelp(t *testing.T) {
 	}
 	for _, h := range []string{"help", "-h", "--help"} {
 		code, stdout, _ := runCLI(h)
-		if code != exitOK || !strings.Contains(stdout, "usage: controlplane") {
+		if code != exitOK || !strings.Contains(stdout, "Usage:\n  controlplane [command]") {
 			t.Errorf("%s: exit %d, stdout %q", h, code, stdout)
 		}
 	}
@@ -383,8 +383,8 @@ func TestErrors(t *testing.T) {
 		code   int
 		stderr []string // each must appear in stderr
 	}{
-		{"no args", nil, exitUsage, []string{"usage: controlplane"}},
-		{"unknown command", []string{"serve-all"}, exitUsage, []string{`unknown command "serve-all"`, "usage: controlplane"}},
+		{"no args", nil, exitUsage, []string{"Usage:\n  controlplane [command]", "serve ", "explain "}},
+		{"unknown command", []string{"serve-all"}, exitUsage, []string{`unknown command "serve-all"`, "Run 'controlplane --help' for usage."}},
 		{"explain without -f", []string{"explain"}, exitInvalid, []string{"-f PATH is required"}},
 		{"serve without -f", []string{"serve"}, exitUsage, []string{"-f PATH is required"}},
 		{"serve bad log level", []string{"serve", "-f", examples, "--log-level", "loud"}, exitUsage, []string{`--log-level "loud"`}},
@@ -401,9 +401,11 @@ func TestErrors(t *testing.T) {
 		{"validate without -f", []string{"validate"}, exitInvalid, []string{"-f PATH is required"}},
 		{"empty -f", []string{"validate", "-f", ""}, exitInvalid, []string{"-f PATH is required"}},
 		{"bad -o", []string{"explain", "-f", examples, "-o", "yaml"}, exitUsage, []string{`-o "yaml": want text or json`}},
-		{"unknown flag", []string{"explain", "--frobnicate"}, exitUsage, []string{"flag provided but not defined: -frobnicate"}},
+		{"unknown flag", []string{"explain", "--frobnicate"}, exitUsage, []string{"unknown flag: --frobnicate", "Run 'controlplane explain --help' for usage."}},
+		{"single-dash long flag", []string{"explain", "-upstream", "shop/checkout"}, exitUsage, []string{"unknown shorthand flag: 'u' in -upstream"}},
+		{"validate positional argument", []string{"validate", "-f", examples, "extra.yaml"}, exitUsage, []string{`unexpected argument "extra.yaml"`}},
 		{"positional argument", []string{"explain", "-f", examples, "extra.yaml"}, exitUsage, []string{`unexpected argument "extra.yaml"`}},
-		{"bad --simulate", []string{"explain", "-f", examples, "--simulate", "-1"}, exitUsage, []string{"invalid value"}},
+		{"bad --simulate", []string{"explain", "-f", examples, "--simulate", "-1"}, exitUsage, []string{`invalid argument "-1" for "--simulate" flag`}},
 		{"too many picks", []string{"explain", "-f", examples, "--simulate", "1000000001"}, exitUsage, []string{"at most 1000000000 picks"}},
 		{"nonexistent file", []string{"validate", "-f", missing}, exitInvalid, []string{missing, "no such file"}},
 		{"nonexistent file explain", []string{"explain", "-f", valid, "-f", missing}, exitInvalid, []string{missing}},
@@ -447,9 +449,10 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-// TestBinary builds the real command and runs it, checking exit codes as a
-// shell sees them.
-func TestBinary(t *testing.T) {
+// buildBinary builds the command with main.version set to version, or
+// skips the test in -short mode or without a go tool.
+func buildBinary(t *testing.T, version string) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
@@ -458,10 +461,17 @@ func TestBinary(t *testing.T) {
 		t.Skip("no go tool in PATH")
 	}
 	bin := filepath.Join(t.TempDir(), "controlplane")
-	build := exec.Command(goTool, "build", "-ldflags", "-X main.version=v0.0.0-test", "-o", bin, ".")
+	build := exec.Command(goTool, "build", "-ldflags", "-X main.version="+version, "-o", bin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	return bin
+}
+
+// TestBinary builds the real command and runs it, checking exit codes as a
+// shell sees them.
+func TestBinary(t *testing.T) {
+	bin := buildBinary(t, "v0.0.0-test")
 	invalid := write(t, t.TempDir(), "bad.yaml", upstream("web")+"spec: {panicThreshold: 101}\n")
 	// a 1 MB anchor used 3,000 times: 3 GB once expanded
 	bomb := write(t, t.TempDir(), "bomb.yaml", "apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata:\n  name: bomb\n  namespace: shop\n"+

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/source/files"
@@ -22,10 +24,21 @@ import (
 	"poise.dev/poise/pkg/xds/xdscache"
 )
 
-func runServe(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("serve", stderr)
+func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "serve (-f PATH... | --source=kubernetes)",
+		Short: "Serve the topology over xDS (ADS) and watch it for changes",
+		Long: `serve publishes every upstream over ADS (SotW and Delta) to Envoy and gRPC:
+from manifest files (-f, watched for changes) or, with --source=kubernetes,
+from the cluster's Upstream, Locality and EndpointSet objects and imported
+Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
+		Example: `  controlplane serve -f examples
+  controlplane serve --source=kubernetes --namespace shop --log-format json`,
+		Args: noArgs,
+	}
+	fs := c.Flags()
 	var manifestPaths paths
-	fs.Var(&manifestPaths, "f", "manifest file or directory to serve and watch (repeatable)")
+	fileFlag(fs, &manifestPaths, "manifest file or directory to serve and watch (repeatable, or comma-separated)")
 	xdsAddr := fs.String("xds-address", "127.0.0.1:18000", "gRPC address for xDS (ADS SotW and Delta)")
 	adminAddr := fs.String("admin-address", "127.0.0.1:19000", "HTTP address for /healthz, /readyz, /metrics, /debug (explain, clients, pprof): keep it on loopback")
 	metricsAddr := fs.String("metrics-address", "", "HTTP address serving only /healthz, /readyz and /metrics, for probes and scrapers (empty: none)")
@@ -59,82 +72,81 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		"export poise_upstream_locality_traffic, a series per (upstream, priority, locality): the most numerous of the per-upstream gauges")
 	maxUpstreamGauges := fs.Int("metrics-max-upstreams", metrics.DefaultMaxUpstreams,
 		"upstreams with per-upstream gauges, at most (the first seen; 0: none); the others are logged once and have their figures in status and /debug/explain")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	log, err := newLogger(stderr, *logLevel, *logFormat)
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitUsage
-	}
-	switch {
-	case *debounce < 0 || *debounceMax < 0:
-		fmt.Fprintln(stderr, "error: --debounce and --debounce-max must not be negative")
-		return exitUsage
-	case *debounceMax != 0 && *debounceMax < *debounce:
-		fmt.Fprintf(stderr, "error: --debounce-max %v is shorter than --debounce %v: a burst could never be applied on quiet\n", *debounceMax, *debounce)
-		return exitUsage
-	case *settle < 0:
-		fmt.Fprintln(stderr, "error: --settle must not be negative")
-		return exitUsage
-	case *drain < 0:
-		fmt.Fprintln(stderr, "error: --drain-period must not be negative")
-		return exitUsage
-	case *maxStreams < 1 || *maxPerConn < 1:
-		fmt.Fprintln(stderr, "error: --xds-max-streams and --xds-max-streams-per-connection must be at least 1")
-		return exitUsage
-	case *kubeQPS <= 0 || *kubeBurst <= 0:
-		fmt.Fprintln(stderr, "error: --kube-api-qps and --kube-api-burst must be positive")
-		return exitUsage
-	case *maxClasses < 1 || *maxClasses > 4096:
-		fmt.Fprintf(stderr, "error: --max-client-classes %d: want 1 to 4096\n", *maxClasses)
-		return exitUsage
-	case *maxUpstreamGauges < 0:
-		fmt.Fprintln(stderr, "error: --metrics-max-upstreams must not be negative")
-		return exitUsage
-	case *statusWriters <= 0:
-		fmt.Fprintln(stderr, "error: --status-writers must be positive")
-		return exitUsage
-	case *statusShare <= 0 || *statusShare > 1:
-		fmt.Fprintf(stderr, "error: --status-write-share %v: want a part of the client's budget, above 0 and at most 1\n", *statusShare)
-		return exitUsage
-	case *source != "files" && *source != "kubernetes":
-		fmt.Fprintf(stderr, "error: --source %q: want files or kubernetes\n", *source)
-		return exitUsage
-	case *source == "files" && len(manifestPaths) == 0:
-		fmt.Fprintln(stderr, "error: -f PATH is required (a manifest file or directory)")
-		return exitUsage
-	case *source == "kubernetes" && len(manifestPaths) > 0:
-		fmt.Fprintln(stderr, "error: -f is for --source=files; with --source=kubernetes the topology comes from the cluster")
-		return exitUsage
-	}
-	var tlsCfg *server.TLS
-	if *tlsCert != "" || *tlsKey != "" || *tlsCA != "" {
-		tlsCfg = &server.TLS{CertFile: *tlsCert, KeyFile: *tlsKey, ClientCAFile: *tlsCA}
-	}
-	spatial, err := parseSpatialListener(*spatialListen)
-	if err != nil {
-		fmt.Fprintf(stderr, "error: --spatial-listener %q: %v\n", *spatialListen, err)
-		return exitUsage
-	}
-	if *maxUpstreamGauges == 0 {
-		*maxUpstreamGauges = -1 // Config's zero is the default
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err = controlplane.Run(ctx, controlplane.Config{
-		Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace, LeaderElectionID: *leID,
-		XDSAddress: *xdsAddr, AdminAddress: *adminAddr, MetricsAddress: *metricsAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn,
-		MaxClientClasses: *maxClasses, MetricsNoLocalityGauges: !*localityGauges, MetricsMaxUpstreams: *maxUpstreamGauges,
-		DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Settle: settleOf(*settle), Spatial: spatial,
-		KubeQPS: *kubeQPS, KubeBurst: *kubeBurst, StatusShare: *statusShare, StatusWriters: *statusWriters,
-		Log: log, Out: stdout, Version: version,
+	return command(c, func(*cobra.Command, []string) int {
+		log, err := newLogger(stderr, *logLevel, *logFormat)
+		if err != nil {
+			fmt.Fprintf(stderr, "error: %v\n", err)
+			return exitUsage
+		}
+		switch {
+		case *debounce < 0 || *debounceMax < 0:
+			fmt.Fprintln(stderr, "error: --debounce and --debounce-max must not be negative")
+			return exitUsage
+		case *debounceMax != 0 && *debounceMax < *debounce:
+			fmt.Fprintf(stderr, "error: --debounce-max %v is shorter than --debounce %v: a burst could never be applied on quiet\n", *debounceMax, *debounce)
+			return exitUsage
+		case *settle < 0:
+			fmt.Fprintln(stderr, "error: --settle must not be negative")
+			return exitUsage
+		case *drain < 0:
+			fmt.Fprintln(stderr, "error: --drain-period must not be negative")
+			return exitUsage
+		case *maxStreams < 1 || *maxPerConn < 1:
+			fmt.Fprintln(stderr, "error: --xds-max-streams and --xds-max-streams-per-connection must be at least 1")
+			return exitUsage
+		case *kubeQPS <= 0 || *kubeBurst <= 0:
+			fmt.Fprintln(stderr, "error: --kube-api-qps and --kube-api-burst must be positive")
+			return exitUsage
+		case *maxClasses < 1 || *maxClasses > 4096:
+			fmt.Fprintf(stderr, "error: --max-client-classes %d: want 1 to 4096\n", *maxClasses)
+			return exitUsage
+		case *maxUpstreamGauges < 0:
+			fmt.Fprintln(stderr, "error: --metrics-max-upstreams must not be negative")
+			return exitUsage
+		case *statusWriters <= 0:
+			fmt.Fprintln(stderr, "error: --status-writers must be positive")
+			return exitUsage
+		case *statusShare <= 0 || *statusShare > 1:
+			fmt.Fprintf(stderr, "error: --status-write-share %v: want a part of the client's budget, above 0 and at most 1\n", *statusShare)
+			return exitUsage
+		case *source != "files" && *source != "kubernetes":
+			fmt.Fprintf(stderr, "error: --source %q: want files or kubernetes\n", *source)
+			return exitUsage
+		case *source == "files" && len(manifestPaths) == 0:
+			fmt.Fprintln(stderr, "error: -f PATH is required (a manifest file or directory)")
+			return exitUsage
+		case *source == "kubernetes" && len(manifestPaths) > 0:
+			fmt.Fprintln(stderr, "error: -f is for --source=files; with --source=kubernetes the topology comes from the cluster")
+			return exitUsage
+		}
+		var tlsCfg *server.TLS
+		if *tlsCert != "" || *tlsKey != "" || *tlsCA != "" {
+			tlsCfg = &server.TLS{CertFile: *tlsCert, KeyFile: *tlsKey, ClientCAFile: *tlsCA}
+		}
+		spatial, err := parseSpatialListener(*spatialListen)
+		if err != nil {
+			fmt.Fprintf(stderr, "error: --spatial-listener %q: %v\n", *spatialListen, err)
+			return exitUsage
+		}
+		if *maxUpstreamGauges == 0 {
+			*maxUpstreamGauges = -1 // Config's zero is the default
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		err = controlplane.Run(ctx, controlplane.Config{
+			Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace, LeaderElectionID: *leID,
+			XDSAddress: *xdsAddr, AdminAddress: *adminAddr, MetricsAddress: *metricsAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn,
+			MaxClientClasses: *maxClasses, MetricsNoLocalityGauges: !*localityGauges, MetricsMaxUpstreams: *maxUpstreamGauges,
+			DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Settle: settleOf(*settle), Spatial: spatial,
+			KubeQPS: *kubeQPS, KubeBurst: *kubeBurst, StatusShare: *statusShare, StatusWriters: *statusWriters,
+			Log: log, Out: stdout, BannerFormat: *logFormat, Version: buildVersion().Version,
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "error: %v\n", err)
+			return exitInvalid
+		}
+		return exitOK
 	})
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitInvalid
-	}
-	return exitOK
 }
 
 // settleOf is the files source's Settle for --settle, where 0 turns the

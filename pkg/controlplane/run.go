@@ -82,10 +82,13 @@ type Config struct {
 	// a file to less than half of its objects is applied only once it has
 	// lasted this long (files.Source.Settle). 0: the source's default;
 	// negative: at once.
-	Settle  time.Duration
-	Log     *slog.Logger
-	Out     io.Writer // where the start-up banner goes; nil for none
-	Version string
+	Settle time.Duration
+	Log    *slog.Logger
+	Out    io.Writer // where the start-up banner goes; nil for none
+	// BannerFormat is "json" for a banner that is one JSON object (a log
+	// record beside the others under --log-format json); else text.
+	BannerFormat string
+	Version      string
 	// Started, when set, is called once both ports listen.
 	Started func(Addrs)
 }
@@ -104,8 +107,36 @@ var libraryLogs sync.Once
 func routeLibraryLogs(log *slog.Logger) {
 	libraryLogs.Do(func() {
 		ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
-		klog.SetLogger(logr.FromSlogHandler(log.Handler()))
+		klog.SetLoggerWithOptions(logr.FromSlogHandler(log.Handler()), klog.WriteKlogBuffer(klogWriter(log)))
 	})
+}
+
+// klogWriter logs klog's unstructured lines (klog.Warning, Infof, ...) at
+// their own level. Through a logr.Logger klog hands a warning to Info, so
+// it would read as INFO; given a writer, it hands over the formatted line,
+// whose header ("W0102 15:04:05.000000 42 file.go:7] ") names the severity.
+// Structured calls (InfoS, ErrorS, V(n)) still go through the logr.Logger.
+func klogWriter(log *slog.Logger) func([]byte) {
+	return func(line []byte) {
+		text := strings.TrimRight(string(line), "\n")
+		level := slog.LevelInfo
+		if text != "" {
+			switch text[0] {
+			case 'W':
+				level = slog.LevelWarn
+			case 'E', 'F':
+				level = slog.LevelError
+			}
+		}
+		var attrs []any
+		if i := strings.Index(text, "] "); i >= 0 {
+			if f := strings.Fields(text[:i]); len(f) == 4 {
+				attrs = append(attrs, "caller", f[3])
+			}
+			text = text[i+2:]
+		}
+		log.Log(context.Background(), level, text, attrs...)
+	}
 }
 
 // Run runs the control plane until ctx is done: the source fills the
@@ -276,19 +307,11 @@ func Run(ctx context.Context, cfg Config) error {
 		metricsSrv = &http.Server{Handler: admin.HealthHandler(sources), ReadHeaderTimeout: 10 * time.Second}
 	}
 
-	fmt.Fprintf(out, "poise control plane %s (instance %s)\n", cfg.Version, instance)
-	fmt.Fprintf(out, "  xDS (ADS, SotW and Delta): %s%s\n", xdsLis.Addr(), tlsNote(cfg.TLS))
-	fmt.Fprintf(out, "  admin:                     http://%s (/readyz /metrics /debug/explain /debug/clients /map)\n", adminLis.Addr())
 	addrs := Addrs{XDS: xdsLis.Addr().String(), Admin: adminLis.Addr().String(), Instance: instance}
 	if metricsLis != nil {
 		addrs.Metrics = metricsLis.Addr().String()
-		fmt.Fprintf(out, "  metrics:                   http://%s (/healthz /readyz /metrics)\n", metricsLis.Addr())
 	}
-	if cfg.Source == "kubernetes" {
-		fmt.Fprintf(out, "  source:                    kubernetes (namespace %q)\n", cfg.Namespace)
-	} else {
-		fmt.Fprintf(out, "  watching:                  %v\n", cfg.Paths)
-	}
+	writeBanner(out, cfg, addrs)
 	log.Info("serving", "xds", xdsLis.Addr().String(), "admin", adminLis.Addr().String(), "instance", instance)
 	if cfg.Started != nil {
 		cfg.Started(addrs)
@@ -333,6 +356,36 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// writeBanner says where the control plane listens and what it serves: a
+// few aligned lines, or with Config.BannerFormat "json" one JSON record.
+func writeBanner(out io.Writer, cfg Config, a Addrs) {
+	if cfg.BannerFormat == "json" {
+		attrs := []any{"version", cfg.Version, "instance", a.Instance, "xds", a.XDS,
+			"transport", strings.Trim(tlsNote(cfg.TLS), " ()"), "admin", a.Admin}
+		if a.Metrics != "" {
+			attrs = append(attrs, "metrics", a.Metrics)
+		}
+		if cfg.Source == "kubernetes" {
+			attrs = append(attrs, "source", "kubernetes", "namespace", cfg.Namespace)
+		} else {
+			attrs = append(attrs, "source", "files", "watching", cfg.Paths)
+		}
+		slog.New(slog.NewJSONHandler(out, nil)).Info("poise control plane", attrs...)
+		return
+	}
+	fmt.Fprintf(out, "poise control plane %s (instance %s)\n", cfg.Version, a.Instance)
+	fmt.Fprintf(out, "  xDS (ADS, SotW and Delta): %s%s\n", a.XDS, tlsNote(cfg.TLS))
+	fmt.Fprintf(out, "  admin:                     http://%s (/readyz /metrics /debug/explain /debug/clients /map)\n", a.Admin)
+	if a.Metrics != "" {
+		fmt.Fprintf(out, "  metrics:                   http://%s (/healthz /readyz /metrics)\n", a.Metrics)
+	}
+	if cfg.Source == "kubernetes" {
+		fmt.Fprintf(out, "  source:                    kubernetes (namespace %q)\n", cfg.Namespace)
+	} else {
+		fmt.Fprintf(out, "  watching:                  %v\n", cfg.Paths)
+	}
 }
 
 func tlsNote(t *server.TLS) string {

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"poise.dev/poise/pkg/controlplane"
+)
+
+// startPlane runs the control plane on the examples in-process and returns
+// its addresses.
+func startPlane(t *testing.T) controlplane.Addrs {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan controlplane.Addrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- controlplane.Run(ctx, controlplane.Config{Paths: []string{examples}, XDSAddress: "127.0.0.1:0", AdminAddress: "127.0.0.1:0",
+			Started: func(a controlplane.Addrs) { started <- a }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	select {
+	case a := <-started:
+		return a
+	case err := <-done:
+		t.Fatalf("control plane: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("control plane did not start")
+	}
+	return controlplane.Addrs{}
+}
+
+// adsClient opens a raw ADS stream as node id and ACKs the CDS response,
+// returning the version it ACKed.
+func adsClient(t *testing.T, xds, id string) string {
+	t.Helper()
+	conn, err := grpc.NewClient(xds, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &core.Node{Id: id, Cluster: "test", Locality: &core.Locality{Region: "eu-west", Zone: "eu-west-1a"},
+		UserAgentName: "envoy"}
+	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}); err != nil {
+		t.Fatal(err)
+	}
+	return resp.VersionInfo
+}
+
+func TestStatus(t *testing.T) {
+	a := startPlane(t)
+	version := adsClient(t, a.XDS, "envoy-status-1")
+	// the ACK is recorded once the plane reads it
+	var rows []replicaClient
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, stdout, stderr := runCLI("status", "--admin-address", a.Admin, "-o", "json")
+		if code != exitOK {
+			t.Fatalf("status: exit %d: %s", code, stderr)
+		}
+		rows = nil
+		if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) == 1 && rows[0].Client.Types["CDS"] != nil && rows[0].Client.Types["CDS"].LastAckedVersion == version {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node's ACK of %s does not show: %s", version, stdout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r := rows[0]; r.Replica != a.Admin || r.Client.NodeID != "envoy-status-1" || r.Client.Kind == "" {
+		t.Errorf("row = %+v", r)
+	}
+	code, stdout, stderr := runCLI("status", "--admin-address", a.Admin)
+	t.Logf("status:\n%s", stdout)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if code != exitOK || len(lines) != 2 || !strings.HasPrefix(lines[0], "NODE") {
+		t.Fatalf("status: exit %d\n%s%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"envoy-status-1", a.Admin, rows[0].Client.Kind, version} {
+		if !strings.Contains(lines[1], want) {
+			t.Errorf("row lacks %q: %s", want, lines[1])
+		}
+	}
+
+	// a replica that does not answer is named, the others still listed
+	code, stdout, stderr = runCLI("status", "--admin-address", "127.0.0.1:1,"+a.Admin)
+	if code != exitInvalid || !strings.Contains(stderr, "replica 127.0.0.1:1:") || !strings.Contains(stdout, "envoy-status-1") {
+		t.Errorf("status with a dead replica: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if code, _, stderr := runCLI("status"); code != exitUsage || !strings.Contains(stderr, "--admin-address HOST:PORT is required") {
+		t.Errorf("status without --admin-address: exit %d, %s", code, stderr)
+	}
+}
