@@ -1,17 +1,25 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/manifest"
+	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 )
 
@@ -255,16 +263,23 @@ receive under the upstream's localityAffinity.`,
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the simulated picks")
 	fs.StringVar(&o.from, "from", "", "explain also what clients in this locality receive (REGION/ZONE[/SUBZONE])")
 	fs.StringVar(&o.demand, "demand", "", "the demand of each client zone for Balanced upstreams (REGION/ZONE=N,..., N in 1..1000000)")
-	return command(c, func(cmd *cobra.Command, _ []string) int { return runExplain(cmd.Flags(), o, stdout, stderr) })
+	fs.StringVar(&o.source, "source", "files", "where the topology comes from: files (-f) or kubernetes (a live cluster, read once)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "explain what is in this cluster now (implies --source=kubernetes; default with --source=kubernetes: $KUBECONFIG, else the pod's service account, else ~/.kube/config)")
+	fs.StringVar(&o.namespace, "namespace", "", "with --source=kubernetes, read only this namespace (empty: all)")
+	return command(c, func(cmd *cobra.Command, _ []string) int {
+		return runExplain(cmd.Context(), cmd.Flags(), o, stdout, stderr)
+	})
 }
 
 type explainOptions struct {
 	files                      paths
 	only, output, from, demand string
 	simulate, seed             uint64
+	// a live cluster instead of files
+	source, kubeconfig, namespace string
 }
 
-func runExplain(fs *pflag.FlagSet, o explainOptions, stdout, stderr io.Writer) int {
+func runExplain(ctx context.Context, fs *pflag.FlagSet, o explainOptions, stdout, stderr io.Writer) int {
 	files, only, output, simulate, seed, from, demand := o.files, &o.only, &o.output, &o.simulate, &o.seed, &o.from, &o.demand
 	if !checkOutput(*output, stderr) {
 		return exitUsage
@@ -278,8 +293,24 @@ func runExplain(fs *pflag.FlagSet, o explainOptions, stdout, stderr io.Writer) i
 	if !ok {
 		return exitUsage
 	}
-	snap, _, ok := load(files, stderr)
-	if !ok {
+	live := o.source == "kubernetes" || fs.Changed("kubeconfig")
+	switch {
+	case o.source != "files" && o.source != "kubernetes":
+		fmt.Fprintf(stderr, "error: --source %q: want files or kubernetes\n", o.source)
+		return exitUsage
+	case live && len(files) > 0:
+		fmt.Fprintln(stderr, "error: -f is for --source=files; --kubeconfig and --source=kubernetes read the topology from a cluster")
+		return exitUsage
+	case !live && fs.Changed("namespace"):
+		fmt.Fprintln(stderr, "error: --namespace is for --source=kubernetes")
+		return exitUsage
+	}
+	var snap *topology.Snapshot
+	if live {
+		if snap, ok = loadLive(ctx, o.kubeconfig, o.namespace, stderr); !ok {
+			return exitInvalid
+		}
+	} else if snap, _, ok = load(files, stderr); !ok {
 		return exitInvalid
 	}
 	var keys []topology.Key
@@ -290,7 +321,11 @@ func runExplain(fs *pflag.FlagSet, o explainOptions, stdout, stderr io.Writer) i
 			return exitUsage
 		}
 		if snap.Upstream(k) == nil {
-			fmt.Fprintf(stderr, "error: --upstream %s: no such upstream in the manifests\n", k)
+			where := "in the manifests"
+			if live {
+				where = "in the cluster"
+			}
+			fmt.Fprintf(stderr, "error: --upstream %s: no such upstream %s\n", k, where)
 			return exitInvalid
 		}
 		keys = append(keys, k)
@@ -368,4 +403,48 @@ func writeReport(format string, stdout, stderr io.Writer, rep any, text func() e
 		return exitInvalid
 	}
 	return exitOK
+}
+
+// maxLiveNotes bounds the objects a live explain lists as set aside.
+const maxLiveNotes = 20
+
+// loadLive reads the topology that is in a cluster now, once, as a replica
+// of `serve --source=kubernetes` would build it; objects a replica would set
+// aside are listed on stderr with why.
+func loadLive(ctx context.Context, kubeconfig, namespace string, stderr io.Writer) (*topology.Snapshot, bool) {
+	rc, from, _, err := controlplane.KubeClientConfig(kubeconfig)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return nil, false
+	}
+	scheme, err := kube.Scheme()
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return nil, false
+	}
+	c, err := client.New(rc, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintf(stderr, "error: kubernetes client (%s): %v\n", from, err)
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	snap, rejected, err := kube.Live(ctx, c, namespace, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: reading the cluster at %s (configuration from %s): %v\n", rc.Host, from, err)
+		return nil, false
+	}
+	fmt.Fprintf(stderr, "note: the topology of the cluster at %s (configuration from %s), read now\n", rc.Host, from)
+	refs := slices.SortedFunc(maps.Keys(rejected), func(a, b topology.ObjectRef) int {
+		return cmp.Or(strings.Compare(a.Kind, b.Kind), a.Key.Compare(b.Key))
+	})
+	for i, ref := range refs {
+		if i == maxLiveNotes {
+			fmt.Fprintf(stderr, "note: and %d more objects set aside\n", len(refs)-i)
+			break
+		}
+		r := rejected[ref]
+		fmt.Fprintf(stderr, "note: %s is set aside (%s): %s\n", ref, r.Reason, r.Message)
+	}
+	return snap, true
 }

@@ -56,3 +56,12 @@ func findKubeClient(explicit, env string, inCluster func() (*rest.Config, error)
 	return kubeClient{}, errors.New("no Kubernetes client configuration: pass --kubeconfig, set $KUBECONFIG, run in a pod with a service account, or create " +
 		home + " (in a pod: " + podErr.Error() + ")")
 }
+
+// KubeClientConfig finds the Kubernetes client configuration as `serve
+// --source=kubernetes` does (flag, $KUBECONFIG, the pod's service account,
+// ~/.kube/config), for commands that read a cluster once: the REST
+// configuration, where it came from, and the namespace of its context.
+func KubeClientConfig(explicit string) (cfg *rest.Config, from, contextNamespace string, err error) {
+	kc, err := loadKubeClient(explicit)
+	return kc.config, kc.from, kc.namespace, err
+}

@@ -32,6 +32,18 @@ func Main(m *testing.M, path *string) int {
 	return m.Run()
 }
 
+// Build builds the controlplane into the test's temporary directory and
+// returns its path, for one test of a package whose TestMain already does
+// other work (test/kube's starts an apiserver).
+func Build(t testing.TB) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "controlplane")
+	if out, err := exec.Command("go", "build", "-o", path, "poise.dev/poise/cmd/controlplane").CombinedOutput(); err != nil {
+		t.Fatalf("build controlplane: %v\n%s", err, out)
+	}
+	return path
+}
+
 // FreeAddr is a loopback address no one listens on now.
 func FreeAddr(t testing.TB) string {
 	t.Helper()

@@ -1,6 +1,9 @@
 package kube_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/test/cpbinary"
 )
 
 // TestServeFindsTheClusterThroughKUBECONFIG: with no --kubeconfig and no
@@ -22,6 +26,8 @@ import (
 // says so; it then serves what is there.
 func TestServeFindsTheClusterThroughKUBECONFIG(t *testing.T) {
 	ns := namespace(t)
+	// built before HOME moves: the go command's caches live under it
+	bin := cpbinary.Build(t)
 	dir := t.TempDir()
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["envtest"] = &clientcmdapi.Cluster{Server: restConfig.Host, CertificateAuthorityData: restConfig.CAData}
@@ -52,6 +58,31 @@ func TestServeFindsTheClusterThroughKUBECONFIG(t *testing.T) {
 	p.waitExplain(t, ns, "web", "the upstream served", func(u explain.Upstream) (bool, string) {
 		return u.Outcome == "Routable", u.Outcome
 	})
+	// explain --kubeconfig reads the same cluster once and explains what
+	// the replica serves
+	served, err := p.explainOf(ns, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "explain", "--kubeconfig", path, "--namespace", ns, "--upstream", ns+"/web", "-o", "json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("explain --kubeconfig: %v\n%s", err, stderr.String())
+	}
+	var live explain.Report
+	if err := json.Unmarshal(stdout.Bytes(), &live); err != nil {
+		t.Fatalf("explain --kubeconfig -o json: %v\n%s", err, stdout.String())
+	}
+	got, _ := json.Marshal(live.Upstreams)
+	want, _ := json.Marshal(served.Upstreams)
+	if string(got) != string(want) {
+		t.Errorf("explain --kubeconfig gives\n%s\nthe replica serves\n%s", got, want)
+	}
+	if !strings.Contains(stderr.String(), restConfig.Host) {
+		t.Errorf("explain --kubeconfig does not say which cluster it read: %s", stderr.String())
+	}
+
 	logs := p.logs.tail(200)
 	for _, want := range []string{"$KUBECONFIG", ns} {
 		if !strings.Contains(logs, want) {
