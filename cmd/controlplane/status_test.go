@@ -3,17 +3,22 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"poise.dev/poise/pkg/controlplane"
+	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/topology"
 )
 
 // startPlane runs the control plane on the examples in-process and returns
@@ -119,5 +124,85 @@ func TestStatus(t *testing.T) {
 	}
 	if code, _, stderr := runCLI("status"); code != exitUsage || !strings.Contains(stderr, "--admin-address HOST:PORT is required") {
 		t.Errorf("status without --admin-address: exit %d, %s", code, stderr)
+	}
+}
+
+// TestProxyConfig: proxy-config shows what a connected client is served,
+// decoded: the checkout cluster's ClusterLoadAssignment, whose priority-0
+// locality weights are the traffic explain computes for it.
+func TestProxyConfig(t *testing.T) {
+	a := startPlane(t)
+	conn, err := grpc.NewClient(a.XDS, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &core.Node{Id: "envoy-config-1", Cluster: "test", UserAgentName: "envoy"}
+	for _, req := range []*discovery.DiscoveryRequest{
+		{Node: node, TypeUrl: resource.ClusterType},
+		{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{"shop/checkout"}},
+	} {
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: req.TypeUrl, ResourceNames: req.ResourceNames,
+			VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	code, stdout, stderr := runCLI("proxy-config", "envoy-config-1", "--admin-address", a.Admin, "--resource", "shop/checkout", "-o", "json")
+	if code != exitOK {
+		t.Fatalf("proxy-config: exit %d: %s", code, stderr)
+	}
+	var replicas []replicaConfig
+	if err := json.Unmarshal([]byte(stdout), &replicas); err != nil {
+		t.Fatal(err)
+	}
+	if len(replicas) != 1 || len(replicas[0].Streams) != 1 || len(replicas[0].Streams[0].Types["EDS"].Resources) != 1 {
+		t.Fatalf("proxy-config -o json: %s", stdout)
+	}
+	var cla endpoint.ClusterLoadAssignment
+	if err := decodeResource(replicas[0].Streams[0].Types["EDS"].Resources[0], &cla); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]uint32{}
+	for _, l := range cla.GetEndpoints() {
+		if l.GetPriority() == 0 {
+			got[l.GetLocality().GetRegion()+"/"+l.GetLocality().GetZone()] = l.GetLoadBalancingWeight().GetValue()
+		}
+	}
+	snap, _, ok := load(paths{examples}, io.Discard)
+	if !ok {
+		t.Fatal("examples do not load")
+	}
+	want := map[string]uint32{}
+	for _, pr := range explain.Build(snap, topology.Key{Namespace: "shop", Name: "checkout"}).Upstreams[0].Priorities {
+		for _, l := range pr.Localities {
+			if l.Traffic > 0 {
+				want[l.Region+"/"+l.Zone] = uint32(l.Traffic)
+			}
+		}
+	}
+	if len(want) == 0 || !maps.Equal(got, want) {
+		t.Errorf("the served CLA's priority-0 weights are %v, explain's traffic %v", got, want)
+	}
+
+	code, text, stderr := runCLI("proxy-config", "envoy-config-1", "--admin-address", a.Admin)
+	if code != exitOK || !strings.Contains(text, "ENDPOINTS") || !strings.Contains(text, "shop/checkout") || !strings.Contains(text, "CLUSTERS") {
+		t.Errorf("proxy-config (text): exit %d\n%s%s", code, text, stderr)
+	}
+	if code, _, stderr := runCLI("proxy-config", "nobody", "--admin-address", a.Admin); code != exitInvalid || !strings.Contains(stderr, "nobody") {
+		t.Errorf("an unknown node: exit %d: %s", code, stderr)
 	}
 }

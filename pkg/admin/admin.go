@@ -32,7 +32,10 @@ type Sources struct {
 	// Demand, when set, is the client demand in force for a Balanced
 	// upstream (what the publisher applied). When it is nil or has none for
 	// an upstream, /debug/explain?from= divides by the demand parameter.
-	Demand  func(topology.Key) []affinity.Demand
+	Demand func(topology.Key) []affinity.Demand
+	// Serving, when set, lists what each stream of a node is served now
+	// (/debug/config).
+	Serving func(node string, limit int, match func(string) bool) []server.ClientServing
 	Metrics *metrics.Metrics
 }
 
@@ -138,6 +141,7 @@ func addDebug(mux *http.ServeMux, s Sources) {
 	mux.HandleFunc("GET /debug/clients", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, map[string]any{"clients": s.Clients()})
 	})
+	addConfig(mux, s)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -294,6 +294,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Metrics:  m,
 		Warnings: warnings,
 		Demand:   pub.AppliedDemand,
+		Serving:  clients.Serving,
 	}
 	adminSrv := &http.Server{Handler: admin.Handler(sources), ReadHeaderTimeout: 10 * time.Second}
 	var metricsLis net.Listener

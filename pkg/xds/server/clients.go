@@ -61,6 +61,7 @@ type Client struct {
 	DemandWeight uint64 `json:"demandWeight,omitempty"`
 	DemandNote   string `json:"demandNote,omitempty"`
 	classified   bool
+	stream       *xdscache.Stream      // what the cache serves it, for /debug/config
 	Features     []string              `json:"features"`
 	Connected    time.Time             `json:"connected"`
 	Types        map[string]*TypeState `json:"types"`
@@ -371,7 +372,7 @@ func (c *Clients) classify(k streamKey, n *core.Node, st *xdscache.Stream) {
 	_, valid := xdscache.DemandWeight(n)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cl.classified = true
+	cl.classified, cl.stream = true, st
 	cl.Class, cl.DemandWeight = truncate(class, maxNodeField), demand
 	if how != xdscache.Admitted {
 		cl.ClassNote = how.String()
@@ -542,4 +543,46 @@ func (c *Clients) response(k streamKey, typeURL, version, nonce string, entries 
 	if c.metrics != nil && t >= 0 {
 		c.byType[t].pushes.Inc()
 	}
+}
+
+// ClientServing is what one stream of a node is served now, by short type
+// (CDS, EDS, LDS, RDS): `controlplane proxy-config` shows it.
+type ClientServing struct {
+	Stream    int64                           `json:"stream"`
+	Protocol  string                          `json:"protocol"`
+	NodeID    string                          `json:"nodeId"`
+	Kind      string                          `json:"kind"`
+	Rendering string                          `json:"rendering"`
+	Class     string                          `json:"class,omitempty"`
+	Types     map[string]xdscache.ServingType `json:"-"`
+}
+
+// Serving lists what every stream of node is served now, at most limit
+// resources of each type, only those match accepts when it is set; streams
+// in (protocol, id) order.
+func (c *Clients) Serving(node string, limit int, match func(name string) bool) []ClientServing {
+	c.mu.Lock()
+	var out []ClientServing
+	var streams []*xdscache.Stream
+	for _, cl := range c.streams {
+		if cl.NodeID != node || cl.stream == nil {
+			continue
+		}
+		out = append(out, ClientServing{Stream: cl.Stream, Protocol: cl.Protocol, NodeID: cl.NodeID, Kind: cl.Kind,
+			Rendering: cl.Rendering, Class: cl.Class})
+		streams = append(streams, cl.stream)
+	}
+	c.mu.Unlock()
+	// the cache is asked outside the registry's lock, as the server does
+	for i, st := range streams {
+		served := st.Serving(limit, match)
+		out[i].Types = map[string]xdscache.ServingType{}
+		for url, t := range served {
+			out[i].Types[xdscache.ShortType(url)] = t
+		}
+	}
+	slices.SortFunc(out, func(a, b ClientServing) int {
+		return cmp.Or(strings.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Stream, b.Stream))
+	})
+	return out
 }

@@ -622,3 +622,39 @@ func (w *Watch) buildDelta() (Response, bool, []string) {
 	r.Entries, r.Bytes = c.entries, c.size
 	return r, len(r.Entries) > 0 || len(r.Removed) > 0 || w.first, c.left
 }
+
+// Serving lists, for each type the stream watches, the resources it is
+// served now (its class's variants in place of the base), in name order,
+// at most limit of each type (with how many more there are), and only
+// those named match when match is set: what `controlplane proxy-config`
+// shows a client holds once it has ACKed the latest version.
+func (s *Stream) Serving(limit int, match func(name string) bool) map[string]ServingType {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	out := map[string]ServingType{}
+	for _, w := range s.watches {
+		if w == nil {
+			continue
+		}
+		st := ServingType{Version: w.ts.version}
+		for _, e := range w.inScopeEntries() {
+			if match != nil && !match(e.Name) {
+				continue
+			}
+			if len(st.Entries) == limit {
+				st.More++
+				continue
+			}
+			st.Entries = append(st.Entries, e)
+		}
+		out[w.ts.typeURL] = st
+	}
+	return out
+}
+
+// ServingType is what a stream is served of one type.
+type ServingType struct {
+	Version string
+	Entries []*Entry
+	More    int // left out by the limit
+}
