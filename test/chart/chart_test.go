@@ -255,6 +255,7 @@ func TestObjects(t *testing.T) {
 				"Deployment": 1, "Service": 2, "ServiceAccount": 1,
 				"ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
 				"PodDisruptionBudget": 1, "PriorityLevelConfiguration": 1, "FlowSchema": 1,
+				"Pod": 1, // the helm test hook
 			}
 			if c.name == "custom" {
 				want["NetworkPolicy"] = 1 // networkPolicy.enabled
@@ -800,5 +801,58 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 	if def, _ := runHelm(t, "template", "poise", chartDir); strings.Contains(def, "kind: ConfigMap") {
 		t.Error("the dashboard is rendered by default")
+	}
+}
+
+// TestHelmTestPod: `helm test` runs the release's image with the release's
+// ServiceAccount to read the cluster's topology as a replica would
+// (explain --source=kubernetes, limited to watchNamespace when set), and
+// nothing of the release selects that pod.
+func TestHelmTestPod(t *testing.T) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			objs := parse(t, c.render(t))
+			pod := one(t, objs, "Pod")
+			if str(pod, "metadata", "annotations", "helm.sh/hook") != "test" {
+				t.Errorf("the pod is not a helm test hook: %v", get(pod, "metadata", "annotations"))
+			}
+			args := strs(pod, "spec", "containers", 0, "args")
+			want := []string{"explain", "--source=kubernetes"}
+			if ns := c.watchNamespace(); ns != "" {
+				want = append(want, "--namespace="+ns)
+			}
+			want = append(want, "--output=json")
+			if !slices.Equal(args, want) {
+				t.Errorf("test pod args %v, want %v", args, want)
+			}
+			d := one(t, objs, "Deployment")
+			if got, want := str(pod, "spec", "serviceAccountName"), str(d, "spec", "template", "spec", "serviceAccountName"); got != want {
+				t.Errorf("the test pod runs as %q, the replicas as %q", got, want)
+			}
+			if got, want := str(pod, "spec", "containers", 0, "image"), str(d, "spec", "template", "spec", "containers", 0, "image"); got != want {
+				t.Errorf("the test pod runs image %q, the replicas %q", got, want)
+			}
+			labels, _ := get(pod, "metadata", "labels").(map[string]any)
+			for _, o := range objs {
+				var sel map[string]any
+				switch o.kind() {
+				case "Service":
+					sel, _ = get(o, "spec", "selector").(map[string]any)
+				case "PodDisruptionBudget", "Deployment":
+					sel, _ = get(o, "spec", "selector", "matchLabels").(map[string]any)
+				default:
+					continue
+				}
+				all := len(sel) > 0
+				for k, v := range sel {
+					if labels[k] != v {
+						all = false
+					}
+				}
+				if all {
+					t.Errorf("%s %s selects the helm test pod", o.kind(), o.name())
+				}
+			}
+		})
 	}
 }
