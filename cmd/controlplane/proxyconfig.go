@@ -58,15 +58,7 @@ type replicaConfig struct {
 }
 
 func runProxyConfig(ctx context.Context, node string, o proxyConfigOptions, stdout, stderr io.Writer) int {
-	if !checkOutput(o.output, stderr) {
-		return exitUsage
-	}
-	if len(o.addresses) == 0 {
-		fmt.Fprintln(stderr, "error: --admin-address HOST:PORT is required (one per replica)")
-		return exitUsage
-	}
-	if o.timeout <= 0 {
-		fmt.Fprintln(stderr, "error: --timeout must be positive")
+	if !checkReplicaFlags(o.output, o.addresses, o.timeout, stderr) {
 		return exitUsage
 	}
 	q := url.Values{"node": {node}}

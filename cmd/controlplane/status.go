@@ -55,16 +55,24 @@ type replicaClient struct {
 	Client  server.Client `json:"client"`
 }
 
-func runStatus(ctx context.Context, o statusOptions, stdout, stderr io.Writer) int {
-	if !checkOutput(o.output, stderr) {
-		return exitUsage
-	}
-	if len(o.addresses) == 0 {
+// checkReplicaFlags checks what status and proxy-config share: the output
+// format, at least one --admin-address, a positive --timeout.
+func checkReplicaFlags(output string, addresses []string, timeout time.Duration, stderr io.Writer) bool {
+	switch {
+	case !checkOutput(output, stderr):
+		return false
+	case len(addresses) == 0:
 		fmt.Fprintln(stderr, "error: --admin-address HOST:PORT is required (one per replica)")
-		return exitUsage
-	}
-	if o.timeout <= 0 {
+		return false
+	case timeout <= 0:
 		fmt.Fprintln(stderr, "error: --timeout must be positive")
+		return false
+	}
+	return true
+}
+
+func runStatus(ctx context.Context, o statusOptions, stdout, stderr io.Writer) int {
+	if !checkReplicaFlags(o.output, o.addresses, o.timeout, stderr) {
 		return exitUsage
 	}
 	code := exitOK

@@ -49,9 +49,8 @@ func startPlane(t *testing.T) controlplane.Addrs {
 	return controlplane.Addrs{}
 }
 
-// adsClient opens a raw ADS stream as node id and ACKs the CDS response,
-// returning the version it ACKed.
-func adsClient(t *testing.T, xds, id string) string {
+// adsStream opens a raw ADS stream to xds, closed with the test.
+func adsStream(t *testing.T, xds string) discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
 	t.Helper()
 	conn, err := grpc.NewClient(xds, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -64,6 +63,14 @@ func adsClient(t *testing.T, xds, id string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+// adsClient opens a raw ADS stream as node id and ACKs the CDS response,
+// returning the version it ACKed.
+func adsClient(t *testing.T, xds, id string) string {
+	t.Helper()
+	st := adsStream(t, xds)
 	node := &core.Node{Id: id, Cluster: "test", Locality: &core.Locality{Region: "eu-west", Zone: "eu-west-1a"},
 		UserAgentName: "envoy"}
 	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
@@ -132,17 +139,7 @@ func TestStatus(t *testing.T) {
 // locality weights are the traffic explain computes for it.
 func TestProxyConfig(t *testing.T) {
 	a := startPlane(t)
-	conn, err := grpc.NewClient(a.XDS, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := adsStream(t, a.XDS)
 	node := &core.Node{Id: "envoy-config-1", Cluster: "test", UserAgentName: "envoy"}
 	for _, req := range []*discovery.DiscoveryRequest{
 		{Node: node, TypeUrl: resource.ClusterType},

@@ -74,8 +74,13 @@ func resolvedRefs(t *testing.T, ns, name string) *metav1.Condition {
 // TestImportedService: an Upstream imports a Service's EndpointSlices; the
 // node labels place each endpoint in its locality, the endpoint conditions
 // become admin states, and the client follows.
-func TestImportedService(t *testing.T) {
-	ns := namespace(t)
+// createEchoImport creates the objects of an imported Service: Nodes in
+// eu-west-a and eu-west-b, Service echo-svc whose three slices place b0 and
+// b1 in eu-west-a and b2 in eu-west-b (and a slice of another Service),
+// Upstream echo importing it, and Locality eu-west-a of weight 3. It
+// returns the backends.
+func createEchoImport(t *testing.T, ns string) []*splitcheck.Backend {
+	t.Helper()
 	b := importedBackends(3)
 	addrType := discoveryv1.AddressTypeIPv4
 
@@ -109,6 +114,12 @@ func TestImportedService(t *testing.T) {
 			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
 		}
 	}
+	return b
+}
+
+func TestImportedService(t *testing.T) {
+	ns := namespace(t)
+	b := createEchoImport(t, ns)
 	p := startPlane(t, ns, "import")
 
 	// placement: eu-west-a (weight 3) holds b0 and b1, eu-west-b (no

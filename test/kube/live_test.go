@@ -5,11 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/explain"
@@ -24,36 +20,7 @@ import (
 // Locality set aside as Conflicted.
 func TestLiveReadMatchesTheServedTopology(t *testing.T) {
 	ns := namespace(t)
-	b := importedBackends(3)
-	addrType := discoveryv1.AddressTypeIPv4
-	for name, zone := range map[string]string{ns + "-a": "eu-west-a", ns + "-b": "eu-west-b"} {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{kube.LabelRegion: "eu-west", kube.LabelZone: zone}}}
-		if err := k8s.Create(t.Context(), n); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = k8s.Delete(t.Context(), n) })
-	}
-	objs := []client.Object{
-		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "echo-svc", Namespace: ns}, Spec: corev1.ServiceSpec{
-			Ports: []corev1.ServicePort{{Name: "grpc", Port: 80, TargetPort: intstr.FromString("grpc")}},
-		}},
-		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{
-			Protocol:      v1alpha1.ProtocolGRPC,
-			EndpointsFrom: &v1alpha1.EndpointsFrom{Service: v1alpha1.ServiceReference{Name: "echo-svc", Port: intstr.FromString("grpc")}},
-		}},
-		&v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "eu-west-a", Namespace: ns}, Spec: v1alpha1.LocalitySpec{
-			Upstream: "echo", Weight: ptr(int64(3)), LocalityID: v1alpha1.LocalityID{Region: "eu-west", Zone: "eu-west-a"},
-		}},
-		slice(ns, "echo-svc", 0, b[0], addrType, ns+"-a", readyCond),
-		slice(ns, "echo-svc", 1, b[1], addrType, ns+"-a", readyCond),
-		slice(ns, "echo-svc", 2, b[2], addrType, ns+"-b", readyCond),
-		slice(ns, "unrelated", 0, b[2], addrType, ns+"-b", readyCond),
-	}
-	for _, o := range objs {
-		if err := k8s.Create(t.Context(), o); err != nil {
-			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
-		}
-	}
+	createEchoImport(t, ns)
 	// a newer Locality of the same group with another weight loses
 	late := &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "eu-west-a-late", Namespace: ns}, Spec: v1alpha1.LocalitySpec{
 		Upstream: "echo", Weight: ptr(int64(7)), LocalityID: v1alpha1.LocalityID{Region: "eu-west", Zone: "eu-west-a"},
