@@ -239,10 +239,17 @@ func (p *Publisher) refreshClasses() time.Duration {
 	if !classesMoved && len(rerender) == 0 {
 		return due
 	}
+	// A class joining or leaving costs each affinity upstream that class's
+	// derivation only; a demand that moved re-derives that upstream's all.
+	added, removed := classDiff(classes, c.classes), classDiff(c.classes, classes)
 	c.classes = classes
+	whole := make(map[topology.Key]bool, len(rerender))
+	for _, k := range rerender {
+		whole[k] = true
+	}
 	if classesMoved {
 		for k := range c.affine {
-			if !slices.Contains(rerender, k) {
+			if !whole[k] {
 				rerender = append(rerender, k)
 			}
 		}
@@ -256,7 +263,13 @@ func (p *Publisher) refreshClasses() time.Duration {
 		if pub == nil {
 			continue
 		}
-		next, err := p.renderVariants(pub, pub.state, version, &p.scratch, false)
+		var next map[variantKey]*xdscache.Entry
+		var err error
+		if whole[k] {
+			next, err = p.renderVariants(pub, pub.state, version, &p.scratch, false)
+		} else {
+			next, err = p.renderAdded(pub, version, added, removed)
+		}
 		if err != nil {
 			p.log.Error("client-class variants not rendered; those clients keep what they have", "upstream", k, "error", err)
 			continue
@@ -298,12 +311,56 @@ func demandOf(m map[string]uint64) []affinity.Demand {
 	return out
 }
 
+// classDiff lists, per view, the classes of a that b lacks.
+func classDiff(a, b [translate.NumRenderings][]string) [translate.NumRenderings][]string {
+	var out [translate.NumRenderings][]string
+	for v := range a {
+		for _, class := range a[v] {
+			if _, found := slices.BinarySearch(b[v], class); !found {
+				out[v] = append(out[v], class)
+			}
+		}
+	}
+	return out
+}
+
+// renderAdded is pub's variants after the classes removed left and those
+// added joined: the others are kept as they are.
+func (p *Publisher) renderAdded(pub *published, version string, added, removed [translate.NumRenderings][]string) (map[variantKey]*xdscache.Entry, error) {
+	fresh, err := p.renderClasses(pub, pub.state, version, &p.scratch, false, added)
+	if err != nil {
+		return nil, err
+	}
+	var out map[variantKey]*xdscache.Entry
+	keep := func(k variantKey, e *xdscache.Entry) {
+		if out == nil {
+			out = map[variantKey]*xdscache.Entry{}
+		}
+		out[k] = e
+	}
+	for k, e := range pub.variants {
+		if _, gone := slices.BinarySearch(removed[k.view], k.class); !gone {
+			keep(k, e)
+		}
+	}
+	for k, e := range fresh {
+		keep(k, e)
+	}
+	return out, nil
+}
+
 // renderVariants renders, for an affinity upstream, the endpoints each
 // client class of each view receives where they differ from the base's
 // (pub.endpoints, already built for cur). A class whose derivation fails
 // (too many effective priorities) receives the base and is logged once.
 // force makes every variant a new entry, as a changed cluster needs.
 func (p *Publisher) renderVariants(pub *published, cur *topology.UpstreamState, version string, scratch *[]byte, force bool) (map[variantKey]*xdscache.Entry, error) {
+	return p.renderClasses(pub, cur, version, scratch, force, p.cls.classes)
+}
+
+// renderClasses is renderVariants for the given classes of each view only.
+func (p *Publisher) renderClasses(pub *published, cur *topology.UpstreamState, version string, scratch *[]byte, force bool,
+	classes [translate.NumRenderings][]string) (map[variantKey]*xdscache.Entry, error) {
 	if cur.Upstream.ModeOf() == affinity.None || p.cls.census == nil {
 		return nil, nil
 	}
@@ -314,7 +371,7 @@ func (p *Publisher) renderVariants(pub *published, cur *topology.UpstreamState, 
 	// share one encoding
 	shared := map[variantKey]*xdscache.Entry{}
 	for v := range translate.NumRenderings {
-		for _, class := range p.cls.classes[v] {
+		for _, class := range classes[v] {
 			from := ClassOf(class)
 			if mode == affinity.PreferSameRegion {
 				from.Zone = ""

@@ -125,3 +125,47 @@ func TestFlipAllocsPerClass(t *testing.T) {
 		t.Errorf("a flip with %d classes allocates %.0f times, want at most %.0f", k, allocs, limit)
 	}
 }
+
+// BenchmarkClassJoin is a client of a new class connecting and leaving
+// while 16 classes have clients and 500 upstreams are under
+// PreferSameZone: each costs every upstream one derivation, for that class
+// only, and not one per class already there.
+func BenchmarkClassJoin(b *testing.B) {
+	const n = 500
+	batch := topologytest.Batch(n)
+	for u := range n {
+		up := topologytest.Upstream(u)
+		up.Affinity = &topology.Affinity{Mode: affinity.PreferSameZone}
+		batch.PutUpstream(up)
+	}
+	d := topology.NewDirectory()
+	c := newCache()
+	p := publish.New(c, "bench", nil)
+	p.SetCensus(c)
+	snap, err := d.Apply(batch)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := p.Publish(snap); err != nil {
+		b.Fatal(err)
+	}
+	withClasses(b, c, p, 16)
+	b.ReportAllocs()
+	for b.Loop() {
+		s := c.NewStream(false)
+		s.SetNode(&core.Node{Id: "joiner", UserAgentName: "envoy", Locality: &core.Locality{Region: topologytest.Regions[0], Zone: "joiner"}})
+		waitClasses(b, p, 17)
+		s.Close()
+		waitClasses(b, p, 16)
+	}
+}
+
+func waitClasses(b *testing.B, p *publish.Publisher, k int) {
+	deadline := time.Now().Add(30 * time.Second)
+	for len(p.Classes()[translate.Weighted]) != k {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d classes, want %d", len(p.Classes()[translate.Weighted]), k)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
