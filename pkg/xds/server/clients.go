@@ -13,6 +13,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
@@ -196,7 +197,6 @@ func (c *Clients) sent(typeURL string, push, send time.Duration) {
 // List returns a copy of every connected client, by stream id.
 func (c *Clients) List() []Client {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	out := make([]Client, 0, len(c.streams))
 	for _, cl := range c.streams {
 		cp := *cl
@@ -212,6 +212,18 @@ func (c *Clients) List() []Client {
 		}
 		cp.Features = slices.Clone(cl.Features)
 		out = append(out, cp)
+	}
+	c.mu.Unlock()
+	// the class is the cache's, asked outside the registry's lock as the
+	// server does: a listing costs the request path nothing
+	for i := range out {
+		if st := out[i].stream; st != nil {
+			class, how, demand := st.Class()
+			out[i].Class, out[i].DemandWeight = class, demand
+			if how != xdscache.Admitted {
+				out[i].ClassNote = how.String()
+			}
+		}
 	}
 	slices.SortFunc(out, func(a, b Client) int {
 		if a.Protocol != b.Protocol {
@@ -236,10 +248,12 @@ func (c *Clients) NACKCount(typeURL string) uint64 {
 	return n
 }
 
-func (c *Clients) open(k streamKey) {
+// open registers stream k, whose cache side is st (nil in tests that
+// never ask for its class or what it is served).
+func (c *Clients) open(k streamKey, st *xdscache.Stream) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.streams[k] = &Client{Stream: k.id, Protocol: k.protocol, Kind: KindUnknown, Connected: c.now(), Types: map[string]*TypeState{}}
+	c.streams[k] = &Client{Stream: k.id, Protocol: k.protocol, Kind: KindUnknown, Connected: c.now(), Types: map[string]*TypeState{}, stream: st}
 	c.gauge(KindUnknown, 1)
 }
 
@@ -343,6 +357,9 @@ func (c *Clients) identify(cl *Client, n *core.Node) {
 		cl.Features = append(cl.Features, truncate(f, maxNodeField))
 	}
 	cl.Rendering = translate.RenderingFor(n).String()
+	if _, valid := xdscache.DemandWeight(n); !valid {
+		cl.DemandNote = fmt.Sprintf("metadata %s is not an integer 1..%d; counted as 1", xdscache.DemandWeightKey, affinity.MaxDemandWeight)
+	}
 }
 
 func (cl *Client) typeState(typeURL string) *TypeState {
@@ -353,33 +370,6 @@ func (cl *Client) typeState(typeURL string) *TypeState {
 		cl.Types[t] = ts
 	}
 	return ts
-}
-
-// classify records the class the cache admitted a stream to, once, after
-// its node is known.
-func (c *Clients) classify(k streamKey, n *core.Node, st *xdscache.Stream) {
-	if n == nil {
-		return
-	}
-	c.mu.Lock()
-	cl := c.streams[k]
-	done := cl == nil || cl.classified
-	c.mu.Unlock()
-	if done {
-		return
-	}
-	class, how, demand := st.Class()
-	_, valid := xdscache.DemandWeight(n)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	cl.classified, cl.stream = true, st
-	cl.Class, cl.DemandWeight = truncate(class, maxNodeField), demand
-	if how != xdscache.Admitted {
-		cl.ClassNote = how.String()
-	}
-	if !valid {
-		cl.DemandNote = "metadata " + xdscache.DemandWeightKey + " is not an integer 1..1000000; counted as 1"
-	}
 }
 
 // sotwRequest records a SotW request and returns its version_info as a

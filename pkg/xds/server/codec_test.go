@@ -121,8 +121,8 @@ func TestACKAllocatesO1(t *testing.T) {
 		c := xdscache.New(1, func(*core.Node) int { return 0 })
 		x := &xdsServer{cache: c, clients: NewClients(nil, nil), names: newNameBlocks(maxNameBlockBytes)}
 		key := streamKey{"sotw", 1}
-		x.clients.open(key)
 		st := c.NewStream(false)
+		x.clients.open(key, st)
 		list := names(n, "svc")
 		var changes []xdscache.Change
 		for _, name := range list {

@@ -263,7 +263,7 @@ func benchPoiseSotwClasses(b *testing.B, f *fixture, n, k int) {
 	}
 	fanOut(b, f, n, func(i int) *poiseClient {
 		cl := &poiseClient{st: c.NewStream(false), key: streamKey{"sotw", int64(i + 1)}, req: &sotwRequest{seed: c.Seed(), blocks: x.names}}
-		x.clients.open(cl.key)
+		x.clients.open(cl.key, cl.st)
 		req := first
 		if k > 0 {
 			region, zone, _ := classKey(i, k)
@@ -305,7 +305,7 @@ func benchPoiseDelta(b *testing.B, f *fixture, n int) {
 	}
 	fanOut(b, f, n, func(i int) *poiseClient {
 		cl := &poiseClient{st: c.NewStream(true), key: streamKey{"delta", int64(i + 1)}}
-		x.clients.open(cl.key)
+		x.clients.open(cl.key, cl.st)
 		if err := x.handleDelta(cl.st, cl.key, "", &discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType,
 			ResourceNamesSubscribe: f.names, Node: &core.Node{Id: "envoy"}}); err != nil {
 			b.Fatal(err)
@@ -425,8 +425,8 @@ func BenchmarkACK(b *testing.B) {
 	c := xdscache.New(1, func(*core.Node) int { return 0 })
 	x := &xdsServer{cache: c, clients: NewClients(nil, nil), names: newNameBlocks(maxNameBlockBytes)}
 	key := streamKey{"sotw", 1}
-	x.clients.open(key)
 	st := c.NewStream(false)
+	x.clients.open(key, st)
 	list := names(5000, "bench/svc")
 	req := &sotwRequest{seed: c.Seed(), blocks: x.names}
 	first, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: list, Node: &core.Node{Id: "n"}})

@@ -266,10 +266,10 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 	}
 	defer x.left(leave)
 	key := streamKey{protocol, ids.Add(1)}
-	x.clients.open(key)
-	defer x.clients.closed(key)
 	st := x.cache.NewStream(protocol == "delta")
 	defer st.Close()
+	x.clients.open(key, st)
+	defer x.clients.closed(key)
 
 	hold := &largeHold{x: x, max: largeHoldMax}
 	defer hold.release()
@@ -341,7 +341,6 @@ func (x *xdsServer) handleSotw(st *xdscache.Stream, key streamKey, only string, 
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	st.SetNode(node)
-	x.clients.classify(key, node, st)
 	req.remember(t)
 	nonce := string(req.nonce)
 	version := x.clients.sotwRequest(key, node, typeURL, req.version, nonce, detail.GetMessage(), detail != nil)
@@ -391,7 +390,6 @@ func (x *xdsServer) handleDelta(st *xdscache.Stream, key streamKey, only string,
 		return unknownType(typeURL)
 	}
 	st.SetNode(req.GetNode())
-	x.clients.classify(key, req.GetNode(), st)
 	x.clients.deltaRequest(key, req.GetNode(), typeURL, req.GetResponseNonce(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 	return requestError(typeURL, st.Delta(xdscache.DeltaRequest{TypeURL: typeURL, Nonce: req.GetResponseNonce(), NACK: req.GetErrorDetail() != nil,
 		Subscribe: req.GetResourceNamesSubscribe(), Unsubscribe: req.GetResourceNamesUnsubscribe(),
