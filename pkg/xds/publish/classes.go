@@ -234,14 +234,17 @@ func (p *Publisher) refreshClasses() time.Duration {
 			due = wait
 		}
 	}
-	demandMoved := len(rerender) > 0
-	classesMoved := !sameClasses(classes, c.classes)
-	if !classesMoved && len(rerender) == 0 {
-		return due
-	}
 	// A class joining or leaving costs each affinity upstream that class's
 	// derivation only; a demand that moved re-derives that upstream's all.
 	added, removed := classDiff(classes, c.classes), classDiff(c.classes, classes)
+	classesMoved := false
+	for v := range added {
+		classesMoved = classesMoved || len(added[v]) > 0 || len(removed[v]) > 0
+	}
+	demandMoved := len(rerender) > 0
+	if !classesMoved && !demandMoved {
+		return due
+	}
 	c.classes = classes
 	whole := make(map[topology.Key]bool, len(rerender))
 	for _, k := range rerender {
@@ -289,15 +292,6 @@ func (p *Publisher) refreshClasses() time.Duration {
 	return due
 }
 
-func sameClasses(a, b [translate.NumRenderings][]string) bool {
-	for v := range a {
-		if !slices.Equal(a[v], b[v]) {
-			return false
-		}
-	}
-	return true
-}
-
 // demandOf is a census demand as the Balanced split takes it, in zone order.
 func demandOf(m map[string]uint64) []affinity.Demand {
 	if len(m) == 0 {
@@ -327,6 +321,7 @@ func classDiff(a, b [translate.NumRenderings][]string) [translate.NumRenderings]
 // renderAdded is pub's variants after the classes removed left and those
 // added joined: the others are kept as they are.
 func (p *Publisher) renderAdded(pub *published, version string, added, removed [translate.NumRenderings][]string) (map[variantKey]*xdscache.Entry, error) {
+	pub.forgetLeft(&p.cls)
 	fresh, err := p.renderClasses(pub, pub.state, version, &p.scratch, false, added)
 	if err != nil {
 		return nil, err
@@ -355,7 +350,28 @@ func (p *Publisher) renderAdded(pub *published, version string, added, removed [
 // (too many effective priorities) receives the base and is logged once.
 // force makes every variant a new entry, as a changed cluster needs.
 func (p *Publisher) renderVariants(pub *published, cur *topology.UpstreamState, version string, scratch *[]byte, force bool) (map[variantKey]*xdscache.Entry, error) {
+	pub.forgetLeft(&p.cls)
 	return p.renderClasses(pub, cur, version, scratch, force, p.cls.classes)
+}
+
+// forgetLeft drops the failures of classes no client is in any more, so
+// what pub keeps stays within the classes connected.
+func (pub *published) forgetLeft(c *classState) {
+	for class := range pub.failed {
+		if !c.connected(class) {
+			delete(pub.failed, class)
+		}
+	}
+}
+
+// connected says whether some view has clients of class.
+func (c *classState) connected(class string) bool {
+	for v := range c.classes {
+		if _, ok := slices.BinarySearch(c.classes[v], class); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // renderClasses is renderVariants for the given classes of each view only.

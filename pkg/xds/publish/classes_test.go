@@ -270,7 +270,7 @@ func TestClassBeyondThePriorityLimitReceivesTheBase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client(t, c, "eu", "a", 0).Close()
+	inA := client(t, c, "eu", "a", 0)
 	if _, err := p.Publish(s); err != nil {
 		t.Fatal(err)
 	}
@@ -280,6 +280,12 @@ func TestClassBeyondThePriorityLimitReceivesTheBase(t *testing.T) {
 	}
 	if !p.upstream[web].failed["eu/a"] {
 		t.Fatal("the class is not recorded as failed")
+	}
+	// the class's last client leaves: its failure is not kept
+	inA.Close()
+	p.refreshClasses()
+	if len(p.upstream[web].failed) != 0 {
+		t.Fatalf("failures kept for classes that left: %v", p.upstream[web].failed)
 	}
 }
 
