@@ -24,11 +24,13 @@ type checkAddr struct {
 }
 
 // PutCheckVerdicts records verdicts on endpoints of upstream u; later ones
-// for the same endpoint replace earlier ones. Verdicts on an upstream that
-// does not exist after the batch are dropped, as are an upstream's verdicts
-// when it is deleted: the check belongs to the upstream. A verdict on an
-// address no EndpointSet of u has is kept but has no effect until one does,
-// so the checker and the sets need not change in step.
+// for the same endpoint replace earlier ones. The Directory holds what the
+// checker published and nothing else: verdicts on an upstream that does not
+// exist (yet, or any more) are kept, without effect, until withdrawn, so a
+// checker that did not see an upstream go and come back still agrees with the
+// Directory. A verdict on an address no EndpointSet of u has is kept too and
+// has no effect until one does, so the checker and the sets need not change
+// in step.
 func (b *Batch) PutCheckVerdicts(u Key, vs []CheckVerdict) {
 	if len(vs) == 0 {
 		return
@@ -50,9 +52,6 @@ func (b *Batch) PutCheckVerdicts(u Key, vs []CheckVerdict) {
 // their upstreams affected: a verdict change re-resolves only its upstream.
 func (st *staged) stageChecks(b Batch) {
 	for u, vs := range b.checks {
-		if _, ok := st.upstream(u); !ok {
-			continue
-		}
 		cur := st.d.checks[u]
 		var changed map[checkAddr]CheckVerdict
 		for a, v := range vs {
@@ -72,7 +71,9 @@ func (st *staged) stageChecks(b Batch) {
 			st.checks = map[Key]map[checkAddr]CheckVerdict{}
 		}
 		st.checks[u] = changed
-		st.affected[u] = struct{}{}
+		if _, ok := st.upstream(u); ok {
+			st.affected[u] = struct{}{}
+		}
 	}
 }
 
@@ -106,11 +107,6 @@ func (d *Directory) commitChecks(st *staged) {
 			}
 		}
 		if len(m) == 0 {
-			delete(d.checks, u)
-		}
-	}
-	for u, up := range st.b.upstreams {
-		if up == nil {
 			delete(d.checks, u)
 		}
 	}

@@ -123,17 +123,38 @@ func TestCheckVerdictsOverlayTheSets(t *testing.T) {
 		t.Fatalf("a repeated withdrawal made revision %d", s.Revision)
 	}
 
-	// verdicts go with their upstream, and on one that does not exist are dropped
+	// verdicts outlive their upstream, as the checker that published them
+	// may not have seen it go, and wait for one that does not exist yet
 	var del Batch
 	del.DeleteUpstream(Key{"default", "a"})
-	del.PutCheckVerdicts(Key{"default", "nope"}, []CheckVerdict{{Address: a0, Port: 80, Probe: weights.ProbeUnhealthy, Origin: "x"}})
 	mustApply(t, d, del)
-	if len(d.checks) != 0 {
-		t.Fatalf("verdicts kept: %v", d.checks)
+	var early Batch
+	early.PutCheckVerdicts(Key{"default", "c"}, []CheckVerdict{{Address: testAddress("c", 0), Port: 80, Probe: weights.ProbeUnhealthy, Origin: "early"}})
+	if s := mustApply(t, d, early); s.Revision != d.Current().Revision || len(d.checks) != 2 {
+		t.Fatalf("revision %d, verdicts %v", s.Revision, d.checks)
 	}
 	var back Batch
 	back.PutUpstream(upstream("a"))
-	if p, o := probeOf(t, mustApply(t, d, back), "a", a2); p != weights.ProbeUnknown || o != "" {
+	back.PutUpstream(upstream("c"))
+	back.PutEndpointSet(set("c", "c", "r1", 1, 0))
+	s4 := mustApply(t, d, back)
+	if p, o := probeOf(t, s4, "a", a0); p != weights.ProbeUnhealthy || o != "check 0" {
 		t.Fatalf("a recreated upstream has %v %q", p, o)
+	}
+	if p, o := probeOf(t, s4, "c", testAddress("c", 0)); p != weights.ProbeUnhealthy || o != "early" {
+		t.Fatalf("a new upstream has %v %q", p, o)
+	}
+
+	// withdrawn on a missing upstream, they are gone
+	var gone Batch
+	gone.DeleteUpstream(Key{"default", "a"})
+	gone.DeleteUpstream(Key{"default", "c"})
+	mustApply(t, d, gone)
+	var w2 Batch
+	w2.PutCheckVerdicts(Key{"default", "a"}, []CheckVerdict{{Address: a0, Port: 80}, {Address: a2, Port: 80}, {Address: a2, Port: 81}})
+	w2.PutCheckVerdicts(Key{"default", "c"}, []CheckVerdict{{Address: testAddress("c", 0), Port: 80}})
+	mustApply(t, d, w2)
+	if len(d.checks) != 0 {
+		t.Fatalf("verdicts kept: %v", d.checks)
 	}
 }

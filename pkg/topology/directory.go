@@ -144,6 +144,9 @@ func (d *Directory) Apply(b Batch) (*Snapshot, error) {
 	defer st.release()
 	prev := d.current.Load()
 	if len(st.affected) == 0 && !st.objectsChanged && !st.spatialChanged() {
+		// verdicts on upstreams that do not exist change no snapshot, but
+		// are kept for when they do
+		d.commitChecks(st)
 		return prev, nil
 	}
 	rev := prev.Revision + 1
