@@ -37,6 +37,31 @@ func (s *UpstreamSpec) Default() {
 	if s.Protocol == "" {
 		s.Protocol = DefaultProtocol
 	}
+	if s.HealthCheck != nil {
+		s.HealthCheck.Default()
+	}
+}
+
+// Default fills the unset fields of the health check with their defaults.
+func (h *HealthCheck) Default() {
+	if h.Interval == nil {
+		h.Interval = &metav1.Duration{Duration: DefaultHealthCheckInterval}
+	}
+	if h.Timeout == nil {
+		h.Timeout = &metav1.Duration{Duration: DefaultHealthCheckTimeout}
+	}
+	if h.HealthyThreshold == nil {
+		h.HealthyThreshold = ptr(DefaultHealthyThreshold)
+	}
+	if h.UnhealthyThreshold == nil {
+		h.UnhealthyThreshold = ptr(DefaultUnhealthyThreshold)
+	}
+	if h.JitterPercent == nil {
+		h.JitterPercent = ptr(DefaultHealthCheckJitterPercent)
+	}
+	if h.HTTP != nil && len(h.HTTP.ExpectedStatuses) == 0 {
+		h.HTTP.ExpectedStatuses = []StatusRange{{Start: DefaultExpectedStatus, End: DefaultExpectedStatus}}
+	}
 }
 
 // Default fills the unset fields of the Locality's spec with their defaults.

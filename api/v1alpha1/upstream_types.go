@@ -169,6 +169,152 @@ type UpstreamSpec struct {
 	// Service's preference, every client receives the same split.
 	// +optional
 	LocalityAffinity *LocalityAffinity `json:"localityAffinity,omitempty"`
+
+	// healthCheck makes the control plane check this Upstream's endpoints
+	// itself (docs/health.md). Its verdict is each endpoint's probe signal,
+	// merged with the EndpointSet's own: Unhealthy from either makes the
+	// endpoint ineligible. Only the Upstream's own endpoint addresses are
+	// checked.
+	// +optional
+	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
+}
+
+// HealthCheckType is the kind of an active health check.
+// +kubebuilder:validation:Enum=GRPC;HTTP;TCP
+type HealthCheckType string
+
+const (
+	// HealthCheckGRPC calls grpc.health.v1.Health/Check; SERVING passes.
+	HealthCheckGRPC HealthCheckType = "GRPC"
+	// HealthCheckHTTP sends GET path; an expected status passes.
+	HealthCheckHTTP HealthCheckType = "HTTP"
+	// HealthCheckTCP opens a connection; opening it passes.
+	HealthCheckTCP HealthCheckType = "TCP"
+)
+
+// Defaults of HealthCheck. The kubebuilder:default markers must repeat them.
+const (
+	DefaultHealthCheckInterval            = 10 * time.Second
+	DefaultHealthCheckTimeout             = 2 * time.Second
+	DefaultHealthyThreshold         int32 = 2
+	DefaultUnhealthyThreshold       int32 = 3
+	DefaultHealthCheckJitterPercent int32 = 10
+	DefaultExpectedStatus           int32 = 200
+	MaxHealthThreshold              int32 = 10
+	MaxHealthCheckJitterPercent     int32 = 50
+	MaxExpectedStatusRanges               = 8
+	MinHealthCheckInterval                = time.Second
+	MaxHealthCheckInterval                = 5 * time.Minute
+)
+
+// HealthCheck is an Upstream's active health check (docs/health.md).
+// +kubebuilder:validation:XValidation:rule="self.type == 'HTTP' ? has(self.http) : !has(self.http)",message="http is required with type HTTP and refused with any other type"
+// +kubebuilder:validation:XValidation:rule="!has(self.grpc) || self.type == 'GRPC'",message="grpc goes with type GRPC only"
+// +kubebuilder:validation:XValidation:rule="!has(self.timeout) || !has(self.interval) || duration(self.timeout) < duration(self.interval)",message="timeout must be below interval"
+type HealthCheck struct {
+	// type is GRPC (grpc.health.v1), HTTP (GET with an expected status) or TCP
+	// (a connection opens).
+	// +required
+	Type HealthCheckType `json:"type"`
+
+	// grpc configures a GRPC check.
+	// +optional
+	GRPC *GRPCHealthCheck `json:"grpc,omitempty"`
+
+	// http configures an HTTP check; required with type HTTP.
+	// +optional
+	HTTP *HTTPHealthCheck `json:"http,omitempty"`
+
+	// port is the port checked; default each endpoint's own port.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port *int32 `json:"port,omitempty"`
+
+	// interval is the time between two checks of one endpoint, 1s to 5m.
+	// +optional
+	// +kubebuilder:default="10s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('5m')",message="interval must be from 1s to 5m"
+	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// timeout bounds one check; above 0s and below interval.
+	// +optional
+	// +kubebuilder:default="2s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="timeout must be above 0s"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// healthyThreshold is how many consecutive passes make an Unhealthy
+	// endpoint Healthy (one pass suffices for an endpoint not yet judged).
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	HealthyThreshold *int32 `json:"healthyThreshold,omitempty"`
+
+	// unhealthyThreshold is how many consecutive failures make an endpoint
+	// Unhealthy.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	UnhealthyThreshold *int32 `json:"unhealthyThreshold,omitempty"`
+
+	// jitterPercent moves each wait by up to this percent of interval, either
+	// way, so the checks of many endpoints spread out.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=50
+	JitterPercent *int32 `json:"jitterPercent,omitempty"`
+}
+
+// GRPCHealthCheck configures a grpc.health.v1 check.
+type GRPCHealthCheck struct {
+	// service is the service name asked about; empty asks about the server as
+	// a whole.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Service string `json:"service,omitempty"`
+}
+
+// HTTPHealthCheck configures an HTTP GET check.
+type HTTPHealthCheck struct {
+	// path is the request path, starting with "/".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/[!-~]*$`
+	Path string `json:"path"`
+
+	// host is the Host header; default the endpoint's address.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[!-~]+$`
+	Host string `json:"host,omitempty"`
+
+	// expectedStatuses are the statuses that pass, as inclusive ranges;
+	// default 200 alone.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:default={{start:200,end:200}}
+	ExpectedStatuses []StatusRange `json:"expectedStatuses,omitempty"`
+}
+
+// StatusRange is an inclusive range of HTTP statuses.
+// +kubebuilder:validation:XValidation:rule="self.start <= self.end",message="start must not be above end"
+type StatusRange struct {
+	// start is the first status of the range.
+	// +required
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=599
+	Start int32 `json:"start"`
+
+	// end is the last status of the range.
+	// +required
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=599
+	End int32 `json:"end"`
 }
 
 // LocalityAffinityMode is how a client's locality shapes its split.

@@ -21,6 +21,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"poise.dev/poise/pkg/admin"
+	"poise.dev/poise/pkg/healthcheck"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/source/files"
 	"poise.dev/poise/pkg/source/kube"
@@ -209,6 +210,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The source fills the directory before anything is served, so the first
 	// publication is the whole topology.
 	var runSource func() error
+	var runChecks func() error // active health checks, where this replica runs them
 	var warnings func() []string
 	switch cfg.Source {
 	case "kubernetes":
@@ -260,6 +262,10 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("initial manifests are invalid; nothing to serve:\n%s", "  "+strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		}
 		runSource = func() error { return src.Run(ctx) }
+		// Alone in files mode, this replica checks every upstream with
+		// spec.healthCheck; an idle Checker costs a goroutine and a timer.
+		checker := healthcheck.New(healthcheck.Config{Name: checkerName()})
+		runChecks = func() error { return runHealthChecks(ctx, dir, checker, log) }
 		m.InitSource("files")
 		warnings = func() []string {
 			if r := src.Refusal(); r != "" {
@@ -350,6 +356,9 @@ func Run(ctx context.Context, cfg Config) error {
 		run("metrics server", func() error { return serveHTTP(ctx, metricsSrv, metricsLis) })
 	}
 	run(cfg.Source+" source", runSource)
+	if runChecks != nil {
+		run("health checks", runChecks)
+	}
 	wg.Wait()
 	close(errc)
 	for err := range errc {

@@ -164,6 +164,7 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		// overrides an imported Service's trafficDistribution
 		aff = &topology.Affinity{Mode: m, FailoverRegions: slices.Clone(a.FailoverRegions), Origin: topology.OriginLocalityAffinity}
 	}
+	hc, errs := healthCheck(errs, sp.Child("healthCheck"), s.HealthCheck)
 	if len(errs) > 0 {
 		return topology.Upstream{}, errs
 	}
@@ -190,7 +191,82 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		AllowLoopback:    s.AddressPolicy != nil && s.AddressPolicy.AllowLoopback,
 		Service:          svc,
 		Affinity:         aff,
+		HealthCheck:      hc,
 	}, nil
+}
+
+var (
+	healthCheckPath = regexp.MustCompile(`^/[!-~]*$`)
+	healthCheckHost = regexp.MustCompile(`^[!-~]+$`)
+)
+
+// healthCheck validates a defaulted spec.healthCheck as its CRD schema and CEL
+// rules do, and converts it; nil is no check.
+func healthCheck(errs field.ErrorList, p *field.Path, h *v1alpha1.HealthCheck) (*topology.HealthCheck, field.ErrorList) {
+	if h == nil {
+		return nil, errs
+	}
+	errs = oneOf(errs, p.Child("type"), h.Type, v1alpha1.HealthCheckGRPC, v1alpha1.HealthCheckHTTP, v1alpha1.HealthCheckTCP)
+	out := &topology.HealthCheck{Type: string(h.Type)}
+	switch {
+	case h.Type == v1alpha1.HealthCheckHTTP && h.HTTP == nil:
+		errs = append(errs, field.Required(p.Child("http"), "http is required with type HTTP"))
+	case h.Type != v1alpha1.HealthCheckHTTP && h.HTTP != nil:
+		errs = append(errs, field.Forbidden(p.Child("http"), "http goes with type HTTP only"))
+	}
+	if h.GRPC != nil {
+		if h.Type != v1alpha1.HealthCheckGRPC {
+			errs = append(errs, field.Forbidden(p.Child("grpc"), "grpc goes with type GRPC only"))
+		}
+		if len(h.GRPC.Service) > 253 {
+			errs = append(errs, field.TooLong(p.Child("grpc", "service"), h.GRPC.Service, 253))
+		}
+		out.GRPCService = h.GRPC.Service
+	}
+	if hh := h.HTTP; hh != nil {
+		hp := p.Child("http")
+		if len(hh.Path) > 1024 || !healthCheckPath.MatchString(hh.Path) {
+			errs = append(errs, field.Invalid(hp.Child("path"), hh.Path, `must start with "/" and hold at most 1024 printable ASCII characters, no spaces`))
+		}
+		if hh.Host != "" && (len(hh.Host) > 253 || !healthCheckHost.MatchString(hh.Host)) {
+			errs = append(errs, field.Invalid(hp.Child("host"), hh.Host, "must be at most 253 printable ASCII characters, no spaces"))
+		}
+		if len(hh.ExpectedStatuses) > v1alpha1.MaxExpectedStatusRanges {
+			errs = append(errs, field.TooMany(hp.Child("expectedStatuses"), len(hh.ExpectedStatuses), v1alpha1.MaxExpectedStatusRanges))
+		}
+		for i, r := range hh.ExpectedStatuses {
+			rp := hp.Child("expectedStatuses").Index(i)
+			errs = inRange(errs, rp.Child("start"), int64(r.Start), 100, 599)
+			errs = inRange(errs, rp.Child("end"), int64(r.End), 100, 599)
+			if r.Start > r.End {
+				errs = append(errs, field.Invalid(rp, fmt.Sprintf("%d-%d", r.Start, r.End), "start must not be above end"))
+			}
+			out.ExpectedStatuses = append(out.ExpectedStatuses, topology.StatusRange{Start: int(r.Start), End: int(r.End)})
+		}
+		out.HTTPPath, out.HTTPHost = hh.Path, hh.Host
+	}
+	if h.Port != nil {
+		errs = inRange(errs, p.Child("port"), int64(*h.Port), 1, 65535)
+		out.Port = uint32(max(*h.Port, 0))
+	}
+	iv, to := h.Interval.Duration, h.Timeout.Duration
+	if iv < v1alpha1.MinHealthCheckInterval || iv > v1alpha1.MaxHealthCheckInterval {
+		errs = append(errs, field.Invalid(p.Child("interval"), iv.String(), "must be from 1s to 5m"))
+	}
+	switch {
+	case to <= 0:
+		errs = append(errs, field.Invalid(p.Child("timeout"), to.String(), "must be above 0s"))
+	case to >= iv:
+		errs = append(errs, field.Invalid(p.Child("timeout"), to.String(), "must be below interval"))
+	}
+	errs = inRange(errs, p.Child("healthyThreshold"), int64(*h.HealthyThreshold), 1, int64(v1alpha1.MaxHealthThreshold))
+	errs = inRange(errs, p.Child("unhealthyThreshold"), int64(*h.UnhealthyThreshold), 1, int64(v1alpha1.MaxHealthThreshold))
+	errs = inRange(errs, p.Child("jitterPercent"), int64(*h.JitterPercent), 0, int64(v1alpha1.MaxHealthCheckJitterPercent))
+	out.Interval, out.Timeout = iv, to
+	out.HealthyThreshold = uint32(max(*h.HealthyThreshold, 0))
+	out.UnhealthyThreshold = uint32(max(*h.UnhealthyThreshold, 0))
+	out.JitterPercent = uint32(max(*h.JitterPercent, 0))
+	return out, errs
 }
 
 // Locality validates and converts a Locality, applying the CRD defaults.

@@ -55,6 +55,22 @@ func withService(name string, port intstr.IntOrString) func(*v1alpha1.Upstream) 
 	}
 }
 
+// withCheck sets spec.healthCheck of the given type, then lets f change it.
+func withCheck(typ v1alpha1.HealthCheckType, f func(*v1alpha1.HealthCheck)) func(*v1alpha1.Upstream) {
+	return func(u *v1alpha1.Upstream) {
+		h := &v1alpha1.HealthCheck{Type: typ}
+		if typ == v1alpha1.HealthCheckHTTP {
+			h.HTTP = &v1alpha1.HTTPHealthCheck{Path: "/healthz"}
+		}
+		if f != nil {
+			f(h)
+		}
+		u.Spec.HealthCheck = h
+	}
+}
+
+func dur(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+
 // fields returns the field paths of an error list.
 func fields(errs field.ErrorList) []string {
 	out := make([]string, len(errs))
@@ -116,6 +132,43 @@ func TestUpstreamInvalid(t *testing.T) {
 		}, []string{"spec.localityAffinity.mode"}},
 		{"failover region too long", withAffinity("PreferSameRegion", strings.Repeat("r", 129)), []string{"spec.localityAffinity.failoverRegions[0]"}},
 		{"17 failover regions", withAffinity("PreferSameRegion", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q"), []string{"spec.localityAffinity.failoverRegions"}},
+		{"check type", withCheck("UDP", nil), []string{"spec.healthCheck.type"}},
+		{"HTTP check without http", withCheck(v1alpha1.HealthCheckHTTP, func(h *v1alpha1.HealthCheck) { h.HTTP = nil }), []string{"spec.healthCheck.http"}},
+		{"TCP check with http", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) {
+			h.HTTP = &v1alpha1.HTTPHealthCheck{Path: "/"}
+		}), []string{"spec.healthCheck.http"}},
+		{"HTTP check with grpc", withCheck(v1alpha1.HealthCheckHTTP, func(h *v1alpha1.HealthCheck) { h.GRPC = &v1alpha1.GRPCHealthCheck{} }), []string{"spec.healthCheck.grpc"}},
+		{"grpc service too long", withCheck(v1alpha1.HealthCheckGRPC, func(h *v1alpha1.HealthCheck) {
+			h.GRPC = &v1alpha1.GRPCHealthCheck{Service: strings.Repeat("s", 254)}
+		}), []string{"spec.healthCheck.grpc.service"}},
+		{"path without slash", withCheck(v1alpha1.HealthCheckHTTP, func(h *v1alpha1.HealthCheck) { h.HTTP.Path = "healthz" }), []string{"spec.healthCheck.http.path"}},
+		{"path with space", withCheck(v1alpha1.HealthCheckHTTP, func(h *v1alpha1.HealthCheck) { h.HTTP.Path = "/a b" }), []string{"spec.healthCheck.http.path"}},
+		{"host with space", withCheck(v1alpha1.HealthCheckHTTP, func(h *v1alpha1.HealthCheck) { h.HTTP.Host = "a b" }), []string{"spec.healthCheck.http.host"}},
+		{"status range reversed", withCheck(v1alpha1.HealthCheckHTTP, func(h *v1alpha1.HealthCheck) {
+			h.HTTP.ExpectedStatuses = []v1alpha1.StatusRange{{Start: 299, End: 200}}
+		}), []string{"spec.healthCheck.http.expectedStatuses[0]"}},
+		{"status 600", withCheck(v1alpha1.HealthCheckHTTP, func(h *v1alpha1.HealthCheck) {
+			h.HTTP.ExpectedStatuses = []v1alpha1.StatusRange{{Start: 200, End: 600}}
+		}), []string{"spec.healthCheck.http.expectedStatuses[0].end"}},
+		{"9 status ranges", withCheck(v1alpha1.HealthCheckHTTP, func(h *v1alpha1.HealthCheck) {
+			h.HTTP.ExpectedStatuses = make([]v1alpha1.StatusRange, 9)
+			for i := range h.HTTP.ExpectedStatuses {
+				h.HTTP.ExpectedStatuses[i] = v1alpha1.StatusRange{Start: 200, End: 200}
+			}
+		}), []string{"spec.healthCheck.http.expectedStatuses"}},
+		{"check port 0", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.Port = ptr[int32](0) }), []string{"spec.healthCheck.port"}},
+		{"interval below 1s", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) {
+			h.Interval, h.Timeout = dur(999*time.Millisecond), dur(time.Millisecond)
+		}), []string{"spec.healthCheck.interval"}},
+		{"interval above 5m", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.Interval = dur(5*time.Minute + 1) }), []string{"spec.healthCheck.interval"}},
+		{"timeout 0", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.Timeout = dur(0) }), []string{"spec.healthCheck.timeout"}},
+		{"timeout equal to interval", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) {
+			h.Interval, h.Timeout = dur(time.Second), dur(time.Second)
+		}), []string{"spec.healthCheck.timeout"}},
+		{"default timeout above a short interval", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.Interval = dur(time.Second) }), []string{"spec.healthCheck.timeout"}},
+		{"healthy threshold 0", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.HealthyThreshold = ptr[int32](0) }), []string{"spec.healthCheck.healthyThreshold"}},
+		{"unhealthy threshold 11", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.UnhealthyThreshold = ptr[int32](11) }), []string{"spec.healthCheck.unhealthyThreshold"}},
+		{"jitter 51", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.JitterPercent = ptr[int32](51) }), []string{"spec.healthCheck.jitterPercent"}},
 		{"every error is reported", func(u *v1alpha1.Upstream) {
 			u.Name = ""
 			u.Spec.OverprovisioningFactor = ptr[int32](0)
@@ -158,6 +211,18 @@ func TestUpstreamValidBoundaries(t *testing.T) {
 		{"service port 65535", withService("web", intstr.FromInt32(65535))},
 		{"service port name", withService("web", intstr.FromString("grpc-web"))},
 		{"service port name 15 chars", withService("web", intstr.FromString("abcdefghijklmno"))},
+		{"TCP check", withCheck(v1alpha1.HealthCheckTCP, nil)},
+		{"GRPC check without grpc", withCheck(v1alpha1.HealthCheckGRPC, nil)},
+		{"check at the bounds", withCheck(v1alpha1.HealthCheckGRPC, func(h *v1alpha1.HealthCheck) {
+			h.GRPC = &v1alpha1.GRPCHealthCheck{Service: strings.Repeat("s", 253)}
+			h.Port, h.Interval, h.Timeout = ptr[int32](65535), dur(5*time.Minute), dur(5*time.Minute-1)
+			h.HealthyThreshold, h.UnhealthyThreshold, h.JitterPercent = ptr[int32](10), ptr[int32](1), ptr[int32](50)
+		})},
+		{"check at the low bounds", withCheck(v1alpha1.HealthCheckHTTP, func(h *v1alpha1.HealthCheck) {
+			h.HTTP.Path, h.HTTP.ExpectedStatuses = "/", []v1alpha1.StatusRange{{Start: 100, End: 100}, {Start: 599, End: 599}}
+			h.Port, h.Interval, h.Timeout = ptr[int32](1), dur(time.Second), dur(1)
+			h.HealthyThreshold, h.UnhealthyThreshold, h.JitterPercent = ptr[int32](1), ptr[int32](10), ptr[int32](0)
+		})},
 		{"dotted name", func(u *v1alpha1.Upstream) { u.Name = "checkout.v2" }},
 		{"name of 253", func(u *v1alpha1.Upstream) { u.Name = strings.Repeat("a", 253) }},
 	}
@@ -192,6 +257,45 @@ func TestUpstreamDefaults(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestHealthCheckDefaults(t *testing.T) {
+	in := validUpstream()
+	withCheck(v1alpha1.HealthCheckHTTP, nil)(in)
+	got, errs := convert.Upstream(in)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	want := &topology.HealthCheck{
+		Type: "HTTP", HTTPPath: "/healthz", ExpectedStatuses: []topology.StatusRange{{Start: 200, End: 200}},
+		Interval: 10 * time.Second, Timeout: 2 * time.Second, HealthyThreshold: 2, UnhealthyThreshold: 3, JitterPercent: 10,
+	}
+	if !reflect.DeepEqual(got.HealthCheck, want) {
+		t.Errorf("defaults:\n got %+v\nwant %+v", got.HealthCheck, want)
+	}
+	if in.Spec.HealthCheck.Interval != nil {
+		t.Errorf("Upstream defaulted its input")
+	}
+}
+
+func TestHealthCheckSetFields(t *testing.T) {
+	in := validUpstream()
+	withCheck(v1alpha1.HealthCheckGRPC, func(h *v1alpha1.HealthCheck) {
+		h.GRPC = &v1alpha1.GRPCHealthCheck{Service: "shop.Checkout"}
+		h.Port, h.Interval, h.Timeout = ptr[int32](9090), dur(3*time.Second), dur(500*time.Millisecond)
+		h.HealthyThreshold, h.UnhealthyThreshold, h.JitterPercent = ptr[int32](1), ptr[int32](2), ptr[int32](0)
+	})(in)
+	got, errs := convert.Upstream(in)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	want := &topology.HealthCheck{
+		Type: "GRPC", GRPCService: "shop.Checkout", Port: 9090,
+		Interval: 3 * time.Second, Timeout: 500 * time.Millisecond, HealthyThreshold: 1, UnhealthyThreshold: 2,
+	}
+	if !reflect.DeepEqual(got.HealthCheck, want) {
+		t.Errorf("fields:\n got %+v\nwant %+v", got.HealthCheck, want)
 	}
 }
 

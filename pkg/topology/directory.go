@@ -25,6 +25,7 @@ type Batch struct {
 	sets       map[Key]*EndpointSet
 	domains    map[Key]*SpatialDomain
 	partitions map[Key]*Partition
+	checks     map[Key]map[checkAddr]CheckVerdict // by upstream
 }
 
 // PutUpstream adds or replaces an upstream.
@@ -58,7 +59,11 @@ func (b *Batch) DeleteEndpointSet(k Key) { setOp(&b.sets, k, nil) }
 
 // Len is the number of objects the batch touches.
 func (b *Batch) Len() int {
-	return len(b.upstreams) + len(b.localities) + len(b.sets) + len(b.domains) + len(b.partitions)
+	n := len(b.upstreams) + len(b.localities) + len(b.sets) + len(b.domains) + len(b.partitions)
+	for _, vs := range b.checks {
+		n += len(vs)
+	}
+	return n
 }
 
 // reserve makes an empty map room for n entries: a first load fills it
@@ -91,6 +96,9 @@ type Directory struct {
 	setsOf       map[Key]map[Key]struct{}
 	domainsOf    map[Key]map[Key]struct{} // upstream → domains with a replica on it
 	partitionsOf map[Key]map[Key]struct{} // domain → its partitions, present or not
+	// checks: active health check verdicts by upstream, merged into the
+	// endpoints' probe signal when the upstream is resolved
+	checks map[Key]map[checkAddr]CheckVerdict
 	// scratch is reused by every Apply (they are serialized), so a small
 	// change allocates only what the new snapshot keeps.
 	scratch applyScratch
@@ -110,6 +118,7 @@ func NewDirectory() *Directory {
 		partitions:   map[Key]Partition{},
 		domainsOf:    map[Key]map[Key]struct{}{},
 		partitionsOf: map[Key]map[Key]struct{}{},
+		checks:       map[Key]map[checkAddr]CheckVerdict{},
 	}
 	d.current.Store(&Snapshot{superseded: make(chan struct{})})
 	return d
@@ -135,6 +144,9 @@ func (d *Directory) Apply(b Batch) (*Snapshot, error) {
 	defer st.release()
 	prev := d.current.Load()
 	if len(st.affected) == 0 && !st.objectsChanged && !st.spatialChanged() {
+		// verdicts on upstreams that do not exist change no snapshot, but
+		// are kept for when they do
+		d.commitChecks(st)
 		return prev, nil
 	}
 	rev := prev.Revision + 1
@@ -177,6 +189,8 @@ type staged struct {
 	// the batch's puts indexed by the upstream they name, sorted
 	batchLocalities []namedBy
 	batchSets       []namedBy
+	// checks: the batch's verdicts that change something, by upstream
+	checks map[Key]map[checkAddr]CheckVerdict
 	// orphansChanged: the orphan list may differ from the previous snapshot's
 	orphansChanged bool
 	// objectsChanged: some locality or set changed even if no upstream is affected (orphans)
@@ -260,6 +274,7 @@ func (d *Directory) stage(b Batch) *staged {
 	}
 	slices.SortFunc(st.batchLocalities, compareNamedBy)
 	slices.SortFunc(st.batchSets, compareNamedBy)
+	st.stageChecks(b)
 	return st
 }
 
@@ -275,6 +290,7 @@ func (st *staged) release() {
 	st.affected = clearOrDrop(st.affected)
 	st.batchLocalities = clearSlice(st.batchLocalities)
 	st.batchSets = clearSlice(st.batchSets)
+	st.checks = nil
 	st.orphansChanged, st.objectsChanged = false, false
 }
 
@@ -388,6 +404,7 @@ func (d *Directory) commit(st *staged) {
 		d.sets[k] = *s
 		index(d.setsOf, Key{k.Namespace, s.Upstream}, k)
 	}
+	d.commitChecks(st)
 }
 
 func index(m map[Key]map[Key]struct{}, up, obj Key) {
@@ -632,18 +649,41 @@ func (sc *resolver) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 		g := &groups[sc.groupOf[groupKey{l.Priority, l.Locality}]]
 		g.LocalityObjects = append(g.LocalityObjects, l.Key)
 	}
+	// merged holds the health of endpoints with a check verdict (the sets'
+	// own are never modified); one allocation, sized by a first pass, so the
+	// pointers into it stay valid. Upstreams without checks skip both.
+	var merged []Health
+	checked := st.hasChecks(u.Key)
+	if checked {
+		n := 0
+		for _, s := range sets {
+			for ei := range s.Endpoints {
+				if _, ok := st.checkOf(u.Key, checkAddr{s.Endpoints[ei].Address, s.Endpoints[ei].Port}); ok {
+					n++
+				}
+			}
+		}
+		merged = make([]Health, 0, n)
+	}
 	for si, s := range sets {
 		g := &groups[setGroup[si]]
 		ref := ObjectRef{s.Kind, s.Key}
 		g.Sets = append(g.Sets, ref)
 		for ei := range s.Endpoints {
 			e := &s.Endpoints[ei]
+			h := &e.Health
+			if checked {
+				if v, ok := st.checkOf(u.Key, checkAddr{e.Address, e.Port}); ok {
+					merged = append(merged, mergeProbe(e.Health, v))
+					h = &merged[len(merged)-1]
+				}
+			}
 			state.Endpoints = append(state.Endpoints, weights.Endpoint{
 				Address: e.Address, Port: e.Port, Priority: g.Priority, Locality: s.Locality,
 				LocalityWeight: g.LocalityWeight, Weight: e.Weight, Admin: e.Admin,
-				Probe: e.Health.Probe, Circuit: e.Health.Circuit, Ejected: e.Health.Ejected, Scope: e.Health.Scope,
+				Probe: h.Probe, Circuit: h.Circuit, Ejected: h.Ejected, Scope: h.Scope,
 			})
-			state.Origins = append(state.Origins, Origin{Set: ref, Health: &e.Health})
+			state.Origins = append(state.Origins, Origin{Set: ref, Health: h})
 		}
 	}
 	state.Groups = make([]Group, len(groups))

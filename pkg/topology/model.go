@@ -79,6 +79,40 @@ type Upstream struct {
 	// asking for it. Every user reads the mode through ModeOf, so an
 	// explicit None renders exactly as nil does: one split for every client.
 	Affinity *Affinity
+	// HealthCheck, when set, is the upstream's active health check
+	// (spec.healthCheck, docs/health.md).
+	HealthCheck *HealthCheck
+}
+
+// HealthCheck is an upstream's active health check, validated and with its
+// defaults applied.
+type HealthCheck struct {
+	Type             string // GRPC, HTTP, TCP
+	GRPCService      string // GRPC: the grpc.health.v1 service name
+	HTTPPath         string // HTTP: the GET path
+	HTTPHost         string // HTTP: the Host header; "" is the endpoint's address
+	ExpectedStatuses []StatusRange
+	// Port, when not 0, is checked instead of each endpoint's own port.
+	Port               uint32
+	Interval           time.Duration
+	Timeout            time.Duration
+	HealthyThreshold   uint32
+	UnhealthyThreshold uint32
+	JitterPercent      uint32
+}
+
+// StatusRange is an inclusive range of HTTP statuses.
+type StatusRange struct{ Start, End int }
+
+// Equal reports whether h and o are the same check; nil is no check.
+func (h *HealthCheck) Equal(o *HealthCheck) bool {
+	if h == nil || o == nil {
+		return h == o
+	}
+	return h.Type == o.Type && h.GRPCService == o.GRPCService && h.HTTPPath == o.HTTPPath && h.HTTPHost == o.HTTPHost &&
+		h.Port == o.Port && h.Interval == o.Interval && h.Timeout == o.Timeout &&
+		h.HealthyThreshold == o.HealthyThreshold && h.UnhealthyThreshold == o.UnhealthyThreshold &&
+		h.JitterPercent == o.JitterPercent && slices.Equal(h.ExpectedStatuses, o.ExpectedStatuses)
 }
 
 // Affinity is an upstream's client-locality-aware routing
@@ -109,7 +143,8 @@ func (u Upstream) equal(o *Upstream) bool {
 	a, b := u, *o
 	a.Service, b.Service = nil, nil
 	a.Affinity, b.Affinity = nil, nil
-	if a != b || (u.Service == nil) != (o.Service == nil) || !u.Affinity.equal(o.Affinity) {
+	a.HealthCheck, b.HealthCheck = nil, nil
+	if a != b || (u.Service == nil) != (o.Service == nil) || !u.Affinity.equal(o.Affinity) || !u.HealthCheck.Equal(o.HealthCheck) {
 		return false
 	}
 	return u.Service == nil || *u.Service == *o.Service

@@ -147,7 +147,8 @@ type Group struct {
 type Origin struct {
 	Set ObjectRef
 	// Health is the endpoint's own, in its set (which is never modified in
-	// place): pointing at it keeps one copy of every signal and origin.
+	// place): pointing at it keeps one copy of every signal and origin. An
+	// endpoint with an active check verdict points at its merged copy instead.
 	Health *Health
 }
 

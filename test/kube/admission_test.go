@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -98,6 +99,25 @@ func TestAdmission(t *testing.T) {
 			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityBalanced}
 			s.HealthAdjustment = v1alpha1.HealthAdjustmentProxy
 		}), "spec", "Balanced needs healthAdjustment ControlPlane"},
+		{"healthCheck HTTP without http", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP}
+		}), "spec.healthCheck", "http is required with type HTTP"},
+		{"healthCheck TCP with grpc", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckTCP, GRPC: &v1alpha1.GRPCHealthCheck{}}
+		}), "spec.healthCheck", "grpc goes with type GRPC only"},
+		{"healthCheck timeout above a short interval", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckTCP, Interval: &metav1.Duration{Duration: time.Second}}
+		}), "spec.healthCheck", "timeout must be below interval"},
+		{"healthCheck interval 6m", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckTCP, Interval: &metav1.Duration{Duration: 6 * time.Minute}}
+		}), "spec.healthCheck.interval", "from 1s to 5m"},
+		{"healthCheck status range reversed", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, HTTP: &v1alpha1.HTTPHealthCheck{
+				Path: "/healthz", ExpectedStatuses: []v1alpha1.StatusRange{{Start: 299, End: 200}}}}
+		}), "spec.healthCheck.http.expectedStatuses[0]", "start must not be above end"},
+		{"healthCheck path without slash", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, HTTP: &v1alpha1.HTTPHealthCheck{Path: "healthz"}}
+		}), "spec.healthCheck.http.path", "should match"},
 		{"locality weight 0", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = ptr(int64(0)) }), "spec.weight", "greater than or equal to 1"},
 		{"locality weight 4294967296", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = ptr(int64(4294967296)) }), "spec.weight", "less than or equal to 4294967295"},
 		{"locality priority 128", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Priority = ptr(int32(128)) }), "spec.priority", "less than or equal to 127"},
@@ -176,6 +196,16 @@ func TestAdmission(t *testing.T) {
 			s.OverprovisioningFactor, s.PanicThreshold, s.EndpointsFrom = ptr(int32(1000)), ptr(int32(100)), svc(intstr.FromInt32(65535))
 		})},
 		{"named service port", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = svc(intstr.FromString("grpc-web")) })},
+		{"healthCheck at its bounds", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, HTTP: &v1alpha1.HTTPHealthCheck{
+				Path: "/", Host: "a", ExpectedStatuses: []v1alpha1.StatusRange{{Start: 100, End: 599}}},
+				Port: ptr(int32(65535)), Interval: &metav1.Duration{Duration: 5 * time.Minute}, Timeout: &metav1.Duration{Duration: 5*time.Minute - time.Millisecond},
+				HealthyThreshold: ptr(int32(10)), UnhealthyThreshold: ptr(int32(1)), JitterPercent: ptr(int32(50))}
+		})},
+		{"healthCheck GRPC with a 1s interval", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckGRPC, GRPC: &v1alpha1.GRPCHealthCheck{Service: "shop.Checkout"},
+				Interval: &metav1.Duration{Duration: time.Second}, Timeout: &metav1.Duration{Duration: 999 * time.Millisecond}}
+		})},
 		{"locality weight 4294967295, priority 127", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight, s.Priority = ptr(int64(4294967295)), ptr(int32(127)) })},
 		{"endpoint weight 4294967295, port 65535, IPv6", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
 			s.Endpoints[0] = v1alpha1.Endpoint{Address: "2001:db8::1", Port: 65535, Weight: ptr(int64(4294967295))}
@@ -248,6 +278,21 @@ func TestAdmission(t *testing.T) {
 		if local.Spec.OverprovisioningFactor == nil || *local.Spec.OverprovisioningFactor != *s.OverprovisioningFactor ||
 			local.Spec.ConnectTimeout.Duration != s.ConnectTimeout.Duration || local.Spec.PanicMode != s.PanicMode {
 			t.Errorf("Upstream.Default() gives %+v, the apiserver %+v", local.Spec, s)
+		}
+
+		// spec.healthCheck's defaults, the apiserver's and Go's
+		hc := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "checked", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{
+			HealthCheck: &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, HTTP: &v1alpha1.HTTPHealthCheck{Path: "/healthz"}}}}
+		want := hc.Spec.HealthCheck.DeepCopy()
+		want.Default()
+		if err := k8s.Create(t.Context(), hc); err != nil {
+			t.Fatal(err)
+		}
+		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(hc), &got); err != nil {
+			t.Fatal(err)
+		}
+		if !equality.Semantic.DeepEqual(got.Spec.HealthCheck, want) {
+			t.Errorf("spec.healthCheck defaulted by the apiserver to %+v, by HealthCheck.Default() to %+v", got.Spec.HealthCheck, want)
 		}
 
 		l := &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "empty"}}

@@ -1,0 +1,160 @@
+package topology
+
+import (
+	"fmt"
+	"testing"
+
+	"poise.dev/poise/pkg/weights"
+)
+
+func TestMergeProbe(t *testing.T) {
+	const (
+		unk = weights.ProbeUnknown
+		ok  = weights.ProbeHealthy
+		bad = weights.ProbeUnhealthy
+	)
+	tests := []struct {
+		own, check         weights.ProbeHealth
+		ownOrigin, chkOrig string
+		want               weights.ProbeHealth
+		wantOrigin         string
+	}{
+		{unk, unk, "", "active check by a: 1 pass", unk, ""},
+		{unk, ok, "", "check", ok, "check"},
+		{unk, bad, "", "check", bad, "check"},
+		{ok, unk, "prober", "check", ok, "prober"},
+		{ok, ok, "prober", "check", ok, "prober; check"},
+		{ok, bad, "prober", "check", bad, "check"},
+		{bad, unk, "prober", "check", bad, "prober"},
+		{bad, ok, "prober", "check", bad, "prober"},
+		{bad, bad, "prober", "check", bad, "prober; check"},
+		{bad, bad, "", "check", bad, "check"},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%v+%v", tc.own, tc.check), func(t *testing.T) {
+			h := Health{Probe: tc.own, ProbeOrigin: tc.ownOrigin, CircuitOrigin: "kept"}
+			got := mergeProbe(h, CheckVerdict{Probe: tc.check, Origin: tc.chkOrig})
+			if got.Probe != tc.want || got.ProbeOrigin != tc.wantOrigin || got.CircuitOrigin != "kept" {
+				t.Fatalf("merge(%v %q, %v %q) = %v %q (circuit origin %q), want %v %q",
+					tc.own, tc.ownOrigin, tc.check, tc.chkOrig, got.Probe, got.ProbeOrigin, got.CircuitOrigin, tc.want, tc.wantOrigin)
+			}
+		})
+	}
+}
+
+// probeOf is the merged probe signal and origin of the endpoint at addr.
+func probeOf(t *testing.T, s *Snapshot, up, addr string) (weights.ProbeHealth, string) {
+	t.Helper()
+	u := s.Upstream(Key{"default", up})
+	for i, e := range u.Endpoints {
+		if e.Address == addr {
+			if u.Origins[i].Health.Probe != e.Probe {
+				t.Fatalf("%s: weights input %v, origin health %v", addr, e.Probe, u.Origins[i].Health.Probe)
+			}
+			return e.Probe, u.Origins[i].Health.ProbeOrigin
+		}
+	}
+	t.Fatalf("%s not in %s", addr, up)
+	return 0, ""
+}
+
+func TestCheckVerdictsOverlayTheSets(t *testing.T) {
+	d := NewDirectory()
+	var b Batch
+	for _, name := range []string{"a", "b"} {
+		b.PutUpstream(upstream(name))
+		b.PutEndpointSet(set(name, name, "r1", 3, 1)) // endpoint 0 Unhealthy by "test"
+	}
+	s0 := mustApply(t, d, b)
+	a0, a1, a2 := testAddress("a", 0), testAddress("a", 1), testAddress("a", 2)
+
+	var v Batch
+	v.PutCheckVerdicts(Key{"default", "a"}, []CheckVerdict{
+		{Address: a0, Port: 80, Probe: weights.ProbeUnhealthy, Origin: "check 0"},
+		{Address: a1, Port: 80, Probe: weights.ProbeUnhealthy, Origin: "check 1"},
+		{Address: a2, Port: 80, Probe: weights.ProbeHealthy, Origin: "check 2"},
+		{Address: a2, Port: 81, Probe: weights.ProbeUnhealthy, Origin: "not an endpoint"},
+	})
+	s1 := mustApply(t, d, v)
+	if s1.Upstream(Key{"default", "b"}) != s0.Upstream(Key{"default", "b"}) {
+		t.Fatal("a verdict on a re-resolved b")
+	}
+	if ua := s1.Upstream(Key{"default", "a"}); ua.Revision != s1.Revision || ua.ClusterRevision != s0.Revision {
+		t.Fatalf("a: revision %d cluster revision %d, want %d and %d", ua.Revision, ua.ClusterRevision, s1.Revision, s0.Revision)
+	}
+	for _, c := range []struct {
+		addr   string
+		want   weights.ProbeHealth
+		origin string
+	}{{a0, weights.ProbeUnhealthy, "test; check 0"}, {a1, weights.ProbeUnhealthy, "check 1"}, {a2, weights.ProbeHealthy, "check 2"}} {
+		if p, o := probeOf(t, s1, "a", c.addr); p != c.want || o != c.origin {
+			t.Errorf("%s: %v %q, want %v %q", c.addr, p, o, c.want, c.origin)
+		}
+	}
+	if got := s1.Upstream(Key{"default", "a"}).Result.Endpoints; len(got) != 3 {
+		t.Fatalf("%d endpoints", len(got))
+	}
+
+	// the same verdicts again change nothing
+	if s := mustApply(t, d, v); s != s1 {
+		t.Fatalf("repeated verdicts made revision %d", s.Revision)
+	}
+
+	// replacing the set keeps the verdicts
+	var r Batch
+	r.PutEndpointSet(set("a", "a", "r1", 3, 0))
+	s2 := mustApply(t, d, r)
+	if p, o := probeOf(t, s2, "a", a1); p != weights.ProbeUnhealthy || o != "check 1" {
+		t.Fatalf("after the set's replacement: %v %q", p, o)
+	}
+
+	// withdrawal restores the set's own signal
+	var w Batch
+	w.PutCheckVerdicts(Key{"default", "a"}, []CheckVerdict{{Address: a1, Port: 80}})
+	s3 := mustApply(t, d, w)
+	if p, o := probeOf(t, s3, "a", a1); p != weights.ProbeUnknown || o != "" {
+		t.Fatalf("after withdrawal: %v %q", p, o)
+	}
+	if s3.Upstream(Key{"default", "b"}) != s0.Upstream(Key{"default", "b"}) {
+		t.Fatal("a withdrawal on a re-resolved b")
+	}
+	// withdrawing what is not there changes nothing
+	if s := mustApply(t, d, w); s != s3 {
+		t.Fatalf("a repeated withdrawal made revision %d", s.Revision)
+	}
+
+	// verdicts outlive their upstream, as the checker that published them
+	// may not have seen it go, and wait for one that does not exist yet
+	var del Batch
+	del.DeleteUpstream(Key{"default", "a"})
+	mustApply(t, d, del)
+	var early Batch
+	early.PutCheckVerdicts(Key{"default", "c"}, []CheckVerdict{{Address: testAddress("c", 0), Port: 80, Probe: weights.ProbeUnhealthy, Origin: "early"}})
+	if s := mustApply(t, d, early); s.Revision != d.Current().Revision || len(d.checks) != 2 {
+		t.Fatalf("revision %d, verdicts %v", s.Revision, d.checks)
+	}
+	var back Batch
+	back.PutUpstream(upstream("a"))
+	back.PutUpstream(upstream("c"))
+	back.PutEndpointSet(set("c", "c", "r1", 1, 0))
+	s4 := mustApply(t, d, back)
+	if p, o := probeOf(t, s4, "a", a0); p != weights.ProbeUnhealthy || o != "check 0" {
+		t.Fatalf("a recreated upstream has %v %q", p, o)
+	}
+	if p, o := probeOf(t, s4, "c", testAddress("c", 0)); p != weights.ProbeUnhealthy || o != "early" {
+		t.Fatalf("a new upstream has %v %q", p, o)
+	}
+
+	// withdrawn on a missing upstream, they are gone
+	var gone Batch
+	gone.DeleteUpstream(Key{"default", "a"})
+	gone.DeleteUpstream(Key{"default", "c"})
+	mustApply(t, d, gone)
+	var w2 Batch
+	w2.PutCheckVerdicts(Key{"default", "a"}, []CheckVerdict{{Address: a0, Port: 80}, {Address: a2, Port: 80}, {Address: a2, Port: 81}})
+	w2.PutCheckVerdicts(Key{"default", "c"}, []CheckVerdict{{Address: testAddress("c", 0), Port: 80}})
+	mustApply(t, d, w2)
+	if len(d.checks) != 0 {
+		t.Fatalf("verdicts kept: %v", d.checks)
+	}
+}
