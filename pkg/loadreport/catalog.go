@@ -1,0 +1,97 @@
+package loadreport
+
+import (
+	"strconv"
+	"strings"
+
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/xds/translate"
+)
+
+// Catalog is what reports may be about: the published clusters whose load
+// is reported, and each one's endpoints in canonical order. It is immutable;
+// NewCatalog builds the next one from a snapshot, sharing what did not change.
+type Catalog struct {
+	clusters map[string]*catCluster
+}
+
+// catCluster is one cluster's endpoints: index gives an endpoint's position
+// in keys (the snapshot's canonical order), which the store's cells follow.
+type catCluster struct {
+	name     string
+	upstream *topology.UpstreamState // the state it was built from: unchanged upstreams are shared between snapshots
+	index    map[endpointKey]int32
+	keys     []endpointKey
+}
+
+type endpointKey struct {
+	addr string
+	port uint32
+}
+
+// NewCatalog is the catalog of snap's upstreams for which include says
+// yes (nil includes all). Clusters of upstreams that are the same object as
+// in prev are taken from prev as they are, so a store keeps their cells
+// without remapping them.
+func NewCatalog(prev *Catalog, snap *topology.Snapshot, include func(*topology.UpstreamState) bool) *Catalog {
+	c := &Catalog{clusters: map[string]*catCluster{}}
+	if snap == nil {
+		return c
+	}
+	for _, u := range snap.Upstreams() {
+		if include != nil && !include(u) {
+			continue
+		}
+		name := translate.ClusterName(u.Upstream.Key)
+		if prev != nil {
+			if old, ok := prev.clusters[name]; ok && old.upstream == u {
+				c.clusters[name] = old
+				continue
+			}
+		}
+		cc := &catCluster{name: name, upstream: u, index: make(map[endpointKey]int32, len(u.Endpoints)),
+			keys: make([]endpointKey, 0, len(u.Endpoints))}
+		for _, e := range u.Endpoints {
+			k := endpointKey{e.Address, e.Port}
+			if _, dup := cc.index[k]; dup {
+				continue // the first place of an address names it
+			}
+			cc.index[k] = int32(len(cc.keys))
+			cc.keys = append(cc.keys, k)
+		}
+		c.clusters[name] = cc
+	}
+	return c
+}
+
+// Len is the number of clusters in the catalog.
+func (c *Catalog) Len() int { return len(c.clusters) }
+
+// endpointOfSubZone is the endpoint a gRPC client's per-endpoint locality
+// names: Poise renders one locality per endpoint for gRPC clients with the
+// sub_zone "<subZone>~ep~<address>:<port>" (an IPv6 address in brackets).
+func endpointOfSubZone(subZone string) (endpointKey, bool) {
+	i := strings.LastIndex(subZone, translate.EndpointSuffix)
+	if i < 0 {
+		return endpointKey{}, false
+	}
+	hp := subZone[i+len(translate.EndpointSuffix):]
+	colon := strings.LastIndexByte(hp, ':')
+	if colon <= 0 {
+		return endpointKey{}, false
+	}
+	port, err := strconv.ParseUint(hp[colon+1:], 10, 32)
+	if err != nil {
+		return endpointKey{}, false
+	}
+	host := hp[:colon]
+	if strings.HasPrefix(host, "[") {
+		if len(host) < 2 || host[len(host)-1] != ']' {
+			return endpointKey{}, false
+		}
+		host = host[1 : len(host)-1]
+	} else if strings.Contains(host, ":") {
+		return endpointKey{}, false // an IPv6 address is always bracketed
+	}
+	return endpointKey{host, uint32(port)}, true
+}
