@@ -1,8 +1,11 @@
 package loadreport
 
 import (
+	"slices"
 	"strconv"
 	"strings"
+
+	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/translate"
@@ -66,6 +69,32 @@ func NewCatalog(prev *Catalog, snap *topology.Snapshot, include func(*topology.U
 
 // Len is the number of clusters in the catalog.
 func (c *Catalog) Len() int { return len(c.clusters) }
+
+// Published adds to names (sorted, kept as it is) the clusters req
+// reports on that the catalog has, and says whether any was added. Only
+// the request's first MaxClusterStats clusters are read.
+func (c *Catalog) Published(names []string, req *lrs.LoadStatsRequest) ([]string, bool) {
+	grew := false
+	for i, cs := range req.GetClusterStats() {
+		if i >= MaxClusterStats {
+			break
+		}
+		name := cs.GetClusterName()
+		if _, ok := c.clusters[name]; !ok {
+			continue
+		}
+		j, found := slices.BinarySearch(names, name)
+		if found {
+			continue
+		}
+		if !grew {
+			names = slices.Clone(names)
+			grew = true
+		}
+		names = slices.Insert(names, j, name)
+	}
+	return names, grew
+}
 
 // endpointOfSubZone is the endpoint a gRPC client's per-endpoint locality
 // names: Poise renders one locality per endpoint for gRPC clients with the
