@@ -37,6 +37,9 @@ func (s *UpstreamSpec) Default() {
 	if s.Protocol == "" {
 		s.Protocol = DefaultProtocol
 	}
+	if s.LoadReporting != nil && s.LoadReporting.Interval == nil {
+		s.LoadReporting.Interval = &metav1.Duration{Duration: DefaultLoadReportingInterval}
+	}
 }
 
 // Default fills the unset fields of the Locality's spec with their defaults.

@@ -164,6 +164,13 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		// overrides an imported Service's trafficDistribution
 		aff = &topology.Affinity{Mode: m, FailoverRegions: slices.Clone(a.FailoverRegions), Origin: topology.OriginLocalityAffinity}
 	}
+	var lri time.Duration
+	if lr := s.LoadReporting; lr != nil {
+		// Default() has set the interval
+		if lri = lr.Interval.Duration; lri < time.Second || lri > time.Minute {
+			errs = append(errs, field.Invalid(sp.Child("loadReporting", "interval"), lri.String(), "must be from 1s to 60s"))
+		}
+	}
 	if len(errs) > 0 {
 		return topology.Upstream{}, errs
 	}
@@ -183,13 +190,14 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 			PanicMode:              pm,
 			DrainingCapacity:       dc,
 		},
-		HealthAdjustment: topology.HealthAdjustment(s.HealthAdjustment),
-		LoadBalancing:    string(s.LoadBalancing),
-		ConnectTimeout:   s.ConnectTimeout.Duration,
-		Protocol:         string(s.Protocol),
-		AllowLoopback:    s.AddressPolicy != nil && s.AddressPolicy.AllowLoopback,
-		Service:          svc,
-		Affinity:         aff,
+		HealthAdjustment:   topology.HealthAdjustment(s.HealthAdjustment),
+		LoadBalancing:      string(s.LoadBalancing),
+		ConnectTimeout:     s.ConnectTimeout.Duration,
+		Protocol:           string(s.Protocol),
+		AllowLoopback:      s.AddressPolicy != nil && s.AddressPolicy.AllowLoopback,
+		Service:            svc,
+		Affinity:           aff,
+		LoadReportInterval: lri,
 	}, nil
 }
 

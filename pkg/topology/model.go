@@ -79,6 +79,10 @@ type Upstream struct {
 	// asking for it. Every user reads the mode through ModeOf, so an
 	// explicit None renders exactly as nil does: one split for every client.
 	Affinity *Affinity
+	// LoadReportInterval, when above zero, is spec.loadReporting.interval:
+	// the upstream's clients report their load to Poise at this interval.
+	// Zero means the upstream has no load reporting.
+	LoadReportInterval time.Duration
 }
 
 // Affinity is an upstream's client-locality-aware routing
