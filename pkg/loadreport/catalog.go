@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 
@@ -23,6 +24,7 @@ type Catalog struct {
 type catCluster struct {
 	name     string
 	upstream *topology.UpstreamState // the state it was built from: unchanged upstreams are shared between snapshots
+	interval time.Duration           // the upstream's spec.loadReporting.interval; 0 when unset
 	index    map[endpointKey]int32
 	keys     []endpointKey
 }
@@ -52,7 +54,7 @@ func NewCatalog(prev *Catalog, snap *topology.Snapshot, include func(*topology.U
 				continue
 			}
 		}
-		cc := &catCluster{name: name, upstream: u, index: make(map[endpointKey]int32, len(u.Endpoints)),
+		cc := &catCluster{name: name, upstream: u, interval: u.Upstream.LoadReportInterval, index: make(map[endpointKey]int32, len(u.Endpoints)),
 			keys: make([]endpointKey, 0, len(u.Endpoints))}
 		for _, e := range u.Endpoints {
 			k := endpointKey{e.Address, e.Port}
@@ -69,6 +71,21 @@ func NewCatalog(prev *Catalog, snap *topology.Snapshot, include func(*topology.U
 
 // Len is the number of clusters in the catalog.
 func (c *Catalog) Len() int { return len(c.clusters) }
+
+// Interval is the shortest load-report interval of the named clusters
+// that the catalog has (each its upstream's spec.loadReporting.interval),
+// zero when none has one. One LRS stream has one interval for all the
+// clusters it reports on, so a client reporting on several is asked for
+// the shortest: no cluster is reported less often than it asks.
+func (c *Catalog) Interval(names []string) time.Duration {
+	var d time.Duration
+	for _, name := range names {
+		if cc, ok := c.clusters[name]; ok && cc.interval > 0 && (d == 0 || cc.interval < d) {
+			d = cc.interval
+		}
+	}
+	return d
+}
 
 // Published adds to names (sorted, kept as it is) the clusters req
 // reports on that the catalog has, and says whether any was added. Only

@@ -289,3 +289,37 @@ func TestCatalogChangeFollowsEndpoints(t *testing.T) {
 		t.Error("an unchanged upstream's entry was rebuilt")
 	}
 }
+
+// intervalSnapshot has svc-0000 reporting every 3 s, svc-0001 every 7 s
+// and svc-0002 without load reporting.
+func intervalSnapshot(t testing.TB) *topology.Snapshot {
+	t.Helper()
+	snap, err := topology.NewDirectory().Apply(topologytest.ReportingBatch(3, 3*time.Second, 7*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+// The catalog of the upstreams with load reporting answers, for the
+// clusters a client reports on, the shortest of their intervals; clusters
+// it does not have, or none, answer zero.
+func TestCatalogInterval(t *testing.T) {
+	cat := NewCatalog(nil, intervalSnapshot(t), func(u *topology.UpstreamState) bool { return u.Upstream.LoadReportInterval > 0 })
+	if cat.Len() != 2 {
+		t.Fatalf("catalog of %d clusters, want the 2 with load reporting", cat.Len())
+	}
+	for _, tc := range []struct {
+		names []string
+		want  time.Duration
+	}{
+		{nil, 0},
+		{[]string{"bench/svc-0002"}, 0},
+		{[]string{"bench/svc-0001"}, 7 * time.Second},
+		{[]string{"bench/svc-0001", "bench/svc-0000", "bench/svc-0002"}, 3 * time.Second},
+	} {
+		if got := cat.Interval(tc.names); got != tc.want {
+			t.Errorf("Interval(%q) = %v, want %v", tc.names, got, tc.want)
+		}
+	}
+}

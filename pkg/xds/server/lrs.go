@@ -46,7 +46,10 @@ func (x *xdsServer) registerLoadStats(g *grpc.Server) {
 // interval. Every request's stats go to the store, which keeps what is
 // published and counts the rest. A later request naming a published
 // cluster the answer did not is answered again with it added, so a client
-// that gains a cluster starts reporting it.
+// that gains a cluster starts reporting it. The interval asked for is the
+// shortest spec.loadReporting.interval of the clusters answered
+// (Catalog.Interval), taken when the answer is sent: an interval changed
+// later reaches a stream when it is answered again or reconnects.
 func (x *xdsServer) loadStats(ss grpc.ServerStream) error {
 	leave, done, err := x.admit()
 	if err != nil {
@@ -89,7 +92,13 @@ func (x *xdsServer) recvLoadStats(ss grpc.ServerStream) error {
 		if sent && !grew {
 			continue
 		}
-		if err := ss.SendMsg(&lrs.LoadStatsResponse{Clusters: asked, LoadReportingInterval: durationpb.New(x.loadInterval),
+		// the interval of the clusters' upstreams (the shortest, when they
+		// differ); the server's own when none sets one
+		interval := x.loadInterval
+		if d := x.loads.Catalog().Interval(asked); d > 0 {
+			interval = loadReportInterval(d)
+		}
+		if err := ss.SendMsg(&lrs.LoadStatsResponse{Clusters: asked, LoadReportingInterval: durationpb.New(interval),
 			ReportEndpointGranularity: true}); err != nil {
 			return err
 		}

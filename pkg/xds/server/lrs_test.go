@@ -119,3 +119,37 @@ func TestLoadStatsStreamLimit(t *testing.T) {
 		t.Fatalf("second stream: %v, want ResourceExhausted", err)
 	}
 }
+
+// The interval answered is the upstream's spec.loadReporting.interval, the
+// shortest of the clusters answered when they differ.
+func TestLoadStatsIntervalOfTheUpstreams(t *testing.T) {
+	snap, err := topology.NewDirectory().Apply(topologytest.ReportingBatch(2, 3*time.Second, 7*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := loadreport.NewStore(loadreport.Config{})
+	store.SetCatalog(loadreport.NewCatalog(nil, snap, nil))
+	h := newHarnessWith(t, server.Config{LoadReports: store}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := lrs.NewLoadReportingServiceClient(h.conn).StreamLoadStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		cluster string
+		want    time.Duration
+	}{{"bench/svc-0001", 7 * time.Second}, {"bench/svc-0000", 3 * time.Second}} {
+		if err := stream.Send(&lrs.LoadStatsRequest{Node: &core.Node{Id: "grpc-1"},
+			ClusterStats: []*endpointv3.ClusterStats{{ClusterName: step.cluster}}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.GetLoadReportingInterval().AsDuration(); got != step.want {
+			t.Fatalf("after %s: interval %v, want %v (answer %v)", step.cluster, got, step.want, resp)
+		}
+	}
+}
