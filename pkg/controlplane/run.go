@@ -314,6 +314,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Warnings: warnings,
 		Demand:   pub.AppliedDemand,
 		Serving:  clients.Serving,
+		Loads:    loads,
 	}
 	adminSrv := &http.Server{Handler: admin.Handler(sources), ReadHeaderTimeout: 10 * time.Second}
 	var metricsLis net.Listener
