@@ -98,7 +98,7 @@ func TestCRDNames(t *testing.T) {
 // the Go Default() methods produce the same value for objects read without an
 // apiserver.
 func TestCRDDefaults(t *testing.T) {
-	ups := &Upstream{}
+	ups := &Upstream{Spec: UpstreamSpec{LoadReporting: &LoadReporting{}}}
 	ups.Default()
 	loc := &Locality{}
 	loc.Default()
@@ -127,6 +127,7 @@ func TestCRDDefaults(t *testing.T) {
 		{upstreams, "spec.loadBalancing", `"RoundRobin"`, ups.Spec.LoadBalancing},
 		{upstreams, "spec.connectTimeout", `"5s"`, ups.Spec.ConnectTimeout},
 		{upstreams, "spec.protocol", `"HTTP2"`, ups.Spec.Protocol},
+		{upstreams, "spec.loadReporting.interval", `"10s"`, ups.Spec.LoadReporting.Interval},
 		{localities, "spec.priority", `0`, loc.Spec.Priority},
 		{localities, "spec.weight", `1`, loc.Spec.Weight},
 		{endpointsets, "spec.locality", `{}`, nil},
@@ -314,6 +315,7 @@ func TestCRDValidationRules(t *testing.T) {
 		file, path, ruleHas string
 	}{
 		{"poise.dev_upstreams.yaml", "spec.connectTimeout", "duration(self)"},
+		{"poise.dev_upstreams.yaml", "spec.loadReporting.interval", "duration('60s')"},
 		{"poise.dev_upstreams.yaml", "spec.endpointsFrom.service.port", "type(self) == int"},
 		{"poise.dev_endpointsets.yaml", "spec.endpoints[].address", "isIP(self)"},
 		{"poise.dev_spatialdomains.yaml", "spec.gridDegrees", "180 % self == 0"},

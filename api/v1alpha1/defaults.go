@@ -40,6 +40,9 @@ func (s *UpstreamSpec) Default() {
 	if s.HealthCheck != nil {
 		s.HealthCheck.Default()
 	}
+	if s.LoadReporting != nil && s.LoadReporting.Interval == nil {
+		s.LoadReporting.Interval = &metav1.Duration{Duration: DefaultLoadReportingInterval}
+	}
 }
 
 // Default fills the unset fields of the health check with their defaults.

@@ -89,6 +89,7 @@ const (
 	DefaultHealthAdjustment             = HealthAdjustmentControlPlane
 	DefaultLoadBalancing                = LoadBalancingRoundRobin
 	DefaultConnectTimeout               = 5 * time.Second
+	DefaultLoadReportingInterval        = 10 * time.Second
 	DefaultProtocol                     = ProtocolHTTP2
 )
 
@@ -177,6 +178,21 @@ type UpstreamSpec struct {
 	// checked.
 	// +optional
 	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
+	// loadReporting, when set, asks the xDS clients of this Upstream to report
+	// their load to Poise (LRS on the xDS port): its Cluster names the control
+	// plane itself as its lrs_server. Without it no load is reported.
+	// +optional
+	LoadReporting *LoadReporting `json:"loadReporting,omitempty"`
+}
+
+// LoadReporting is an Upstream's load reporting (specs/signals.md, "Load reports").
+type LoadReporting struct {
+	// interval is how often clients report (LRS load_reporting_interval), from
+	// 1s to 60s: shorter notices trouble sooner at the cost of more reports.
+	// +optional
+	// +kubebuilder:default="10s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('60s')",message="interval must be from 1s to 60s"
+	Interval *metav1.Duration `json:"interval,omitempty"`
 }
 
 // HealthCheckType is the kind of an active health check.

@@ -396,6 +396,8 @@ func TestErrors(t *testing.T) {
 			[]string{"--debounce-max 50ms is shorter than --debounce 100ms"}},
 		{"serve negative debounce", []string{"serve", "-f", examples, "--debounce", "-1s"}, exitUsage, []string{"must not be negative"}},
 		{"serve negative settle", []string{"serve", "-f", examples, "--settle", "-1s"}, exitUsage, []string{"--settle must not be negative"}},
+		{"serve no load-report cells", []string{"serve", "-f", examples, "--load-report-max-cells", "0"}, exitUsage,
+			[]string{"--load-report-max-cells 0: want 1 to 100000000"}},
 		{"serve half a TLS pair", []string{"serve", "-f", examples, "--tls-cert", missing, "--xds-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"}, exitInvalid,
 			[]string{"both a certificate and a key file are required"}},
 		{"validate without -f", []string{"validate"}, exitInvalid, []string{"-f PATH is required"}},

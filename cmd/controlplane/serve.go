@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"poise.dev/poise/pkg/controlplane"
+	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/source/files"
 	"poise.dev/poise/pkg/source/kube"
@@ -72,6 +73,8 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 		"export poise_upstream_locality_traffic, a series per (upstream, priority, locality): the most numerous of the per-upstream gauges")
 	maxUpstreamGauges := fs.Int("metrics-max-upstreams", metrics.DefaultMaxUpstreams,
 		"upstreams with per-upstream gauges, at most (the first seen; 0: none); the others are logged once and have their figures in status and /debug/explain")
+	loadCells := fs.Int("load-report-max-cells", loadreport.DefaultMaxCells,
+		fmt.Sprintf("hard cap of the load-report store, in cells (one client's counts for one endpoint, %d bytes each); past it the clients that reported least recently are dropped, counted and logged", loadreport.CellBytes))
 	return command(c, func(*cobra.Command, []string) int {
 		log, err := newLogger(stderr, *logLevel, *logFormat)
 		if err != nil {
@@ -99,6 +102,9 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 			return exitUsage
 		case *maxClasses < 1 || *maxClasses > 4096:
 			fmt.Fprintf(stderr, "error: --max-client-classes %d: want 1 to 4096\n", *maxClasses)
+			return exitUsage
+		case *loadCells < 1 || *loadCells > maxLoadReportCells:
+			fmt.Fprintf(stderr, "error: --load-report-max-cells %d: want 1 to %d\n", *loadCells, maxLoadReportCells)
 			return exitUsage
 		case *maxUpstreamGauges < 0:
 			fmt.Fprintln(stderr, "error: --metrics-max-upstreams must not be negative")
@@ -136,7 +142,7 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 		err = controlplane.Run(ctx, controlplane.Config{
 			Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace, LeaderElectionID: *leID,
 			XDSAddress: *xdsAddr, AdminAddress: *adminAddr, MetricsAddress: *metricsAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn,
-			MaxClientClasses: *maxClasses, MetricsNoLocalityGauges: !*localityGauges, MetricsMaxUpstreams: *maxUpstreamGauges,
+			MaxClientClasses: *maxClasses, LoadReportMaxCells: *loadCells, MetricsNoLocalityGauges: !*localityGauges, MetricsMaxUpstreams: *maxUpstreamGauges,
 			DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Settle: settleOf(*settle), Spatial: spatial,
 			KubeQPS: *kubeQPS, KubeBurst: *kubeBurst, StatusShare: *statusShare, StatusWriters: *statusWriters,
 			Log: log, Out: stdout, BannerFormat: *logFormat, Version: buildVersion().Version,
@@ -188,3 +194,7 @@ func parseSpatialListener(s string) (translate.SpatialOptions, error) {
 	}
 	return translate.SpatialOptions{Address: host, Port: uint32(p)}, nil
 }
+
+// maxLoadReportCells bounds --load-report-max-cells: 100,000,000 cells are
+// a few GB, beyond any replica's memory limit, so a larger figure is a typo.
+const maxLoadReportCells = 100_000_000

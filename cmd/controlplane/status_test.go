@@ -25,11 +25,17 @@ import (
 // its addresses.
 func startPlane(t *testing.T) controlplane.Addrs {
 	t.Helper()
+	return startPlaneOn(t, examples)
+}
+
+// startPlaneOn runs the control plane on the manifests of paths.
+func startPlaneOn(t *testing.T, paths ...string) controlplane.Addrs {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan controlplane.Addrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- controlplane.Run(ctx, controlplane.Config{Paths: []string{examples}, XDSAddress: "127.0.0.1:0", AdminAddress: "127.0.0.1:0",
+		done <- controlplane.Run(ctx, controlplane.Config{Paths: paths, XDSAddress: "127.0.0.1:0", AdminAddress: "127.0.0.1:0",
 			Started: func(a controlplane.Addrs) { started <- a }})
 	}()
 	t.Cleanup(func() {

@@ -12,6 +12,7 @@ import (
 
 	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
@@ -36,6 +37,9 @@ type Sources struct {
 	// Serving, when set, lists what each stream of a node is served now
 	// (/debug/config).
 	Serving func(node string, limit int, match func(string) bool) []server.ClientServing
+	// Loads, when set, is the store of the clients' load reports
+	// (/debug/loads).
+	Loads   *loadreport.Store
 	Metrics *metrics.Metrics
 }
 
@@ -142,6 +146,7 @@ func addDebug(mux *http.ServeMux, s Sources) {
 		writeJSON(w, map[string]any{"clients": s.Clients()})
 	})
 	addConfig(mux, s)
+	addLoads(mux, s)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

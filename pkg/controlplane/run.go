@@ -22,6 +22,7 @@ import (
 
 	"poise.dev/poise/pkg/admin"
 	"poise.dev/poise/pkg/healthcheck"
+	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/source/files"
 	"poise.dev/poise/pkg/source/kube"
@@ -60,6 +61,10 @@ type Config struct {
 	// DrainPeriod: how long stopping takes to end the xDS streams (see
 	// server.Config.DrainPeriod).
 	DrainPeriod time.Duration
+	// LoadReportMaxCells is the hard cap of the load-report store (cells:
+	// one reporter's counts for one endpoint); 0 is
+	// loadreport.DefaultMaxCells.
+	LoadReportMaxCells int
 	// MaxClientClasses bounds the client-locality classes rendered at once
 	// (xdscache.WithMaxZones); 0 is xdscache.DefaultMaxZones.
 	MaxClientClasses int
@@ -93,6 +98,10 @@ type Config struct {
 	// Started, when set, is called once both ports listen.
 	Started func(Addrs)
 }
+
+// reportsLoad says which upstreams' clients report load: those with
+// spec.loadReporting.
+func reportsLoad(u *topology.UpstreamState) bool { return u.Upstream.LoadReportInterval > 0 }
 
 // Addrs are where a running control plane listens.
 type Addrs struct {
@@ -186,7 +195,16 @@ func Run(ctx context.Context, cfg Config) error {
 		maxUpstreams = metrics.DefaultMaxUpstreams
 	}
 	m.Upstreams.SetLimits(!cfg.MetricsNoLocalityGauges, maxUpstreams, log)
+	// Clients of upstreams with spec.loadReporting report their load over
+	// LRS into loads, which keeps only what its catalog publishes.
+	loads := loadreport.NewStore(loadreport.Config{MaxCells: cfg.LoadReportMaxCells})
 	pub.OnPublish = func(st publish.Stats) {
+		if len(st.Changed) > 0 {
+			// the catalog follows every upstream change before clients
+			// can report on it; unchanged upstreams keep their entries,
+			// and with them the store's cells
+			loads.SetCatalog(loadreport.NewCatalog(loads.Catalog(), st.Snapshot, reportsLoad))
+		}
 		// only queued here, under the publisher's lock; the gauges are set
 		// on their own goroutine
 		for _, c := range st.Changed {
@@ -275,7 +293,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	grpcServer, err := server.New(cache, clients, server.Config{TLS: cfg.TLS, Log: log, MaxStreams: cfg.MaxStreams, MaxStreamsPerConnection: cfg.MaxStreamsPerConnection, DrainPeriod: cfg.DrainPeriod})
+	grpcServer, err := server.New(cache, clients, server.Config{TLS: cfg.TLS, Log: log, MaxStreams: cfg.MaxStreams, MaxStreamsPerConnection: cfg.MaxStreamsPerConnection, DrainPeriod: cfg.DrainPeriod,
+		LoadReports: loads})
 	if err != nil {
 		return err
 	}
@@ -301,6 +320,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Warnings: warnings,
 		Demand:   pub.AppliedDemand,
 		Serving:  clients.Serving,
+		Loads:    loads,
 	}
 	adminSrv := &http.Server{Handler: admin.Handler(sources), ReadHeaderTimeout: 10 * time.Second}
 	var metricsLis net.Listener

@@ -165,6 +165,13 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		aff = &topology.Affinity{Mode: m, FailoverRegions: slices.Clone(a.FailoverRegions), Origin: topology.OriginLocalityAffinity}
 	}
 	hc, errs := healthCheck(errs, sp.Child("healthCheck"), s.HealthCheck)
+	var lri time.Duration
+	if lr := s.LoadReporting; lr != nil {
+		// Default() has set the interval
+		if lri = lr.Interval.Duration; lri < time.Second || lri > time.Minute {
+			errs = append(errs, field.Invalid(sp.Child("loadReporting", "interval"), lri.String(), "must be from 1s to 60s"))
+		}
+	}
 	if len(errs) > 0 {
 		return topology.Upstream{}, errs
 	}
@@ -184,14 +191,15 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 			PanicMode:              pm,
 			DrainingCapacity:       dc,
 		},
-		HealthAdjustment: topology.HealthAdjustment(s.HealthAdjustment),
-		LoadBalancing:    string(s.LoadBalancing),
-		ConnectTimeout:   s.ConnectTimeout.Duration,
-		Protocol:         string(s.Protocol),
-		AllowLoopback:    s.AddressPolicy != nil && s.AddressPolicy.AllowLoopback,
-		Service:          svc,
-		Affinity:         aff,
-		HealthCheck:      hc,
+		HealthAdjustment:   topology.HealthAdjustment(s.HealthAdjustment),
+		LoadBalancing:      string(s.LoadBalancing),
+		ConnectTimeout:     s.ConnectTimeout.Duration,
+		Protocol:           string(s.Protocol),
+		AllowLoopback:      s.AddressPolicy != nil && s.AddressPolicy.AllowLoopback,
+		Service:            svc,
+		Affinity:           aff,
+		HealthCheck:        hc,
+		LoadReportInterval: lri,
 	}, nil
 }
 

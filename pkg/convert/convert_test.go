@@ -109,6 +109,9 @@ func TestUpstreamInvalid(t *testing.T) {
 		{"connect timeout above 1h", func(u *v1alpha1.Upstream) {
 			u.Spec.ConnectTimeout = &metav1.Duration{Duration: time.Hour + time.Nanosecond}
 		}, []string{"spec.connectTimeout"}},
+		{"load report interval below 1s", withLoadReporting(999 * time.Millisecond), []string{"spec.loadReporting.interval"}},
+		{"load report interval above 60s", withLoadReporting(time.Minute + time.Nanosecond), []string{"spec.loadReporting.interval"}},
+		{"load report interval negative", withLoadReporting(-time.Second), []string{"spec.loadReporting.interval"}},
 		{"service name empty", withService("", intstr.FromInt32(80)), []string{"spec.endpointsFrom.service.name"}},
 		{"service name uppercase", withService("Web", intstr.FromInt32(80)), []string{"spec.endpointsFrom.service.name"}},
 		{"service name too long", withService(strings.Repeat("a", 64), intstr.FromInt32(80)), []string{"spec.endpointsFrom.service.name"}},
@@ -207,6 +210,8 @@ func TestUpstreamValidBoundaries(t *testing.T) {
 		{"threshold 100", func(u *v1alpha1.Upstream) { u.Spec.PanicThreshold = ptr[int32](100) }},
 		{"connect timeout 1h", func(u *v1alpha1.Upstream) { u.Spec.ConnectTimeout = &metav1.Duration{Duration: time.Hour} }},
 		{"connect timeout 1ns", func(u *v1alpha1.Upstream) { u.Spec.ConnectTimeout = &metav1.Duration{Duration: 1} }},
+		{"load report interval 1s", withLoadReporting(time.Second)},
+		{"load report interval 60s", withLoadReporting(time.Minute)},
 		{"service port 1", withService("web", intstr.FromInt32(1))},
 		{"service port 65535", withService("web", intstr.FromInt32(65535))},
 		{"service port name", withService("web", intstr.FromString("grpc-web"))},
@@ -296,6 +301,37 @@ func TestHealthCheckSetFields(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got.HealthCheck, want) {
 		t.Errorf("fields:\n got %+v\nwant %+v", got.HealthCheck, want)
+	}
+}
+
+func withLoadReporting(d time.Duration) func(*v1alpha1.Upstream) {
+	return func(u *v1alpha1.Upstream) {
+		u.Spec.LoadReporting = &v1alpha1.LoadReporting{Interval: &metav1.Duration{Duration: d}}
+	}
+}
+
+// TestUpstreamLoadReporting: without loadReporting nothing is reported (a
+// zero interval); an empty loadReporting takes the 10 s default; a set
+// interval is kept.
+func TestUpstreamLoadReporting(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lr   *v1alpha1.LoadReporting
+		want time.Duration
+	}{
+		{"absent", nil, 0},
+		{"empty", &v1alpha1.LoadReporting{}, 10 * time.Second},
+		{"set", &v1alpha1.LoadReporting{Interval: &metav1.Duration{Duration: 3 * time.Second}}, 3 * time.Second},
+	} {
+		in := validUpstream()
+		in.Spec.LoadReporting = tc.lr
+		got, errs := convert.Upstream(in)
+		if len(errs) > 0 {
+			t.Fatalf("%s: %v", tc.name, errs)
+		}
+		if got.LoadReportInterval != tc.want {
+			t.Errorf("%s: interval %v, want %v", tc.name, got.LoadReportInterval, tc.want)
+		}
 	}
 }
 

@@ -82,6 +82,10 @@ type Upstream struct {
 	// HealthCheck, when set, is the upstream's active health check
 	// (spec.healthCheck, docs/health.md).
 	HealthCheck *HealthCheck
+	// LoadReportInterval, when above zero, is spec.loadReporting.interval:
+	// the upstream's clients report their load to Poise at this interval.
+	// Zero means the upstream has no load reporting.
+	LoadReportInterval time.Duration
 }
 
 // HealthCheck is an upstream's active health check, validated and with its

@@ -4,6 +4,7 @@ package topologytest
 
 import (
 	"fmt"
+	"time"
 
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
@@ -30,6 +31,18 @@ func Batch(n int) topology.Batch {
 func Upstream(u int) topology.Upstream {
 	return topology.Upstream{Key: topology.Key{Namespace: "bench", Name: UpstreamName(u)}, Policy: weights.DefaultPolicy(),
 		HealthAdjustment: topology.ControlPlane, LoadBalancing: "RoundRobin", Protocol: "HTTP2"}
+}
+
+// ReportingBatch is Batch(n) with load reporting: upstream u reports every
+// intervals[u] (zero: not at all; upstreams past the list do not report).
+func ReportingBatch(n int, intervals ...time.Duration) topology.Batch {
+	b := Batch(n)
+	for u, d := range intervals[:min(n, len(intervals))] {
+		up := Upstream(u)
+		up.LoadReportInterval = d
+		b.PutUpstream(up)
+	}
+	return b
 }
 
 // UpstreamName is the name of synthetic upstream u.

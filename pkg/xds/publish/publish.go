@@ -46,6 +46,8 @@ type Stats struct {
 	// took them. The slice is the publisher's, reused by the next
 	// publication: it is valid only during OnPublish, which copies what it keeps.
 	Changed []UpstreamChange
+	// Snapshot is the snapshot published.
+	Snapshot *topology.Snapshot
 }
 
 // Counts is a number for each published type, in xdscache.TypeOrder.
@@ -308,6 +310,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 	p.changed = make(chan struct{})
 	st.Duration = time.Since(start)
 	st.Changed = pairs
+	st.Snapshot = s
 	if p.OnPublish != nil {
 		p.OnPublish(st)
 	}

@@ -7,10 +7,13 @@ import (
 	"sync"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"google.golang.org/genproto/googleapis/rpc/status"
+	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	protocodec "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -56,6 +59,9 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 			r.scratch, r.buf, r.elided, r.elidedAt = p, b, elided, at
 		}
 		return r.parse()
+	}
+	if _, ok := v.(*lrs.LoadStatsRequest); ok && data.Len() > maxLoadStatsBytes {
+		return status.Errorf(codes.ResourceExhausted, "a load report of %d bytes; at most %d", data.Len(), maxLoadStatsBytes)
 	}
 	return c.proto.Unmarshal(data, v)
 }
@@ -317,11 +323,11 @@ func (r *sotwRequest) decodeNode() (*core.Node, error) {
 	return unmarshalField(r.node, &core.Node{}, "node")
 }
 
-func (r *sotwRequest) decodeError() (*status.Status, error) {
+func (r *sotwRequest) decodeError() (*rpcstatus.Status, error) {
 	if !r.hasError {
 		return nil, nil
 	}
-	return unmarshalField(r.errorDetail, &status.Status{}, "error_detail")
+	return unmarshalField(r.errorDetail, &rpcstatus.Status{}, "error_detail")
 }
 
 func unmarshalField[M proto.Message](b []byte, m M, field string) (M, error) {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/xds/xdscache"
 )
 
@@ -44,6 +45,14 @@ type Config struct {
 	// and ends the open streams one at a time spread over the period, so
 	// their clients reconnect elsewhere gradually. Zero ends them at once.
 	DrainPeriod time.Duration
+	// LoadReports, when set, is where the load reports of clients go:
+	// the server then also serves LRS (envoy.service.load_stats.v3) on the
+	// same port, within the same stream bounds. nil serves no LRS.
+	LoadReports *loadreport.Store
+	// LoadReportInterval is the load_reporting_interval LRS asks clients
+	// for, within MinLoadReportInterval..MaxLoadReportInterval; zero
+	// means DefaultLoadReportInterval.
+	LoadReportInterval time.Duration
 }
 
 // Server is an xDS gRPC server; Serve runs it.
@@ -104,7 +113,8 @@ func New(cache *xdscache.Cache, clients *Clients, cfg Config) (*Server, error) {
 	}
 	g := grpc.NewServer(opts...)
 	x := &xdsServer{cache: cache, clients: clients, names: newNameBlocks(maxNameBlockBytes), maxStreams: int64(maxStreams),
-		leaving: map[chan struct{}]struct{}{}, draining: make(chan struct{}), large: semaphore.NewWeighted(maxLargeInFlight)}
+		leaving: map[chan struct{}]struct{}{}, draining: make(chan struct{}), large: semaphore.NewWeighted(maxLargeInFlight),
+		loads: cfg.LoadReports, loadInterval: loadReportInterval(cfg.LoadReportInterval)}
 	x.register(g)
 	return &Server{g: g, x: x, drain: cfg.DrainPeriod}, nil
 }

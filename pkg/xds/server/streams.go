@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/xds/xdscache"
 )
 
@@ -43,6 +44,9 @@ type xdsServer struct {
 	large *semaphore.Weighted
 	// SotW and Delta streams are numbered independently, each from 1.
 	sotwIDs, deltaIDs atomic.Int64
+	// loads receives LRS reports (nil: LRS is not served), asked for every loadInterval.
+	loads        *loadreport.Store
+	loadInterval time.Duration
 }
 
 // register adds ADS and the four per-type services to g. It reuses the
@@ -82,6 +86,9 @@ func (x *xdsServer) register(g *grpc.Server) {
 			desc.Methods = append(desc.Methods, md)
 		}
 		g.RegisterService(&desc, x)
+	}
+	if x.loads != nil {
+		x.registerLoadStats(g)
 	}
 }
 
@@ -224,6 +231,22 @@ func (x *xdsServer) drain(ctx context.Context, period time.Duration) {
 	}
 }
 
+// admit counts a new stream against the server's limit and registers it
+// for draining: leave is closed when it must end, and done undoes both.
+func (x *xdsServer) admit() (leave chan struct{}, done func(), err error) {
+	if n := x.streams.Add(1); n > x.maxStreams {
+		x.streams.Add(-1)
+		return nil, nil, status.Errorf(codes.ResourceExhausted,
+			"this xDS server holds its limit of %d streams; retry later or on another replica (the limit is --xds-max-streams)", x.maxStreams)
+	}
+	leave, ok := x.stay()
+	if !ok {
+		x.streams.Add(-1)
+		return nil, nil, errShuttingDown
+	}
+	return leave, func() { x.left(leave); x.streams.Add(-1) }, nil
+}
+
 // streamEnd turns a stream's end into the handler's result.
 func streamEnd(err error) error {
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
@@ -250,21 +273,15 @@ func (x *xdsServer) delta(ss grpc.ServerStream, only string) error {
 // goroutine while this one sends what the cache says is ready.
 func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdscache.Stream, streamKey, *largeHold) error,
 	envelope func(xdscache.Response) any) error {
-	if n := x.streams.Add(1); n > x.maxStreams {
-		x.streams.Add(-1)
-		return status.Errorf(codes.ResourceExhausted,
-			"this xDS server holds its limit of %d streams; retry later or on another replica (the limit is --xds-max-streams)", x.maxStreams)
+	leave, done, err := x.admit()
+	if err != nil {
+		return err
 	}
-	defer x.streams.Add(-1)
+	defer done()
 	ids := &x.sotwIDs
 	if protocol == "delta" {
 		ids = &x.deltaIDs
 	}
-	leave, ok := x.stay()
-	if !ok {
-		return errShuttingDown
-	}
-	defer x.left(leave)
 	key := streamKey{protocol, ids.Add(1)}
 	st := x.cache.NewStream(protocol == "delta")
 	defer st.Close()

@@ -36,6 +36,7 @@ var goldenCases = []string{
 	"protocols",
 	"mixed-endpoint-weights",
 	"lb-policies",
+	"load-reporting",
 }
 
 // loadSnapshot loads manifests as `kubectl apply` takes them and applies

@@ -81,6 +81,13 @@ func adsSource() *core.ConfigSource {
 	}
 }
 
+// selfSource is a ConfigSource naming the management server the client
+// already talks to: the lrs_server of a Cluster whose load is reported to
+// Poise (Envoy and gRPC accept only self there).
+func selfSource() *core.ConfigSource {
+	return &core.ConfigSource{ConfigSourceSpecifier: &core.ConfigSource_Self{Self: &core.SelfConfigSource{}}}
+}
+
 func mustAny(m proto.Message) *anypb.Any {
 	a, err := anypb.New(m)
 	if err != nil {
@@ -115,6 +122,10 @@ func Cluster(u *topology.UpstreamState, r Rendering) (*cluster.Cluster, error) {
 			},
 		},
 		TypedExtensionProtocolOptions: protocolOptions(up),
+	}
+	if up.LoadReportInterval > 0 {
+		// clients report this cluster's load to Poise over LRS
+		c.LrsServer = selfSource()
 	}
 	switch {
 	case lb.RingSize > 0:

@@ -685,10 +685,11 @@ func genUpstream(t *rapid.T) topology.Batch {
 			PanicMode:              rapid.SampledFrom([]weights.PanicMode{weights.UseAll, weights.FailClosed}).Draw(t, "panicMode"),
 			DrainingCapacity:       rapid.SampledFrom([]weights.DrainingCapacity{weights.ExcludeDraining, weights.IncludeDraining}).Draw(t, "draining"),
 		},
-		HealthAdjustment: rapid.SampledFrom([]topology.HealthAdjustment{topology.ControlPlane, topology.ControlPlane, topology.ControlPlane, topology.Proxy}).Draw(t, "mode"),
-		LoadBalancing:    rapid.SampledFrom([]string{"RoundRobin", "LeastRequest", "Random", "RingHash", "Maglev"}).Draw(t, "lb"),
-		ConnectTimeout:   time.Duration(rapid.SampledFrom([]int64{0, 5e9, 25e7, 1_500_000_001, 3 * 3600e9}).Draw(t, "timeout")),
-		Protocol:         rapid.SampledFrom([]string{"HTTP1", "HTTP2", "GRPC", "TCP"}).Draw(t, "protocol"),
+		HealthAdjustment:   rapid.SampledFrom([]topology.HealthAdjustment{topology.ControlPlane, topology.ControlPlane, topology.ControlPlane, topology.Proxy}).Draw(t, "mode"),
+		LoadBalancing:      rapid.SampledFrom([]string{"RoundRobin", "LeastRequest", "Random", "RingHash", "Maglev"}).Draw(t, "lb"),
+		ConnectTimeout:     time.Duration(rapid.SampledFrom([]int64{0, 5e9, 25e7, 1_500_000_001, 3 * 3600e9}).Draw(t, "timeout")),
+		Protocol:           rapid.SampledFrom([]string{"HTTP1", "HTTP2", "GRPC", "TCP"}).Draw(t, "protocol"),
+		LoadReportInterval: time.Duration(rapid.SampledFrom([]int64{0, 0, 1e9, 10e9}).Draw(t, "loadReportInterval")),
 	}
 	b.PutUpstream(up)
 	const big = math.MaxUint32 / 8

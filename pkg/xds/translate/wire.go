@@ -27,6 +27,7 @@ import (
 type Encoder struct {
 	edsConfig  []byte // EdsClusterConfig.eds_config: ADS, v3
 	http2      []byte // Cluster.typed_extension_protocol_options for HTTP/2
+	lrsServer  []byte // Cluster.lrs_server: self
 	rdsConfig  []byte // Rds.config_source: ADS, v3
 	httpFilter []byte // HttpConnectionManager.http_filters: the router
 	opts       proto.MarshalOptions
@@ -64,6 +65,7 @@ func NewEncoder() *Encoder {
 	// is the field's tag, length and content
 	e.edsConfig = e.must(&cluster.Cluster_EdsClusterConfig{EdsConfig: adsSource()})
 	e.http2 = e.must(&cluster.Cluster{TypedExtensionProtocolOptions: protocolOptions(topology.Upstream{Protocol: "HTTP2"})})
+	e.lrsServer = e.must(&cluster.Cluster{LrsServer: selfSource()})
 	e.rdsConfig = e.must(&hcm.Rds{ConfigSource: adsSource()})
 	l, err := Listener(&topology.UpstreamState{Upstream: topology.Upstream{Key: topology.Key{Namespace: "n", Name: "n"}}})
 	if err != nil {
@@ -139,6 +141,10 @@ func (e *Encoder) AppendCluster(b []byte, u *topology.UpstreamState, r Rendering
 	b = appendMessage(b, commonLBLocalityWeighted, 0)
 	if up.Protocol == "HTTP2" || up.Protocol == "GRPC" {
 		b = append(b, e.http2...)
+	}
+	if up.LoadReportInterval > 0 {
+		// lrs_server (42) follows typed_extension_protocol_options (36)
+		b = append(b, e.lrsServer...)
 	}
 	// cluster_discovery_type and lb_config are oneofs: written after the
 	// other fields

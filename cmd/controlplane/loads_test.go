@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"poise.dev/poise/pkg/admin"
+)
+
+// TestLoadReports: an Upstream with spec.loadReporting is published with
+// lrs_server self; a client's LRS stream is answered with that cluster
+// (not one without load reporting) and the Upstream's interval, and the
+// report it sends for one endpoint shows in /debug/loads.
+func TestLoadReports(t *testing.T) {
+	dir := t.TempDir()
+	path := write(t, dir, "shop.yaml", upstream("web")+"spec:\n  loadReporting: {interval: 2s}\n---\n"+
+		endpointSet("web-a", "web", "a", "[{address: 10.1.0.1, port: 8080}, {address: 10.1.0.2, port: 8080}]")+"---\n"+
+		upstream("quiet")+"---\n"+endpointSet("quiet-a", "quiet", "a", "[{address: 10.2.0.1, port: 8080}]"))
+	a := startPlaneOn(t, path)
+
+	// the Cluster names the control plane as its LRS server
+	ads := adsStream(t, a.XDS)
+	if err := ads.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "envoy-lrs-1"}, TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := ads.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lrsOf := map[string]bool{}
+	for _, r := range resp.Resources {
+		var c cluster.Cluster
+		if err := r.UnmarshalTo(&c); err != nil {
+			t.Fatal(err)
+		}
+		lrsOf[c.Name] = c.GetLrsServer().GetSelf() != nil
+	}
+	if !lrsOf["shop/web"] || lrsOf["shop/quiet"] || len(lrsOf) != 2 {
+		t.Fatalf("lrs_server self by cluster: %v", lrsOf)
+	}
+
+	conn, err := grpc.NewClient(a.XDS, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := lrs.NewLoadReportingServiceClient(conn).StreamLoadStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&lrs.LoadStatsRequest{Node: &core.Node{Id: "envoy-lrs-1", Locality: &core.Locality{Region: "eu", Zone: "a"}},
+		ClusterStats: []*endpoint.ClusterStats{{ClusterName: "shop/web"}, {ClusterName: "shop/quiet"}}}); err != nil {
+		t.Fatal(err)
+	}
+	answer, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(answer.Clusters, []string{"shop/web"}) || answer.GetLoadReportingInterval().AsDuration() != 2*time.Second ||
+		!answer.ReportEndpointGranularity {
+		t.Fatalf("answer = %v", answer)
+	}
+	if err := stream.Send(&lrs.LoadStatsRequest{ClusterStats: []*endpoint.ClusterStats{{ClusterName: "shop/web",
+		UpstreamLocalityStats: []*endpoint.UpstreamLocalityStats{{UpstreamEndpointStats: []*endpoint.UpstreamEndpointStats{{
+			Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+				Address: "10.1.0.2", PortSpecifier: &core.SocketAddress_PortValue{PortValue: 8080}}}},
+			TotalIssuedRequests: 9, TotalSuccessfulRequests: 6, TotalErrorRequests: 3}}}}}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// the report is stored asynchronously: poll the admin view
+	var got admin.Loads
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r, err := http.Get("http://" + a.Admin + "/debug/loads?cluster=shop/web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode != http.StatusOK {
+			t.Fatalf("/debug/loads: %d %s", r.StatusCode, body)
+		}
+		got = admin.Loads{}
+		if err := json.Unmarshal(body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Endpoints) == 2 && got.Endpoints[1].Issued > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the report does not show: %s", body)
+		}
+	}
+	if e := got.Endpoints[1]; e.Address != "10.1.0.2" || e.Port != 8080 || e.Issued != 9 || e.Successes != 6 || e.Errors != 3 || e.Reporters != 1 {
+		t.Errorf("10.1.0.2: %+v", e)
+	}
+	if e := got.Endpoints[0]; e.Address != "10.1.0.1" || e.Issued != 0 || e.Reporters != 0 {
+		t.Errorf("10.1.0.1, not reported on: %+v", e)
+	}
+	// shop/quiet, named in the first request, is not published with load reporting
+	if got.Drops.UnknownCluster != 1 {
+		t.Errorf("drops = %+v", got.Drops)
+	}
+}

@@ -1,0 +1,84 @@
+package admin
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+
+	"poise.dev/poise/pkg/loadreport"
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/weights"
+)
+
+// /debug/loads shows per-endpoint totals and reporters of a cluster with
+// load reporting, at most maxLoadEndpoints of them; it refuses a missing
+// or malformed cluster and names one without load reporting.
+func TestLoadsEndpoint(t *testing.T) {
+	var b topology.Batch
+	big := topology.EndpointSet{Key: topology.Key{Namespace: "shop", Name: "web-a"}, Upstream: "web"}
+	for i := range maxLoadEndpoints + 3 {
+		big.Endpoints = append(big.Endpoints, topology.Endpoint{Address: fmt.Sprintf("10.0.%d.%d", i/256, i%256), Port: 80, Weight: 1})
+	}
+	b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "web"}, Policy: weights.DefaultPolicy(), LoadReportInterval: time.Second})
+	b.PutEndpointSet(big)
+	b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "quiet"}, Policy: weights.DefaultPolicy()})
+	snap, err := topology.NewDirectory().Apply(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := loadreport.NewStore(loadreport.Config{})
+	store.SetCatalog(loadreport.NewCatalog(nil, snap, func(u *topology.UpstreamState) bool { return u.Upstream.LoadReportInterval > 0 }))
+	now := time.Now()
+	for _, id := range []string{"envoy-1", "envoy-2"} {
+		store.Open(loadreport.Reporter{ID: id, Region: "eu", Zone: "a"}, now).Report(&lrs.LoadStatsRequest{ClusterStats: []*endpoint.ClusterStats{{
+			ClusterName: "shop/web", UpstreamLocalityStats: []*endpoint.UpstreamLocalityStats{{UpstreamEndpointStats: []*endpoint.UpstreamEndpointStats{{
+				Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+					Address: "10.0.0.1", PortSpecifier: &core.SocketAddress_PortValue{PortValue: 80}}}},
+				TotalIssuedRequests: 5, TotalSuccessfulRequests: 4, TotalErrorRequests: 1}}}}}}}, now)
+	}
+	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: func() *topology.Snapshot { return snap }, Loads: store}))
+	defer srv.Close()
+	get := func(path string) (int, string) { return httpGet(t, srv.URL+path) }
+	for _, tc := range []struct {
+		path string
+		code int
+		want string
+	}{
+		{"/debug/loads", http.StatusBadRequest, "cluster=NS/NAME is required"},
+		{"/debug/loads?cluster=a&cluster=b", http.StatusBadRequest, "cluster=NS/NAME is required"},
+		{"/debug/loads?cluster=" + strings.Repeat("a", maxConfigParam+1), http.StatusBadRequest, "at most"},
+		{"/debug/loads?cluster=shop/web/x", http.StatusBadRequest, "want NAMESPACE/NAME"},
+		{"/debug/loads?cluster=shop/quiet", http.StatusNotFound, "not published with loadReporting"},
+	} {
+		if code, body := get(tc.path); code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("GET %s = %d %s, want %d with %q", tc.path, code, body, tc.code, tc.want)
+		}
+	}
+	code, body := get("/debug/loads?cluster=shop/web")
+	if code != http.StatusOK {
+		t.Fatalf("GET shop/web = %d %s", code, body)
+	}
+	var got Loads
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Cluster != "shop/web" || got.Window != "30s" || len(got.Endpoints) != maxLoadEndpoints || got.More != 3 {
+		t.Fatalf("answer: cluster %q window %q, %d endpoints and %d more", got.Cluster, got.Window, len(got.Endpoints), got.More)
+	}
+	e := got.Endpoints[1] // 10.0.0.1, in canonical order
+	if e.Address != "10.0.0.1" || e.Issued != 10 || e.Successes != 8 || e.Errors != 2 || e.Reporters != 2 ||
+		len(e.Classes) != 1 || e.Classes[0].Class != "eu/a" {
+		t.Errorf("10.0.0.1: %+v", e)
+	}
+	if e := got.Endpoints[0]; e.Issued != 0 || e.Reporters != 0 {
+		t.Errorf("an endpoint nobody reported on: %+v", e)
+	}
+}

@@ -1,0 +1,143 @@
+package loadreport
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/xds/translate"
+)
+
+// Catalog is what reports may be about: the published clusters whose load
+// is reported, and each one's endpoints in canonical order. It is immutable;
+// NewCatalog builds the next one from a snapshot, sharing what did not change.
+type Catalog struct {
+	clusters map[string]*catCluster
+}
+
+// catCluster is one cluster's endpoints: index gives an endpoint's position
+// in keys (the snapshot's canonical order), which the store's cells follow.
+type catCluster struct {
+	name     string
+	upstream *topology.UpstreamState // the state it was built from: unchanged upstreams are shared between snapshots
+	interval time.Duration           // the upstream's spec.loadReporting.interval; 0 when unset
+	index    map[endpointKey]int32
+	keys     []endpointKey
+}
+
+type endpointKey struct {
+	addr string
+	port uint32
+}
+
+// NewCatalog is the catalog of snap's upstreams for which include says
+// yes (nil includes all). Clusters of upstreams that are the same object as
+// in prev are taken from prev as they are, so a store keeps their cells
+// without remapping them.
+func NewCatalog(prev *Catalog, snap *topology.Snapshot, include func(*topology.UpstreamState) bool) *Catalog {
+	c := &Catalog{clusters: map[string]*catCluster{}}
+	if snap == nil {
+		return c
+	}
+	for _, u := range snap.Upstreams() {
+		if include != nil && !include(u) {
+			continue
+		}
+		name := translate.ClusterName(u.Upstream.Key)
+		if prev != nil {
+			if old, ok := prev.clusters[name]; ok && old.upstream == u {
+				c.clusters[name] = old
+				continue
+			}
+		}
+		cc := &catCluster{name: name, upstream: u, interval: u.Upstream.LoadReportInterval, index: make(map[endpointKey]int32, len(u.Endpoints)),
+			keys: make([]endpointKey, 0, len(u.Endpoints))}
+		for _, e := range u.Endpoints {
+			k := endpointKey{e.Address, e.Port}
+			if _, dup := cc.index[k]; dup {
+				continue // the first place of an address names it
+			}
+			cc.index[k] = int32(len(cc.keys))
+			cc.keys = append(cc.keys, k)
+		}
+		c.clusters[name] = cc
+	}
+	return c
+}
+
+// Len is the number of clusters in the catalog.
+func (c *Catalog) Len() int { return len(c.clusters) }
+
+// Interval is the shortest load-report interval of the named clusters
+// that the catalog has (each its upstream's spec.loadReporting.interval),
+// zero when none has one. One LRS stream has one interval for all the
+// clusters it reports on, so a client reporting on several is asked for
+// the shortest: no cluster is reported less often than it asks.
+func (c *Catalog) Interval(names []string) time.Duration {
+	var d time.Duration
+	for _, name := range names {
+		if cc, ok := c.clusters[name]; ok && cc.interval > 0 && (d == 0 || cc.interval < d) {
+			d = cc.interval
+		}
+	}
+	return d
+}
+
+// Published adds to names (sorted, kept as it is) the clusters req
+// reports on that the catalog has, and says whether any was added. Only
+// the request's first MaxClusterStats clusters are read.
+func (c *Catalog) Published(names []string, req *lrs.LoadStatsRequest) ([]string, bool) {
+	grew := false
+	for i, cs := range req.GetClusterStats() {
+		if i >= MaxClusterStats {
+			break
+		}
+		name := cs.GetClusterName()
+		if _, ok := c.clusters[name]; !ok {
+			continue
+		}
+		j, found := slices.BinarySearch(names, name)
+		if found {
+			continue
+		}
+		if !grew {
+			names = slices.Clone(names)
+			grew = true
+		}
+		names = slices.Insert(names, j, name)
+	}
+	return names, grew
+}
+
+// endpointOfSubZone is the endpoint a gRPC client's per-endpoint locality
+// names: Poise renders one locality per endpoint for gRPC clients with the
+// sub_zone "<subZone>~ep~<address>:<port>" (an IPv6 address in brackets).
+func endpointOfSubZone(subZone string) (endpointKey, bool) {
+	i := strings.LastIndex(subZone, translate.EndpointSuffix)
+	if i < 0 {
+		return endpointKey{}, false
+	}
+	hp := subZone[i+len(translate.EndpointSuffix):]
+	colon := strings.LastIndexByte(hp, ':')
+	if colon <= 0 {
+		return endpointKey{}, false
+	}
+	port, err := strconv.ParseUint(hp[colon+1:], 10, 32)
+	if err != nil {
+		return endpointKey{}, false
+	}
+	host := hp[:colon]
+	if strings.HasPrefix(host, "[") {
+		if len(host) < 2 || host[len(host)-1] != ']' {
+			return endpointKey{}, false
+		}
+		host = host[1 : len(host)-1]
+	} else if strings.Contains(host, ":") {
+		return endpointKey{}, false // an IPv6 address is always bracketed
+	}
+	return endpointKey{host, uint32(port)}, true
+}

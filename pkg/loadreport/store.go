@@ -1,0 +1,563 @@
+package loadreport
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"time"
+	"unsafe"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+)
+
+// Buckets is the number of time buckets in the window: the window is
+// Buckets × Config.Bucket, and a report counts in the bucket of the time it
+// arrived. Counts older than the window are forgotten a bucket at a time.
+const Buckets = 6
+
+// Defaults and bounds.
+const (
+	// DefaultBucket makes a 30 s window.
+	DefaultBucket = 5 * time.Second
+	// DefaultMaxReporters is the DefaultMaxStreams of the xDS server: each
+	// stream may be a reporter.
+	DefaultMaxReporters = 10000
+	// DefaultMaxCells is the hard cap of cells (one reporter's counts for
+	// one endpoint): 2,000,000 cells of CellBytes are 144 MB.
+	DefaultMaxCells = 2_000_000
+	// MaxClusterStats, MaxLocalityStats and MaxEndpointStats bound what one
+	// LoadStatsRequest is read for: its first MaxClusterStats clusters, of
+	// each its first MaxLocalityStats localities, and its first
+	// MaxEndpointStats endpoint stats in all; the rest is counted in
+	// Drops.OverLimit. (gRPC already refuses a message over 4 MiB.)
+	MaxClusterStats  = 10000
+	MaxLocalityStats = 10000
+	MaxEndpointStats = 200000
+	// maxField bounds the bytes kept of a reporter's id, region and zone.
+	maxField = 256
+)
+
+// counts are one bucket's requests; they saturate rather than wrap.
+type counts struct{ issued, success, errors uint32 }
+
+// cell is one reporter's counts for one endpoint over the window.
+type cell [Buckets]counts
+
+// CellBytes is the size of one cell, the unit of the memory bound.
+const CellBytes = int(unsafe.Sizeof(cell{}))
+
+// Config bounds a Store; zero fields take the defaults.
+type Config struct {
+	Bucket       time.Duration
+	MaxReporters int
+	MaxCells     int
+}
+
+// Drops counts what reports carried that the store did not keep.
+type Drops struct {
+	// UnknownCluster: cluster stats for a cluster not in the catalog.
+	UnknownCluster uint64 `json:"unknownCluster"`
+	// UnknownEndpoint: endpoint stats (or a gRPC per-endpoint locality)
+	// for an address the cluster does not have.
+	UnknownEndpoint uint64 `json:"unknownEndpoint"`
+	// NoEndpoint: locality stats that name no endpoint (no endpoint stats,
+	// and a sub_zone that is not Poise's per-endpoint rendering).
+	NoEndpoint uint64 `json:"noEndpoint"`
+	// OverLimit: stats past the per-request bounds.
+	OverLimit uint64 `json:"overLimit"`
+	// OverCap: cluster stats not kept because the cell cap was reached and
+	// no other reporter could be evicted.
+	OverCap uint64 `json:"overCap"`
+	// Evicted: reporters dropped whole, oldest report first, to make room.
+	Evicted uint64 `json:"evicted"`
+}
+
+// Reporter is who sends reports: an xDS node and its locality.
+type Reporter struct {
+	ID, Region, Zone string
+}
+
+// Class is the reporter's locality class: "region/zone", the region alone
+// without a zone, or "" without a region.
+func (r Reporter) Class() string {
+	switch {
+	case r.Region == "":
+		return ""
+	case r.Zone == "":
+		return r.Region
+	}
+	return r.Region + "/" + r.Zone
+}
+
+type reporter struct {
+	Reporter
+	class   string
+	streams int   // open streams of this node
+	ended   int64 // when its last stream ended (unix ns), while streams == 0
+	last    int64 // its last report, or its first stream (unix ns)
+	gone    bool  // evicted; a stream that still holds it registers anew
+	blocks  map[string]*block
+}
+
+// block is one reporter's cells for one cluster, in the cluster's endpoint
+// order; stamps says which bucket (time / Bucket) each slot holds.
+type block struct {
+	cluster *catCluster
+	stamps  [Buckets]int64
+	cells   []cell
+}
+
+// Store is the report store. Its memory is bounded by
+//
+//	cells × CellBytes + blocks × ~200 B + reporters × ~400 B + catalog
+//
+// where cells ≤ MaxCells (each block holds one cell for every endpoint of
+// its cluster: a reporter's cells for a cluster it reports on are that
+// cluster's endpoint count), blocks ≤ reporters × published clusters, and
+// reporters ≤ MaxReporters. Past MaxCells or MaxReporters the reporter with
+// the oldest last report is dropped whole and counted. A reporter whose
+// streams have all ended is freed one window later.
+type Store struct {
+	mu        sync.Mutex
+	bucket    int64 // ns
+	maxRep    int
+	maxCells  int
+	catalog   *Catalog
+	reporters map[string]*reporter
+	cells     int
+	blocks    int
+	drops     Drops
+	swept     int64 // the bucket last swept
+	latest    int64 // the latest report's time (unix ns)
+}
+
+// NewStore is an empty store with an empty catalog.
+func NewStore(cfg Config) *Store {
+	if cfg.Bucket <= 0 {
+		cfg.Bucket = DefaultBucket
+	}
+	if cfg.MaxReporters <= 0 {
+		cfg.MaxReporters = DefaultMaxReporters
+	}
+	if cfg.MaxCells <= 0 {
+		cfg.MaxCells = DefaultMaxCells
+	}
+	return &Store{bucket: int64(cfg.Bucket), maxRep: cfg.MaxReporters, maxCells: cfg.MaxCells,
+		catalog: NewCatalog(nil, nil, nil), reporters: map[string]*reporter{}}
+}
+
+// Window is the span the store keeps counts for.
+func (s *Store) Window() time.Duration { return time.Duration(s.bucket) * Buckets }
+
+// Catalog is the catalog reports are read against.
+func (s *Store) Catalog() *Catalog {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.catalog
+}
+
+// SetCatalog replaces the catalog: cells of clusters no longer in it are
+// freed, and those of clusters whose endpoints changed follow each endpoint
+// to its new place (an endpoint that left loses its counts).
+func (s *Store) SetCatalog(c *Catalog) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.catalog = c
+	for _, r := range s.reporters {
+		for name, b := range r.blocks {
+			cc, ok := c.clusters[name]
+			switch {
+			case !ok:
+				s.freeBlock(r, name, b)
+			case cc != b.cluster:
+				s.remap(b, cc)
+			}
+		}
+	}
+	s.evictOver(nil, 0)
+}
+
+func (s *Store) freeBlock(r *reporter, name string, b *block) {
+	s.cells -= len(b.cells)
+	s.blocks--
+	delete(r.blocks, name)
+}
+
+func (s *Store) remap(b *block, cc *catCluster) {
+	cells := make([]cell, len(cc.keys))
+	for i, k := range b.cluster.keys {
+		if j, ok := cc.index[k]; ok {
+			cells[j] = b.cells[i]
+		}
+	}
+	s.cells += len(cells) - len(b.cells)
+	b.cluster, b.cells = cc, cells
+}
+
+// Stream is one reporting stream's hold on its reporter.
+type Stream struct {
+	s  *Store
+	r  *reporter
+	id Reporter
+}
+
+// Open registers a stream of reporter id at now; Close ends it.
+func (s *Store) Open(id Reporter, now time.Time) *Stream {
+	id = Reporter{ID: clip(id.ID), Region: clip(id.Region), Zone: clip(id.Zone)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &Stream{s: s, id: id}
+	st.r = s.register(id, now.UnixNano())
+	return st
+}
+
+func clip(v string) string {
+	if len(v) > maxField {
+		return v[:maxField]
+	}
+	return v
+}
+
+// register adds a stream to id's reporter, creating it (and making room) as needed.
+func (s *Store) register(id Reporter, now int64) *reporter {
+	r, ok := s.reporters[id.ID]
+	if !ok {
+		if len(s.reporters) >= s.maxRep {
+			s.evictOldest(nil)
+		}
+		r = &reporter{Reporter: id, class: id.Class(), last: now, blocks: map[string]*block{}}
+		s.reporters[id.ID] = r
+	}
+	// The node's latest stream says where it is.
+	r.Reporter, r.class = id, id.Class()
+	r.streams++
+	return r
+}
+
+// Close ends the stream at now: its reporter's counts stay one window more
+// (a node that reconnects, to this replica or another, keeps its history
+// here until then).
+func (st *Stream) Close(now time.Time) {
+	s := st.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st.r == nil || st.r.gone {
+		st.r = nil
+		return
+	}
+	st.r.streams--
+	if st.r.streams == 0 {
+		st.r.ended = now.UnixNano()
+	}
+	st.r = nil
+}
+
+// Report adds one LoadStatsRequest's counts, received at now, to the
+// stream's reporter. It keeps only what the catalog publishes and counts
+// the rest in Drops; it never fails.
+func (st *Stream) Report(req *lrs.LoadStatsRequest, now time.Time) {
+	s := st.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Time never goes back for the buckets: a report stamped before the
+	// latest one counts in the latest bucket.
+	t := max(now.UnixNano(), s.latest)
+	s.latest = t
+	epoch := t / s.bucket
+	s.sweep(epoch, t)
+	if st.r == nil {
+		return // closed
+	}
+	if st.r.gone {
+		st.r = s.register(st.id, t)
+	}
+	r := st.r
+	r.last = t
+	endpoints := 0
+	for i, cs := range req.GetClusterStats() {
+		if i >= MaxClusterStats {
+			s.drops.OverLimit += uint64(len(req.GetClusterStats()) - i)
+			break
+		}
+		cc, ok := s.catalog.clusters[cs.GetClusterName()]
+		if !ok {
+			s.drops.UnknownCluster++
+			continue
+		}
+		b := s.blockFor(r, cc)
+		if b == nil {
+			s.drops.OverCap++
+			continue
+		}
+		slot := &b.stamps[epoch%Buckets]
+		if *slot != epoch {
+			for j := range b.cells {
+				b.cells[j][epoch%Buckets] = counts{}
+			}
+			*slot = epoch
+		}
+		endpoints = s.addCluster(b, cs, int(epoch%Buckets), endpoints)
+	}
+}
+
+// blockFor is r's block for cc, allocated (within the cap) if it has none.
+func (s *Store) blockFor(r *reporter, cc *catCluster) *block {
+	if b, ok := r.blocks[cc.name]; ok {
+		return b
+	}
+	if !s.evictOver(r, len(cc.keys)) {
+		return nil
+	}
+	b := &block{cluster: cc, cells: make([]cell, len(cc.keys))}
+	for i := range b.stamps {
+		b.stamps[i] = -1
+	}
+	r.blocks[cc.name] = b
+	s.cells += len(b.cells)
+	s.blocks++
+	return b
+}
+
+// addCluster adds one cluster's stats to b's slot; endpoints counts the
+// endpoint stats read so far in the request.
+func (s *Store) addCluster(b *block, cs *endpoint.ClusterStats, slot, endpoints int) int {
+	for i, ls := range cs.GetUpstreamLocalityStats() {
+		if i >= MaxLocalityStats {
+			s.drops.OverLimit += uint64(len(cs.GetUpstreamLocalityStats()) - i)
+			break
+		}
+		eps := ls.GetUpstreamEndpointStats()
+		if len(eps) == 0 {
+			k, ok := endpointOfSubZone(ls.GetLocality().GetSubZone())
+			if !ok {
+				s.drops.NoEndpoint++
+				continue
+			}
+			if endpoints >= MaxEndpointStats {
+				s.drops.OverLimit++
+				continue
+			}
+			endpoints++
+			s.add(b, k, slot, ls.GetTotalIssuedRequests(), ls.GetTotalSuccessfulRequests(), ls.GetTotalErrorRequests())
+			continue
+		}
+		for j, es := range eps {
+			if endpoints >= MaxEndpointStats {
+				s.drops.OverLimit += uint64(len(eps) - j)
+				break
+			}
+			endpoints++
+			k, ok := socketKey(es.GetAddress())
+			if !ok {
+				s.drops.UnknownEndpoint++
+				continue
+			}
+			s.add(b, k, slot, es.GetTotalIssuedRequests(), es.GetTotalSuccessfulRequests(), es.GetTotalErrorRequests())
+		}
+	}
+	return endpoints
+}
+
+func socketKey(a *core.Address) (endpointKey, bool) {
+	sa := a.GetSocketAddress()
+	if sa == nil {
+		return endpointKey{}, false
+	}
+	return endpointKey{sa.GetAddress(), sa.GetPortValue()}, true
+}
+
+func (s *Store) add(b *block, k endpointKey, slot int, issued, success, errs uint64) {
+	i, ok := b.cluster.index[k]
+	if !ok {
+		s.drops.UnknownEndpoint++
+		return
+	}
+	c := &b.cells[i][slot]
+	c.issued = sat32(c.issued, issued)
+	c.success = sat32(c.success, success)
+	c.errors = sat32(c.errors, errs)
+}
+
+// sat32 is a + b, saturating at the largest uint32.
+func sat32(a uint32, b uint64) uint32 {
+	if b >= 1<<32 || uint64(a)+b >= 1<<32 {
+		return 1<<32 - 1
+	}
+	return a + uint32(b)
+}
+
+func sat64(a, b uint64) uint64 {
+	if a+b < a {
+		return 1<<64 - 1
+	}
+	return a + b
+}
+
+// evictOver makes room for n more cells by evicting the reporters with the
+// oldest reports, never keep; it says whether there is room.
+func (s *Store) evictOver(keep *reporter, n int) bool {
+	for s.cells+n > s.maxCells {
+		if !s.evictOldest(keep) {
+			return false
+		}
+	}
+	return true
+}
+
+// evictOldest drops the reporter (other than keep) with the oldest last
+// report, ties by id, and says whether there was one.
+func (s *Store) evictOldest(keep *reporter) bool {
+	var victim *reporter
+	for _, r := range s.reporters {
+		if r == keep {
+			continue
+		}
+		if victim == nil || r.last < victim.last || (r.last == victim.last && r.ID < victim.ID) {
+			victim = r
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	s.drop(victim)
+	s.drops.Evicted++
+	return true
+}
+
+func (s *Store) drop(r *reporter) {
+	for name, b := range r.blocks {
+		s.freeBlock(r, name, b)
+	}
+	r.gone = true
+	delete(s.reporters, r.ID)
+}
+
+// sweep frees, at most once a bucket, the reporters whose streams all
+// ended a window ago.
+func (s *Store) sweep(epoch, now int64) {
+	if epoch == s.swept {
+		return
+	}
+	s.swept = epoch
+	window := s.bucket * Buckets
+	for _, r := range s.reporters {
+		if r.streams == 0 && now-r.ended >= window {
+			s.drop(r)
+		}
+	}
+}
+
+// Usage is what the store holds.
+type Usage struct {
+	Reporters, Blocks, Cells int
+	// Bytes is the estimate of the bound's formula.
+	Bytes int
+	Drops Drops
+}
+
+// Usage says what the store holds now.
+func (s *Store) Usage() Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Usage{Reporters: len(s.reporters), Blocks: s.blocks, Cells: s.cells,
+		Bytes: s.cells*CellBytes + s.blocks*blockBytes + len(s.reporters)*reporterBytes, Drops: s.drops}
+}
+
+// The fixed costs per block and per reporter in the bound, map entries included.
+const (
+	blockBytes    = int(unsafe.Sizeof(block{})) + 24 + 64
+	reporterBytes = int(unsafe.Sizeof(reporter{})) + 3*maxField/2 + 48 + 64
+)
+
+// EndpointLoad is one endpoint's load over the window, summed over reporters.
+type EndpointLoad struct {
+	Address string `json:"address"`
+	Port    uint32 `json:"port"`
+	Load
+	// Reporters is how many distinct reporters reported requests to it.
+	Reporters int `json:"reporters"`
+	// Classes is the same by reporter locality class, by class name.
+	Classes []ClassLoad `json:"classes,omitempty"`
+}
+
+// Load is a count of requests: issued, and finished successfully or in error.
+type Load struct {
+	Issued    uint64 `json:"issued"`
+	Successes uint64 `json:"successes"`
+	Errors    uint64 `json:"errors"`
+}
+
+func (l *Load) add(c counts) {
+	l.Issued = sat64(l.Issued, uint64(c.issued))
+	l.Successes = sat64(l.Successes, uint64(c.success))
+	l.Errors = sat64(l.Errors, uint64(c.errors))
+}
+
+func (l *Load) plus(o Load) {
+	l.Issued = sat64(l.Issued, o.Issued)
+	l.Successes = sat64(l.Successes, o.Successes)
+	l.Errors = sat64(l.Errors, o.Errors)
+}
+
+func (l Load) zero() bool { return l == Load{} }
+
+// ClassLoad is the load reported by the reporters of one locality class.
+type ClassLoad struct {
+	Class string `json:"class"`
+	Load
+	Reporters int `json:"reporters"`
+}
+
+// Cluster is the load of each endpoint of a cluster over the window ending
+// at now, in the catalog's (canonical) endpoint order, every endpoint
+// listed; nil when the cluster is not in the catalog. The figures depend
+// only on what was reported, never on map order.
+func (s *Store) Cluster(name string, now time.Time) []EndpointLoad {
+	epoch := now.UnixNano() / s.bucket
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cc, ok := s.catalog.clusters[name]
+	if !ok {
+		return nil
+	}
+	out := make([]EndpointLoad, len(cc.keys))
+	for i, k := range cc.keys {
+		out[i].Address, out[i].Port = k.addr, k.port
+	}
+	for _, r := range s.reporters {
+		b, ok := r.blocks[name]
+		if !ok || b.cluster != cc {
+			continue
+		}
+		for i := range b.cells {
+			var l Load
+			for slot, stamp := range b.stamps {
+				if stamp > epoch-Buckets && stamp <= epoch {
+					l.add(b.cells[i][slot])
+				}
+			}
+			if l.zero() {
+				continue
+			}
+			e := &out[i]
+			e.plus(l)
+			e.Reporters++
+			j, found := slices.BinarySearchFunc(e.Classes, r.class, func(c ClassLoad, class string) int { return cmp.Compare(c.Class, class) })
+			if !found {
+				e.Classes = slices.Insert(e.Classes, j, ClassLoad{Class: r.class})
+			}
+			e.Classes[j].plus(l)
+			e.Classes[j].Reporters++
+		}
+	}
+	return out
+}
+
+// Drops says what the store has dropped since it began.
+func (s *Store) Drops() Drops {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.drops
+}

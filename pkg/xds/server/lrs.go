@@ -1,0 +1,106 @@
+package server
+
+import (
+	"slices"
+	"time"
+
+	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"poise.dev/poise/pkg/loadreport"
+)
+
+// The load_reporting_interval LRS asks for (specs/signals.md).
+const (
+	DefaultLoadReportInterval = 10 * time.Second
+	MinLoadReportInterval     = time.Second
+	MaxLoadReportInterval     = time.Minute
+)
+
+// maxLoadStatsBytes bounds one LoadStatsRequest, before it is decoded:
+// gRPC's own default, said here so it holds whatever gRPC's becomes.
+const maxLoadStatsBytes = 4 << 20
+
+func loadReportInterval(d time.Duration) time.Duration {
+	if d == 0 {
+		return DefaultLoadReportInterval
+	}
+	return min(max(d, MinLoadReportInterval), MaxLoadReportInterval)
+}
+
+// registerLoadStats adds LRS to g, with this server's handler.
+func (x *xdsServer) registerLoadStats(g *grpc.Server) {
+	desc := lrs.LoadReportingService_ServiceDesc
+	desc.HandlerType = (*any)(nil)
+	desc.Streams = slices.Clone(desc.Streams)
+	for i := range desc.Streams {
+		desc.Streams[i].Handler = func(_ any, ss grpc.ServerStream) error { return x.loadStats(ss) }
+	}
+	g.RegisterService(&desc, x)
+}
+
+// loadStats serves one LRS stream. The first request names the node and
+// the clusters it reports on; the answer names those of them Poise
+// publishes (the catalog's), asks for endpoint granularity and sets the
+// interval. Every request's stats go to the store, which keeps what is
+// published and counts the rest. A later request naming a published
+// cluster the answer did not is answered again with it added, so a client
+// that gains a cluster starts reporting it. The interval asked for is the
+// shortest spec.loadReporting.interval of the clusters answered
+// (Catalog.Interval), taken when the answer is sent: an interval changed
+// later reaches a stream when it is answered again or reconnects.
+func (x *xdsServer) loadStats(ss grpc.ServerStream) error {
+	leave, done, err := x.admit()
+	if err != nil {
+		return err
+	}
+	defer done()
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- x.recvLoadStats(ss) }()
+	select {
+	case <-ss.Context().Done():
+		return nil
+	case <-leave:
+		return errShuttingDown
+	case err := <-recvErr:
+		return streamEnd(err)
+	}
+}
+
+func (x *xdsServer) recvLoadStats(ss grpc.ServerStream) error {
+	var st *loadreport.Stream
+	defer func() {
+		if st != nil {
+			st.Close(time.Now())
+		}
+	}()
+	var asked []string // the clusters asked for, sorted
+	for sent := false; ; sent = true {
+		req := &lrs.LoadStatsRequest{}
+		if err := ss.RecvMsg(req); err != nil {
+			return err
+		}
+		now := time.Now()
+		if st == nil {
+			l := req.GetNode().GetLocality()
+			st = x.loads.Open(loadreport.Reporter{ID: req.GetNode().GetId(), Region: l.GetRegion(), Zone: l.GetZone()}, now)
+		}
+		st.Report(req, now)
+		var grew bool
+		asked, grew = x.loads.Catalog().Published(asked, req)
+		if sent && !grew {
+			continue
+		}
+		// the interval of the clusters' upstreams (the shortest, when they
+		// differ); the server's own when none sets one
+		interval := x.loadInterval
+		if d := x.loads.Catalog().Interval(asked); d > 0 {
+			interval = loadReportInterval(d)
+		}
+		if err := ss.SendMsg(&lrs.LoadStatsResponse{Clusters: asked, LoadReportingInterval: durationpb.New(interval),
+			ReportEndpointGranularity: true}); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package server_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"poise.dev/poise/pkg/loadreport"
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/topology/topologytest"
+	"poise.dev/poise/pkg/xds/server"
+)
+
+// lrsHarness serves LRS into a store that publishes two synthetic
+// upstreams, bench/svc-0000 and bench/svc-0001 (20 endpoints each).
+func lrsHarness(t *testing.T, cfg server.Config) (*harness, *loadreport.Store) {
+	snap, err := topology.NewDirectory().Apply(topologytest.Batch(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := loadreport.NewStore(loadreport.Config{})
+	store.SetCatalog(loadreport.NewCatalog(nil, snap, nil))
+	cfg.LoadReports = store
+	return newHarnessWith(t, cfg, nil), store
+}
+
+func endpointStats(cluster, addr string, issued, ok, errs uint64) *endpointv3.ClusterStats {
+	return &endpointv3.ClusterStats{ClusterName: cluster, UpstreamLocalityStats: []*endpointv3.UpstreamLocalityStats{{
+		UpstreamEndpointStats: []*endpointv3.UpstreamEndpointStats{{
+			Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+				Address: addr, PortSpecifier: &core.SocketAddress_PortValue{PortValue: 8080}}}},
+			TotalIssuedRequests: issued, TotalSuccessfulRequests: ok, TotalErrorRequests: errs,
+		}},
+	}}}
+}
+
+// A client's LRS stream: the answer names the published clusters it
+// reports on, with endpoint granularity and the interval; its reports
+// reach the store attributed to its node; naming another published
+// cluster later is answered again; what is not published is dropped.
+func TestLoadStatsStream(t *testing.T) {
+	h, store := lrsHarness(t, server.Config{LoadReportInterval: 2 * time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := lrs.NewLoadReportingServiceClient(h.conn).StreamLoadStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &core.Node{Id: "envoy-1", UserAgentName: "envoy", Locality: &core.Locality{Region: "eu-west", Zone: "a"}}
+	if err := stream.Send(&lrs.LoadStatsRequest{Node: node, ClusterStats: []*endpointv3.ClusterStats{
+		{ClusterName: "bench/unknown"}, {ClusterName: "bench/svc-0000"}}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(resp.GetClusters(), []string{"bench/svc-0000"}) || resp.GetSendAllClusters() ||
+		!resp.GetReportEndpointGranularity() || resp.GetLoadReportingInterval().AsDuration() != server.MaxLoadReportInterval {
+		t.Fatalf("first answer = %v", resp)
+	}
+
+	if err := stream.Send(&lrs.LoadStatsRequest{ClusterStats: []*endpointv3.ClusterStats{
+		endpointStats("bench/svc-0000", "10.0.0.0", 10, 7, 3), endpointStats("bench/svc-0001", "10.0.1.0", 4, 4, 0),
+		endpointStats("bench/unknown", "10.0.0.0", 1, 1, 0)}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(resp.GetClusters(), []string{"bench/svc-0000", "bench/svc-0001"}) {
+		t.Fatalf("second answer = %v", resp)
+	}
+	eventually(t, "the report stored", func() bool {
+		for _, e := range store.Cluster("bench/svc-0000", time.Now()) {
+			if e.Address == "10.0.0.0" {
+				return e.Issued == 10 && e.Errors == 3 && e.Reporters == 1 && len(e.Classes) == 1 && e.Classes[0].Class == "eu-west/a"
+			}
+		}
+		return false
+	})
+	if d := store.Drops(); d.UnknownCluster != 2 { // named in both requests
+		t.Errorf("drops = %+v, want the unknown cluster's", d)
+	}
+	cancel()
+	eventually(t, "the stream released", func() bool { return store.Usage().Reporters == 1 })
+}
+
+// LRS streams count against the server's stream limit like ADS streams.
+func TestLoadStatsStreamLimit(t *testing.T) {
+	h, _ := lrsHarness(t, server.Config{MaxStreams: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := lrs.NewLoadReportingServiceClient(h.conn)
+	first, err := client.StreamLoadStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Send(&lrs.LoadStatsRequest{Node: &core.Node{Id: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	second, err := client.StreamLoadStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = second.Send(&lrs.LoadStatsRequest{Node: &core.Node{Id: "b"}})
+	if _, err := second.Recv(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("second stream: %v, want ResourceExhausted", err)
+	}
+}
+
+// The interval answered is the upstream's spec.loadReporting.interval, the
+// shortest of the clusters answered when they differ.
+func TestLoadStatsIntervalOfTheUpstreams(t *testing.T) {
+	snap, err := topology.NewDirectory().Apply(topologytest.ReportingBatch(2, 3*time.Second, 7*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := loadreport.NewStore(loadreport.Config{})
+	store.SetCatalog(loadreport.NewCatalog(nil, snap, nil))
+	h := newHarnessWith(t, server.Config{LoadReports: store}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := lrs.NewLoadReportingServiceClient(h.conn).StreamLoadStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		cluster string
+		want    time.Duration
+	}{{"bench/svc-0001", 7 * time.Second}, {"bench/svc-0000", 3 * time.Second}} {
+		if err := stream.Send(&lrs.LoadStatsRequest{Node: &core.Node{Id: "grpc-1"},
+			ClusterStats: []*endpointv3.ClusterStats{{ClusterName: step.cluster}}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.GetLoadReportingInterval().AsDuration(); got != step.want {
+			t.Fatalf("after %s: interval %v, want %v (answer %v)", step.cluster, got, step.want, resp)
+		}
+	}
+}
