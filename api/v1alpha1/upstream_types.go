@@ -506,6 +506,57 @@ type UpstreamStatus struct {
 	// moreClientZones counts the zones left out of clientZones.
 	// +optional
 	MoreClientZones int32 `json:"moreClientZones,omitempty"`
+
+	// activeChecks is the verdict of spec.healthCheck, written by the leader,
+	// which alone checks (docs/health.md). Every replica reads the endpoints
+	// it lists as Unhealthy into their probe signal, so all replicas publish
+	// the same eligibility and a new leader starts from it. Absent without
+	// spec.healthCheck.
+	// +optional
+	ActiveChecks *ActiveCheckStatus `json:"activeChecks,omitempty"`
+}
+
+// MaxCheckedEndpointsPerUpstream is how many endpoints of one Upstream are
+// checked at most, and so listed in activeChecks at most.
+const MaxCheckedEndpointsPerUpstream = 5000
+
+// ActiveCheckStatus is the state of an Upstream's active health check.
+type ActiveCheckStatus struct {
+	// unhealthy lists the endpoints the check found Unhealthy, sorted by
+	// (address, port), with who found it and since when.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=5000
+	Unhealthy []CheckedEndpoint `json:"unhealthy,omitempty"`
+
+	// checked counts the endpoints the leader checks.
+	// +optional
+	Checked int32 `json:"checked,omitempty"`
+
+	// unchecked counts the endpoints past the checker's bounds, which are not
+	// checked (their active-check signal is Unknown).
+	// +optional
+	Unchecked int32 `json:"unchecked,omitempty"`
+}
+
+// CheckedEndpoint is one endpoint's active-check verdict.
+type CheckedEndpoint struct {
+	// address is the endpoint's IP address.
+	// +kubebuilder:validation:MaxLength=45
+	Address string `json:"address"`
+
+	// port is the endpoint's port.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+
+	// origin says who checked and what the last checks saw.
+	// +kubebuilder:validation:MaxLength=256
+	Origin string `json:"origin"`
+
+	// since is when the verdict was reached.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
 }
 
 // ClientZoneStatus is what clients in one zone receive under localityAffinity.

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"poise.dev/poise/pkg/controlplane"
+	"poise.dev/poise/pkg/healthcheck"
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/source/files"
@@ -75,6 +76,10 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 		"upstreams with per-upstream gauges, at most (the first seen; 0: none); the others are logged once and have their figures in status and /debug/explain")
 	loadCells := fs.Int("load-report-max-cells", loadreport.DefaultMaxCells,
 		fmt.Sprintf("hard cap of the load-report store, in cells (one client's counts for one endpoint, %d bytes each); past it the clients that reported least recently are dropped, counted and logged", loadreport.CellBytes))
+	checkConcurrency := fs.Int("health-check-concurrency", healthcheck.DefaultConcurrency,
+		"active health checks (spec.healthCheck) in flight at once, 1 to 1024; a check due while all are taken waits")
+	checkMax := fs.Int("health-check-max-endpoints", healthcheck.DefaultMaxEndpoints,
+		"endpoints actively checked at most, all upstreams together, 1 to 100000; the others keep an Unknown check signal and are counted in status.activeChecks.unchecked")
 	return command(c, func(*cobra.Command, []string) int {
 		log, err := newLogger(stderr, *logLevel, *logFormat)
 		if err != nil {
@@ -105,6 +110,12 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 			return exitUsage
 		case *loadCells < 1 || *loadCells > maxLoadReportCells:
 			fmt.Fprintf(stderr, "error: --load-report-max-cells %d: want 1 to %d\n", *loadCells, maxLoadReportCells)
+			return exitUsage
+		case *checkConcurrency < 1 || *checkConcurrency > 1024:
+			fmt.Fprintf(stderr, "error: --health-check-concurrency %d: want 1 to 1024\n", *checkConcurrency)
+			return exitUsage
+		case *checkMax < 1 || *checkMax > 100000:
+			fmt.Fprintf(stderr, "error: --health-check-max-endpoints %d: want 1 to 100000\n", *checkMax)
 			return exitUsage
 		case *maxUpstreamGauges < 0:
 			fmt.Fprintln(stderr, "error: --metrics-max-upstreams must not be negative")
@@ -142,7 +153,8 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 		err = controlplane.Run(ctx, controlplane.Config{
 			Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace, LeaderElectionID: *leID,
 			XDSAddress: *xdsAddr, AdminAddress: *adminAddr, MetricsAddress: *metricsAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn,
-			MaxClientClasses: *maxClasses, LoadReportMaxCells: *loadCells, MetricsNoLocalityGauges: !*localityGauges, MetricsMaxUpstreams: *maxUpstreamGauges,
+			MaxClientClasses: *maxClasses, LoadReportMaxCells: *loadCells,
+			HealthCheckConcurrency: *checkConcurrency, HealthCheckMaxEndpoints: *checkMax, MetricsNoLocalityGauges: !*localityGauges, MetricsMaxUpstreams: *maxUpstreamGauges,
 			DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Settle: settleOf(*settle), Spatial: spatial,
 			KubeQPS: *kubeQPS, KubeBurst: *kubeBurst, StatusShare: *statusShare, StatusWriters: *statusWriters,
 			Log: log, Out: stdout, BannerFormat: *logFormat, Version: buildVersion().Version,

@@ -65,6 +65,12 @@ type Config struct {
 	// one reporter's counts for one endpoint); 0 is
 	// loadreport.DefaultMaxCells.
 	LoadReportMaxCells int
+	// HealthCheckConcurrency and HealthCheckMaxEndpoints bound the active
+	// health checks (healthcheck.Config); 0 is the package's default.
+	HealthCheckConcurrency, HealthCheckMaxEndpoints int
+	// ReplicaName names this replica where it decides something, as the
+	// active checks' origins do; "" is the hostname (a pod's name).
+	ReplicaName string
 	// MaxClientClasses bounds the client-locality classes rendered at once
 	// (xdscache.WithMaxZones); 0 is xdscache.DefaultMaxZones.
 	MaxClientClasses int
@@ -224,6 +230,11 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Error("translation refused; the last good snapshot keeps serving", "revision", rev, "error", err)
 	}
 	clients := server.NewClients(m, log)
+	replicaName := cfg.ReplicaName
+	if replicaName == "" {
+		replicaName = checkerName()
+	}
+	checks := healthcheck.Config{Name: replicaName, Concurrency: cfg.HealthCheckConcurrency, MaxEndpoints: cfg.HealthCheckMaxEndpoints}
 
 	// The source fills the directory before anything is served, so the first
 	// publication is the whole topology.
@@ -248,7 +259,7 @@ func Run(ctx context.Context, cfg Config) error {
 			LeaseDuration:    cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
 			Debounce: cfg.Debounce, Log: log, Metrics: m,
 			Publication: rejectingPublication{pub, clients}, ClientQPS: cfg.KubeQPS, ClientBurst: cfg.KubeBurst, StatusShare: cfg.StatusShare,
-			StatusWorkers: cfg.StatusWriters,
+			StatusWorkers: cfg.StatusWriters, HealthChecks: checks,
 		})
 		if err != nil {
 			return err
@@ -282,7 +293,7 @@ func Run(ctx context.Context, cfg Config) error {
 		runSource = func() error { return src.Run(ctx) }
 		// Alone in files mode, this replica checks every upstream with
 		// spec.healthCheck; an idle Checker costs a goroutine and a timer.
-		checker := healthcheck.New(healthcheck.Config{Name: checkerName()})
+		checker := healthcheck.New(checks)
 		runChecks = func() error { return runHealthChecks(ctx, dir, checker, log) }
 		m.InitSource("files")
 		warnings = func() []string {

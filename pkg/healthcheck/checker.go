@@ -89,6 +89,9 @@ type Checker struct {
 	due     dueHeap
 	changes []Verdict // verdicts to publish
 	skipped map[topology.Key]int
+	// prior holds the endpoints a previous checker found Unhealthy, until
+	// they are given (Seed)
+	prior   map[targetKey]struct{}
 	wake    chan struct{}
 	results chan result
 	now     func() time.Time
@@ -163,6 +166,32 @@ func (c *Checker) Set(u topology.Key, hc *topology.HealthCheck, targets []Target
 	c.poke()
 }
 
+// Seed says which endpoints of u a previous checker (the leader before this
+// one) found Unhealthy: each starts Unhealthy when Set gives it, so it needs
+// healthyThreshold passes to be Healthy again, as it would have under that
+// checker, instead of one. Seeds beyond MaxEndpoints are ignored (those
+// endpoints start Unknown).
+func (c *Checker) Seed(u topology.Key, unhealthy []Target) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.prior == nil {
+		c.prior = map[targetKey]struct{}{}
+	}
+	for _, t := range unhealthy {
+		if len(c.prior) >= c.cfg.MaxEndpoints {
+			return
+		}
+		c.prior[targetKey{u, t}] = struct{}{}
+	}
+}
+
+// Checked is how many endpoints of each upstream are checked.
+func (c *Checker) Checked() map[topology.Key]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.perUp)
+}
+
 // Unchecked is how many endpoints of each upstream are past the bounds and
 // not checked.
 func (c *Checker) Unchecked() map[topology.Key]int {
@@ -176,6 +205,12 @@ func (c *Checker) add(k targetKey, hc *topology.HealthCheck) {
 	h.Write([]byte(k.upstream.String() + "\x00" + k.target.Address + "\x00" + strconv.FormatUint(uint64(k.target.Port), 10)))
 	seed := h.Sum64()
 	e := &entry{key: k, hc: hc, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	if _, ok := c.prior[k]; ok {
+		// already published as Unhealthy by the previous checker: no change
+		// to publish until its verdict moves
+		e.st.verdict = weights.ProbeUnhealthy
+		delete(c.prior, k)
+	}
 	// the first check at a hashed offset in [0, interval): checks spread out
 	e.next = c.now().Add(time.Duration(e.rng.Int64N(int64(hc.Interval))))
 	c.entries[k] = e

@@ -2,6 +2,7 @@ package healthcheck
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -230,5 +231,48 @@ func TestBoundedConcurrencyAndEndpoints(t *testing.T) {
 	}
 	if got := c.Unchecked(); got[up] != 10 || got[other] != 5 {
 		t.Errorf("unchecked %v, want 10 of %s (per-upstream bound) and 5 of %s (total bound)", got, up, other)
+	}
+}
+
+// TestSeedStartsUnhealthy: an endpoint a previous leader found Unhealthy
+// starts Unhealthy under the next one (no verdict published while it keeps
+// failing) and needs healthyThreshold passes, not one, to be Healthy again;
+// an endpoint that was not seeded becomes Healthy at its first pass.
+func TestSeedStartsUnhealthy(t *testing.T) {
+	var failing atomic.Bool
+	failing.Store(true)
+	seeded, fresh := Target{Address: "10.0.0.1", Port: 80}, Target{Address: "10.0.0.2", Port: 80}
+	var passes sync.Map // target -> *atomic.Int32, passes seen
+	c := New(Config{Name: "poise-1", Probe: func(ctx context.Context, hc *topology.HealthCheck, tg Target) error {
+		if tg == seeded && failing.Load() {
+			return errors.New("connection refused")
+		}
+		n, _ := passes.LoadOrStore(tg, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		return nil
+	}})
+	c.Seed(up, []Target{seeded})
+	out := run(t, c)
+	hc := fast("TCP")
+	c.Set(up, hc, []Target{seeded, fresh})
+	v := await(t, out, weights.ProbeHealthy, bound(hc))
+	if v.Target != fresh {
+		t.Fatalf("first Healthy verdict %+v, want the fresh endpoint", v)
+	}
+	// several failed checks of the seeded endpoint later, still nothing about it
+	time.Sleep(5 * hc.Interval)
+	select {
+	case v := <-out:
+		t.Fatalf("a seeded endpoint that keeps failing published %+v", v)
+	default:
+	}
+	failing.Store(false)
+	v = await(t, out, weights.ProbeHealthy, bound(hc))
+	n, _ := passes.Load(seeded)
+	if v.Target != seeded || n == nil || n.(*atomic.Int32).Load() < int32(hc.HealthyThreshold) {
+		t.Fatalf("verdict %+v after %v passes, want Healthy after %d", v, n, hc.HealthyThreshold)
+	}
+	if !strings.Contains(v.Origin, "2 passes") {
+		t.Errorf("origin %q", v.Origin)
 	}
 }

@@ -1,6 +1,10 @@
 package topology
 
-import "poise.dev/poise/pkg/weights"
+import (
+	"maps"
+
+	"poise.dev/poise/pkg/weights"
+)
 
 // CheckVerdict is an active health check's verdict on one endpoint of an
 // upstream (spec.healthCheck, docs/health.md). Verdicts are kept apart from
@@ -48,10 +52,45 @@ func (b *Batch) PutCheckVerdicts(u Key, vs []CheckVerdict) {
 	}
 }
 
+// ReplaceCheckVerdicts makes vs the whole of upstream u's verdicts: u's
+// verdicts on endpoints vs does not name are withdrawn, and an empty vs
+// withdraws them all. It is for a source that holds every verdict of an
+// upstream (a Kubernetes replica reading them from the Upstream's status).
+func (b *Batch) ReplaceCheckVerdicts(u Key, vs []CheckVerdict) {
+	if b.replaceChecks == nil {
+		b.replaceChecks = map[Key]struct{}{}
+	}
+	b.replaceChecks[u] = struct{}{}
+	if b.checks != nil {
+		delete(b.checks, u)
+	}
+	b.PutCheckVerdicts(u, vs)
+}
+
 // stageChecks keeps the batch's verdicts that change something, and marks
 // their upstreams affected: a verdict change re-resolves only its upstream.
 func (st *staged) stageChecks(b Batch) {
-	for u, vs := range b.checks {
+	checks := b.checks
+	if len(b.replaceChecks) > 0 {
+		// the batch's own maps stay as they are: withdrawals go to copies
+		checks = maps.Clone(b.checks)
+		if checks == nil {
+			checks = map[Key]map[checkAddr]CheckVerdict{}
+		}
+		for u := range b.replaceChecks {
+			vs := maps.Clone(checks[u])
+			if vs == nil {
+				vs = map[checkAddr]CheckVerdict{}
+			}
+			for a := range st.d.checks[u] {
+				if _, ok := vs[a]; !ok {
+					vs[a] = CheckVerdict{Address: a.address, Port: a.port}
+				}
+			}
+			checks[u] = vs
+		}
+	}
+	for u, vs := range checks {
 		cur := st.d.checks[u]
 		var changed map[checkAddr]CheckVerdict
 		for a, v := range vs {

@@ -158,3 +158,57 @@ func TestCheckVerdictsOverlayTheSets(t *testing.T) {
 		t.Fatalf("verdicts kept: %v", d.checks)
 	}
 }
+
+// TestReplaceCheckVerdicts: a replacement withdraws the verdicts it does not
+// name, keeps those it repeats (no new revision when nothing moves), leaves
+// other upstreams alone, and an empty replacement withdraws them all.
+func TestReplaceCheckVerdicts(t *testing.T) {
+	d := NewDirectory()
+	var b Batch
+	for _, name := range []string{"a", "b"} {
+		b.PutUpstream(upstream(name))
+		b.PutEndpointSet(set(name, name, "r1", 3, 0))
+	}
+	mustApply(t, d, b)
+	a0, a1 := testAddress("a", 0), testAddress("a", 1)
+	b0 := testAddress("b", 0)
+	ka, kb := Key{"default", "a"}, Key{"default", "b"}
+	var v Batch
+	v.PutCheckVerdicts(ka, []CheckVerdict{
+		{Address: a0, Port: 80, Probe: weights.ProbeUnhealthy, Origin: "leader: 3 failures"},
+		{Address: a1, Port: 80, Probe: weights.ProbeUnhealthy, Origin: "leader: 3 failures"},
+	})
+	v.PutCheckVerdicts(kb, []CheckVerdict{{Address: b0, Port: 80, Probe: weights.ProbeUnhealthy, Origin: "leader"}})
+	mustApply(t, d, v)
+
+	var r Batch
+	keep := []CheckVerdict{{Address: a1, Port: 80, Probe: weights.ProbeUnhealthy, Origin: "leader: 3 failures"}}
+	r.ReplaceCheckVerdicts(ka, keep)
+	s1 := mustApply(t, d, r)
+	if p, o := probeOf(t, s1, "a", a0); p != weights.ProbeUnknown || o != "" {
+		t.Errorf("a0 not named: %v %q, want withdrawn", p, o)
+	}
+	if p, _ := probeOf(t, s1, "a", a1); p != weights.ProbeUnhealthy {
+		t.Errorf("a1 named: %v", p)
+	}
+	if p, _ := probeOf(t, s1, "b", b0); p != weights.ProbeUnhealthy {
+		t.Errorf("b0 of another upstream: %v", p)
+	}
+	if len(r.checks[ka]) != 1 {
+		t.Errorf("the batch was changed: %v", r.checks[ka])
+	}
+	var same Batch
+	same.ReplaceCheckVerdicts(ka, keep)
+	if s := mustApply(t, d, same); s != s1 {
+		t.Errorf("the same replacement made revision %d", s.Revision)
+	}
+	var none Batch
+	none.ReplaceCheckVerdicts(ka, nil)
+	s2 := mustApply(t, d, none)
+	if p, _ := probeOf(t, s2, "a", a1); p != weights.ProbeUnknown {
+		t.Errorf("after an empty replacement: %v", p)
+	}
+	if s2.Upstream(kb) != s1.Upstream(kb) {
+		t.Error("b re-resolved")
+	}
+}

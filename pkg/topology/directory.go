@@ -26,6 +26,8 @@ type Batch struct {
 	domains    map[Key]*SpatialDomain
 	partitions map[Key]*Partition
 	checks     map[Key]map[checkAddr]CheckVerdict // by upstream
+	// replaceChecks: upstreams whose verdicts not in checks are withdrawn
+	replaceChecks map[Key]struct{}
 }
 
 // PutUpstream adds or replaces an upstream.
@@ -63,7 +65,7 @@ func (b *Batch) Len() int {
 	for _, vs := range b.checks {
 		n += len(vs)
 	}
-	return n
+	return n + len(b.replaceChecks)
 }
 
 // reserve makes an empty map room for n entries: a first load fills it

@@ -27,7 +27,10 @@ const (
 
 // upstreamGone deletes an Upstream and everything it imported.
 func (s *Source) upstreamGone(k topology.Key) []op {
-	ops := []op{{ref: topology.ObjectRef{Kind: topology.KindUpstream, Key: k}, upstream: k, apply: func(b *topology.Batch) { b.DeleteUpstream(k) }}}
+	ops := []op{{ref: topology.ObjectRef{Kind: topology.KindUpstream, Key: k}, upstream: k, apply: func(b *topology.Batch) {
+		b.DeleteUpstream(k)
+		b.ReplaceCheckVerdicts(k, nil)
+	}}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, set := range s.imported[k] {

@@ -18,6 +18,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/healthcheck"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/topology"
 )
@@ -58,6 +59,9 @@ type Options struct {
 	// StatusWorkers is how many status writes may be in flight at once; zero
 	// means DefaultStatusWorkers.
 	StatusWorkers int
+	// HealthChecks configures the active health checks the leader runs
+	// (spec.healthCheck); its Name names this replica in their origins.
+	HealthChecks healthcheck.Config
 }
 
 // Defaults of the Kubernetes client and of the status writer's share of it
@@ -177,7 +181,20 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	if err := m.Add(src); err != nil {
 		return nil, err
 	}
-	el := &elector{cfg: cfg, namespace: ns, name: id, identity: newIdentity(), lease: lease, renew: renew, retry: retry, run: sw.Start, log: log, events: events}
+	cw := &CheckWriter{Client: m.GetClient(), Dir: dir, Config: o.HealthChecks, Log: log}
+	lead := func(ctx context.Context) error {
+		// the leader writes every status and runs the active checks
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- cw.Run(cctx) }()
+		err := sw.Start(ctx)
+		cancel()
+		if cerr := <-done; cerr != nil {
+			log.Error("active health checks stopped", "error", cerr)
+		}
+		return err
+	}
+	el := &elector{cfg: cfg, namespace: ns, name: id, identity: newIdentity(), lease: lease, renew: renew, retry: retry, run: lead, log: log, events: events}
 	if o.Metrics != nil {
 		o.Metrics.InitStatus()
 		el.leading = func(leading bool) {

@@ -160,7 +160,14 @@ func (s *Source) update(kind string, o, n client.Object) {
 			slices.Equal(o.Status.Health, nn.Status.Health) {
 			return
 		}
-	case *v1alpha1.Upstream, *v1alpha1.Locality, *v1alpha1.SpatialDomain, *v1alpha1.Partition:
+	case *v1alpha1.Upstream:
+		// the source reads spec, name, and the leader's active-check verdicts
+		// from status; the rest of status is the status writer's own
+		if nn, ok := n.(*v1alpha1.Upstream); ok && o.Generation == nn.Generation && o.Generation != 0 &&
+			equality.Semantic.DeepEqual(o.Status.ActiveChecks, nn.Status.ActiveChecks) {
+			return
+		}
+	case *v1alpha1.Locality, *v1alpha1.SpatialDomain, *v1alpha1.Partition:
 		// their status subresource keeps status changes out of the
 		// generation, and the source reads only spec and name
 		if o.GetGeneration() == n.GetGeneration() && o.GetGeneration() != 0 {
@@ -557,7 +564,11 @@ func (s *Source) read(ctx context.Context, ref topology.ObjectRef) ([]op, *Rejec
 		if err != nil {
 			return nil, nil, err
 		}
-		return append([]op{{ref: ref, upstream: u.Key, apply: func(b *topology.Batch) { b.PutUpstream(u) }}}, imp...), nil, nil
+		verdicts := checkVerdicts(&obj)
+		return append([]op{{ref: ref, upstream: u.Key, apply: func(b *topology.Batch) {
+			b.PutUpstream(u)
+			b.ReplaceCheckVerdicts(u.Key, verdicts)
+		}}}, imp...), nil, nil
 	case topology.KindLocality:
 		var obj v1alpha1.Locality
 		if err := s.Reader.Get(ctx, nn, &obj); apierrors.IsNotFound(err) {

@@ -1,0 +1,211 @@
+package kube_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/controlplane"
+	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/test/splitcheck"
+)
+
+// flipBackend is a splitcheck backend whose health answer can be turned to
+// NOT_SERVING: the RPC still succeeds and names the backend, so xDS clients'
+// traffic can be counted while the active check sees the server fail.
+type flipBackend struct {
+	*splitcheck.Backend
+	notServing atomic.Bool
+}
+
+func (f *flipBackend) Check(ctx context.Context, r *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if !f.notServing.Load() {
+		return f.Backend.Check(ctx, r)
+	}
+	if err := grpc.SetHeader(ctx, metadata.Pairs("x-backend", f.Addr)); err != nil {
+		return nil, err
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
+}
+
+func startFlipBackends(t *testing.T, n int) []*flipBackend {
+	t.Helper()
+	var out []*flipBackend
+	for range n {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := grpc.NewServer()
+		f := &flipBackend{Backend: &splitcheck.Backend{Host: "127.0.0.1", Addr: lis.Addr().String(), Port: int32(lis.Addr().(*net.TCPAddr).Port)}}
+		healthpb.RegisterHealthServer(srv, f)
+		go srv.Serve(lis)
+		t.Cleanup(srv.Stop)
+		out = append(out, f)
+	}
+	return out
+}
+
+// activeCheckOf reads an Upstream's status.activeChecks.
+func activeCheckOf(t *testing.T, ns, name string) *v1alpha1.ActiveCheckStatus {
+	t.Helper()
+	var u v1alpha1.Upstream
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &u); err != nil {
+		t.Fatal(err)
+	}
+	return u.Status.ActiveChecks
+}
+
+// ejectedBy says whether an explained endpoint is ineligible by the active
+// check of the named replica.
+func ejectedBy(u explain.Upstream, b *splitcheck.Backend, replica string) (bool, string) {
+	ep, ok := endpointOf(u, b)
+	return ok && !ep.Eligible && ep.Probe == "Unhealthy" && strings.HasPrefix(ep.ReasonFrom, "active check by "+replica+":"),
+		fmt.Sprintf("%+v", ep)
+}
+
+// TestActiveChecksAcrossReplicas: with two replicas, the leader alone checks
+// spec.healthCheck and writes its verdicts to status.activeChecks; a backend
+// whose gRPC health turns NOT_SERVING is ineligible on both replicas within
+// interval × unhealthyThreshold, with its origin, and their clients stop
+// sending to it. When the leader is killed the decision stays on the
+// survivor, which takes over the checking and brings the backend back when it
+// serves again.
+func TestActiveChecksAcrossReplicas(t *testing.T) {
+	ns := namespace(t)
+	b := startFlipBackends(t, 3)
+	hc := &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckGRPC, Interval: &metav1.Duration{Duration: time.Second},
+		Timeout: &metav1.Duration{Duration: 500 * time.Millisecond}, UnhealthyThreshold: ptr(int32(2)), HealthyThreshold: ptr(int32(2))}
+	objs := []client.Object{
+		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{Protocol: v1alpha1.ProtocolGRPC,
+			AddressPolicy: &v1alpha1.AddressPolicy{AllowLoopback: true}, HealthCheck: hc}},
+		&v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{Upstream: "echo", Locality: v1alpha1.LocalityID{Zone: "a"},
+			Endpoints: []v1alpha1.Endpoint{{Address: b[0].Host, Port: b[0].Port}, {Address: b[1].Host, Port: b[1].Port}, {Address: b[2].Host, Port: b[2].Port}}}},
+	}
+	for _, o := range objs {
+		if err := k8s.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	named := func(name string) func(*controlplane.Config) {
+		return func(c *controlplane.Config) { c.ReplicaName = name }
+	}
+	one := startPlaneWith(t, ns, "one", named("one"))
+	eventually(t, 10*time.Second, "plane one leads", func() (bool, string) { return one.leads(), one.logs.tail(5) })
+	two := startPlaneWith(t, ns, "two", named("two"))
+	eventually(t, 15*time.Second, "the leader checks the three endpoints", func() (bool, string) {
+		ac := activeCheckOf(t, ns, "echo")
+		return ac != nil && ac.Checked == 3 && len(ac.Unhealthy) == 0, fmt.Sprintf("%+v", ac)
+	})
+	if two.leads() {
+		t.Fatal("both planes lead")
+	}
+
+	conns := map[*plane]*grpc.ClientConn{
+		one: splitcheck.NewXDSClient(t, one.addrs.XDS, "client-of-one", "echo."+ns),
+		two: splitcheck.NewXDSClient(t, two.addrs.XDS, "client-of-two", "echo."+ns),
+	}
+
+	// the check fails: both replicas eject it, by the leader's verdict
+	flipped := time.Now()
+	b[1].notServing.Store(true)
+	var rep explain.Report
+	for _, p := range []*plane{one, two} {
+		rep, _ = p.waitExplain(t, ns, "echo", "plane "+p.name+" ejects the NOT_SERVING backend", func(u explain.Upstream) (bool, string) {
+			return ejectedBy(u, b[1].Backend, "one")
+		})
+		took := time.Since(flipped)
+		// interval × unhealthyThreshold, plus the jitter (10 %), a timeout,
+		// the status round trip and a loaded machine's slack
+		if limit := 2*1100*time.Millisecond + 500*time.Millisecond + 2*time.Second; took > limit {
+			t.Errorf("plane %s ejected it %v after the flip, more than %v", p.name, took, limit)
+		}
+		ep, _ := endpointOf(rep.Upstreams[0], b[1].Backend)
+		t.Logf("plane %s: ineligible %v after NOT_SERVING: %s (from %s)", p.name, took.Round(time.Millisecond), ep.Reason, ep.ReasonFrom)
+	}
+	ac := activeCheckOf(t, ns, "echo")
+	if ac == nil || len(ac.Unhealthy) != 1 || ac.Unhealthy[0].Address != b[1].Host || ac.Unhealthy[0].Port != b[1].Port || ac.Unhealthy[0].Since == nil {
+		t.Fatalf("status.activeChecks %+v, want backend 1 alone", ac)
+	}
+	since := ac.Unhealthy[0].Since.Time
+	for p, conn := range conns {
+		rep, err := p.explainOf(ns, "echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := splitcheck.ExpectationOf(t, rep)
+		if want.Share[b[1].Addr] != 0 {
+			t.Fatalf("expectation still sends to the ejected backend: %+v", want)
+		}
+		measure(t, "clients of plane "+p.name+" after the ejection", conn, want)
+	}
+
+	// the leader goes away: the decision stays, and the survivor checks on
+	one.stop(t)
+	stopped := time.Now()
+	var handover time.Duration
+	for time.Since(stopped) < 10*time.Second {
+		rep, err := two.explainOf(ns, "echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, why := ejectedBy(rep.Upstreams[0], b[1].Backend, "one"); !ok {
+			t.Fatalf("%v after the leader stopped, plane two no longer ejects the backend: %s", time.Since(stopped).Round(time.Millisecond), why)
+		}
+		if handover == 0 && two.leads() {
+			handover = time.Since(stopped)
+		}
+		if handover > 0 && time.Since(stopped) > handover+3*time.Second {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if handover == 0 {
+		t.Fatal("plane two did not take over within 10s")
+	}
+	ac = activeCheckOf(t, ns, "echo")
+	if ac == nil || len(ac.Unhealthy) != 1 || !ac.Unhealthy[0].Since.Time.Equal(since) || !strings.HasPrefix(ac.Unhealthy[0].Origin, "active check by one:") {
+		t.Fatalf("after the handover status.activeChecks is %+v, want the old leader's verdict kept", ac)
+	}
+	t.Logf("plane two leads %v after plane one stopped; the ejection held throughout and 3 s past it", handover.Round(time.Millisecond))
+	measure(t, "clients of plane two after the handover", conns[two], splitcheck.ExpectationOf(t, rep))
+
+	// it serves again: the new leader's checks bring it back
+	b[1].notServing.Store(false)
+	recovered := time.Now()
+	rep, _ = two.waitExplain(t, ns, "echo", "plane two brings the backend back", func(u explain.Upstream) (bool, string) {
+		ep, _ := endpointOf(u, b[1].Backend)
+		return ep.Eligible, fmt.Sprintf("%+v", ep)
+	})
+	t.Logf("plane two: eligible again %v after SERVING", time.Since(recovered).Round(time.Millisecond))
+	measure(t, "clients of plane two after recovery", conns[two], splitcheck.ExpectationOf(t, rep))
+	eventually(t, 10*time.Second, "status.activeChecks lists nothing", func() (bool, string) {
+		ac := activeCheckOf(t, ns, "echo")
+		return ac != nil && len(ac.Unhealthy) == 0 && ac.Checked == 3, fmt.Sprintf("%+v", ac)
+	})
+
+	// the check is removed: its status goes
+	var u v1alpha1.Upstream
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "echo"}, &u); err != nil {
+		t.Fatal(err)
+	}
+	u.Spec.HealthCheck = nil
+	if err := k8s.Update(t.Context(), &u); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "status.activeChecks removed with the check", func() (bool, string) {
+		ac := activeCheckOf(t, ns, "echo")
+		return ac == nil, fmt.Sprintf("%+v", ac)
+	})
+}
