@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -145,6 +146,21 @@ spec:
 	t.Logf("ineligible %v after the flip, from %q", time.Since(flipped).Round(time.Millisecond), from)
 	if e["probe"] != "Unhealthy" || e["reason"] != "ProbeUnhealthy" || !strings.HasPrefix(from, "active check by ") || !strings.Contains(from, "NOT_SERVING") {
 		t.Fatalf("endpoint %v", e)
+	}
+	// the metrics count the checks and hold the endpoint Unhealthy
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`poise_active_check_endpoints{state="unhealthy"} 1`, `poise_active_check_endpoints{state="healthy"} 0`, `poise_active_checks_total{result="fail"} `} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	if strings.Contains(string(body), `poise_active_checks_total{result="fail"} 0`) || strings.Contains(string(body), `poise_active_checks_total{result="pass"} 0`) {
+		t.Errorf("/metrics counts no failed or no passed check")
 	}
 
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

@@ -234,7 +234,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if replicaName == "" {
 		replicaName = checkerName()
 	}
-	checks := healthcheck.Config{Name: replicaName, Concurrency: cfg.HealthCheckConcurrency, MaxEndpoints: cfg.HealthCheckMaxEndpoints}
+	checks := healthcheck.Config{Name: replicaName, Concurrency: cfg.HealthCheckConcurrency, MaxEndpoints: cfg.HealthCheckMaxEndpoints,
+		Observe: m.ObserveActiveCheck}
 
 	// The source fills the directory before anything is served, so the first
 	// publication is the whole topology.
@@ -294,6 +295,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// Alone in files mode, this replica checks every upstream with
 		// spec.healthCheck; an idle Checker costs a goroutine and a timer.
 		checker := healthcheck.New(checks)
+		m.SetActiveCheckEndpoints(checker.States)
 		runChecks = func() error { return runHealthChecks(ctx, dir, checker, log) }
 		m.InitSource("files")
 		warnings = func() []string {

@@ -2,7 +2,10 @@ package explain
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
@@ -36,6 +39,10 @@ type Upstream struct {
 	LoadBalancing LoadBalancing `json:"loadBalancing"`
 	// Affinity is the client-locality affinity in force and what set it.
 	Affinity Affinity `json:"affinity"`
+	// HealthCheck is the upstream's active health check (spec.healthCheck),
+	// when it has one: its verdicts are the probe signals whose origin
+	// starts "active check by".
+	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
 	// Split is the None split: what every client receives without
 	// localityAffinity. Embedded, its fields are the upstream's own in JSON.
 	Split
@@ -52,6 +59,45 @@ type Split struct {
 	DroppedMillionths           uint64      `json:"droppedMillionths"`
 	Priorities                  []Priority  `json:"priorities"`
 	Simulation                  *Simulation `json:"simulation,omitempty"`
+}
+
+// HealthCheck is an upstream's active health check, as configured.
+type HealthCheck struct {
+	Type               string `json:"type"`
+	Target             string `json:"target"` // what is asked: the gRPC service, the HTTP request, a TCP connect
+	Port               uint32 `json:"port,omitempty"`
+	IntervalMs         int64  `json:"intervalMs"`
+	TimeoutMs          int64  `json:"timeoutMs"`
+	UnhealthyThreshold uint32 `json:"unhealthyThreshold"`
+	HealthyThreshold   uint32 `json:"healthyThreshold"`
+	JitterPercent      uint32 `json:"jitterPercent"`
+}
+
+func healthCheckOf(u *topology.Upstream) *HealthCheck {
+	hc := u.HealthCheck
+	if hc == nil {
+		return nil
+	}
+	target := "connect"
+	switch hc.Type {
+	case "GRPC":
+		target = fmt.Sprintf("grpc.health.v1 service %q", hc.GRPCService)
+	case "HTTP":
+		var st []string
+		for _, r := range hc.ExpectedStatuses {
+			if r.Start == r.End {
+				st = append(st, strconv.Itoa(r.Start))
+			} else {
+				st = append(st, fmt.Sprintf("%d-%d", r.Start, r.End))
+			}
+		}
+		target = fmt.Sprintf("GET %s expecting %s", hc.HTTPPath, strings.Join(st, ", "))
+		if hc.HTTPHost != "" {
+			target += " (Host " + hc.HTTPHost + ")"
+		}
+	}
+	return &HealthCheck{Type: hc.Type, Target: target, Port: hc.Port, IntervalMs: hc.Interval.Milliseconds(), TimeoutMs: hc.Timeout.Milliseconds(),
+		UnhealthyThreshold: hc.UnhealthyThreshold, HealthyThreshold: hc.HealthyThreshold, JitterPercent: hc.JitterPercent}
 }
 
 // Affinity is an upstream's client-locality affinity (docs/weights.md,
@@ -175,6 +221,7 @@ func BuildUpstream(u *topology.UpstreamState) Upstream {
 		SplitBy:       string(u.Upstream.HealthAdjustment),
 		LoadBalancing: loadBalancing(u),
 		Affinity:      affinityOf(&u.Upstream),
+		HealthCheck:   healthCheckOf(&u.Upstream),
 		Split:         buildSplit(u, nil),
 	}
 	if out.SplitBy == "" {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // Percent formats millionths as a percentage with four decimals, exactly
@@ -78,6 +79,7 @@ func writeUpstream(tw *textWriter, u Upstream) {
 	}
 	writeLoadBalancing(tw, u.LoadBalancing)
 	writeAffinity(tw, u.Affinity)
+	writeHealthCheck(tw, u.HealthCheck)
 	writeSplit(tw, p, u.Split, nil)
 }
 
@@ -159,6 +161,18 @@ func writeAffinity(tw *textWriter, a Affinity) {
 		return
 	}
 	tw.printf(" (from %s)\n", a.Origin)
+}
+
+func writeHealthCheck(tw *textWriter, hc *HealthCheck) {
+	if hc == nil {
+		return
+	}
+	tw.printf("  active health check: %s %s", hc.Type, hc.Target)
+	if hc.Port != 0 {
+		tw.printf(" on port %d", hc.Port)
+	}
+	tw.printf(", every %s ± %d%%, timeout %s; Unhealthy after %d failures, Healthy after %d passes (origins \"active check by ...\")\n",
+		time.Duration(hc.IntervalMs)*time.Millisecond, hc.JitterPercent, time.Duration(hc.TimeoutMs)*time.Millisecond, hc.UnhealthyThreshold, hc.HealthyThreshold)
 }
 
 func writeLocality(tw *textWriter, opf uint32, sim *Simulation, l Locality) {

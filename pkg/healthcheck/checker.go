@@ -38,6 +38,10 @@ type Config struct {
 	MaxEndpointsPerUpstream int
 	// Probe runs one check; nil is Probe. Tests may count or fake checks.
 	Probe ProbeFunc
+	// Observe, when set, is told of each check's result (passed or not) and
+	// how late after its due time it started: a lag that grows says the
+	// checks need more Concurrency than they have.
+	Observe func(passed bool, late time.Duration)
 }
 
 // Verdict is a change of one endpoint's active-check probe signal. Probe
@@ -77,6 +81,7 @@ type entry struct {
 type result struct {
 	e       *entry
 	failure string
+	late    time.Duration
 }
 
 // Checker checks the endpoints it is given (Set) and publishes each change of
@@ -192,6 +197,29 @@ func (c *Checker) Checked() map[topology.Key]int {
 	return maps.Clone(c.perUp)
 }
 
+// States counts the endpoints the Checker holds by verdict ("healthy",
+// "unhealthy", "unknown") and those past its bounds ("unchecked"), for the
+// poise_active_check_endpoints gauge.
+func (c *Checker) States() map[string]float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]float64{"healthy": 0, "unhealthy": 0, "unknown": 0, "unchecked": 0}
+	for _, e := range c.entries {
+		switch e.st.verdict {
+		case weights.ProbeHealthy:
+			out["healthy"]++
+		case weights.ProbeUnhealthy:
+			out["unhealthy"]++
+		default:
+			out["unknown"]++
+		}
+	}
+	for _, n := range c.skipped {
+		out["unchecked"] += float64(n)
+	}
+	return out
+}
+
 // Unchecked is how many endpoints of each upstream are past the bounds and
 // not checked.
 func (c *Checker) Unchecked() map[topology.Key]int {
@@ -254,6 +282,7 @@ func (c *Checker) Run(ctx context.Context, publish func([]Verdict)) {
 		now := c.now()
 		for inFlight < c.cfg.Concurrency && len(c.due) > 0 && !c.due[0].next.After(now) {
 			e := heap.Pop(&c.due).(*entry)
+			late := now.Sub(e.next)
 			e.inFlight = true
 			inFlight++
 			wg.Add(1)
@@ -262,7 +291,7 @@ func (c *Checker) Run(ctx context.Context, publish func([]Verdict)) {
 				cctx, cancel := context.WithTimeout(ctx, hc.Timeout)
 				err := c.cfg.Probe(cctx, hc, e.key.target)
 				cancel()
-				c.results <- result{e, Describe(err)}
+				c.results <- result{e, Describe(err), late}
 			}(e, e.hc)
 		}
 		wait := time.Hour
@@ -303,6 +332,9 @@ func (c *Checker) Run(ctx context.Context, publish func([]Verdict)) {
 func (c *Checker) record(r result) {
 	e := r.e
 	e.inFlight = false
+	if c.cfg.Observe != nil {
+		c.cfg.Observe(r.failure == "", r.late)
+	}
 	if c.entries[e.key] != e {
 		return // removed or replaced while in flight
 	}

@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -28,6 +29,8 @@ var (
 	// Kinds are the kinds of object a source reads.
 	Kinds = []string{topology.KindUpstream, topology.KindLocality, topology.KindEndpointSet,
 		topology.KindSpatialDomain, topology.KindPartition}
+	// ActiveCheckStates are the states of poise_active_check_endpoints.
+	ActiveCheckStates = []string{"healthy", "unhealthy", "unknown", "unchecked"}
 	// StatusErrorReasons are the reasons of a failed status write.
 	StatusErrorReasons = []string{"conflict", "timeout", "throttled", "invalid", "error"}
 )
@@ -72,6 +75,10 @@ type Metrics struct {
 	StatusQueueLatency prometheus.Histogram
 	StatusWorkDuration prometheus.Histogram
 	StatusRetries      prometheus.Counter
+	// Active health checks (spec.healthCheck), where this replica runs them.
+	ActiveChecks         *prometheus.CounterVec // result: pass | fail
+	ActiveCheckLag       prometheus.Histogram
+	ActiveCheckEndpoints *funcGaugeVec // state: healthy | unhealthy | unknown | unchecked
 	// Upstreams are the per-upstream gauges of the computed figures.
 	Upstreams *Upstreams
 	Leader    prometheus.Gauge // 1 while this replica holds the status-writer Lease
@@ -167,6 +174,16 @@ func New() *Metrics {
 		StatusRetries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "poise_status_retries_total", Help: "Objects re-queued with backoff after a failed status write.",
 		}),
+		ActiveChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poise_active_checks_total", Help: "Active health checks (spec.healthCheck) this replica ran, by result (pass or fail).",
+		}, []string{"result"}),
+		ActiveCheckLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "poise_active_check_lag_seconds", Help: "How late after its due time an active health check started; a growing lag says --health-check-concurrency is too small for the checks configured.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
+		}),
+		ActiveCheckEndpoints: &funcGaugeVec{desc: prometheus.NewDesc("poise_active_check_endpoints",
+			"Endpoints this replica actively checks, by verdict (healthy, unhealthy, unknown), and those past --health-check-max-endpoints or the 5,000 per upstream (unchecked). 0 on a replica that does not check (a Kubernetes follower).",
+			[]string{"state"}, nil), zero: ActiveCheckStates},
 		Upstreams: newUpstreams(),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "poise_status_leader", Help: "1 while this replica holds the status-writer Lease and writes status; 0 otherwise (and always with the files source).",
@@ -176,7 +193,7 @@ func New() *Metrics {
 		m.Pushes, m.NACKs, m.ConnectedClients, m.SourceBatches, m.SourceRefusing, m.KubeStale, m.InvalidObjects,
 		m.ClientClasses, m.ClassFallbacks, m.ClassOverflows,
 		m.StatusWrites, m.StatusWriteErrors, m.StatusUnchanged, m.StatusQueueDepth, m.StatusQueueAdds, m.StatusQueueLatency,
-		m.StatusWorkDuration, m.StatusRetries,
+		m.StatusWorkDuration, m.StatusRetries, m.ActiveChecks, m.ActiveCheckLag, m.ActiveCheckEndpoints,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	r.MustRegister(m.Upstreams.collectors()...)
 	for _, t := range Types {
@@ -193,6 +210,8 @@ func New() *Metrics {
 	for _, r := range BuildResults {
 		m.SnapshotBuilds.WithLabelValues(r)
 	}
+	m.ActiveChecks.WithLabelValues("pass")
+	m.ActiveChecks.WithLabelValues("fail")
 	m.SetBuildInfo("")
 	return m
 }
@@ -307,6 +326,26 @@ func (m *Metrics) SetClientClasses(classes func() map[string]float64, fallback, 
 	of := func() map[string]float64 { return map[string]float64{"": overflow()} }
 	m.ClassFallbacks.f.Store(&fb)
 	m.ClassOverflows.f.Store(&of)
+}
+
+// ObserveActiveCheck counts one active check and how late it started.
+func (m *Metrics) ObserveActiveCheck(passed bool, late time.Duration) {
+	r := "fail"
+	if passed {
+		r = "pass"
+	}
+	m.ActiveChecks.WithLabelValues(r).Inc()
+	m.ActiveCheckLag.Observe(late.Seconds())
+}
+
+// SetActiveCheckEndpoints makes poise_active_check_endpoints read f at each
+// scrape (nil: every state 0, as on a replica that does not check).
+func (m *Metrics) SetActiveCheckEndpoints(f func() map[string]float64) {
+	if f == nil {
+		m.ActiveCheckEndpoints.f.Store(nil)
+		return
+	}
+	m.ActiveCheckEndpoints.f.Store(&f)
 }
 
 // funcGaugeVec is a gauge per label value, read from a function at each

@@ -18,6 +18,7 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/healthcheck"
+	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 )
@@ -45,6 +46,9 @@ type CheckWriter struct {
 	Dir    *topology.Directory
 	Config healthcheck.Config
 	Log    *slog.Logger
+	// Metrics, when set, reads this term's checker for
+	// poise_active_check_endpoints (Config.Observe counts the checks).
+	Metrics *metrics.Metrics
 }
 
 // unhealthyEndpoint is one endpoint the checker holds Unhealthy.
@@ -77,6 +81,10 @@ func (w *CheckWriter) Run(ctx context.Context) error {
 		dirty:     map[topology.Key]struct{}{},
 	}
 	defer r.limiter.Stop()
+	if w.Metrics != nil {
+		w.Metrics.SetActiveCheckEndpoints(r.checker.States)
+		defer w.Metrics.SetActiveCheckEndpoints(nil)
+	}
 	if err := r.seed(ctx); err != nil {
 		return err
 	}

@@ -181,7 +181,7 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	if err := m.Add(src); err != nil {
 		return nil, err
 	}
-	cw := &CheckWriter{Client: m.GetClient(), Dir: dir, Config: o.HealthChecks, Log: log}
+	cw := &CheckWriter{Client: m.GetClient(), Dir: dir, Config: o.HealthChecks, Log: log, Metrics: o.Metrics}
 	lead := func(ctx context.Context) error {
 		// the leader writes every status and runs the active checks
 		cctx, cancel := context.WithCancel(ctx)
