@@ -514,6 +514,60 @@ type UpstreamStatus struct {
 	// spec.healthCheck.
 	// +optional
 	ActiveChecks *ActiveCheckStatus `json:"activeChecks,omitempty"`
+
+	// outlierEjections is fleet outlier detection's decision
+	// (spec.outlierDetection), written by the leader from every replica's
+	// load reports (docs/health.md). Every replica reads the endpoints it
+	// lists into their outlier signal, and a new leader continues from it.
+	// Absent without spec.outlierDetection.
+	// +optional
+	OutlierEjections *OutlierEjectionStatus `json:"outlierEjections,omitempty"`
+}
+
+// OutlierEjectionStatus is the state of an Upstream's fleet outlier detection.
+type OutlierEjectionStatus struct {
+	// ejected lists the endpoints ejected now, sorted by (address, port).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=5000
+	Ejected []EjectedEndpoint `json:"ejected,omitempty"`
+
+	// replicas is how many replicas' load reports the last decision read.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// reporters is how many clients reported in the window the last decision
+	// read, and untrustedReporters how many of them were left out as the
+	// failing party (their own requests fail on most endpoints).
+	// +optional
+	Reporters int64 `json:"reporters,omitempty"`
+	// +optional
+	UntrustedReporters int64 `json:"untrustedReporters,omitempty"`
+}
+
+// EjectedEndpoint is one endpoint fleet outlier detection ejected.
+type EjectedEndpoint struct {
+	// address is the endpoint's IP address.
+	// +kubebuilder:validation:MaxLength=45
+	Address string `json:"address"`
+
+	// port is the endpoint's port.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+
+	// origin is the evidence, e.g. "load reports: 7 clients, 1,240 requests,
+	// 48 % errors, window 30 s".
+	// +kubebuilder:validation:MaxLength=256
+	Origin string `json:"origin"`
+
+	// until is when the ejection ends, unless new evidence renews it.
+	Until metav1.Time `json:"until"`
+
+	// count is the consecutive ejections, this one included: the ejection
+	// lasts baseEjectionTime × count, at most maxEjectionTime.
+	// +kubebuilder:validation:Minimum=1
+	Count int32 `json:"count"`
 }
 
 // MaxCheckedEndpointsPerUpstream is how many endpoints of one Upstream are
