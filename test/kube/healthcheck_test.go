@@ -1,17 +1,12 @@
 package kube_test
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -20,42 +15,6 @@ import (
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/splitcheck"
 )
-
-// flipBackend is a splitcheck backend whose health answer can be turned to
-// NOT_SERVING: the RPC still succeeds and names the backend, so xDS clients'
-// traffic can be counted while the active check sees the server fail.
-type flipBackend struct {
-	*splitcheck.Backend
-	notServing atomic.Bool
-}
-
-func (f *flipBackend) Check(ctx context.Context, r *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	if !f.notServing.Load() {
-		return f.Backend.Check(ctx, r)
-	}
-	if err := grpc.SetHeader(ctx, metadata.Pairs("x-backend", f.Addr)); err != nil {
-		return nil, err
-	}
-	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
-}
-
-func startFlipBackends(t *testing.T, n int) []*flipBackend {
-	t.Helper()
-	var out []*flipBackend
-	for range n {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := grpc.NewServer()
-		f := &flipBackend{Backend: &splitcheck.Backend{Host: "127.0.0.1", Addr: lis.Addr().String(), Port: int32(lis.Addr().(*net.TCPAddr).Port)}}
-		healthpb.RegisterHealthServer(srv, f)
-		go srv.Serve(lis)
-		t.Cleanup(srv.Stop)
-		out = append(out, f)
-	}
-	return out
-}
 
 // activeCheckOf reads an Upstream's status.activeChecks.
 func activeCheckOf(t *testing.T, ns, name string) *v1alpha1.ActiveCheckStatus {
@@ -84,7 +43,7 @@ func ejectedBy(u explain.Upstream, b *splitcheck.Backend, replica string) (bool,
 // serves again.
 func TestActiveChecksAcrossReplicas(t *testing.T) {
 	ns := namespace(t)
-	b := startFlipBackends(t, 3)
+	b := splitcheck.StartBackends(t, "127.0.0.1", 3)
 	hc := &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckGRPC, Interval: &metav1.Duration{Duration: time.Second},
 		Timeout: &metav1.Duration{Duration: 500 * time.Millisecond}, UnhealthyThreshold: ptr(int32(2)), HealthyThreshold: ptr(int32(2))}
 	objs := []client.Object{
@@ -119,11 +78,11 @@ func TestActiveChecksAcrossReplicas(t *testing.T) {
 
 	// the check fails: both replicas eject it, by the leader's verdict
 	flipped := time.Now()
-	b[1].notServing.Store(true)
+	b[1].SetServing(false)
 	var rep explain.Report
 	for _, p := range []*plane{one, two} {
 		rep, _ = p.waitExplain(t, ns, "echo", "plane "+p.name+" ejects the NOT_SERVING backend", func(u explain.Upstream) (bool, string) {
-			return ejectedBy(u, b[1].Backend, "one")
+			return ejectedBy(u, b[1], "one")
 		})
 		took := time.Since(flipped)
 		// interval × unhealthyThreshold, plus the jitter (10 %), a timeout,
@@ -131,7 +90,7 @@ func TestActiveChecksAcrossReplicas(t *testing.T) {
 		if limit := 2*1100*time.Millisecond + 500*time.Millisecond + 2*time.Second; took > limit {
 			t.Errorf("plane %s ejected it %v after the flip, more than %v", p.name, took, limit)
 		}
-		ep, _ := endpointOf(rep.Upstreams[0], b[1].Backend)
+		ep, _ := endpointOf(rep.Upstreams[0], b[1])
 		t.Logf("plane %s: ineligible %v after NOT_SERVING: %s (from %s)", p.name, took.Round(time.Millisecond), ep.Reason, ep.ReasonFrom)
 	}
 	ac := activeCheckOf(t, ns, "echo")
@@ -160,7 +119,7 @@ func TestActiveChecksAcrossReplicas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok, why := ejectedBy(rep.Upstreams[0], b[1].Backend, "one"); !ok {
+		if ok, why := ejectedBy(rep.Upstreams[0], b[1], "one"); !ok {
 			t.Fatalf("%v after the leader stopped, plane two no longer ejects the backend: %s", time.Since(stopped).Round(time.Millisecond), why)
 		}
 		if handover == 0 && two.leads() {
@@ -182,10 +141,10 @@ func TestActiveChecksAcrossReplicas(t *testing.T) {
 	measure(t, "clients of plane two after the handover", conns[two], splitcheck.ExpectationOf(t, rep))
 
 	// it serves again: the new leader's checks bring it back
-	b[1].notServing.Store(false)
+	b[1].SetServing(true)
 	recovered := time.Now()
 	rep, _ = two.waitExplain(t, ns, "echo", "plane two brings the backend back", func(u explain.Upstream) (bool, string) {
-		ep, _ := endpointOf(u, b[1].Backend)
+		ep, _ := endpointOf(u, b[1])
 		return ep.Eligible, fmt.Sprintf("%+v", ep)
 	})
 	t.Logf("plane two: eligible again %v after SERVING", time.Since(recovered).Round(time.Millisecond))

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,12 +34,23 @@ type Backend struct {
 	Host string
 	Addr string // host:port
 	Port int32
+	// notServing turns its answer to NOT_SERVING (SetServing).
+	notServing atomic.Bool
 }
 
-// Check answers SERVING and says which backend served.
+// SetServing makes Check answer SERVING (true) or NOT_SERVING (false). Either
+// way the RPC succeeds and names the backend, so clients' traffic is still
+// counted while an active check sees the server fail.
+func (b *Backend) SetServing(serving bool) { b.notServing.Store(!serving) }
+
+// Check answers SERVING (or NOT_SERVING, see SetServing) and says which
+// backend served.
 func (b *Backend) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	if err := grpc.SetHeader(ctx, metadata.Pairs("x-backend", b.Addr)); err != nil {
 		return nil, err
+	}
+	if b.notServing.Load() {
+		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
 	}
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
