@@ -506,7 +506,22 @@ type UpstreamStatus struct {
 	// moreClientZones counts the zones left out of clientZones.
 	// +optional
 	MoreClientZones int32 `json:"moreClientZones,omitempty"`
+
+	// clientZonesDemand says, under Balanced, what clientZones[].demand
+	// counts: Clients, the summed demand weights of each zone's connected
+	// clients; LoadReports, each zone's per-mille share of the requests its
+	// clients reported over the last window (spec.loadReporting). Absent
+	// while no demand is applied.
+	// +optional
+	// +kubebuilder:validation:Enum=Clients;LoadReports
+	ClientZonesDemand string `json:"clientZonesDemand,omitempty"`
 }
+
+// Sources of status.clientZonesDemand.
+const (
+	DemandFromClients     = "Clients"
+	DemandFromLoadReports = "LoadReports"
+)
 
 // ClientZoneStatus is what clients in one zone receive under localityAffinity.
 type ClientZoneStatus struct {

@@ -135,10 +135,12 @@ func (p *Publisher) SetLoadDemand(l LoadDemand) {
 }
 
 // AppliedDemand is the demand the Balanced split of upstream k was last
-// rendered with, by zone class (nil when none).
-func (p *Publisher) AppliedDemand(k topology.Key) []affinity.Demand {
-	d, _ := p.AppliedDemandFrom(k)
-	return d
+// rendered with, by zone class (nil when none), and whether it is the
+// zones' reported request shares (load reports) rather than the connected
+// clients' demand weights.
+func (p *Publisher) AppliedDemand(k topology.Key) (demand []affinity.Demand, fromLoads bool) {
+	d, from := p.AppliedDemandFrom(k)
+	return d, from.LoadReports
 }
 
 // AppliedDemandFrom is AppliedDemand and where that demand came from.
