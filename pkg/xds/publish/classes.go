@@ -235,6 +235,10 @@ func (p *Publisher) refreshClasses() time.Duration {
 	var due time.Duration
 	var rerender []topology.Key
 	reports := false // some Balanced upstream's clients report load
+	var window time.Duration
+	if c.loads != nil {
+		window = c.loads.Window
+	}
 	for k := range c.affine {
 		pub := p.upstream[k]
 		if pub == nil || pub.state.Upstream.ModeOf() != affinity.Balanced {
@@ -242,10 +246,6 @@ func (p *Publisher) refreshClasses() time.Duration {
 		}
 		reading := c.readLoads(k, pub.name, now, classes, classesMoved)
 		reports = reports || reading.ok
-		var window time.Duration
-		if c.loads != nil {
-			window = c.loads.Window
-		}
 		observed := observeDemand(c.census.Demand(resource.EndpointType, pub.name), reading, window, c.demand[k].origin)
 		if sameDemand(observed, c.demand[k]) {
 			delete(c.pending, k)
