@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -13,8 +12,6 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"poise.dev/poise/pkg/explain"
@@ -87,33 +84,19 @@ func TestBalancedDemandFromLoadReports(t *testing.T) {
 	})
 
 	// the load reports: eu/a's reporter sent 300 requests, eu/b's 100
-	conn, err := grpc.NewClient(a.XDS, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	for _, r := range []struct {
 		node    *core.Node
 		address string
 		issued  uint64
 	}{{inA, "10.1.0.1", 300}, {inB, "10.1.1.1", 100}} {
-		stream, err := lrs.NewLoadReportingServiceClient(conn).StreamLoadStats(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		stream := lrsStream(t, a.XDS)
 		if err := stream.Send(&lrs.LoadStatsRequest{Node: r.node}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := stream.Recv(); err != nil {
 			t.Fatal(err)
 		}
-		if err := stream.Send(&lrs.LoadStatsRequest{ClusterStats: []*endpoint.ClusterStats{{ClusterName: "shop/web",
-			UpstreamLocalityStats: []*endpoint.UpstreamLocalityStats{{UpstreamEndpointStats: []*endpoint.UpstreamEndpointStats{{
-				Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
-					Address: r.address, PortSpecifier: &core.SocketAddress_PortValue{PortValue: 8080}}}},
-				TotalIssuedRequests: r.issued, TotalSuccessfulRequests: r.issued}}}}}}}); err != nil {
+		if err := stream.Send(endpointReport("shop/web", r.address, r.issued, r.issued, 0)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -164,6 +147,26 @@ func TestBalancedDemandFromLoadReports(t *testing.T) {
 			break
 		}
 	}
+}
+
+// lrsStream opens an LRS stream to xds, closed with the test.
+func lrsStream(t *testing.T, xds string) lrs.LoadReportingService_StreamLoadStatsClient {
+	t.Helper()
+	conn, ctx := dial(t, xds)
+	stream, err := lrs.NewLoadReportingServiceClient(conn).StreamLoadStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
+// endpointReport is a load report of one endpoint (port 8080) of cluster.
+func endpointReport(cluster, address string, issued, success, errs uint64) *lrs.LoadStatsRequest {
+	return &lrs.LoadStatsRequest{ClusterStats: []*endpoint.ClusterStats{{ClusterName: cluster,
+		UpstreamLocalityStats: []*endpoint.UpstreamLocalityStats{{UpstreamEndpointStats: []*endpoint.UpstreamEndpointStats{{
+			Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+				Address: address, PortSpecifier: &core.SocketAddress_PortValue{PortValue: 8080}}}},
+			TotalIssuedRequests: issued, TotalSuccessfulRequests: success, TotalErrorRequests: errs}}}}}}}
 }
 
 // edsStream opens an ADS stream as n subscribed to shop/web's endpoints.

@@ -141,20 +141,27 @@ func TestClassesFollowTheCensus(t *testing.T) {
 // Balanced follows the demand of the connected clients with hysteresis:
 // capacity eu/a, eu/b, us/c one third each; clients 3 in eu/a (one of
 // weight 2), 1 in us/c.
-func TestBalancedFollowsDemandWithHysteresis(t *testing.T) {
+// balancedOnClock publishes zoned(Balanced) with a census and a clock the
+// test moves.
+func balancedOnClock(t *testing.T) (*xdscache.Cache, *Publisher, *clock, *topology.Snapshot) {
+	t.Helper()
 	c := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
 	p := New(c, "inst", nil)
 	clk := &clock{t: time.Unix(1000, 0)}
 	p.cls.now = clk.now
 	p.SetCensus(c)
-	d := topology.NewDirectory()
-	s, err := d.Apply(zoned(affinity.Balanced))
+	s, err := topology.NewDirectory().Apply(zoned(affinity.Balanced))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Publish(s); err != nil {
 		t.Fatal(err)
 	}
+	return c, p, clk, s
+}
+
+func TestBalancedFollowsDemandWithHysteresis(t *testing.T) {
+	c, p, clk, s := balancedOnClock(t)
 	for _, s := range []*xdscache.Stream{client(t, c, "eu", "a", 2), client(t, c, "eu", "a", 0), client(t, c, "us", "c", 0)} {
 		defer s.Close()
 	}

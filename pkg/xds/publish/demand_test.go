@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-
 	"poise.dev/poise/pkg/affinity"
-	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
 )
@@ -128,21 +125,9 @@ func (f *fakeLoads) demand() LoadDemand {
 // request rates, with the same hysteresis as the census; noise within the
 // band moves nothing, and without enough reports the census is back.
 func TestBalancedFollowsLoadReportsWithHysteresis(t *testing.T) {
-	c := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
-	p := New(c, "inst", nil)
-	clk := &clock{t: time.Unix(1000, 0)}
-	p.cls.now = clk.now
-	p.SetCensus(c)
+	c, p, clk, _ := balancedOnClock(t)
 	loads := &fakeLoads{}
 	p.SetLoadDemand(loads.demand())
-	d := topology.NewDirectory()
-	s, err := d.Apply(zoned(affinity.Balanced))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Publish(s); err != nil {
-		t.Fatal(err)
-	}
 	// the census says 1:1 (one client each) ...
 	for _, s := range []*xdscache.Stream{client(t, c, "eu", "a", 0), client(t, c, "eu", "b", 0)} {
 		defer s.Close()
