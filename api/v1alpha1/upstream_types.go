@@ -522,6 +522,15 @@ type UpstreamStatus struct {
 	// Absent without spec.outlierDetection.
 	// +optional
 	OutlierEjections *OutlierEjectionStatus `json:"outlierEjections,omitempty"`
+
+	// clientZonesDemand says, under Balanced, what clientZones[].demand
+	// counts: Clients, the summed demand weights of each zone's connected
+	// clients; LoadReports, each zone's per-mille share of the requests its
+	// clients reported over the last window (spec.loadReporting). Absent
+	// while no demand is applied.
+	// +optional
+	// +kubebuilder:validation:Enum=Clients;LoadReports
+	ClientZonesDemand string `json:"clientZonesDemand,omitempty"`
 }
 
 // OutlierEjectionStatus is the state of an Upstream's fleet outlier detection.
@@ -612,6 +621,12 @@ type CheckedEndpoint struct {
 	// +optional
 	Since *metav1.Time `json:"since,omitempty"`
 }
+
+// Sources of status.clientZonesDemand.
+const (
+	DemandFromClients     = "Clients"
+	DemandFromLoadReports = "LoadReports"
+)
 
 // ClientZoneStatus is what clients in one zone receive under localityAffinity.
 type ClientZoneStatus struct {

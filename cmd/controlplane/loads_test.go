@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -15,8 +14,6 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"poise.dev/poise/pkg/admin"
 )
@@ -53,17 +50,7 @@ func TestLoadReports(t *testing.T) {
 		t.Fatalf("lrs_server self by cluster: %v", lrsOf)
 	}
 
-	conn, err := grpc.NewClient(a.XDS, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	stream, err := lrs.NewLoadReportingServiceClient(conn).StreamLoadStats(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := lrsStream(t, a.XDS)
 	if err := stream.Send(&lrs.LoadStatsRequest{Node: &core.Node{Id: "envoy-lrs-1", Locality: &core.Locality{Region: "eu", Zone: "a"}},
 		ClusterStats: []*endpoint.ClusterStats{{ClusterName: "shop/web"}, {ClusterName: "shop/quiet"}}}); err != nil {
 		t.Fatal(err)
@@ -76,11 +63,7 @@ func TestLoadReports(t *testing.T) {
 		!answer.ReportEndpointGranularity {
 		t.Fatalf("answer = %v", answer)
 	}
-	if err := stream.Send(&lrs.LoadStatsRequest{ClusterStats: []*endpoint.ClusterStats{{ClusterName: "shop/web",
-		UpstreamLocalityStats: []*endpoint.UpstreamLocalityStats{{UpstreamEndpointStats: []*endpoint.UpstreamEndpointStats{{
-			Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
-				Address: "10.1.0.2", PortSpecifier: &core.SocketAddress_PortValue{PortValue: 8080}}}},
-			TotalIssuedRequests: 9, TotalSuccessfulRequests: 6, TotalErrorRequests: 3}}}}}}}); err != nil {
+	if err := stream.Send(endpointReport("shop/web", "10.1.0.2", 9, 6, 3)); err != nil {
 		t.Fatal(err)
 	}
 

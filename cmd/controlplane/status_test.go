@@ -58,6 +58,17 @@ func startPlaneOn(t *testing.T, paths ...string) controlplane.Addrs {
 // adsStream opens a raw ADS stream to xds, closed with the test.
 func adsStream(t *testing.T, xds string) discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
 	t.Helper()
+	conn, ctx := dial(t, xds)
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// dial connects to xds for 30 s at most; both end with the test.
+func dial(t *testing.T, xds string) (*grpc.ClientConn, context.Context) {
+	t.Helper()
 	conn, err := grpc.NewClient(xds, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -65,11 +76,7 @@ func adsStream(t *testing.T, xds string) discovery.AggregatedDiscoveryService_St
 	t.Cleanup(func() { conn.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return conn, ctx
 }
 
 // adsClient opens a raw ADS stream as node id and ACKs the CDS response,

@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
@@ -31,9 +30,10 @@ type Sources struct {
 	// that do not stop serving but need an operator (a refused change).
 	Warnings func() []string
 	// Demand, when set, is the client demand in force for a Balanced
-	// upstream (what the publisher applied). When it is nil or has none for
-	// an upstream, /debug/explain?from= divides by the demand parameter.
-	Demand func(topology.Key) []affinity.Demand
+	// upstream (what the publisher applied, from the connected clients or
+	// their load reports). When it is nil or has none for an upstream,
+	// /debug/explain?from= divides by the demand parameter.
+	Demand func(topology.Key) explain.AppliedDemand
 	// Serving, when set, lists what each stream of a node is served now
 	// (/debug/config).
 	Serving func(node string, limit int, match func(string) bool) []server.ClientServing
@@ -156,7 +156,7 @@ func addDebug(mux *http.ServeMux, s Sources) {
 
 // classQuery reads from=REGION/ZONE[/SUBZONE] and demand=REGION/ZONE=N,...,
 // bounded as the explain command's flags; nil options without from.
-func classQuery(q url.Values, applied func(topology.Key) []affinity.Demand) (*explain.ClassOptions, error) {
+func classQuery(q url.Values, applied func(topology.Key) explain.AppliedDemand) (*explain.ClassOptions, error) {
 	for _, name := range []string{"from", "demand"} {
 		if n := len(q[name]); n > 1 {
 			return nil, fmt.Errorf("%s is given %d times, at most once", name, n)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/explain"
@@ -179,10 +180,10 @@ func TestExplainFrom(t *testing.T) {
 	if _, err := d.Apply(b); err != nil {
 		t.Fatal(err)
 	}
-	var applied []affinity.Demand
+	var applied explain.AppliedDemand
 	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: d.Current,
 		Clients: func() []server.Client { return nil },
-		Demand: func(k topology.Key) []affinity.Demand {
+		Demand: func(k topology.Key) explain.AppliedDemand {
 			if k != (topology.Key{Namespace: "shop", Name: "web"}) {
 				t.Errorf("demand asked for %s", k)
 			}
@@ -219,7 +220,7 @@ func TestExplainFrom(t *testing.T) {
 	}
 
 	// the applied demand wins over the parameter
-	applied = []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 3}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 1}}
+	applied.Demand = []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 3}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 1}}
 	for _, q := range []string{"from=eu/b", "from=eu/b&demand=eu/b=5,eu/a=1"} {
 		if _, c = class(q); c.Balanced.DemandSource != explain.DemandClients || !c.Balanced.KeepsAll || !slices.Equal(traffic(c), []uint64{0, 1_000_000}) {
 			t.Errorf("%s: %s, traffic %v", q, c.Balanced.DemandSource, traffic(c))
@@ -231,7 +232,14 @@ func TestExplainFrom(t *testing.T) {
 	if code, body := get(""); code != http.StatusOK || strings.Contains(body, `"from": {`) || strings.Contains(body, `"demand": [`) || strings.Contains(body, `"class"`) {
 		t.Errorf("without from: %d %s", code, body)
 	}
-	applied = nil
+	// from load reports: the source, the requests and the window say so
+	applied = explain.AppliedDemand{Demand: []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 750}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 250}},
+		LoadReports: true, Requests: 400, Window: 30 * time.Second}
+	if _, c = class("from=eu/a"); c.Balanced.DemandSource != explain.DemandLoadReports || c.Balanced.DemandRequests != 400 ||
+		c.Balanced.DemandWindowSeconds != 30 || c.Balanced.Demand != 1000 || !slices.Equal(traffic(c), []uint64{666_667, 333_333}) {
+		t.Errorf("load reports: %+v, traffic %v", c.Balanced, traffic(c))
+	}
+	applied = explain.AppliedDemand{}
 
 	for _, tc := range []struct {
 		query string

@@ -144,8 +144,12 @@ func mapVersion(snap *topology.Snapshot, keys []topology.Key, opts *explain.Clas
 		if u := snap.Upstream(k); u == nil || u.Upstream.ModeOf() != affinity.Balanced {
 			continue
 		}
-		for _, d := range opts.Applied(k) {
+		a := opts.Applied(k)
+		for _, d := range a.Demand {
 			fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00", k, d.Zone.Region, d.Zone.Zone, d.Weight)
+		}
+		if a.LoadReports {
+			h.Write([]byte{2}) // the source, not its request count, which moves every bucket
 		}
 		h.Write([]byte{1})
 	}

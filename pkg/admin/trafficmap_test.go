@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"poise.dev/poise/pkg/affinity"
+	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 	"poise.dev/poise/pkg/xds/server"
@@ -90,7 +91,7 @@ func TestMapVersionFollowsDemand(t *testing.T) {
 	}
 	applied := []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 1}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 1}}
 	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: d.Current,
-		Clients: func() []server.Client { return nil }, Demand: func(topology.Key) []affinity.Demand { return applied }}))
+		Clients: func() []server.Client { return nil }, Demand: func(topology.Key) explain.AppliedDemand { return explain.AppliedDemand{Demand: applied} }}))
 	defer srv.Close()
 	_, plain := httpGet(t, srv.URL+"/map/version")
 	_, v1 := httpGet(t, srv.URL+"/map/version?from=eu/a")

@@ -204,6 +204,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// Clients of upstreams with spec.loadReporting report their load over
 	// LRS into loads, which keeps only what its catalog publishes.
 	loads := loadreport.NewStore(loadreport.Config{MaxCells: cfg.LoadReportMaxCells})
+	pub.SetLoadDemand(loadDemand(loads)) // a Balanced upstream's demand, where its clients report
 	pub.OnPublish = func(st publish.Stats) {
 		if len(st.Changed) > 0 {
 			// the catalog follows every upstream change before clients
@@ -331,7 +332,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Clients:  clients.List,
 		Metrics:  m,
 		Warnings: warnings,
-		Demand:   pub.AppliedDemand,
+		Demand:   appliedDemand(pub),
 		Serving:  clients.Serving,
 		Loads:    loads,
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -34,7 +35,10 @@ const (
 const (
 	DemandGiven   = "Given"   // --demand or the demand query parameter
 	DemandClients = "Clients" // the connected clients, as the live plane applies it
-	DemandNone    = "None"    // neither: every Balanced class falls back
+	// DemandLoadReports: the request shares the clients' load reports show
+	// over the window, as the live plane applies them.
+	DemandLoadReports = "LoadReports"
+	DemandNone        = "None" // neither: every Balanced class falls back
 )
 
 // From is the client locality a report is for. A class is a region and a
@@ -121,8 +125,13 @@ type EffectivePriority struct {
 // Surplus, zone weight and surplus sum are exact integers that may exceed
 // 64 bits; they are JSON numbers of any length.
 type Balanced struct {
-	// DemandSource is Given, Clients or None.
+	// DemandSource is Given, Clients, LoadReports or None.
 	DemandSource string `json:"demandSource"`
+	// DemandRequests and DemandWindowSeconds, under LoadReports, are the
+	// requests the zones' reporters reported and the window they span: each
+	// zone's demand is its share of them, per mille.
+	DemandRequests      uint64 `json:"demandRequests,omitempty"`
+	DemandWindowSeconds int64  `json:"demandWindowSeconds,omitempty"`
 	// RoutableMillionths is U, the upstream's traffic less its drop.
 	RoutableMillionths uint64 `json:"routableMillionths"`
 	// Demand is D, the sum of the zones' demand.
@@ -154,9 +163,21 @@ type ClassOptions struct {
 	// Demand is the demand as given, from ParseDemand.
 	Demand []DemandEntry
 	// Applied, when set, is the demand in force for an upstream (the live
-	// plane's connected clients). When it returns any, it is used instead
-	// of Demand.
-	Applied func(topology.Key) []affinity.Demand
+	// plane's connected clients or their load reports). When it returns
+	// any, it is used instead of Demand.
+	Applied func(topology.Key) AppliedDemand
+}
+
+// AppliedDemand is the demand the live plane divides a Balanced upstream
+// by, and where it comes from.
+type AppliedDemand struct {
+	Demand []affinity.Demand
+	// LoadReports: the zones' request shares (per mille) from the clients'
+	// load reports, Requests of them over Window; otherwise the connected
+	// clients' demand weights.
+	LoadReports bool
+	Requests    uint64
+	Window      time.Duration
 }
 
 // DemandError is a given demand that does not fit an upstream: a bare zone
@@ -281,7 +302,8 @@ func BuildClass(u *topology.UpstreamState, opts ClassOptions) (*Class, error) {
 	mode := u.Upstream.ModeOf()
 	c := &Class{Mode: mode.String(), Region: from.Region, Zone: from.Zone}
 	var demand []affinity.Demand
-	source := DemandNone
+	source := AppliedDemand{}
+	sourceName := DemandNone
 	switch mode {
 	case affinity.None:
 		c.Region, c.Zone = "", ""
@@ -292,7 +314,7 @@ func BuildClass(u *topology.UpstreamState, opts ClassOptions) (*Class, error) {
 		c.Zone = ""
 	case affinity.Balanced:
 		var err error
-		if demand, source, err = classDemand(u, from, opts); err != nil {
+		if demand, sourceName, source, err = classDemand(u, from, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -307,7 +329,10 @@ func BuildClass(u *topology.UpstreamState, opts ClassOptions) (*Class, error) {
 		}
 	}
 	if b := cs.Balanced; b != nil {
-		c.Balanced = balancedOf(b, source)
+		c.Balanced = balancedOf(b, sourceName)
+		if sourceName == DemandLoadReports {
+			c.Balanced.DemandRequests, c.Balanced.DemandWindowSeconds = source.Requests, int64(source.Window/time.Second)
+		}
 		c.Reason = b.Fallback
 	}
 	if cs.Base(u) {
@@ -319,29 +344,32 @@ func BuildClass(u *topology.UpstreamState, opts ClassOptions) (*Class, error) {
 	return c, nil
 }
 
-// classDemand is the demand a Balanced upstream is divided by: the applied
-// demand when the live plane has any, else the given one, resolved against
-// the upstream's zones.
-func classDemand(u *topology.UpstreamState, from affinity.Zone, opts ClassOptions) ([]affinity.Demand, string, error) {
+// classDemand is the demand a Balanced upstream is divided by, and its
+// source: the applied demand when the live plane has any, else the given
+// one, resolved against the upstream's zones.
+func classDemand(u *topology.UpstreamState, from affinity.Zone, opts ClassOptions) ([]affinity.Demand, string, AppliedDemand, error) {
 	if opts.Applied != nil {
-		if d := opts.Applied(u.Upstream.Key); len(d) > 0 {
-			return d, DemandClients, nil
+		if a := opts.Applied(u.Upstream.Key); len(a.Demand) > 0 {
+			if a.LoadReports {
+				return a.Demand, DemandLoadReports, a, nil
+			}
+			return a.Demand, DemandClients, a, nil
 		}
 	}
 	if len(opts.Demand) == 0 {
-		return nil, DemandNone, nil
+		return nil, DemandNone, AppliedDemand{}, nil
 	}
 	d, err := resolveDemand(u, opts.Demand)
 	if err != nil {
-		return nil, "", err
+		return nil, "", AppliedDemand{}, err
 	}
 	if !slices.ContainsFunc(d, func(x affinity.Demand) bool { return x.Zone == from }) {
 		// Offline, a class without demand of its own would only explain a
 		// fallback the live plane never shows for connected clients.
-		return nil, "", &DemandError{Upstream: u.Upstream.Key,
+		return nil, "", AppliedDemand{}, &DemandError{Upstream: u.Upstream.Key,
 			Msg: fmt.Sprintf("localityAffinity Balanced: the demand has no entry for %s, the zone of the clients explained; add %s=N", from, from)}
 	}
-	return d, DemandGiven, nil
+	return d, DemandGiven, AppliedDemand{}, nil
 }
 
 // resolveDemand turns the given entries into zones of u: a bare zone must

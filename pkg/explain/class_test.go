@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/topology"
@@ -82,8 +83,8 @@ func ledger(t *testing.T) *topology.Snapshot {
 		})
 }
 
-func ledgerDemand(topology.Key) []affinity.Demand {
-	return []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 3}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 1}}
+func ledgerDemand(topology.Key) AppliedDemand {
+	return AppliedDemand{Demand: []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 3}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 1}}}
 }
 
 func TestClassGolden(t *testing.T) {
@@ -210,7 +211,7 @@ func TestBalancedFallbacksAndDemandSources(t *testing.T) {
 	}{
 		{"nothing given", ClassOptions{From: euA}, DemandNone, "no client declares demand"},
 		{"live demand without the zone", ClassOptions{From: From{Region: "us", Zone: "c"}, Applied: ledgerDemand}, DemandClients, "no demand is counted for us/c yet"},
-		{"no live demand: the given one", ClassOptions{From: euA, Applied: func(topology.Key) []affinity.Demand { return nil },
+		{"no live demand: the given one", ClassOptions{From: euA, Applied: func(topology.Key) AppliedDemand { return AppliedDemand{} },
 			Demand: []DemandEntry{{Region: "eu", Zone: "a", Weight: 1}}}, DemandGiven, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -223,7 +224,24 @@ func TestBalancedFallbacksAndDemandSources(t *testing.T) {
 			}
 		})
 	}
-	_, err := BuildClass(u, ClassOptions{From: From{Region: "us", Zone: "c"}, Demand: []DemandEntry{{Region: "eu", Zone: "a", Weight: 1}}})
+	// from load reports: the source, its requests and window, in JSON and text
+	loads := func(topology.Key) AppliedDemand {
+		return AppliedDemand{Demand: []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 750}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 250}},
+			LoadReports: true, Requests: 400, Window: 30 * time.Second}
+	}
+	rep, err := BuildFor(ledger(t), ClassOptions{From: euA, Applied: loads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := rep.Upstreams[0].Class.Balanced; b.DemandSource != DemandLoadReports || b.DemandRequests != 400 || b.DemandWindowSeconds != 30 || b.Demand != 1000 {
+		t.Errorf("load reports: %+v", b)
+	}
+	var buf bytes.Buffer
+	if err := WriteText(&buf, rep); err != nil || !strings.Contains(buf.String(),
+		"demand D = 1000 (demand source: load reports (window 30 s): each zone's per-mille share of the 400 requests its clients reported)") {
+		t.Errorf("load reports in text: %v\n%s", err, buf.String())
+	}
+	_, err = BuildClass(u, ClassOptions{From: From{Region: "us", Zone: "c"}, Demand: []DemandEntry{{Region: "eu", Zone: "a", Weight: 1}}})
 	var de *DemandError
 	if !errors.As(err, &de) || de.Upstream.Name != "ledger" {
 		t.Errorf("given demand without the clients' zone: %v", err)

@@ -109,7 +109,8 @@ func writeBalanced(tw *textWriter, from From, u Upstream) {
 		}
 		return
 	}
-	source := map[string]string{DemandGiven: "from --demand", DemandClients: "of the connected clients"}[b.DemandSource]
+	source := map[string]string{DemandGiven: "from --demand", DemandClients: "of the connected clients",
+		DemandLoadReports: fmt.Sprintf("demand source: load reports (window %d s): each zone's per-mille share of the %d requests its clients reported", b.DemandWindowSeconds, b.DemandRequests)}[b.DemandSource]
 	tw.printf("  start from the split above: routable U = %d millionths, demand D = %d (%s)\n", b.RoutableMillionths, b.Demand, source)
 	var me BalancedZone
 	for _, z := range b.Zones {

@@ -230,7 +230,7 @@ func endpointCounts(u *topology.UpstreamState, set topology.ObjectRef) (total, r
 // revision of state, or one past the stored revision when that is not above
 // it: a new leader counts revisions from its own start, and a revision never
 // goes back.
-func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Rejection, refs *metav1.Condition, programmed bool, rejectedBy string, demand []affinity.Demand) v1alpha1.UpstreamStatus {
+func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Rejection, refs *metav1.Condition, programmed bool, rejectedBy string, demand []affinity.Demand, fromLoads bool) v1alpha1.UpstreamStatus {
 	stored := u.Status
 	want := *stored.DeepCopy()
 	want.ObservedGeneration = u.Generation
@@ -267,6 +267,13 @@ func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Re
 			})
 		}
 		want.ClientZones, want.MoreClientZones = clientZones(state, demand)
+		want.ClientZonesDemand = ""
+		if state.Upstream.ModeOf() == affinity.Balanced && len(demand) > 0 {
+			want.ClientZonesDemand = v1alpha1.DemandFromClients
+			if fromLoads {
+				want.ClientZonesDemand = v1alpha1.DemandFromLoadReports
+			}
+		}
 	}
 	var result *weights.Result
 	if state != nil {

@@ -42,7 +42,10 @@ type Publication interface {
 // also tells the status writer: the demand each Balanced upstream's split
 // is divided by, for status.clientZones, and when it changes.
 type ClassDemand interface {
-	AppliedDemand(topology.Key) []affinity.Demand
+	// AppliedDemand is the demand in force, and whether it is the zones'
+	// reported request shares (load reports) rather than the connected
+	// clients' demand weights.
+	AppliedDemand(topology.Key) (demand []affinity.Demand, fromLoads bool)
 	DemandChanged() <-chan struct{}
 }
 
@@ -430,7 +433,11 @@ func (r *statusRun) followPublication(ctx context.Context, seen uint64) {
 // their status.clientZones follow it. Demand moves at most every
 // publish.DemandQuiet per upstream, so this writes no more often.
 func (r *statusRun) followDemand(ctx context.Context, cd ClassDemand) {
-	seen := map[topology.Key][]affinity.Demand{}
+	type applied struct {
+		demand    []affinity.Demand
+		fromLoads bool
+	}
+	seen := map[topology.Key]applied{}
 	for {
 		changed := cd.DemandChanged()
 		for _, u := range r.w.Dir.Current().Upstreams() {
@@ -438,8 +445,9 @@ func (r *statusRun) followDemand(ctx context.Context, cd ClassDemand) {
 				delete(seen, u.Upstream.Key)
 				continue
 			}
-			d := cd.AppliedDemand(u.Upstream.Key)
-			if old, ok := seen[u.Upstream.Key]; !ok || !slices.Equal(old, d) {
+			var d applied
+			d.demand, d.fromLoads = cd.AppliedDemand(u.Upstream.Key)
+			if old, ok := seen[u.Upstream.Key]; !ok || !slices.Equal(old.demand, d.demand) || old.fromLoads != d.fromLoads {
 				seen[u.Upstream.Key] = d
 				if ok {
 					r.queueUpstream(ctx, u.Upstream.Key)
@@ -592,14 +600,15 @@ func (r *statusRun) process(ctx context.Context, ref topology.ObjectRef) error {
 			refs = &c
 		}
 		var demand []affinity.Demand
+		fromLoads := false
 		if cd, ok := r.pub.(ClassDemand); ok && state != nil && state.Upstream.ModeOf() == affinity.Balanced {
-			demand = cd.AppliedDemand(ref.Key)
+			demand, fromLoads = cd.AppliedDemand(ref.Key)
 		}
 		rejectedBy := ""
 		if cr, ok := r.pub.(ClientRejections); ok && state != nil {
 			rejectedBy = cr.RejectedBy(ref.Key)
 		}
-		return writeStatus(ctx, r, ref, &u, &u.Status, upstreamStatus(&u, state, rej, refs, programmed, rejectedBy, demand))
+		return writeStatus(ctx, r, ref, &u, &u.Status, upstreamStatus(&u, state, rej, refs, programmed, rejectedBy, demand, fromLoads))
 	case topology.KindLocality:
 		var l v1alpha1.Locality
 		if err := r.w.Client.Get(ctx, nn, &l); err != nil {

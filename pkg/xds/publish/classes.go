@@ -53,8 +53,12 @@ type classState struct {
 	classes [translate.NumRenderings][]string
 	// demand is the demand applied to each Balanced upstream; pending the
 	// observed one waiting for its hysteresis.
-	demand  map[topology.Key][]affinity.Demand
+	demand  map[topology.Key]demandReading
 	pending map[topology.Key]*pendingDemand
+	// loads, when set, reads the load reports of Balanced upstreams;
+	// reading is what was last read for each, once a bucket.
+	loads   *LoadDemand
+	reading map[topology.Key]*loadReading
 	// affine are the upstreams published with a mode other than None.
 	affine map[topology.Key]struct{}
 	seq    uint64 // class publications since the last revision
@@ -70,7 +74,7 @@ type classState struct {
 }
 
 type pendingDemand struct {
-	demand       []affinity.Demand
+	demandReading
 	since, moved time.Time // first differed from the applied; last changed
 }
 
@@ -89,6 +93,7 @@ func (c *classState) follow(k topology.Key, mode affinity.Mode) {
 		c.affine[k] = struct{}{}
 		delete(c.demand, k)
 		delete(c.pending, k)
+		delete(c.reading, k)
 	}
 }
 
@@ -97,6 +102,7 @@ func (c *classState) forget(k topology.Key) {
 	delete(c.affine, k)
 	delete(c.demand, k)
 	delete(c.pending, k)
+	delete(c.reading, k)
 }
 
 // ClassOf is the locality a class key stands for: "region/zone", or a
@@ -115,12 +121,34 @@ func (p *Publisher) SetCensus(c Census) {
 	p.cls.census = c
 }
 
-// AppliedDemand is the demand the Balanced split of upstream k was last
-// rendered with, by zone class (nil when none).
-func (p *Publisher) AppliedDemand(k topology.Key) []affinity.Demand {
+// SetLoadDemand makes Balanced upstreams whose clients report load follow
+// their reported request rates where the window holds enough reports
+// (observeDemand); call it before RunClasses.
+func (p *Publisher) SetLoadDemand(l LoadDemand) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return slices.Clone(p.cls.demand[k])
+	if l.Requests == nil || l.Bucket <= 0 {
+		p.cls.loads = nil
+		return
+	}
+	p.cls.loads = &l
+}
+
+// AppliedDemand is the demand the Balanced split of upstream k was last
+// rendered with, by zone class (nil when none), and whether it is the
+// zones' reported request shares (load reports) rather than the connected
+// clients' demand weights.
+func (p *Publisher) AppliedDemand(k topology.Key) (demand []affinity.Demand, fromLoads bool) {
+	d, from := p.AppliedDemandFrom(k)
+	return d, from.LoadReports
+}
+
+// AppliedDemandFrom is AppliedDemand and where that demand came from.
+func (p *Publisher) AppliedDemandFrom(k topology.Key) ([]affinity.Demand, DemandOrigin) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := p.cls.demand[k]
+	return slices.Clone(d.demand), d.origin
 }
 
 // DemandChanged returns a channel closed when the demand applied to some
@@ -197,15 +225,29 @@ func (p *Publisher) refreshClasses() time.Duration {
 		return 0
 	}
 	now := c.now()
+	// A class joining or leaving costs each affinity upstream that class's
+	// derivation only; a demand that moved re-derives that upstream's all.
+	added, removed := classDiff(classes, c.classes), classDiff(c.classes, classes)
+	classesMoved := false
+	for v := range added {
+		classesMoved = classesMoved || len(added[v]) > 0 || len(removed[v]) > 0
+	}
 	var due time.Duration
 	var rerender []topology.Key
+	reports := false // some Balanced upstream's clients report load
+	var window time.Duration
+	if c.loads != nil {
+		window = c.loads.Window
+	}
 	for k := range c.affine {
 		pub := p.upstream[k]
 		if pub == nil || pub.state.Upstream.ModeOf() != affinity.Balanced {
 			continue
 		}
-		observed := demandOf(c.census.Demand(resource.EndpointType, pub.name))
-		if slices.Equal(observed, c.demand[k]) {
+		reading := c.readLoads(k, pub.name, now, classes, classesMoved)
+		reports = reports || reading.ok
+		observed := observeDemand(c.census.Demand(resource.EndpointType, pub.name), reading, window, c.demand[k].origin)
+		if sameDemand(observed, c.demand[k]) {
 			delete(c.pending, k)
 			continue
 		}
@@ -214,16 +256,24 @@ func (p *Publisher) refreshClasses() time.Duration {
 		case pd == nil:
 			// the census, and so this demand, has held since censusAt: an
 			// upstream newly Balanced among settled clients is not kept
-			// waiting, while one whose clients are churning is
-			pd = &pendingDemand{demand: observed, since: now, moved: c.censusAt}
+			// waiting, while one whose clients are churning is; load
+			// reports move once a bucket, and a switch between the two
+			// sources is a change of its own, now
+			moved := c.censusAt
+			if observed.origin.LoadReports || c.demand[k].origin.LoadReports {
+				moved = now
+			}
+			pd = &pendingDemand{demandReading: observed, since: now, moved: moved}
 			c.pending[k] = pd
-		case !slices.Equal(pd.demand, observed):
-			pd.demand, pd.moved = observed, now
+		case !sameDemand(pd.demandReading, observed):
+			pd.demandReading, pd.moved = observed, now
+		default:
+			pd.demandReading = observed // within the band: the latest figures
 		}
 		wait := min(DemandQuiet-now.Sub(pd.moved), DemandMaxDelay-now.Sub(pd.since))
 		if wait <= 0 {
-			c.demand[k] = observed
-			if len(observed) == 0 {
+			c.demand[k] = pd.demandReading
+			if len(pd.demand) == 0 {
 				delete(c.demand, k)
 			}
 			delete(c.pending, k)
@@ -234,12 +284,13 @@ func (p *Publisher) refreshClasses() time.Duration {
 			due = wait
 		}
 	}
-	// A class joining or leaving costs each affinity upstream that class's
-	// derivation only; a demand that moved re-derives that upstream's all.
-	added, removed := classDiff(classes, c.classes), classDiff(c.classes, classes)
-	classesMoved := false
-	for v := range added {
-		classesMoved = classesMoved || len(added[v]) > 0 || len(removed[v]) > 0
+	if reports {
+		// look again when the next bucket's figures are in
+		bucket := c.loads.Bucket
+		next := bucket - time.Duration(now.UnixNano()%int64(bucket)) + time.Millisecond
+		if due == 0 || next < due {
+			due = next
+		}
 	}
 	demandMoved := len(rerender) > 0
 	if !classesMoved && !demandMoved {
@@ -290,6 +341,41 @@ func (p *Publisher) refreshClasses() time.Duration {
 	clear(changes)
 	p.changes = changes[:0]
 	return due
+}
+
+// readLoads is the load reports of upstream k's clients (its cluster
+// name), read at most once a bucket and again when the classes moved, kept
+// for the connected zone classes only.
+func (c *classState) readLoads(k topology.Key, name string, now time.Time, classes [translate.NumRenderings][]string, classesMoved bool) loadReading {
+	if c.loads == nil {
+		return loadReading{}
+	}
+	epoch := now.UnixNano() / int64(c.loads.Bucket)
+	if r := c.reading[k]; r != nil && r.epoch == epoch && !classesMoved {
+		return *r
+	}
+	requests, ok := c.loads.Requests(name, now)
+	r := &loadReading{epoch: epoch, ok: ok}
+	for class, n := range requests {
+		if n > 0 && isZoneClass(class) && connectedIn(classes, class) {
+			if r.requests == nil {
+				r.requests = map[string]uint64{}
+			}
+			r.requests[class] = n
+		}
+	}
+	c.reading[k] = r
+	return *r
+}
+
+// connectedIn says whether some view of classes has class.
+func connectedIn(classes [translate.NumRenderings][]string, class string) bool {
+	for v := range classes {
+		if _, ok := slices.BinarySearch(classes[v], class); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // demandOf is a census demand as the Balanced split takes it, in zone order.
@@ -401,7 +487,7 @@ func (p *Publisher) renderClasses(pub *published, cur *topology.UpstreamState, v
 			cs, ok := derived[from.String()]
 			if !ok {
 				var err error
-				cs, err = cur.ForClass(from, p.cls.demand[cur.Upstream.Key])
+				cs, err = cur.ForClass(from, p.cls.demand[cur.Upstream.Key].demand)
 				if err != nil {
 					if !pub.failed[class] {
 						p.log.Warn("a client class receives the base split", "upstream", cur.Upstream.Key, "class", class, "error", err)

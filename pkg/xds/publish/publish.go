@@ -16,7 +16,6 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
-	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
@@ -130,7 +129,7 @@ func New(c xdscache.Publisher, instance string, log *slog.Logger) *Publisher {
 	}
 	return &Publisher{cache: c, instance: instance, log: log, upstream: map[topology.Key]*published{}, changed: make(chan struct{}),
 		enc: translate.NewEncoder(),
-		cls: classState{demand: map[topology.Key][]affinity.Demand{}, pending: map[topology.Key]*pendingDemand{},
+		cls: classState{demand: map[topology.Key]demandReading{}, pending: map[topology.Key]*pendingDemand{}, reading: map[topology.Key]*loadReading{},
 			affine: map[topology.Key]struct{}{}, now: time.Now, poke: make(chan struct{}, 1),
 			demandChanged: make(chan struct{})}}
 }
