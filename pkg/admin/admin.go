@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -139,6 +140,10 @@ func addDebug(mux *http.ServeMux, s Sources) {
 		if err != nil {
 			writeJSONError(w, http.StatusNotFound, err.Error())
 			return
+		}
+		if s.Loads != nil {
+			// what the domain's clients reported: the live map's own figures
+			explain.AddLoads(rep, st, s.Loads.Spatial(time.Now()), s.Loads.Window())
 		}
 		writeJSON(w, rep)
 	})

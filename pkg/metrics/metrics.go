@@ -75,6 +75,8 @@ type Metrics struct {
 	// Upstreams are the per-upstream gauges of the computed figures.
 	Upstreams *Upstreams
 	Leader    prometheus.Gauge // 1 while this replica holds the status-writer Lease
+	// Spatial is the spatial cross-region metric, from the load reports (see SetSpatialLoads).
+	Spatial *Spatial
 }
 
 // New registers every metric on a new registry, with the Go and process collectors.
@@ -168,6 +170,7 @@ func New() *Metrics {
 			Name: "poise_status_retries_total", Help: "Objects re-queued with backoff after a failed status write.",
 		}),
 		Upstreams: newUpstreams(),
+		Spatial:   newSpatial(),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "poise_status_leader", Help: "1 while this replica holds the status-writer Lease and writes status; 0 otherwise (and always with the files source).",
 		}),
@@ -176,7 +179,7 @@ func New() *Metrics {
 		m.Pushes, m.NACKs, m.ConnectedClients, m.SourceBatches, m.SourceRefusing, m.KubeStale, m.InvalidObjects,
 		m.ClientClasses, m.ClassFallbacks, m.ClassOverflows,
 		m.StatusWrites, m.StatusWriteErrors, m.StatusUnchanged, m.StatusQueueDepth, m.StatusQueueAdds, m.StatusQueueLatency,
-		m.StatusWorkDuration, m.StatusRetries,
+		m.StatusWorkDuration, m.StatusRetries, m.Spatial,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	r.MustRegister(m.Upstreams.collectors()...)
 	for _, t := range Types {
