@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -186,6 +187,23 @@ func TestSpatialLoads(t *testing.T) {
 		"us-east→eu-west 15, us-east→us-east 45; cross-region 25.0 % (25)"
 	if last := rep.Steps[len(rep.Steps)-1]; last != wantStep {
 		t.Errorf("last step %q, want %q", last, wantStep)
+	}
+
+	// loadReporting removed: no upstream changes, yet the domain's clusters
+	// leave the catalog and its counters go
+	write(t, filepath.Dir(path), "maps.yaml", strings.Replace(spatialLoadsManifest, "  loadReporting: {interval: 2s}\n", "", 1))
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		body := get(t, "http://"+a.Admin+"/metrics")
+		var rep explain.RouteReport
+		if err := json.Unmarshal([]byte(get(t, "http://"+a.Admin+"/debug/explain-route?domain=maps&product=tiles")), &rep); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(body, "poise_spatial_") && rep.Loads != nil && !rep.Loads.Reporting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("loadReporting removed, still reporting: loads %+v", rep.Loads)
+		}
 	}
 }
 
