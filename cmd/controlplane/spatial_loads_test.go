@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,53 +24,10 @@ import (
 	"poise.dev/poise/pkg/explain"
 )
 
-// spatialLoadsManifest is a domain with loadReporting: a replica in eu-west
-// and one in us-east, a product either may serve.
-const spatialLoadsManifest = `apiVersion: poise.dev/v1alpha1
-kind: SpatialDomain
-metadata: {name: maps, namespace: geo}
-spec:
-  loadReporting: {interval: 2s}
-  replicas:
-  - {name: eu, upstream: maps-eu, region: eu-west}
-  - {name: us, upstream: maps-us, region: us-east}
-  products:
-  - {name: tiles, pathPrefix: /collections/tiles, allowedRegions: [eu-west, us-east]}
----
-apiVersion: poise.dev/v1alpha1
-kind: Partition
-metadata: {name: europe, namespace: geo}
-spec:
-  domain: maps
-  extent: {west: -10, south: 35, east: 30, north: 70}
-  replicas: [eu]
----
-apiVersion: poise.dev/v1alpha1
-kind: Upstream
-metadata: {name: maps-eu, namespace: geo}
-spec: {protocol: HTTP1}
----
-apiVersion: poise.dev/v1alpha1
-kind: Upstream
-metadata: {name: maps-us, namespace: geo}
-spec: {protocol: HTTP1}
----
-apiVersion: poise.dev/v1alpha1
-kind: EndpointSet
-metadata: {name: maps-eu, namespace: geo}
-spec:
-  upstream: maps-eu
-  locality: {region: eu-west, zone: eu-west-1a}
-  endpoints: [{address: 10.20.0.1, port: 8080}]
----
-apiVersion: poise.dev/v1alpha1
-kind: EndpointSet
-metadata: {name: maps-us, namespace: geo}
-spec:
-  upstream: maps-us
-  locality: {region: us-east, zone: us-east-1a}
-  endpoints: [{address: 10.30.0.1, port: 8080}]
-`
+// spatialLoads is a domain with loadReporting (interval 2s): a replica in
+// eu-west and one in us-east, a product either may serve (tiles), beside a
+// domain without.
+var spatialLoads = filepath.Join("..", "..", "pkg", "loadreport", "testdata", "spatial.yaml")
 
 func endpointIssued(cluster, addr string, issued uint64) *endpoint.ClusterStats {
 	return &endpoint.ClusterStats{ClusterName: cluster, UpstreamLocalityStats: []*endpoint.UpstreamLocalityStats{{
@@ -84,26 +42,15 @@ func endpointIssued(cluster, addr string, issued uint64) *endpoint.ClusterStats 
 // on them over LRS; /metrics counts the requests by client and replica
 // region with the cross-region share, and /debug/explain-route shows them.
 func TestSpatialLoads(t *testing.T) {
-	path := write(t, t.TempDir(), "maps.yaml", spatialLoadsManifest)
-	a := startPlaneOn(t, path)
-
-	// an Envoy's CDS: the domain's clusters report load, the Upstreams' own do not
-	ads := adsStream(t, a.XDS)
-	if err := ads.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "envoy-eu", UserAgentName: "envoy"}, TypeUrl: resource.ClusterType}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := ads.Recv()
+	manifest, err := os.ReadFile(spatialLoads)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lrsOf := map[string]bool{}
-	for _, r := range resp.Resources {
-		var c cluster.Cluster
-		if err := r.UnmarshalTo(&c); err != nil {
-			t.Fatal(err)
-		}
-		lrsOf[c.Name] = c.GetLrsServer().GetSelf() != nil
-	}
+	path := write(t, t.TempDir(), "maps.yaml", string(manifest))
+	a := startPlaneOn(t, path)
+
+	// an Envoy's CDS: the domain's clusters report load, the Upstreams' own do not
+	lrsOf := lrsServers(t, a.XDS, &core.Node{Id: "envoy-eu", UserAgentName: "envoy"})
 	want := map[string]bool{"geo/maps-eu": false, "geo/maps-us": false,
 		"spatial:geo:maps:eu": true, "spatial:geo:maps:us": true, "spatial-pool:geo:maps:tiles": true}
 	for name, w := range want {
@@ -191,7 +138,7 @@ func TestSpatialLoads(t *testing.T) {
 
 	// loadReporting removed: no upstream changes, yet the domain's clusters
 	// leave the catalog and its counters go
-	write(t, filepath.Dir(path), "maps.yaml", strings.Replace(spatialLoadsManifest, "  loadReporting: {interval: 2s}\n", "", 1))
+	write(t, filepath.Dir(path), "maps.yaml", strings.Replace(string(manifest), "  loadReporting: {interval: 2s}\n", "", 1))
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		body := get(t, "http://"+a.Admin+"/metrics")
 		var rep explain.RouteReport
@@ -205,6 +152,29 @@ func TestSpatialLoads(t *testing.T) {
 			t.Fatalf("loadReporting removed, still reporting: loads %+v", rep.Loads)
 		}
 	}
+}
+
+// lrsServers is the CDS a new ADS stream of node receives: whether each
+// cluster names the control plane as its lrs_server.
+func lrsServers(t *testing.T, xds string, node *core.Node) map[string]bool {
+	t.Helper()
+	ads := adsStream(t, xds)
+	if err := ads.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := ads.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, r := range resp.Resources {
+		var c cluster.Cluster
+		if err := r.UnmarshalTo(&c); err != nil {
+			t.Fatal(err)
+		}
+		out[c.Name] = c.GetLrsServer().GetSelf() != nil
+	}
+	return out
 }
 
 func get(t *testing.T, url string) string {

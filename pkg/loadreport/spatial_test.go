@@ -2,6 +2,8 @@ package loadreport
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,55 +13,21 @@ import (
 	"poise.dev/poise/pkg/topology"
 )
 
-// spatialManifest is a domain that reports load (maps: a replica in eu-west
-// with two endpoints, one in us-east with one, a pool over both and a pool
-// over eu-west only) beside one that does not (atlas).
-const spatialManifest = `
-apiVersion: poise.dev/v1alpha1
-kind: SpatialDomain
-metadata: {name: maps, namespace: geo}
-spec:
-  loadReporting: {interval: 5s}
-  replicas:
-  - {name: eu, upstream: maps-eu, region: eu-west}
-  - {name: us, upstream: maps-us, region: us-east}
-  products:
-  - {name: tiles, pathPrefix: /tiles, allowedRegions: [eu-west, us-east]}
-  - {name: eu-only, pathPrefix: /eu, allowedRegions: [eu-west]}
----
-apiVersion: poise.dev/v1alpha1
-kind: SpatialDomain
-metadata: {name: atlas, namespace: geo}
-spec:
-  replicas:
-  - {name: us, upstream: maps-us, region: us-east}
-  products:
-  - {name: sheets, pathPrefix: /sheets, allowedRegions: [us-east]}
----
-apiVersion: poise.dev/v1alpha1
-kind: Upstream
-metadata: {name: maps-eu, namespace: geo}
----
-apiVersion: poise.dev/v1alpha1
-kind: Upstream
-metadata: {name: maps-us, namespace: geo}
----
-apiVersion: poise.dev/v1alpha1
-kind: EndpointSet
-metadata: {name: maps-eu, namespace: geo}
-spec:
-  upstream: maps-eu
-  locality: {region: eu-west, zone: a}
-  endpoints: [{address: 10.20.0.1, port: 8080}, {address: 10.20.0.2, port: 8080}]
----
-apiVersion: poise.dev/v1alpha1
-kind: EndpointSet
-metadata: {name: maps-us, namespace: geo}
-spec:
-  upstream: maps-us
-  locality: {region: us-east, zone: a}
-  endpoints: [{address: 10.30.0.1, port: 8080}]
-`
+// spatialManifest is testdata/spatial.yaml: a domain that reports load (maps:
+// a replica in eu-west with two endpoints, one in us-east with one, a pool
+// over both and a pool over eu-west only) beside one that does not (atlas).
+var spatialManifest = func() string {
+	b, err := os.ReadFile(filepath.Join("testdata", "spatial.yaml"))
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
+
+// spatialOff is the manifest without the domain's loadReporting.
+func spatialOff(manifestText string) string {
+	return strings.Replace(manifestText, "  loadReporting: {interval: 2s}\n", "", 1)
+}
 
 const (
 	replicaEU = "spatial:geo:maps:eu"
@@ -108,8 +76,8 @@ func TestSpatialCatalog(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("clusters:\n got %v\nwant %v", got, want)
 	}
-	if d := c.Interval([]string{poolTiles}); d != 5*time.Second {
-		t.Errorf("interval %v, want 5s", d)
+	if d := c.Interval([]string{poolTiles}); d != 2*time.Second {
+		t.Errorf("interval %v, want 2s", d)
 	}
 	if c.SpatialChanged(snap) {
 		t.Error("SpatialChanged on the snapshot it was built from")
@@ -122,7 +90,7 @@ func TestSpatialCatalog(t *testing.T) {
 		}
 	}
 	// turning load reporting off is a spatial change, and empties the catalog
-	off := spatialSnapshot(t, strings.Replace(spatialManifest, "  loadReporting: {interval: 5s}\n", "", 1))
+	off := spatialSnapshot(t, spatialOff(spatialManifest))
 	if !c.SpatialChanged(off) {
 		t.Error("SpatialChanged misses loadReporting turned off")
 	}
@@ -277,7 +245,7 @@ func TestSpatialCountersFollowTheCatalog(t *testing.T) {
 	if w := s.Spatial(t0.Add(time.Second))[0]; w.Total != 6 {
 		t.Errorf("window after an endpoint change: %s", show(w))
 	}
-	s.SetCatalog(NewCatalog(s.Catalog(), spatialSnapshot(t, strings.Replace(more, "  loadReporting: {interval: 5s}\n", "", 1)), none))
+	s.SetCatalog(NewCatalog(s.Catalog(), spatialSnapshot(t, spatialOff(more)), none))
 	if got := s.SpatialTotals(); len(got) != 0 {
 		t.Errorf("after loadReporting is removed: %+v", got)
 	}

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,41 +15,6 @@ import (
 	"poise.dev/poise/pkg/manifest"
 	"poise.dev/poise/pkg/topology"
 )
-
-const spatialDomain = `
-apiVersion: poise.dev/v1alpha1
-kind: SpatialDomain
-metadata: {name: maps, namespace: geo}
-spec:
-  loadReporting: {}
-  replicas:
-  - {name: eu, upstream: maps-eu, region: eu-west}
-  - {name: us, upstream: maps-us, region: us-east}
-  products:
-  - {name: tiles, pathPrefix: /tiles, allowedRegions: [eu-west, us-east]}
----
-apiVersion: poise.dev/v1alpha1
-kind: Upstream
-metadata: {name: maps-eu, namespace: geo}
----
-apiVersion: poise.dev/v1alpha1
-kind: Upstream
-metadata: {name: maps-us, namespace: geo}
----
-apiVersion: poise.dev/v1alpha1
-kind: EndpointSet
-metadata: {name: maps-eu, namespace: geo}
-spec:
-  upstream: maps-eu
-  endpoints: [{address: 10.20.0.1, port: 8080}]
----
-apiVersion: poise.dev/v1alpha1
-kind: EndpointSet
-metadata: {name: maps-us, namespace: geo}
-spec:
-  upstream: maps-us
-  endpoints: [{address: 10.30.0.1, port: 8080}]
-`
 
 func issued(cluster, addr string, n uint64) *lrs.LoadStatsRequest {
 	return &lrs.LoadStatsRequest{ClusterStats: []*endpoint.ClusterStats{{ClusterName: cluster,
@@ -66,7 +32,8 @@ func TestSpatialMetrics(t *testing.T) {
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(""), names...); err != nil {
 		t.Fatal(err)
 	}
-	set, err := manifest.Decode("maps.yaml", []byte(spatialDomain))
+	// the domain the load-report store's own tests use
+	set, err := manifest.Load(filepath.Join("..", "loadreport", "testdata", "spatial.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
