@@ -143,7 +143,11 @@ func addDebug(mux *http.ServeMux, s Sources) {
 		}
 		if s.Loads != nil {
 			// what the domain's clients reported: the live map's own figures
-			explain.AddLoads(rep, st, s.Loads.Spatial(time.Now()), s.Loads.Window())
+			var load *loadreport.SpatialLoad
+			if l, ok := s.Loads.SpatialDomain(st.Domain.Key.String(), time.Now()); ok {
+				load = &l
+			}
+			explain.AddLoads(rep, st, load, s.Loads.Window())
 		}
 		writeJSON(w, rep)
 	})

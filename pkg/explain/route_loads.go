@@ -30,9 +30,9 @@ type RouteLoads struct {
 	Reporters        int      `json:"reporters"`
 }
 
-// AddLoads adds to r the loads of its domain st among loads (the store's
-// Spatial answer over window) and a step that says them.
-func AddLoads(r *RouteReport, st *topology.SpatialState, loads []loadreport.SpatialLoad, window time.Duration) {
+// AddLoads adds to r the loads of its domain st over window (the store's
+// SpatialDomain answer; nil when it has none) and a step that says them.
+func AddLoads(r *RouteReport, st *topology.SpatialState, l *loadreport.SpatialLoad, window time.Duration) {
 	rl := &RouteLoads{Window: window.String(), Requests: []loadreport.SpatialRequests{}}
 	r.Loads = rl
 	if st.Domain.LoadReportInterval <= 0 {
@@ -40,10 +40,8 @@ func AddLoads(r *RouteReport, st *topology.SpatialState, loads []loadreport.Spat
 		return
 	}
 	rl.Reporting = true
-	for _, l := range loads {
-		if l.Domain == st.Domain.Key.String() {
-			rl.Requests, rl.Total, rl.CrossRegion, rl.CrossRegionShare, rl.Reporters = l.Requests, l.Total, l.CrossRegion, l.CrossRegionShare, l.Reporters
-		}
+	if l != nil && l.Domain == st.Domain.Key.String() {
+		rl.Requests, rl.Total, rl.CrossRegion, rl.CrossRegionShare, rl.Reporters = l.Requests, l.Total, l.CrossRegion, l.CrossRegionShare, l.Reporters
 	}
 	if rl.Total == 0 {
 		r.Steps = append(r.Steps, fmt.Sprintf("loads: no requests reported in the last %s", rl.Window))

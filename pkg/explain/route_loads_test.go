@@ -19,22 +19,24 @@ func TestAddLoads(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		interval  time.Duration
-		loads     []loadreport.SpatialLoad
+		load      *loadreport.SpatialLoad
 		reporting bool
 		total     uint64
 		step      string
 	}{
-		{"no loadReporting", 0, []loadreport.SpatialLoad{other}, false, 0,
+		{"no loadReporting", 0, nil, false, 0,
 			"loads: not reported (the SpatialDomain has no spec.loadReporting)"},
-		{"nothing reported yet", 5 * time.Second, []loadreport.SpatialLoad{other}, true, 0,
+		{"nothing reported yet", 5 * time.Second, nil, true, 0,
 			"loads: no requests reported in the last 30s"},
-		{"reported", 5 * time.Second, []loadreport.SpatialLoad{other, maps}, true, 40,
+		{"another domain's loads", 5 * time.Second, &other, true, 0,
+			"loads: no requests reported in the last 30s"},
+		{"reported", 5 * time.Second, &maps, true, 40,
 			"loads: last 30s, 2 client(s), 40 requests by client→replica region: eu-west→eu-west 30, eu-west→us-east 10; cross-region 25.0 % (10)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &RouteReport{Steps: []string{"result: 200"}}
 			st := &topology.SpatialState{Domain: topology.SpatialDomain{Key: key, LoadReportInterval: tc.interval}}
-			AddLoads(r, st, tc.loads, 30*time.Second)
+			AddLoads(r, st, tc.load, 30*time.Second)
 			if r.Loads == nil || r.Loads.Reporting != tc.reporting || r.Loads.Total != tc.total || r.Loads.Window != "30s" {
 				t.Fatalf("loads = %+v", r.Loads)
 			}

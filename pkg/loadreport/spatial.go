@@ -217,7 +217,25 @@ type SpatialRequests struct {
 // Spatial is, for every domain that reports load, its requests over the
 // window ending at now, by domain name. The figures depend only on what was
 // reported, never on map order.
-func (s *Store) Spatial(now time.Time) []SpatialLoad {
+func (s *Store) Spatial(now time.Time) []SpatialLoad { return s.spatialLoads(now, "") }
+
+// SpatialDomain is the requests of one domain ("namespace/name") over the
+// window ending at now; false when the domain does not report load.
+func (s *Store) SpatialDomain(domain string, now time.Time) (SpatialLoad, bool) {
+	if domain == "" {
+		return SpatialLoad{}, false
+	}
+	l := s.spatialLoads(now, domain)
+	if len(l) == 0 {
+		return SpatialLoad{}, false
+	}
+	return l[0], true
+}
+
+// spatialLoads is Spatial of every domain, or of only that one. It reads a
+// reporter's blocks of spatial clusters only: by name when the catalog has
+// fewer spatial clusters than the reporter has blocks.
+func (s *Store) spatialLoads(now time.Time, only string) []SpatialLoad {
 	epoch := now.UnixNano() / s.bucket
 	type acc struct {
 		cells     map[cellKey]uint64
@@ -228,14 +246,35 @@ func (s *Store) Spatial(now time.Time) []SpatialLoad {
 	s.mu.Lock()
 	byDomain := make(map[string]*acc, len(s.catalog.domains))
 	for d := range s.catalog.domains {
-		byDomain[d] = &acc{cells: map[cellKey]uint64{}, load: SpatialLoad{Domain: d, Requests: []SpatialRequests{}}}
+		if only == "" || d == only {
+			byDomain[d] = &acc{cells: map[cellKey]uint64{}, load: SpatialLoad{Domain: d, Requests: []SpatialRequests{}}}
+		}
 	}
+	var names []string // the spatial clusters of the domains asked for
+	for _, cc := range s.catalog.clusters {
+		if cc.spatial != nil && byDomain[cc.spatial.domain] != nil {
+			names = append(names, cc.name)
+		}
+	}
+	var blocks []*block
 	var reported map[string]bool // domains r reported on
 	for _, r := range s.reporters {
 		clear(reported)
-		for _, b := range r.blocks {
+		blocks = blocks[:0]
+		if len(names) < len(r.blocks) {
+			for _, name := range names {
+				if b, ok := r.blocks[name]; ok {
+					blocks = append(blocks, b)
+				}
+			}
+		} else {
+			for _, b := range r.blocks {
+				blocks = append(blocks, b)
+			}
+		}
+		for _, b := range blocks {
 			sp := b.cluster.spatial
-			if sp == nil || s.catalog.clusters[b.cluster.name] != b.cluster {
+			if sp == nil || byDomain[sp.domain] == nil {
 				continue
 			}
 			a := byDomain[sp.domain]

@@ -253,3 +253,27 @@ func TestSpatialCountersFollowTheCatalog(t *testing.T) {
 		t.Errorf("window after loadReporting is removed: %+v", got)
 	}
 }
+
+// TestSpatialLeavesUpstreamClustersOut: an Upstream's own cluster (here
+// with the same endpoints as a replica) is not the domain's traffic, however
+// many clusters a client reports on; SpatialDomain answers one domain.
+func TestSpatialLeavesUpstreamClustersOut(t *testing.T) {
+	s := NewStore(Config{})
+	s.SetCatalog(NewCatalog(nil, spatialSnapshot(t, spatialManifest), nil)) // the Upstreams' clusters too
+	st := s.Open(Reporter{ID: "c", Region: "eu-west"}, t0)
+	// six blocks, more than the domain's four clusters: read by name
+	st.Report(report(envoyStats("geo/maps-eu", "10.20.0.1", 50, 50, 0), envoyStats("geo/maps-us", "10.30.0.1", 50, 50, 0),
+		envoyStats(replicaEU, "10.20.0.1", 3, 3, 0), envoyStats(replicaUS, "10.30.0.1", 3, 3, 0),
+		envoyStats(poolTiles, "10.30.0.1", 3, 3, 0), envoyStats(poolEU, "10.20.0.2", 3, 3, 0)), t0)
+	want := []SpatialCount{{"geo/maps", "eu-west", "eu-west", 6}, {"geo/maps", "eu-west", "us-east", 6}}
+	if got := s.SpatialTotals(); !reflect.DeepEqual(got, want) {
+		t.Errorf("totals %+v, want %+v", got, want)
+	}
+	l, ok := s.SpatialDomain("geo/maps", t0)
+	if !ok || l.Total != 12 || l.CrossRegion != 6 || *l.CrossRegionShare != 0.5 || !reflect.DeepEqual(s.Spatial(t0), []SpatialLoad{l}) {
+		t.Errorf("geo/maps: %s (%v)", show(l), ok)
+	}
+	if _, ok := s.SpatialDomain("geo/atlas", t0); ok {
+		t.Error("geo/atlas, without loadReporting, has loads")
+	}
+}
