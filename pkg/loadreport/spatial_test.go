@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+
 	"poise.dev/poise/pkg/manifest"
+	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/weights"
 )
 
 // spatialManifest is testdata/spatial.yaml: a domain that reports load (maps:
@@ -275,5 +279,53 @@ func TestSpatialLeavesUpstreamClustersOut(t *testing.T) {
 	}
 	if _, ok := s.SpatialDomain("geo/atlas", t0); ok {
 		t.Error("geo/atlas, without loadReporting, has loads")
+	}
+}
+
+// TestSpatialSeriesBounded: 5 domains of 64 replicas in 64 regions, and
+// clients in 33 regions reporting on every replica, would need 10,560
+// counters: MaxSpatialSeries are kept, the rest counted in SpatialOverCap,
+// and the window still has every request.
+func TestSpatialSeriesBounded(t *testing.T) {
+	const domains, replicas, clients = 5, 64, MaxSpatialClientRegions + 1
+	var b topology.Batch
+	for i := range replicas {
+		name := fmt.Sprintf("up-%02d", i)
+		b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "geo", Name: name}, Policy: weights.DefaultPolicy(), HealthAdjustment: topology.ControlPlane})
+		b.PutEndpointSet(topology.EndpointSet{Key: topology.Key{Namespace: "geo", Name: name}, Upstream: name,
+			Endpoints: []topology.Endpoint{{Address: fmt.Sprintf("10.1.0.%d", i), Port: 8080, Weight: 1}}})
+	}
+	var stats []*endpoint.ClusterStats
+	for d := range domains {
+		dom := partitionmap.Domain{Name: fmt.Sprintf("d%d", d), GridDeg: 5, MaxCells: 256, CapPercent: partitionmap.NoCap,
+			Products: []partitionmap.Product{{Name: "p", PathPrefix: "/p", AllowedRegions: []string{"r-00"}}}}
+		for i := range replicas {
+			dom.Replicas = append(dom.Replicas, partitionmap.Replica{Name: fmt.Sprintf("x%02d", i), Upstream: fmt.Sprintf("up-%02d", i), Region: fmt.Sprintf("r-%02d", i)})
+			stats = append(stats, envoyStats(fmt.Sprintf("spatial:geo:d%d:x%02d", d, i), fmt.Sprintf("10.1.0.%d", i), 1, 1, 0))
+		}
+		b.PutSpatialDomain(topology.SpatialDomain{Key: topology.Key{Namespace: "geo", Name: dom.Name}, Domain: dom, LoadReportInterval: time.Second})
+	}
+	snap, err := topology.NewDirectory().Apply(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewStore(Config{})
+	s.SetCatalog(NewCatalog(nil, snap, func(*topology.UpstreamState) bool { return false }))
+	for c := range clients {
+		s.Open(Reporter{ID: fmt.Sprintf("c%02d", c), Region: fmt.Sprintf("client-%02d", c)}, t0).Report(report(stats...), t0)
+	}
+	const all = domains * replicas * clients
+	if n := len(s.SpatialTotals()); n != MaxSpatialSeries {
+		t.Errorf("%d counters, want %d", n, MaxSpatialSeries)
+	}
+	if d := s.Drops().SpatialOverCap; d != all-MaxSpatialSeries {
+		t.Errorf("SpatialOverCap %d, want %d", d, all-MaxSpatialSeries)
+	}
+	var total uint64
+	for _, l := range s.Spatial(t0) {
+		total += l.Total
+	}
+	if total != all {
+		t.Errorf("the window has %d requests, want %d", total, all)
 	}
 }
