@@ -104,7 +104,7 @@ func TestCRDDefaults(t *testing.T) {
 	loc.Default()
 	eps := &EndpointSet{Spec: EndpointSetSpec{Endpoints: []Endpoint{{}}}, Status: EndpointSetStatus{Health: []EndpointHealth{{}}}}
 	eps.Default()
-	sd := &SpatialDomain{}
+	sd := &SpatialDomain{Spec: SpatialDomainSpec{LoadReporting: &LoadReporting{}}}
 	sd.Default()
 
 	const (
@@ -137,6 +137,7 @@ func TestCRDDefaults(t *testing.T) {
 		{endpointsets, "status.health[].circuit", `"Closed"`, eps.Status.Health[0].Circuit},
 		{spatialdomains, "spec.gridDegrees", `5`, sd.Spec.GridDegrees},
 		{spatialdomains, "spec.maxCells", `256`, sd.Spec.MaxCells},
+		{spatialdomains, "spec.loadReporting.interval", `"10s"`, sd.Spec.LoadReporting.Interval},
 	} {
 		t.Run(tc.file+"/"+tc.path, func(t *testing.T) {
 			s := schemaAt(t, loadCRD(t, tc.file), tc.path)

@@ -123,6 +123,9 @@ func (s *SpatialDomainSpec) Default() {
 	if s.MaxCells == nil {
 		s.MaxCells = ptr(DefaultMaxCells)
 	}
+	if s.LoadReporting != nil && s.LoadReporting.Interval == nil {
+		s.LoadReporting.Interval = &metav1.Duration{Duration: DefaultLoadReportingInterval}
+	}
 }
 
 // Default does nothing: every field of a Partition's spec is required. It is here so

@@ -138,6 +138,16 @@ type SpatialDomainSpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:XValidation:rule="self.all(p, self.exists_one(q, q.pathPrefix == p.pathPrefix))",message="each product needs its own pathPrefix: two products have the same one"
 	Products []SpatialProduct `json:"products"`
+
+	// loadReporting, when set, asks the Envoys of the spatial listener to report the
+	// load of this domain's replica and pool clusters to Poise (LRS on the xDS port):
+	// those clusters name the control plane itself as their lrs_server, and the
+	// control plane counts the reported requests by client region and replica region
+	// (poise_spatial_requests_total, the cross-region share; docs/spatial.md). It is
+	// the domain's own setting: a replica Upstream's loadReporting applies to that
+	// Upstream's cluster, not to the domain's clusters.
+	// +optional
+	LoadReporting *LoadReporting `json:"loadReporting,omitempty"`
 }
 
 // SpatialReplicaStatus is the computed state of one replica of a SpatialDomain.

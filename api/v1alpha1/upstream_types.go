@@ -185,7 +185,8 @@ type UpstreamSpec struct {
 	LoadReporting *LoadReporting `json:"loadReporting,omitempty"`
 }
 
-// LoadReporting is an Upstream's load reporting (specs/signals.md, "Load reports").
+// LoadReporting is the load reporting of an Upstream or a SpatialDomain
+// (specs/signals.md, "Load reports").
 type LoadReporting struct {
 	// interval is how often clients report (LRS load_reporting_interval), from
 	// 1s to 60s: shorter notices trouble sooner at the cost of more reports.

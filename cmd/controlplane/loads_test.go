@@ -8,12 +8,11 @@ import (
 	"testing"
 	"time"
 
-	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"poise.dev/poise/pkg/admin"
 )
@@ -30,22 +29,7 @@ func TestLoadReports(t *testing.T) {
 	a := startPlaneOn(t, path)
 
 	// the Cluster names the control plane as its LRS server
-	ads := adsStream(t, a.XDS)
-	if err := ads.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: "envoy-lrs-1"}, TypeUrl: resource.ClusterType}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := ads.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lrsOf := map[string]bool{}
-	for _, r := range resp.Resources {
-		var c cluster.Cluster
-		if err := r.UnmarshalTo(&c); err != nil {
-			t.Fatal(err)
-		}
-		lrsOf[c.Name] = c.GetLrsServer().GetSelf() != nil
-	}
+	lrsOf := lrsServers(t, a.XDS, &core.Node{Id: "envoy-lrs-1"})
 	if !lrsOf["shop/web"] || lrsOf["shop/quiet"] || len(lrsOf) != 2 {
 		t.Fatalf("lrs_server self by cluster: %v", lrsOf)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -139,6 +140,14 @@ func addDebug(mux *http.ServeMux, s Sources) {
 		if err != nil {
 			writeJSONError(w, http.StatusNotFound, err.Error())
 			return
+		}
+		if s.Loads != nil {
+			// what the domain's clients reported: the live map's own figures
+			var load *loadreport.SpatialLoad
+			if l, ok := s.Loads.SpatialDomain(st.Domain.Key.String(), time.Now()); ok {
+				load = &l
+			}
+			explain.AddLoads(rep, st, load, s.Loads.Window())
 		}
 		writeJSON(w, rep)
 	})

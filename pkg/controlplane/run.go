@@ -205,8 +205,9 @@ func Run(ctx context.Context, cfg Config) error {
 	// LRS into loads, which keeps only what its catalog publishes.
 	loads := loadreport.NewStore(loadreport.Config{MaxCells: cfg.LoadReportMaxCells})
 	pub.SetLoadDemand(loadDemand(loads)) // a Balanced upstream's demand, where its clients report
+	m.SetSpatialLoads(loads)
 	pub.OnPublish = func(st publish.Stats) {
-		if len(st.Changed) > 0 {
+		if len(st.Changed) > 0 || loads.Catalog().SpatialChanged(st.Snapshot) {
 			// the catalog follows every upstream change before clients
 			// can report on it; unchanged upstreams keep their entries,
 			// and with them the store's cells

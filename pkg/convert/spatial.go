@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"time"
 	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -109,10 +110,18 @@ func SpatialDomain(in *v1alpha1.SpatialDomain) (topology.SpatialDomain, field.Er
 		})
 	}
 
+	var lri time.Duration
+	if lr := s.LoadReporting; lr != nil {
+		// Default() has set the interval
+		if lri = lr.Interval.Duration; lri < time.Second || lri > time.Minute {
+			errs = append(errs, field.Invalid(sp.Child("loadReporting", "interval"), lri.String(), "must be from 1s to 60s"))
+		}
+	}
+
 	if len(errs) > 0 {
 		return topology.SpatialDomain{}, errs
 	}
-	return topology.SpatialDomain{Key: Key(d.Namespace, d.Name), Domain: out}, nil
+	return topology.SpatialDomain{Key: Key(d.Namespace, d.Name), Domain: out, LoadReportInterval: lri}, nil
 }
 
 // Partition validates and converts a Partition. Whether its domain and replicas

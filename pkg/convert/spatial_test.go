@@ -5,6 +5,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/convert"
@@ -95,6 +98,37 @@ func TestSpatialDomainDefaultsAndValues(t *testing.T) {
 	in.Spec.LocalityCapPercent = ptr[int32](100)
 	if got, _ = convert.SpatialDomain(in); got.Domain.CapPercent != 100 {
 		t.Errorf("cap = %d, want 100", got.Domain.CapPercent)
+	}
+}
+
+// TestSpatialDomainLoadReporting: without loadReporting the domain's clusters
+// report nothing; with it, the interval defaults to 10s and must be 1s..60s.
+func TestSpatialDomainLoadReporting(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lr   *v1alpha1.LoadReporting
+		want time.Duration
+		err  bool
+	}{
+		{"unset", nil, 0, false},
+		{"empty", &v1alpha1.LoadReporting{}, 10 * time.Second, false},
+		{"1s", &v1alpha1.LoadReporting{Interval: &metav1.Duration{Duration: time.Second}}, time.Second, false},
+		{"60s", &v1alpha1.LoadReporting{Interval: &metav1.Duration{Duration: time.Minute}}, time.Minute, false},
+		{"999ms", &v1alpha1.LoadReporting{Interval: &metav1.Duration{Duration: 999 * time.Millisecond}}, 0, true},
+		{"61s", &v1alpha1.LoadReporting{Interval: &metav1.Duration{Duration: 61 * time.Second}}, 0, true},
+	} {
+		in := validSpatialDomain()
+		in.Spec.LoadReporting = tc.lr
+		got, errs := convert.SpatialDomain(in)
+		if tc.err {
+			if len(errs) != 1 || errs[0].Field != "spec.loadReporting.interval" {
+				t.Errorf("%s: errors %v, want one on spec.loadReporting.interval", tc.name, errs)
+			}
+			continue
+		}
+		if len(errs) > 0 || got.LoadReportInterval != tc.want {
+			t.Errorf("%s: interval %v, errors %v; want %v", tc.name, got.LoadReportInterval, errs, tc.want)
+		}
 	}
 }
 

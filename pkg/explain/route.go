@@ -26,6 +26,8 @@ type RouteReport struct {
 	Health      []Replica    `json:"health"`
 	Locality    *Locality2   `json:"locality,omitempty"`
 	Result      RouteResult  `json:"result"`
+	// Loads are the domain's reported loads, from a running control plane only.
+	Loads *RouteLoads `json:"loads,omitempty"`
 	// Steps are the decision in words, one per step reached.
 	Steps []string `json:"steps"`
 }

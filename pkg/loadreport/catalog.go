@@ -17,6 +17,10 @@ import (
 // NewCatalog builds the next one from a snapshot, sharing what did not change.
 type Catalog struct {
 	clusters map[string]*catCluster
+	// spatial are the snapshot's domain states it was built from, and
+	// domains the names ("namespace/name") of those that report load.
+	spatial []*topology.SpatialState
+	domains map[string]bool
 }
 
 // catCluster is one cluster's endpoints: index gives an endpoint's position
@@ -27,6 +31,8 @@ type catCluster struct {
 	interval time.Duration           // the upstream's spec.loadReporting.interval; 0 when unset
 	index    map[endpointKey]int32
 	keys     []endpointKey
+	// spatial is set on the clusters of a SpatialDomain (replicas, pools).
+	spatial *spatialOf
 }
 
 type endpointKey struct {
@@ -35,11 +41,12 @@ type endpointKey struct {
 }
 
 // NewCatalog is the catalog of snap's upstreams for which include says
-// yes (nil includes all). Clusters of upstreams that are the same object as
-// in prev are taken from prev as they are, so a store keeps their cells
-// without remapping them.
+// yes (nil includes all), and of the replica and pool clusters of its
+// serving SpatialDomains with spec.loadReporting. Clusters of upstreams that
+// are the same object as in prev are taken from prev as they are, so a
+// store keeps their cells without remapping them.
 func NewCatalog(prev *Catalog, snap *topology.Snapshot, include func(*topology.UpstreamState) bool) *Catalog {
-	c := &Catalog{clusters: map[string]*catCluster{}}
+	c := &Catalog{clusters: map[string]*catCluster{}, domains: map[string]bool{}}
 	if snap == nil {
 		return c
 	}
@@ -66,6 +73,7 @@ func NewCatalog(prev *Catalog, snap *topology.Snapshot, include func(*topology.U
 		}
 		c.clusters[name] = cc
 	}
+	c.addSpatial(prev, snap)
 	return c
 }
 

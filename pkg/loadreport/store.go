@@ -72,6 +72,10 @@ type Drops struct {
 	OverCap uint64 `json:"overCap"`
 	// Evicted: reporters dropped whole, oldest report first, to make room.
 	Evicted uint64 `json:"evicted"`
+	// SpatialOverCap: requests to spatial clusters kept in the store but
+	// not counted in poise_spatial_requests_total, which had
+	// MaxSpatialSeries counters already.
+	SpatialOverCap uint64 `json:"spatialOverCap,omitempty"`
 }
 
 // Reporter is who sends reports: an xDS node and its locality.
@@ -118,7 +122,9 @@ type block struct {
 // cluster's endpoint count), blocks ≤ reporters × published clusters, and
 // reporters ≤ MaxReporters. Past MaxCells or MaxReporters the reporter with
 // the oldest last report is dropped whole and counted. A reporter whose
-// streams have all ended is freed one window later.
+// streams have all ended is freed one window later. The spatial counters
+// (spatial.go) add at most MaxSpatialSeries entries of ~150 B (1.2 MB), and
+// MaxSpatialClientRegions region names per reporting domain.
 type Store struct {
 	mu        sync.Mutex
 	bucket    int64 // ns
@@ -131,6 +137,10 @@ type Store struct {
 	drops     Drops
 	swept     int64 // the bucket last swept
 	latest    int64 // the latest report's time (unix ns)
+	// the spatial counters (spatial.go), at most MaxSpatialSeries, and the
+	// client regions each domain names in them
+	spatialTotals  map[spatialKey]uint64
+	spatialClients map[string]map[string]struct{}
 }
 
 // NewStore is an empty store with an empty catalog.
@@ -145,7 +155,8 @@ func NewStore(cfg Config) *Store {
 		cfg.MaxCells = DefaultMaxCells
 	}
 	return &Store{bucket: int64(cfg.Bucket), maxRep: cfg.MaxReporters, maxCells: cfg.MaxCells,
-		catalog: NewCatalog(nil, nil, nil), reporters: map[string]*reporter{}}
+		catalog: NewCatalog(nil, nil, nil), reporters: map[string]*reporter{},
+		spatialTotals: map[spatialKey]uint64{}, spatialClients: map[string]map[string]struct{}{}}
 }
 
 // Window is the span the store keeps counts for.
@@ -177,6 +188,7 @@ func (s *Store) SetCatalog(c *Catalog) {
 		}
 	}
 	s.evictOver(nil, 0)
+	s.forgetSpatial()
 }
 
 func (s *Store) freeBlock(r *reporter, name string, b *block) {
@@ -298,7 +310,7 @@ func (st *Stream) Report(req *lrs.LoadStatsRequest, now time.Time) {
 			}
 			*slot = epoch
 		}
-		endpoints = s.addCluster(b, cs, int(epoch%Buckets), endpoints)
+		endpoints = s.addCluster(r, b, cs, int(epoch%Buckets), endpoints)
 	}
 }
 
@@ -322,7 +334,7 @@ func (s *Store) blockFor(r *reporter, cc *catCluster) *block {
 
 // addCluster adds one cluster's stats to b's slot; endpoints counts the
 // endpoint stats read so far in the request.
-func (s *Store) addCluster(b *block, cs *endpoint.ClusterStats, slot, endpoints int) int {
+func (s *Store) addCluster(r *reporter, b *block, cs *endpoint.ClusterStats, slot, endpoints int) int {
 	for i, ls := range cs.GetUpstreamLocalityStats() {
 		if i >= MaxLocalityStats {
 			s.drops.OverLimit += uint64(len(cs.GetUpstreamLocalityStats()) - i)
@@ -340,7 +352,7 @@ func (s *Store) addCluster(b *block, cs *endpoint.ClusterStats, slot, endpoints 
 				continue
 			}
 			endpoints++
-			s.add(b, k, slot, ls.GetTotalIssuedRequests(), ls.GetTotalSuccessfulRequests(), ls.GetTotalErrorRequests())
+			s.add(r, b, k, slot, ls.GetTotalIssuedRequests(), ls.GetTotalSuccessfulRequests(), ls.GetTotalErrorRequests())
 			continue
 		}
 		for j, es := range eps {
@@ -354,7 +366,7 @@ func (s *Store) addCluster(b *block, cs *endpoint.ClusterStats, slot, endpoints 
 				s.drops.UnknownEndpoint++
 				continue
 			}
-			s.add(b, k, slot, es.GetTotalIssuedRequests(), es.GetTotalSuccessfulRequests(), es.GetTotalErrorRequests())
+			s.add(r, b, k, slot, es.GetTotalIssuedRequests(), es.GetTotalSuccessfulRequests(), es.GetTotalErrorRequests())
 		}
 	}
 	return endpoints
@@ -368,7 +380,7 @@ func socketKey(a *core.Address) (endpointKey, bool) {
 	return endpointKey{sa.GetAddress(), sa.GetPortValue()}, true
 }
 
-func (s *Store) add(b *block, k endpointKey, slot int, issued, success, errs uint64) {
+func (s *Store) add(r *reporter, b *block, k endpointKey, slot int, issued, success, errs uint64) {
 	i, ok := b.cluster.index[k]
 	if !ok {
 		s.drops.UnknownEndpoint++
@@ -378,6 +390,9 @@ func (s *Store) add(b *block, k endpointKey, slot int, issued, success, errs uin
 	c.issued = sat32(c.issued, issued)
 	c.success = sat32(c.success, success)
 	c.errors = sat32(c.errors, errs)
+	if b.cluster.spatial != nil {
+		s.countSpatial(b.cluster, i, r, issued)
+	}
 }
 
 // sat32 is a + b, saturating at the largest uint32.

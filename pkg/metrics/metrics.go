@@ -82,6 +82,8 @@ type Metrics struct {
 	// Upstreams are the per-upstream gauges of the computed figures.
 	Upstreams *Upstreams
 	Leader    prometheus.Gauge // 1 while this replica holds the status-writer Lease
+	// Spatial is the spatial cross-region metric, from the load reports (see SetSpatialLoads).
+	Spatial *Spatial
 }
 
 // New registers every metric on a new registry, with the Go and process collectors.
@@ -185,6 +187,7 @@ func New() *Metrics {
 			"Endpoints this replica actively checks, by verdict (healthy, unhealthy, unknown), and those past --health-check-max-endpoints or the 5,000 per upstream (unchecked). 0 on a replica that does not check (a Kubernetes follower).",
 			[]string{"state"}, nil), zero: ActiveCheckStates},
 		Upstreams: newUpstreams(),
+		Spatial:   newSpatial(),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "poise_status_leader", Help: "1 while this replica holds the status-writer Lease and writes status; 0 otherwise (and always with the files source).",
 		}),
@@ -193,7 +196,7 @@ func New() *Metrics {
 		m.Pushes, m.NACKs, m.ConnectedClients, m.SourceBatches, m.SourceRefusing, m.KubeStale, m.InvalidObjects,
 		m.ClientClasses, m.ClassFallbacks, m.ClassOverflows,
 		m.StatusWrites, m.StatusWriteErrors, m.StatusUnchanged, m.StatusQueueDepth, m.StatusQueueAdds, m.StatusQueueLatency,
-		m.StatusWorkDuration, m.StatusRetries, m.ActiveChecks, m.ActiveCheckLag, m.ActiveCheckEndpoints,
+		m.StatusWorkDuration, m.StatusRetries, m.ActiveChecks, m.ActiveCheckLag, m.ActiveCheckEndpoints, m.Spatial,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	r.MustRegister(m.Upstreams.collectors()...)
 	for _, t := range Types {

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"slices"
+	"time"
 
 	"poise.dev/poise/pkg/partitionmap"
 )
@@ -17,6 +18,9 @@ const (
 type SpatialDomain struct {
 	Key    Key
 	Domain partitionmap.Domain
+	// LoadReportInterval is spec.loadReporting.interval: when set, the domain's replica
+	// and pool clusters ask Envoy to report their load; 0 when unset.
+	LoadReportInterval time.Duration
 }
 
 // Partition is one Partition object of the domain named Domain in Key.Namespace.

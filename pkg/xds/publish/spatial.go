@@ -138,8 +138,11 @@ func renderDomain(s *topology.Snapshot, st *topology.SpatialState, old *spatialP
 	if old != nil {
 		was = *old
 	}
+	// a replica cluster carries the domain's load reporting: a change of it renders
+	// every replica cluster again
+	sameLrs := old != nil && old.state.Domain.LoadReportInterval == st.Domain.LoadReportInterval
 	unchanged := func(i int) bool {
-		return i < len(was.upstreams) && was.upstreams[i] == ups[i] &&
+		return sameLrs && i < len(was.upstreams) && was.upstreams[i] == ups[i] &&
 			was.clusters[translate.ReplicaClusterName(k, st.Replicas[i].Name)] != nil
 	}
 	res, err := translate.SpatialDomain(st, s.Upstream, unchanged)

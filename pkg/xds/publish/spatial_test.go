@@ -3,7 +3,9 @@ package publish_test
 import (
 	"strings"
 	"testing"
+	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	lua "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -142,4 +144,62 @@ func TestPublishSpatial(t *testing.T) {
 			t.Fatalf("%s survived the domain's deletion", e.Name)
 		}
 	}
+}
+
+// TestPublishSpatialLoadReporting: turning a domain's loadReporting on
+// republishes every replica and pool cluster with lrs_server self (though
+// no upstream changed), and turning it off takes it away again.
+func TestPublishSpatialLoadReporting(t *testing.T) {
+	d := topology.NewDirectory()
+	c := newCache()
+	p := publish.New(c, "inst", nil)
+	if _, err := p.Publish(apply(t, d, spatialBatch())); err != nil {
+		t.Fatal(err)
+	}
+	reporting := func() map[string]bool {
+		out := map[string]bool{}
+		for _, e := range c.Resources(int(translate.Weighted))[resource.ClusterType] {
+			if !strings.HasPrefix(e.Name, "spatial") {
+				continue
+			}
+			cl := &cluster.Cluster{}
+			if err := e.Decode(cl); err != nil {
+				t.Fatal(err)
+			}
+			out[e.Name] = cl.GetLrsServer().GetSelf() != nil
+		}
+		return out
+	}
+	for _, interval := range []time.Duration{0, 5 * time.Second, 0} {
+		var b topology.Batch
+		sd := topology.SpatialDomain{Key: topology.Key{Namespace: "geo", Name: "cadastre"}, LoadReportInterval: interval}
+		sd.Domain = spatialDomainOf(t, d)
+		b.PutSpatialDomain(sd)
+		st, err := p.Publish(apply(t, d, b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := reporting()
+		if len(got) != 4 {
+			t.Fatalf("spatial clusters %v", got)
+		}
+		for name, lrs := range got {
+			if lrs != (interval > 0) {
+				t.Errorf("loadReporting %v: %s has lrs_server %v", interval, name, lrs)
+			}
+		}
+		if interval > 0 && st.Changes.Of(resource.ClusterType) != 4 {
+			t.Errorf("turning loadReporting on changed %d clusters, want 4", st.Changes.Of(resource.ClusterType))
+		}
+	}
+}
+
+// spatialDomainOf is the cadastre domain's map domain as d holds it.
+func spatialDomainOf(t *testing.T, d *topology.Directory) partitionmap.Domain {
+	t.Helper()
+	st := d.Current().SpatialDomain(topology.Key{Namespace: "geo", Name: "cadastre"})
+	if st == nil {
+		t.Fatal("no cadastre domain")
+	}
+	return st.Domain.Domain
 }

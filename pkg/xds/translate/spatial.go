@@ -92,7 +92,9 @@ func (e *SpatialError) Unwrap() error { return e.Err }
 // SpatialDomain renders one serving domain. upstream looks an Upstream up in the same
 // snapshot. Replica clusters copy their Upstream's cluster settings and endpoints under
 // the replica's name; a product's pool holds, as one locality per lawful healthy
-// replica, that replica's selectable endpoints weighted by their computed shares.
+// replica, that replica's selectable endpoints weighted by their computed shares. Both
+// report their load to the control plane exactly when the domain has
+// spec.loadReporting (spatialLrs).
 //
 // unchanged, when non-nil, names replicas (by index) whose Upstream the caller already
 // rendered: their clusters are named in LuaClusters but not rendered again.
@@ -123,6 +125,7 @@ func SpatialDomain(s *topology.SpatialState, upstream func(topology.Key) *topolo
 		}
 		c.Name = name
 		c.EdsClusterConfig.ServiceName = name
+		c.LrsServer = spatialLrs(s)
 		cla, err := Endpoints(u, Weighted)
 		if err != nil {
 			return fail(err)
@@ -155,6 +158,16 @@ func SpatialDomain(s *topology.SpatialState, upstream func(topology.Key) *topolo
 	return &out, nil
 }
 
+// spatialLrs is the lrs_server of a domain's replica and pool clusters: the control
+// plane itself when the domain has spec.loadReporting, whatever the replicas'
+// Upstreams say (their loadReporting is about their own clusters), else none.
+func spatialLrs(s *topology.SpatialState) *core.ConfigSource {
+	if s.Domain.LoadReportInterval > 0 {
+		return selfSource()
+	}
+	return nil
+}
+
 func pool(name string, s *topology.SpatialState, states []*topology.UpstreamState, lawful []string) (*cluster.Cluster, *endpoint.ClusterLoadAssignment) {
 	c := &cluster.Cluster{
 		Name:                 name,
@@ -167,6 +180,7 @@ func pool(name string, s *topology.SpatialState, states []*topology.UpstreamStat
 				LocalityWeightedLbConfig: &cluster.Cluster_CommonLbConfig_LocalityWeightedLbConfig{},
 			},
 		},
+		LrsServer: spatialLrs(s),
 	}
 	cla := &endpoint.ClusterLoadAssignment{ClusterName: name, Policy: &endpoint.ClusterLoadAssignment_Policy{
 		OverprovisioningFactor: wrapperspb.UInt32(100),
