@@ -32,72 +32,104 @@ type checkAddr struct {
 // has no effect until one does, so the checker and the sets need not change
 // in step.
 func (b *Batch) PutCheckVerdicts(u Key, vs []CheckVerdict) {
+	put(&b.checks, u, vs, func(v CheckVerdict) checkAddr { return checkAddr{v.Address, v.Port} })
+}
+
+// OutlierVerdict is fleet outlier detection's decision on one endpoint of an
+// upstream (spec.outlierDetection, docs/health.md): an overlay like the
+// check verdicts, merged into the endpoint's own outlier signal.
+type OutlierVerdict struct {
+	Address string
+	Port    uint32
+	// Ejected with the evidence in Origin; a verdict not Ejected withdraws
+	// the endpoint's ejection.
+	Ejected bool
+	Origin  string
+}
+
+func (v OutlierVerdict) withdrawn() bool { return !v.Ejected }
+
+// PutOutlierVerdicts records outlier verdicts on endpoints of upstream u,
+// kept and bounded as PutCheckVerdicts's: the Directory holds the ejections
+// the decider published until it withdraws them.
+func (b *Batch) PutOutlierVerdicts(u Key, vs []OutlierVerdict) {
+	put(&b.outliers, u, vs, func(v OutlierVerdict) checkAddr { return checkAddr{v.Address, v.Port} })
+}
+
+// verdict is an overlay's entry: a check verdict or an outlier verdict.
+type verdict interface {
+	comparable
+	withdrawn() bool
+}
+
+// overlay is the verdicts of one kind, by upstream, then endpoint.
+type overlay[V verdict] map[Key]map[checkAddr]V
+
+// put records verdicts on endpoints of upstream u; later ones replace earlier ones.
+func put[V verdict](o *overlay[V], u Key, vs []V, addr func(V) checkAddr) {
 	if len(vs) == 0 {
 		return
 	}
-	if b.checks == nil {
-		b.checks = map[Key]map[checkAddr]CheckVerdict{}
+	if *o == nil {
+		*o = overlay[V]{}
 	}
-	m := b.checks[u]
+	m := (*o)[u]
 	if m == nil {
-		m = make(map[checkAddr]CheckVerdict, len(vs))
-		b.checks[u] = m
+		m = make(map[checkAddr]V, len(vs))
+		(*o)[u] = m
 	}
 	for _, v := range vs {
-		m[checkAddr{v.Address, v.Port}] = v
+		m[addr(v)] = v
 	}
 }
 
-// stageChecks keeps the batch's verdicts that change something, and marks
-// their upstreams affected: a verdict change re-resolves only its upstream.
-func (st *staged) stageChecks(b Batch) {
-	for u, vs := range b.checks {
-		cur := st.d.checks[u]
-		var changed map[checkAddr]CheckVerdict
+// stage keeps the batch's verdicts that change something against cur, and
+// marks their upstreams affected: a verdict change re-resolves only its
+// upstream.
+func stage[V verdict](st *staged, cur, batch overlay[V]) overlay[V] {
+	var out overlay[V]
+	for u, vs := range batch {
+		var changed map[checkAddr]V
 		for a, v := range vs {
-			old, had := cur[a]
+			old, had := cur[u][a]
 			if (v.withdrawn() && !had) || (had && old == v) {
 				continue
 			}
 			if changed == nil {
-				changed = map[checkAddr]CheckVerdict{}
+				changed = map[checkAddr]V{}
 			}
 			changed[a] = v
 		}
 		if changed == nil {
 			continue
 		}
-		if st.checks == nil {
-			st.checks = map[Key]map[checkAddr]CheckVerdict{}
+		if out == nil {
+			out = overlay[V]{}
 		}
-		st.checks[u] = changed
+		out[u] = changed
 		if _, ok := st.upstream(u); ok {
 			st.affected[u] = struct{}{}
 		}
 	}
+	return out
 }
 
-// checkOf is the verdict on an endpoint of upstream u after the batch.
-func (st *staged) checkOf(u Key, a checkAddr) (CheckVerdict, bool) {
-	if v, ok := st.checks[u][a]; ok {
+// verdictOf is the verdict on an endpoint of upstream u after the batch.
+func verdictOf[V verdict](staged, cur overlay[V], u Key, a checkAddr) (V, bool) {
+	if v, ok := staged[u][a]; ok {
 		return v, !v.withdrawn()
 	}
-	v, ok := st.d.checks[u][a]
+	v, ok := cur[u][a]
 	return v, ok
 }
 
-// hasChecks reports whether upstream u may have verdicts after the batch, so
-// an upstream without checks resolves as before, with no lookups.
-func (st *staged) hasChecks(u Key) bool {
-	return len(st.d.checks[u]) > 0 || len(st.checks[u]) > 0
-}
-
-func (d *Directory) commitChecks(st *staged) {
-	for u, vs := range st.checks {
-		m := d.checks[u]
+// commit writes the staged verdicts into cur; a withdrawal deletes.
+func commit[V verdict](cur, staged overlay[V]) {
+	for u, vs := range staged {
+		m := cur[u]
 		if m == nil {
-			m = make(map[checkAddr]CheckVerdict, len(vs))
-			d.checks[u] = m
+			m = make(map[checkAddr]V, len(vs))
+			cur[u] = m
 		}
 		for a, v := range vs {
 			if v.withdrawn() {
@@ -107,9 +139,36 @@ func (d *Directory) commitChecks(st *staged) {
 			}
 		}
 		if len(m) == 0 {
-			delete(d.checks, u)
+			delete(cur, u)
 		}
 	}
+}
+
+func (st *staged) stageChecks(b Batch) {
+	st.checks = stage(st, st.d.checks, b.checks)
+	st.outliers = stage(st, st.d.outliers, b.outliers)
+}
+
+// checkOf is the check verdict on an endpoint of upstream u after the batch.
+func (st *staged) checkOf(u Key, a checkAddr) (CheckVerdict, bool) {
+	return verdictOf(st.checks, st.d.checks, u, a)
+}
+
+// outlierOf is the outlier verdict on an endpoint of upstream u after the batch.
+func (st *staged) outlierOf(u Key, a checkAddr) (OutlierVerdict, bool) {
+	return verdictOf(st.outliers, st.d.outliers, u, a)
+}
+
+// hasChecks reports whether upstream u may have verdicts of either kind
+// after the batch, so an upstream without them resolves as before, with no
+// lookups.
+func (st *staged) hasChecks(u Key) bool {
+	return len(st.d.checks[u]) > 0 || len(st.checks[u]) > 0 || len(st.d.outliers[u]) > 0 || len(st.outliers[u]) > 0
+}
+
+func (d *Directory) commitChecks(st *staged) {
+	commit(d.checks, st.checks)
+	commit(d.outliers, st.outliers)
 }
 
 // mergeProbe is the worse of an endpoint's own probe signal and the check's
@@ -128,6 +187,22 @@ func mergeProbe(h Health, v CheckVerdict) Health {
 		case v.Origin != "":
 			h.ProbeOrigin += "; " + v.Origin
 		}
+	}
+	return h
+}
+
+// mergeOutlier is the worse of an endpoint's own outlier signal and the
+// decider's verdict: ejected if either says so; when both do, both origins,
+// the EndpointSet's first.
+func mergeOutlier(h Health, v OutlierVerdict) Health {
+	switch {
+	case !v.Ejected:
+	case !h.Ejected:
+		h.Ejected, h.OutlierOrigin = true, v.Origin
+	case h.OutlierOrigin == "":
+		h.OutlierOrigin = v.Origin
+	case v.Origin != "":
+		h.OutlierOrigin += "; " + v.Origin
 	}
 	return h
 }
