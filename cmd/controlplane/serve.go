@@ -75,6 +75,9 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 		"upstreams with per-upstream gauges, at most (the first seen; 0: none); the others are logged once and have their figures in status and /debug/explain")
 	loadCells := fs.Int("load-report-max-cells", loadreport.DefaultMaxCells,
 		fmt.Sprintf("hard cap of the load-report store, in cells (one client's counts for one endpoint, %d bytes each); past it the clients that reported least recently are dropped, counted and logged", loadreport.CellBytes))
+	loadBucket := fs.Duration("load-report-bucket", loadreport.DefaultBucket,
+		"for tests and tuning: the load-report store's time bucket, 100ms to 10s; the window of load reports and fleet outlier detection is six buckets, and outlier detection is evaluated once a bucket")
+	_ = fs.MarkHidden("load-report-bucket")
 	return command(c, func(*cobra.Command, []string) int {
 		log, err := newLogger(stderr, *logLevel, *logFormat)
 		if err != nil {
@@ -105,6 +108,9 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 			return exitUsage
 		case *loadCells < 1 || *loadCells > maxLoadReportCells:
 			fmt.Fprintf(stderr, "error: --load-report-max-cells %d: want 1 to %d\n", *loadCells, maxLoadReportCells)
+			return exitUsage
+		case *loadBucket < minLoadReportBucket || *loadBucket > maxLoadReportBucket:
+			fmt.Fprintf(stderr, "error: --load-report-bucket %v: want %v to %v\n", *loadBucket, minLoadReportBucket, maxLoadReportBucket)
 			return exitUsage
 		case *maxUpstreamGauges < 0:
 			fmt.Fprintln(stderr, "error: --metrics-max-upstreams must not be negative")
@@ -142,7 +148,7 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 		err = controlplane.Run(ctx, controlplane.Config{
 			Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace, LeaderElectionID: *leID,
 			XDSAddress: *xdsAddr, AdminAddress: *adminAddr, MetricsAddress: *metricsAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn,
-			MaxClientClasses: *maxClasses, LoadReportMaxCells: *loadCells, MetricsNoLocalityGauges: !*localityGauges, MetricsMaxUpstreams: *maxUpstreamGauges,
+			MaxClientClasses: *maxClasses, LoadReportMaxCells: *loadCells, LoadReportBucket: *loadBucket, MetricsNoLocalityGauges: !*localityGauges, MetricsMaxUpstreams: *maxUpstreamGauges,
 			DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Settle: settleOf(*settle), Spatial: spatial,
 			KubeQPS: *kubeQPS, KubeBurst: *kubeBurst, StatusShare: *statusShare, StatusWriters: *statusWriters,
 			Log: log, Out: stdout, BannerFormat: *logFormat, Version: buildVersion().Version,
@@ -194,6 +200,12 @@ func parseSpatialListener(s string) (translate.SpatialOptions, error) {
 	}
 	return translate.SpatialOptions{Address: host, Port: uint32(p)}, nil
 }
+
+// The bounds of --load-report-bucket: a window of 600 ms to 60 s.
+const (
+	minLoadReportBucket = 100 * time.Millisecond
+	maxLoadReportBucket = 10 * time.Second
+)
 
 // maxLoadReportCells bounds --load-report-max-cells: 100,000,000 cells are
 // a few GB, beyond any replica's memory limit, so a larger figure is a typo.

@@ -65,6 +65,10 @@ type Config struct {
 	// one reporter's counts for one endpoint); 0 is
 	// loadreport.DefaultMaxCells.
 	LoadReportMaxCells int
+	// LoadReportBucket is the load-report store's bucket (the window is six
+	// of them) and the period of fleet outlier detection; 0 is
+	// loadreport.DefaultBucket. Shorter is for tests and tuning.
+	LoadReportBucket time.Duration
 	// MaxClientClasses bounds the client-locality classes rendered at once
 	// (xdscache.WithMaxZones); 0 is xdscache.DefaultMaxZones.
 	MaxClientClasses int
@@ -197,7 +201,7 @@ func Run(ctx context.Context, cfg Config) error {
 	m.Upstreams.SetLimits(!cfg.MetricsNoLocalityGauges, maxUpstreams, log)
 	// Clients of upstreams with spec.loadReporting report their load over
 	// LRS into loads, which keeps only what its catalog publishes.
-	loads := loadreport.NewStore(loadreport.Config{MaxCells: cfg.LoadReportMaxCells})
+	loads := loadreport.NewStore(loadreport.Config{MaxCells: cfg.LoadReportMaxCells, Bucket: cfg.LoadReportBucket})
 	pub.OnPublish = func(st publish.Stats) {
 		if len(st.Changed) > 0 {
 			// the catalog follows every upstream change before clients
@@ -228,7 +232,8 @@ func Run(ctx context.Context, cfg Config) error {
 	// The source fills the directory before anything is served, so the first
 	// publication is the whole topology.
 	var runSource func() error
-	var runChecks func() error // active health checks, where this replica runs them
+	var runChecks func() error   // active health checks, where this replica runs them
+	var runOutliers func() error // fleet outlier detection, where this replica decides
 	var warnings func() []string
 	switch cfg.Source {
 	case "kubernetes":
@@ -284,6 +289,8 @@ func Run(ctx context.Context, cfg Config) error {
 		// spec.healthCheck; an idle Checker costs a goroutine and a timer.
 		checker := healthcheck.New(healthcheck.Config{Name: checkerName()})
 		runChecks = func() error { return runHealthChecks(ctx, dir, checker, log) }
+		// and decides fleet outlier detection, once a bucket
+		runOutliers = func() error { return newOutliers(dir, loads, m, log).run(ctx, loads.Window()/loadreport.Buckets) }
 		m.InitSource("files")
 		warnings = func() []string {
 			if r := src.Refusal(); r != "" {
@@ -378,6 +385,9 @@ func Run(ctx context.Context, cfg Config) error {
 	run(cfg.Source+" source", runSource)
 	if runChecks != nil {
 		run("health checks", runChecks)
+	}
+	if runOutliers != nil {
+		run("outlier detection", runOutliers)
 	}
 	wg.Wait()
 	close(errc)
