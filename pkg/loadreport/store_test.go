@@ -323,6 +323,12 @@ func TestCatalogInterval(t *testing.T) {
 			t.Errorf("Interval(%q) = %v, want %v", tc.names, got, tc.want)
 		}
 	}
+	if got := cat.Shortest(); got != 3*time.Second {
+		t.Errorf("Shortest() = %v, want 3s", got)
+	}
+	if got := NewCatalog(nil, snapshot(t, 2), nil).Shortest(); got != 0 {
+		t.Errorf("Shortest() of a catalog without intervals = %v", got)
+	}
 }
 
 // TestReportsPerReporter: Reports gives each reporter's own counts per

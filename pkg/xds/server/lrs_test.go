@@ -120,6 +120,35 @@ func TestLoadStatsStreamLimit(t *testing.T) {
 	}
 }
 
+// A first request with the node alone, as grpc-go sends it (and grpc-go
+// keeps the first answer's interval), is asked for the shortest interval of
+// any published cluster.
+func TestLoadStatsFirstRequestWithoutClusters(t *testing.T) {
+	snap, err := topology.NewDirectory().Apply(topologytest.ReportingBatch(2, 3*time.Second, 7*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := loadreport.NewStore(loadreport.Config{})
+	store.SetCatalog(loadreport.NewCatalog(nil, snap, nil))
+	h := newHarnessWith(t, server.Config{LoadReports: store}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := lrs.NewLoadReportingServiceClient(h.conn).StreamLoadStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&lrs.LoadStatsRequest{Node: &core.Node{Id: "grpc-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetLoadReportingInterval().AsDuration(); got != 3*time.Second || len(resp.GetClusters()) != 0 {
+		t.Fatalf("answer %v, want interval 3s and no clusters", resp)
+	}
+}
+
 // The interval answered is the upstream's spec.loadReporting.interval, the
 // shortest of the clusters answered when they differ.
 func TestLoadStatsIntervalOfTheUpstreams(t *testing.T) {
