@@ -510,6 +510,18 @@ type ClassLoad struct {
 	Reporters int `json:"reporters"`
 }
 
+// window is endpoint i's load in the block over the window ending in the
+// bucket epoch.
+func (b *block) window(i int, epoch int64) Load {
+	var l Load
+	for slot, stamp := range b.stamps {
+		if stamp > epoch-Buckets && stamp <= epoch {
+			l.add(b.cells[i][slot])
+		}
+	}
+	return l
+}
+
 // Cluster is the load of each endpoint of a cluster over the window ending
 // at now, in the catalog's (canonical) endpoint order, every endpoint
 // listed; nil when the cluster is not in the catalog. The figures depend
@@ -532,12 +544,7 @@ func (s *Store) Cluster(name string, now time.Time) []EndpointLoad {
 			continue
 		}
 		for i := range b.cells {
-			var l Load
-			for slot, stamp := range b.stamps {
-				if stamp > epoch-Buckets && stamp <= epoch {
-					l.add(b.cells[i][slot])
-				}
-			}
+			l := b.window(i, epoch)
 			if l.zero() {
 				continue
 			}
@@ -608,12 +615,7 @@ func (s *Store) Reports(name string, now time.Time) (ClusterReports, bool) {
 		}
 		var loads []Load
 		for i := range b.cells {
-			var l Load
-			for slot, stamp := range b.stamps {
-				if stamp > epoch-Buckets && stamp <= epoch {
-					l.add(b.cells[i][slot])
-				}
-			}
+			l := b.window(i, epoch)
 			if l.zero() {
 				continue
 			}
