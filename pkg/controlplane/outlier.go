@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"poise.dev/poise/pkg/loadreport"
@@ -27,11 +28,14 @@ type outliers struct {
 	// published is the ejections the Directory holds, by upstream: what
 	// the next Apply is computed against, so a refused Apply is retried.
 	published map[topology.Key]map[outlier.Endpoint]string
+
+	mu     sync.Mutex
+	status map[topology.Key]outlier.Status // the last evaluation's, by upstream with a detection
 }
 
 func newOutliers(dir *topology.Directory, loads *loadreport.Store, m *metrics.Metrics, log *slog.Logger) *outliers {
 	return &outliers{dir: dir, loads: loads, decider: outlier.NewDecider(loads.Window()), m: m, log: log,
-		published: map[topology.Key]map[outlier.Endpoint]string{}}
+		published: map[topology.Key]map[outlier.Endpoint]string{}, status: map[topology.Key]outlier.Status{}}
 }
 
 // run evaluates every period until ctx ends.
@@ -54,6 +58,7 @@ func (o *outliers) evaluate(now time.Time) {
 	snap := o.dir.Current()
 	var b topology.Batch
 	want := map[topology.Key]map[outlier.Endpoint]string{}
+	status := map[topology.Key]outlier.Status{}
 	for _, u := range snap.Upstreams() {
 		od := u.Upstream.OutlierDetection
 		if od == nil {
@@ -81,9 +86,11 @@ func (o *outliers) evaluate(now time.Time) {
 			}
 		}
 		cur := map[outlier.Endpoint]string{}
-		for _, e := range o.decider.Ejections(k) {
+		ejections := o.decider.Ejections(k)
+		for _, e := range ejections {
 			cur[outlier.Endpoint{Address: e.Address, Port: e.Port}] = e.Origin
 		}
+		status[k] = outlier.Status{EvaluatedAt: now, Reporters: agg.Reporters, Untrusted: agg.Untrusted, Ejections: ejections}
 		want[k] = cur
 		o.m.OutlierEjected.WithLabelValues(label).Set(float64(len(cur)))
 		o.m.UntrustedReporters.WithLabelValues(label).Set(float64(agg.Untrusted))
@@ -94,6 +101,9 @@ func (o *outliers) evaluate(now time.Time) {
 			o.m.ForgetOutlier(k.String())
 		}
 	}
+	o.mu.Lock()
+	o.status = status
+	o.mu.Unlock()
 	changed := false
 	for k, had := range o.published {
 		vs := diffEjections(had, want[k])
@@ -146,4 +156,13 @@ func diffEjections(had, want map[outlier.Endpoint]string) []topology.OutlierVerd
 		return int(a.Port) - int(b.Port)
 	})
 	return out
+}
+
+// Status is upstream k's last evaluation, for /debug/loads; false when the
+// upstream has no detection.
+func (o *outliers) Status(k topology.Key) (outlier.Status, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	st, ok := o.status[k]
+	return st, ok
 }

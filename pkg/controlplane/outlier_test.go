@@ -95,6 +95,10 @@ func TestOutlierLoopInFilesMode(t *testing.T) {
 	if v := testutil.ToFloat64(m.UntrustedReporters.WithLabelValues("shop/api")); v != 1 {
 		t.Errorf("untrusted gauge %v", v)
 	}
+	if st, ok := o.Status(topology.Key{Namespace: "shop", Name: "api"}); !ok || st.Reporters != 3 || st.Untrusted != 1 ||
+		len(st.Ejections) != 1 || st.Ejections[0].Until != now.Add(5*time.Second) || !st.EvaluatedAt.Equal(now) {
+		t.Errorf("status %+v, %v", st, ok)
+	}
 	// nothing new: no Apply
 	rev := dir.Current().Revision
 	o.evaluate(now.Add(time.Second))
@@ -126,6 +130,9 @@ func TestOutlierLoopInFilesMode(t *testing.T) {
 	o.evaluate(later.Add(time.Second))
 	if got := ejectedIn(t, dir.Current()); len(got) != 0 {
 		t.Fatalf("the detection is gone but %v stays ejected", got)
+	}
+	if _, ok := o.Status(topology.Key{Namespace: "shop", Name: "api"}); ok {
+		t.Error("a status kept for an upstream without a detection")
 	}
 	if n := testutil.CollectAndCount(m.Registry, "poise_outlier_ejected_endpoints"); n != 0 {
 		t.Errorf("%d ejected series after the detection went", n)

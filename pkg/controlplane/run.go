@@ -24,6 +24,7 @@ import (
 	"poise.dev/poise/pkg/healthcheck"
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/outlier"
 	"poise.dev/poise/pkg/source/files"
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
@@ -234,6 +235,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var runSource func() error
 	var runChecks func() error   // active health checks, where this replica runs them
 	var runOutliers func() error // fleet outlier detection, where this replica decides
+	var outlierStatus func(topology.Key) (outlier.Status, bool)
 	var warnings func() []string
 	switch cfg.Source {
 	case "kubernetes":
@@ -290,7 +292,9 @@ func Run(ctx context.Context, cfg Config) error {
 		checker := healthcheck.New(healthcheck.Config{Name: checkerName()})
 		runChecks = func() error { return runHealthChecks(ctx, dir, checker, log) }
 		// and decides fleet outlier detection, once a bucket
-		runOutliers = func() error { return newOutliers(dir, loads, m, log).run(ctx, loads.Window()/loadreport.Buckets) }
+		detector := newOutliers(dir, loads, m, log)
+		outlierStatus = detector.Status
+		runOutliers = func() error { return detector.run(ctx, loads.Window()/loadreport.Buckets) }
 		m.InitSource("files")
 		warnings = func() []string {
 			if r := src.Refusal(); r != "" {
@@ -328,6 +332,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Demand:   pub.AppliedDemand,
 		Serving:  clients.Serving,
 		Loads:    loads,
+		Outliers: outlierStatus,
 	}
 	adminSrv := &http.Server{Handler: admin.Handler(sources), ReadHeaderTimeout: 10 * time.Second}
 	var metricsLis net.Listener

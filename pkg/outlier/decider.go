@@ -298,3 +298,13 @@ func thousands(n uint64) string {
 	}
 	return string(out)
 }
+
+// Status is what an upstream's last evaluation found, for the debug
+// endpoints: when, how many reporters were trusted and left out, and the
+// ejections in force.
+type Status struct {
+	EvaluatedAt time.Time  `json:"evaluatedAt"`
+	Reporters   uint64     `json:"reporters"`
+	Untrusted   uint64     `json:"untrusted"`
+	Ejections   []Ejection `json:"ejections"`
+}

@@ -275,6 +275,20 @@ spec:
 	if v := cp.metric(t, `poise_outlier_ejections_total{upstream="od/echo"}`); v != 1 {
 		t.Errorf("a: poise_outlier_ejections_total = %v, want 1", v)
 	}
+	var loads struct {
+		Outlier struct {
+			Untrusted uint64 `json:"untrusted"`
+			Ejections []struct {
+				Address string `json:"address"`
+				Port    int    `json:"port"`
+				Origin  string `json:"origin"`
+			} `json:"ejections"`
+		} `json:"outlier"`
+	}
+	getJSON(t, cp.adminURL+"/debug/loads?cluster="+odUpstream, &loads)
+	if e := loads.Outlier.Ejections; len(e) != 1 || e[0].Port != bad.port || !strings.HasPrefix(e[0].Origin, "load reports: ") {
+		t.Errorf("a: /debug/loads shows the ejections %+v", e)
+	}
 	// the OK RPCs follow the recomputed split once every client has it
 	want := splitcheck.ExpectationOf(t, served)
 	if want.Share[bad.addr] != 0 {
@@ -350,6 +364,10 @@ spec:
 	}
 	if v := cp.metric(t, `poise_loadreport_untrusted_reporters{upstream="od/echo"}`); v != 1 {
 		t.Errorf("b: poise_loadreport_untrusted_reporters = %v, want 1", v)
+	}
+	getJSON(t, cp.adminURL+"/debug/loads?cluster="+odUpstream, &loads)
+	if loads.Outlier.Untrusted != 1 {
+		t.Errorf("b: /debug/loads shows %d untrusted reporters, want 1", loads.Outlier.Untrusted)
 	}
 	t.Logf("b: %d failed RPCs of the misbehaving client over %v ejected nothing; it is the untrusted reporter", failed, time.Since(start).Round(time.Millisecond))
 	misbehaving.halt()
