@@ -98,7 +98,7 @@ func TestCRDNames(t *testing.T) {
 // the Go Default() methods produce the same value for objects read without an
 // apiserver.
 func TestCRDDefaults(t *testing.T) {
-	ups := &Upstream{Spec: UpstreamSpec{LoadReporting: &LoadReporting{}}}
+	ups := &Upstream{Spec: UpstreamSpec{LoadReporting: &LoadReporting{}, OutlierDetection: &OutlierDetection{}}}
 	ups.Default()
 	loc := &Locality{}
 	loc.Default()
@@ -128,6 +128,12 @@ func TestCRDDefaults(t *testing.T) {
 		{upstreams, "spec.connectTimeout", `"5s"`, ups.Spec.ConnectTimeout},
 		{upstreams, "spec.protocol", `"HTTP2"`, ups.Spec.Protocol},
 		{upstreams, "spec.loadReporting.interval", `"10s"`, ups.Spec.LoadReporting.Interval},
+		{upstreams, "spec.outlierDetection.errorPercent", `20`, ups.Spec.OutlierDetection.ErrorPercent},
+		{upstreams, "spec.outlierDetection.minRequestVolume", `100`, ups.Spec.OutlierDetection.MinRequestVolume},
+		{upstreams, "spec.outlierDetection.minReporters", `3`, ups.Spec.OutlierDetection.MinReporters},
+		{upstreams, "spec.outlierDetection.baseEjectionTime", `"30s"`, ups.Spec.OutlierDetection.BaseEjectionTime},
+		{upstreams, "spec.outlierDetection.maxEjectionTime", `"5m0s"`, ups.Spec.OutlierDetection.MaxEjectionTime},
+		{upstreams, "spec.outlierDetection.maxEjectionPercent", `10`, ups.Spec.OutlierDetection.MaxEjectionPercent},
 		{localities, "spec.priority", `0`, loc.Spec.Priority},
 		{localities, "spec.weight", `1`, loc.Spec.Weight},
 		{endpointsets, "spec.locality", `{}`, nil},
@@ -167,6 +173,10 @@ func TestCRDBounds(t *testing.T) {
 		min, max   float64
 	}{
 		{"poise.dev_upstreams.yaml", "spec.overprovisioningFactor", 1, 1000},
+		{"poise.dev_upstreams.yaml", "spec.outlierDetection.errorPercent", 1, 100},
+		{"poise.dev_upstreams.yaml", "spec.outlierDetection.minRequestVolume", 1, float64(MaxOutlierMinRequestVolume)},
+		{"poise.dev_upstreams.yaml", "spec.outlierDetection.minReporters", 1, float64(MaxOutlierMinReporters)},
+		{"poise.dev_upstreams.yaml", "spec.outlierDetection.maxEjectionPercent", 0, 100},
 		{"poise.dev_upstreams.yaml", "spec.panicThreshold", 0, 100},
 		{"poise.dev_localities.yaml", "spec.priority", 0, float64(MaxPriority)},
 		{"poise.dev_localities.yaml", "spec.weight", float64(MinWeight), 4294967295},
@@ -317,6 +327,10 @@ func TestCRDValidationRules(t *testing.T) {
 	}{
 		{"poise.dev_upstreams.yaml", "spec.connectTimeout", "duration(self)"},
 		{"poise.dev_upstreams.yaml", "spec.loadReporting.interval", "duration('60s')"},
+		{"poise.dev_upstreams.yaml", "spec", "has(self.loadReporting)"},
+		{"poise.dev_upstreams.yaml", "spec.outlierDetection", "duration(self.maxEjectionTime) >= duration(self.baseEjectionTime)"},
+		{"poise.dev_upstreams.yaml", "spec.outlierDetection.baseEjectionTime", "duration('1h')"},
+		{"poise.dev_upstreams.yaml", "spec.outlierDetection.maxEjectionTime", "duration('24h')"},
 		{"poise.dev_upstreams.yaml", "spec.endpointsFrom.service.port", "type(self) == int"},
 		{"poise.dev_endpointsets.yaml", "spec.endpoints[].address", "isIP(self)"},
 		{"poise.dev_spatialdomains.yaml", "spec.gridDegrees", "180 % self == 0"},

@@ -43,6 +43,31 @@ func (s *UpstreamSpec) Default() {
 	if s.LoadReporting != nil && s.LoadReporting.Interval == nil {
 		s.LoadReporting.Interval = &metav1.Duration{Duration: DefaultLoadReportingInterval}
 	}
+	if s.OutlierDetection != nil {
+		s.OutlierDetection.Default()
+	}
+}
+
+// Default fills the unset fields of the outlier detection with their defaults.
+func (o *OutlierDetection) Default() {
+	if o.ErrorPercent == nil {
+		o.ErrorPercent = ptr(DefaultOutlierErrorPercent)
+	}
+	if o.MinRequestVolume == nil {
+		o.MinRequestVolume = ptr(DefaultOutlierMinRequestVolume)
+	}
+	if o.MinReporters == nil {
+		o.MinReporters = ptr(DefaultOutlierMinReporters)
+	}
+	if o.BaseEjectionTime == nil {
+		o.BaseEjectionTime = &metav1.Duration{Duration: DefaultOutlierBaseEjectionTime}
+	}
+	if o.MaxEjectionTime == nil {
+		o.MaxEjectionTime = &metav1.Duration{Duration: DefaultOutlierMaxEjectionTime}
+	}
+	if o.MaxEjectionPercent == nil {
+		o.MaxEjectionPercent = ptr(DefaultOutlierMaxEjectionPercent)
+	}
 }
 
 // Default fills the unset fields of the health check with their defaults.

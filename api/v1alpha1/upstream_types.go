@@ -94,6 +94,7 @@ const (
 )
 
 // UpstreamSpec is the desired state of an Upstream.
+// +kubebuilder:validation:XValidation:rule="!has(self.outlierDetection) || has(self.loadReporting)",message="outlierDetection needs loadReporting: the evidence is the clients' load reports"
 // +kubebuilder:validation:XValidation:rule="!has(self.localityAffinity) || !has(self.localityAffinity.mode) || self.localityAffinity.mode != 'Balanced' || !has(self.healthAdjustment) || self.healthAdjustment != 'Proxy'",message="localityAffinity.mode Balanced needs healthAdjustment ControlPlane: a proxy's own math cannot keep the global split"
 type UpstreamSpec struct {
 	// overprovisioningFactor is Envoy's overprovisioning factor as an integer percent:
@@ -183,6 +184,80 @@ type UpstreamSpec struct {
 	// plane itself as its lrs_server. Without it no load is reported.
 	// +optional
 	LoadReporting *LoadReporting `json:"loadReporting,omitempty"`
+	// outlierDetection, when set, ejects an endpoint whose error ratio in the
+	// clients' load reports (spec.loadReporting, which it needs) is high
+	// across enough clients (docs/health.md, "Fleet outlier detection"). The
+	// decision is each endpoint's outlier signal, with its origin.
+	// +optional
+	OutlierDetection *OutlierDetection `json:"outlierDetection,omitempty"`
+}
+
+// Defaults and bounds of OutlierDetection. The kubebuilder markers must repeat them.
+const (
+	DefaultOutlierErrorPercent       int32 = 20
+	DefaultOutlierMinRequestVolume   int32 = 100
+	DefaultOutlierMinReporters       int32 = 3
+	DefaultOutlierBaseEjectionTime         = 30 * time.Second
+	DefaultOutlierMaxEjectionTime          = 300 * time.Second
+	DefaultOutlierMaxEjectionPercent int32 = 10
+	MaxOutlierMinRequestVolume       int32 = 1_000_000_000
+	MaxOutlierMinReporters           int32 = 1000
+	MinOutlierEjectionTime                 = time.Second
+	MaxOutlierBaseEjectionTime             = time.Hour
+	MaxOutlierMaxEjectionTime              = 24 * time.Hour
+)
+
+// OutlierDetection is an Upstream's fleet outlier detection
+// (specs/signals.md, "Fleet outlier detection"): per endpoint, over the load
+// reports' window, the error ratio across the trusted clients.
+// +kubebuilder:validation:XValidation:rule="!has(self.baseEjectionTime) || !has(self.maxEjectionTime) || duration(self.maxEjectionTime) >= duration(self.baseEjectionTime)",message="maxEjectionTime must not be below baseEjectionTime"
+type OutlierDetection struct {
+	// errorPercent is the error ratio, in percent of the requests the trusted
+	// clients reported, at which an endpoint is an outlier; 1 to 100.
+	// +optional
+	// +kubebuilder:default=20
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	ErrorPercent *int32 `json:"errorPercent,omitempty"`
+
+	// minRequestVolume is the fewest requests the trusted clients must have
+	// reported on an endpoint in the window to judge it; 1 to 1e9.
+	// +optional
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
+	MinRequestVolume *int32 `json:"minRequestVolume,omitempty"`
+
+	// minReporters is the fewest trusted clients that must each see an error
+	// ratio of at least errorPercent on an endpoint, so one bad client cannot
+	// eject it; 1 to 1000.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MinReporters *int32 `json:"minReporters,omitempty"`
+
+	// baseEjectionTime is how long a first ejection lasts; each consecutive
+	// one lasts this times its count. 1s to 1h.
+	// +optional
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('1h')",message="baseEjectionTime must be from 1s to 1h"
+	BaseEjectionTime *metav1.Duration `json:"baseEjectionTime,omitempty"`
+
+	// maxEjectionTime caps one ejection; at least baseEjectionTime, at most 24h.
+	// +optional
+	// +kubebuilder:default="5m0s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="maxEjectionTime must be from 1s to 24h"
+	MaxEjectionTime *metav1.Duration `json:"maxEjectionTime,omitempty"`
+
+	// maxEjectionPercent is the most of the Upstream's configured endpoint
+	// weight ejected at once, in percent; one endpoint may always be ejected
+	// when the Upstream has two or more. 0 to 100.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	MaxEjectionPercent *int32 `json:"maxEjectionPercent,omitempty"`
 }
 
 // LoadReporting is the load reporting of an Upstream or a SpatialDomain

@@ -398,6 +398,8 @@ func TestErrors(t *testing.T) {
 		{"serve negative settle", []string{"serve", "-f", examples, "--settle", "-1s"}, exitUsage, []string{"--settle must not be negative"}},
 		{"serve no load-report cells", []string{"serve", "-f", examples, "--load-report-max-cells", "0"}, exitUsage,
 			[]string{"--load-report-max-cells 0: want 1 to 100000000"}},
+		{"serve load-report bucket too short", []string{"serve", "-f", examples, "--load-report-bucket", "50ms"}, exitUsage,
+			[]string{"--load-report-bucket 50ms: want 100ms to 10s"}},
 		{"serve half a TLS pair", []string{"serve", "-f", examples, "--tls-cert", missing, "--xds-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"}, exitInvalid,
 			[]string{"both a certificate and a key file are required"}},
 		{"validate without -f", []string{"validate"}, exitInvalid, []string{"-f PATH is required"}},

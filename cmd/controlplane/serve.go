@@ -80,6 +80,9 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 		"active health checks (spec.healthCheck) in flight at once, 1 to 1024; a check due while all are taken waits")
 	checkMax := fs.Int("health-check-max-endpoints", healthcheck.DefaultMaxEndpoints,
 		"endpoints actively checked at most, all upstreams together, 1 to 100000; the others keep an Unknown check signal and are counted in status.activeChecks.unchecked")
+	loadBucket := fs.Duration("load-report-bucket", loadreport.DefaultBucket,
+		"for tests and tuning: the load-report store's time bucket, 100ms to 10s; the window of load reports and fleet outlier detection is six buckets, and outlier detection is evaluated once a bucket")
+	_ = fs.MarkHidden("load-report-bucket")
 	return command(c, func(*cobra.Command, []string) int {
 		log, err := newLogger(stderr, *logLevel, *logFormat)
 		if err != nil {
@@ -116,6 +119,8 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 			return exitUsage
 		case *checkMax < 1 || *checkMax > 100000:
 			fmt.Fprintf(stderr, "error: --health-check-max-endpoints %d: want 1 to 100000\n", *checkMax)
+		case *loadBucket < minLoadReportBucket || *loadBucket > maxLoadReportBucket:
+			fmt.Fprintf(stderr, "error: --load-report-bucket %v: want %v to %v\n", *loadBucket, minLoadReportBucket, maxLoadReportBucket)
 			return exitUsage
 		case *maxUpstreamGauges < 0:
 			fmt.Fprintln(stderr, "error: --metrics-max-upstreams must not be negative")
@@ -153,7 +158,7 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 		err = controlplane.Run(ctx, controlplane.Config{
 			Source: *source, Paths: manifestPaths, Kubeconfig: *kubeconfig, Namespace: *namespace, LeaderElectionNamespace: *leNamespace, LeaderElectionID: *leID,
 			XDSAddress: *xdsAddr, AdminAddress: *adminAddr, MetricsAddress: *metricsAddr, TLS: tlsCfg, MaxStreams: *maxStreams, MaxStreamsPerConnection: *maxPerConn,
-			MaxClientClasses: *maxClasses, LoadReportMaxCells: *loadCells,
+			MaxClientClasses: *maxClasses, LoadReportMaxCells: *loadCells, LoadReportBucket: *loadBucket,
 			HealthCheckConcurrency: *checkConcurrency, HealthCheckMaxEndpoints: *checkMax, MetricsNoLocalityGauges: !*localityGauges, MetricsMaxUpstreams: *maxUpstreamGauges,
 			DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Settle: settleOf(*settle), Spatial: spatial,
 			KubeQPS: *kubeQPS, KubeBurst: *kubeBurst, StatusShare: *statusShare, StatusWriters: *statusWriters,
@@ -206,6 +211,12 @@ func parseSpatialListener(s string) (translate.SpatialOptions, error) {
 	}
 	return translate.SpatialOptions{Address: host, Port: uint32(p)}, nil
 }
+
+// The bounds of --load-report-bucket: a window of 600 ms to 60 s.
+const (
+	minLoadReportBucket = 100 * time.Millisecond
+	maxLoadReportBucket = 10 * time.Second
+)
 
 // maxLoadReportCells bounds --load-report-max-cells: 100,000,000 cells are
 // a few GB, beyond any replica's memory limit, so a larger figure is a typo.

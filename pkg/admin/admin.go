@@ -14,6 +14,7 @@ import (
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/outlier"
 	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/server"
@@ -40,8 +41,11 @@ type Sources struct {
 	Serving func(node string, limit int, match func(string) bool) []server.ClientServing
 	// Loads, when set, is the store of the clients' load reports
 	// (/debug/loads).
-	Loads   *loadreport.Store
-	Metrics *metrics.Metrics
+	Loads *loadreport.Store
+	// Outliers, when set, is an upstream's last fleet outlier evaluation
+	// (/debug/loads), where this replica decides.
+	Outliers func(topology.Key) (outlier.Status, bool)
+	Metrics  *metrics.Metrics
 }
 
 // HealthHandler serves what probes and scrapers need and nothing else:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"poise.dev/poise/pkg/loadreport"
+	"poise.dev/poise/pkg/outlier"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/translate"
 )
@@ -29,6 +30,12 @@ type Loads struct {
 	More int `json:"more,omitempty"`
 	// Drops is what the store has dropped since it began, of every cluster.
 	Drops loadreport.Drops `json:"drops"`
+	// Outlier is the upstream's last fleet outlier evaluation, when it has
+	// spec.outlierDetection and this replica decides: the trusted and
+	// untrusted reporters, and the ejections in force (at most
+	// maxLoadEndpoints; MoreEjections counts the rest).
+	Outlier       *outlier.Status `json:"outlier,omitempty"`
+	MoreEjections int             `json:"moreEjections,omitempty"`
 }
 
 // LoadEndpoint is one endpoint's totals over the window and the number of
@@ -75,6 +82,15 @@ func addLoads(mux *http.ServeMux, s Sources) {
 				le.Classes = e.Classes[:maxLoadClasses]
 			}
 			out.Endpoints = append(out.Endpoints, le)
+		}
+		if s.Outliers != nil {
+			if st, ok := s.Outliers(k); ok {
+				if len(st.Ejections) > maxLoadEndpoints {
+					out.MoreEjections = len(st.Ejections) - maxLoadEndpoints
+					st.Ejections = st.Ejections[:maxLoadEndpoints]
+				}
+				out.Outlier = &st
+			}
 		}
 		writeJSON(w, out)
 	})

@@ -14,6 +14,7 @@ import (
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 
 	"poise.dev/poise/pkg/loadreport"
+	"poise.dev/poise/pkg/outlier"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 )
@@ -80,5 +81,45 @@ func TestLoadsEndpoint(t *testing.T) {
 	}
 	if e := got.Endpoints[0]; e.Issued != 0 || e.Reporters != 0 {
 		t.Errorf("an endpoint nobody reported on: %+v", e)
+	}
+}
+
+// /debug/loads adds the upstream's last outlier evaluation where this
+// replica decides, bounded like the endpoints.
+func TestLoadsShowsOutlierEvaluation(t *testing.T) {
+	var b topology.Batch
+	b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "web"}, Policy: weights.DefaultPolicy(), LoadReportInterval: time.Second})
+	b.PutEndpointSet(topology.EndpointSet{Key: topology.Key{Namespace: "shop", Name: "web-a"}, Upstream: "web",
+		Endpoints: []topology.Endpoint{{Address: "10.0.0.1", Port: 80, Weight: 1}}})
+	snap, err := topology.NewDirectory().Apply(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := loadreport.NewStore(loadreport.Config{})
+	store.SetCatalog(loadreport.NewCatalog(nil, snap, nil))
+	at := time.Unix(1_800_000_000, 0).UTC()
+	var many []outlier.Ejection
+	for i := range maxLoadEndpoints + 2 {
+		many = append(many, outlier.Ejection{Address: "10.0.0.1", Port: uint32(i), Until: at, Count: 1, Origin: "load reports: 3 clients"})
+	}
+	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: func() *topology.Snapshot { return snap }, Loads: store,
+		Outliers: func(k topology.Key) (outlier.Status, bool) {
+			if k != (topology.Key{Namespace: "shop", Name: "web"}) {
+				return outlier.Status{}, false
+			}
+			return outlier.Status{EvaluatedAt: at, Reporters: 3, Untrusted: 1, Ejections: many}, true
+		}}))
+	defer srv.Close()
+	code, body := httpGet(t, srv.URL+"/debug/loads?cluster=shop/web")
+	if code != http.StatusOK {
+		t.Fatalf("GET = %d %s", code, body)
+	}
+	var got Loads
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	if o := got.Outlier; o == nil || o.Untrusted != 1 || o.Reporters != 3 || len(o.Ejections) != maxLoadEndpoints || got.MoreEjections != 2 ||
+		o.Ejections[0].Origin != "load reports: 3 clients" || !o.Ejections[0].Until.Equal(at) {
+		t.Fatalf("outlier part: %+v, %d more", got.Outlier, got.MoreEjections)
 	}
 }

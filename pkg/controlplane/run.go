@@ -24,6 +24,7 @@ import (
 	"poise.dev/poise/pkg/healthcheck"
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/outlier"
 	"poise.dev/poise/pkg/source/files"
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
@@ -71,6 +72,10 @@ type Config struct {
 	// ReplicaName names this replica where it decides something, as the
 	// active checks' origins do; "" is the hostname (a pod's name).
 	ReplicaName string
+	// LoadReportBucket is the load-report store's bucket (the window is six
+	// of them) and the period of fleet outlier detection; 0 is
+	// loadreport.DefaultBucket. Shorter is for tests and tuning.
+	LoadReportBucket time.Duration
 	// MaxClientClasses bounds the client-locality classes rendered at once
 	// (xdscache.WithMaxZones); 0 is xdscache.DefaultMaxZones.
 	MaxClientClasses int
@@ -203,7 +208,7 @@ func Run(ctx context.Context, cfg Config) error {
 	m.Upstreams.SetLimits(!cfg.MetricsNoLocalityGauges, maxUpstreams, log)
 	// Clients of upstreams with spec.loadReporting report their load over
 	// LRS into loads, which keeps only what its catalog publishes.
-	loads := loadreport.NewStore(loadreport.Config{MaxCells: cfg.LoadReportMaxCells})
+	loads := loadreport.NewStore(loadreport.Config{MaxCells: cfg.LoadReportMaxCells, Bucket: cfg.LoadReportBucket})
 	pub.SetLoadDemand(loadDemand(loads)) // a Balanced upstream's demand, where its clients report
 	m.SetSpatialLoads(loads)
 	pub.OnPublish = func(st publish.Stats) {
@@ -242,7 +247,9 @@ func Run(ctx context.Context, cfg Config) error {
 	// The source fills the directory before anything is served, so the first
 	// publication is the whole topology.
 	var runSource func() error
-	var runChecks func() error // active health checks, where this replica runs them
+	var runChecks func() error   // active health checks, where this replica runs them
+	var runOutliers func() error // fleet outlier detection, where this replica decides
+	var outlierStatus func(topology.Key) (outlier.Status, bool)
 	var warnings func() []string
 	switch cfg.Source {
 	case "kubernetes":
@@ -299,6 +306,10 @@ func Run(ctx context.Context, cfg Config) error {
 		checker := healthcheck.New(checks)
 		m.SetActiveCheckEndpoints(checker.States)
 		runChecks = func() error { return runHealthChecks(ctx, dir, checker, log) }
+		// and decides fleet outlier detection, once a bucket
+		detector := newOutliers(dir, loads, m, log)
+		outlierStatus = detector.Status
+		runOutliers = func() error { return detector.run(ctx, loads.Window()/loadreport.Buckets) }
 		m.InitSource("files")
 		warnings = func() []string {
 			if r := src.Refusal(); r != "" {
@@ -336,6 +347,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Demand:   appliedDemand(pub),
 		Serving:  clients.Serving,
 		Loads:    loads,
+		Outliers: outlierStatus,
 	}
 	adminSrv := &http.Server{Handler: admin.Handler(sources), ReadHeaderTimeout: 10 * time.Second}
 	var metricsLis net.Listener
@@ -393,6 +405,9 @@ func Run(ctx context.Context, cfg Config) error {
 	run(cfg.Source+" source", runSource)
 	if runChecks != nil {
 		run("health checks", runChecks)
+	}
+	if runOutliers != nil {
+		run("outlier detection", runOutliers)
 	}
 	wg.Wait()
 	close(errc)

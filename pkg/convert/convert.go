@@ -172,6 +172,7 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 			errs = append(errs, field.Invalid(sp.Child("loadReporting", "interval"), lri.String(), "must be from 1s to 60s"))
 		}
 	}
+	od, errs := outlierDetection(errs, sp.Child("outlierDetection"), s.OutlierDetection, s.LoadReporting != nil)
 	if len(errs) > 0 {
 		return topology.Upstream{}, errs
 	}
@@ -200,7 +201,42 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		Affinity:           aff,
 		HealthCheck:        hc,
 		LoadReportInterval: lri,
+		OutlierDetection:   od,
 	}, nil
+}
+
+// outlierDetection validates a defaulted spec.outlierDetection as its CRD
+// schema and CEL rules do, and converts it; nil is none. It needs
+// spec.loadReporting: the evidence is the clients' load reports.
+func outlierDetection(errs field.ErrorList, p *field.Path, o *v1alpha1.OutlierDetection, reporting bool) (*topology.OutlierDetection, field.ErrorList) {
+	if o == nil {
+		return nil, errs
+	}
+	if !reporting {
+		errs = append(errs, field.Required(field.NewPath("spec", "loadReporting"), "outlierDetection needs loadReporting: the evidence is the clients' load reports"))
+	}
+	errs = inRange(errs, p.Child("errorPercent"), int64(*o.ErrorPercent), 1, 100)
+	errs = inRange(errs, p.Child("minRequestVolume"), int64(*o.MinRequestVolume), 1, int64(v1alpha1.MaxOutlierMinRequestVolume))
+	errs = inRange(errs, p.Child("minReporters"), int64(*o.MinReporters), 1, int64(v1alpha1.MaxOutlierMinReporters))
+	errs = inRange(errs, p.Child("maxEjectionPercent"), int64(*o.MaxEjectionPercent), 0, 100)
+	base, most := o.BaseEjectionTime.Duration, o.MaxEjectionTime.Duration
+	if base < v1alpha1.MinOutlierEjectionTime || base > v1alpha1.MaxOutlierBaseEjectionTime {
+		errs = append(errs, field.Invalid(p.Child("baseEjectionTime"), base.String(), "must be from 1s to 1h"))
+	}
+	switch {
+	case most < v1alpha1.MinOutlierEjectionTime || most > v1alpha1.MaxOutlierMaxEjectionTime:
+		errs = append(errs, field.Invalid(p.Child("maxEjectionTime"), most.String(), "must be from 1s to 24h"))
+	case most < base:
+		errs = append(errs, field.Invalid(p.Child("maxEjectionTime"), most.String(), "must not be below baseEjectionTime"))
+	}
+	return &topology.OutlierDetection{
+		ErrorPercent:       uint32(max(*o.ErrorPercent, 0)),
+		MinRequestVolume:   uint64(max(*o.MinRequestVolume, 0)),
+		MinReporters:       uint32(max(*o.MinReporters, 0)),
+		BaseEjectionTime:   base,
+		MaxEjectionTime:    most,
+		MaxEjectionPercent: uint32(max(*o.MaxEjectionPercent, 0)),
+	}, errs
 }
 
 var (

@@ -729,3 +729,80 @@ func TestUpstreamAffinity(t *testing.T) {
 		})
 	}
 }
+
+// withOutlier sets spec.loadReporting and spec.outlierDetection, then lets f
+// change the detection.
+func withOutlier(f func(*v1alpha1.OutlierDetection)) func(*v1alpha1.Upstream) {
+	return func(u *v1alpha1.Upstream) {
+		u.Spec.LoadReporting = &v1alpha1.LoadReporting{}
+		o := &v1alpha1.OutlierDetection{}
+		if f != nil {
+			f(o)
+		}
+		u.Spec.OutlierDetection = o
+	}
+}
+
+// TestOutlierDetection: an empty outlierDetection takes the documented
+// defaults, set fields are kept, and every bound is refused naming its field.
+func TestOutlierDetection(t *testing.T) {
+	in := validUpstream()
+	withOutlier(nil)(in)
+	got, errs := convert.Upstream(in)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	want := &topology.OutlierDetection{ErrorPercent: 20, MinRequestVolume: 100, MinReporters: 3,
+		BaseEjectionTime: 30 * time.Second, MaxEjectionTime: 300 * time.Second, MaxEjectionPercent: 10}
+	if !reflect.DeepEqual(got.OutlierDetection, want) {
+		t.Errorf("defaults:\n got %+v\nwant %+v", got.OutlierDetection, want)
+	}
+	if in.Spec.OutlierDetection.ErrorPercent != nil {
+		t.Errorf("Upstream defaulted its input")
+	}
+	in = validUpstream()
+	withOutlier(func(o *v1alpha1.OutlierDetection) {
+		o.ErrorPercent, o.MinRequestVolume, o.MinReporters = ptr[int32](100), ptr[int32](1_000_000_000), ptr[int32](1)
+		o.BaseEjectionTime, o.MaxEjectionTime, o.MaxEjectionPercent = dur(time.Second), dur(time.Second), ptr[int32](0)
+	})(in)
+	if got, errs = convert.Upstream(in); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	want = &topology.OutlierDetection{ErrorPercent: 100, MinRequestVolume: 1_000_000_000, MinReporters: 1,
+		BaseEjectionTime: time.Second, MaxEjectionTime: time.Second}
+	if !reflect.DeepEqual(got.OutlierDetection, want) {
+		t.Errorf("set fields:\n got %+v\nwant %+v", got.OutlierDetection, want)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		mutate func(*v1alpha1.Upstream)
+		want   []string
+	}{
+		{"without loadReporting", func(u *v1alpha1.Upstream) {
+			withOutlier(nil)(u)
+			u.Spec.LoadReporting = nil
+		}, []string{"spec.loadReporting"}},
+		{"errorPercent 0", withOutlier(func(o *v1alpha1.OutlierDetection) { o.ErrorPercent = ptr[int32](0) }), []string{"spec.outlierDetection.errorPercent"}},
+		{"errorPercent 101", withOutlier(func(o *v1alpha1.OutlierDetection) { o.ErrorPercent = ptr[int32](101) }), []string{"spec.outlierDetection.errorPercent"}},
+		{"minRequestVolume 0", withOutlier(func(o *v1alpha1.OutlierDetection) { o.MinRequestVolume = ptr[int32](0) }), []string{"spec.outlierDetection.minRequestVolume"}},
+		{"minRequestVolume above 1e9", withOutlier(func(o *v1alpha1.OutlierDetection) { o.MinRequestVolume = ptr[int32](1_000_000_001) }), []string{"spec.outlierDetection.minRequestVolume"}},
+		{"minReporters 1001", withOutlier(func(o *v1alpha1.OutlierDetection) { o.MinReporters = ptr[int32](1001) }), []string{"spec.outlierDetection.minReporters"}},
+		{"maxEjectionPercent -1", withOutlier(func(o *v1alpha1.OutlierDetection) { o.MaxEjectionPercent = ptr[int32](-1) }), []string{"spec.outlierDetection.maxEjectionPercent"}},
+		{"base below 1s", withOutlier(func(o *v1alpha1.OutlierDetection) { o.BaseEjectionTime = dur(999 * time.Millisecond) }), []string{"spec.outlierDetection.baseEjectionTime"}},
+		{"base above 1h", withOutlier(func(o *v1alpha1.OutlierDetection) {
+			o.BaseEjectionTime, o.MaxEjectionTime = dur(time.Hour+1), dur(2*time.Hour)
+		}), []string{"spec.outlierDetection.baseEjectionTime"}},
+		{"max below base", withOutlier(func(o *v1alpha1.OutlierDetection) { o.BaseEjectionTime = dur(10 * time.Minute) }), []string{"spec.outlierDetection.maxEjectionTime"}},
+		{"max above 24h", withOutlier(func(o *v1alpha1.OutlierDetection) { o.MaxEjectionTime = dur(24*time.Hour + 1) }), []string{"spec.outlierDetection.maxEjectionTime"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := validUpstream()
+			tc.mutate(in)
+			_, errs := convert.Upstream(in)
+			if !reflect.DeepEqual(fields(errs), tc.want) {
+				t.Fatalf("error fields = %q, want %q (errors: %v)", fields(errs), tc.want, errs)
+			}
+		})
+	}
+}

@@ -21,6 +21,7 @@ type Catalog struct {
 	// domains the names ("namespace/name") of those that report load.
 	spatial []*topology.SpatialState
 	domains map[string]bool
+	shortest time.Duration // the shortest interval of any cluster; 0 when none has one
 }
 
 // catCluster is one cluster's endpoints: index gives an endpoint's position
@@ -74,8 +75,20 @@ func NewCatalog(prev *Catalog, snap *topology.Snapshot, include func(*topology.U
 		c.clusters[name] = cc
 	}
 	c.addSpatial(prev, snap)
+	for _, cc := range c.clusters {
+		if cc.interval > 0 && (c.shortest == 0 || cc.interval < c.shortest) {
+			c.shortest = cc.interval
+		}
+	}
 	return c
 }
+
+// Shortest is the shortest load-report interval of any cluster in the
+// catalog, zero when none has one: what a client that names no cluster
+// yet is asked for. grpc-go's first request carries only its node, and it
+// reads only the first answer, so that answer's interval is the one it
+// keeps; the shortest of all is never longer than any cluster asks for.
+func (c *Catalog) Shortest() time.Duration { return c.shortest }
 
 // Len is the number of clusters in the catalog.
 func (c *Catalog) Len() int { return len(c.clusters) }

@@ -57,6 +57,21 @@ func FuzzLoadStats(f *testing.F) {
 					t.Fatalf("%s %+v", name, e)
 				}
 			}
+			// the per-reporter view adds up to the per-endpoint one
+			rs, ok := s.Reports(name, now)
+			sum := s.Cluster(name, now)
+			if !ok || len(rs.Reporters) > 2 || len(rs.Endpoints) != len(sum) {
+				t.Fatalf("%s: reports %+v", name, rs)
+			}
+			for i := range sum {
+				var l Load
+				for _, r := range rs.Reporters {
+					l.plus(r.Loads[i])
+				}
+				if l != sum[i].Load {
+					t.Fatalf("%s endpoint %d: reporters add up to %+v, the cluster says %+v", name, i, l, sum[i].Load)
+				}
+			}
 		}
 	})
 }

@@ -525,6 +525,18 @@ type ClassLoad struct {
 	Reporters int `json:"reporters"`
 }
 
+// window is endpoint i's load in the block over the window ending in the
+// bucket epoch.
+func (b *block) window(i int, epoch int64) Load {
+	var l Load
+	for slot, stamp := range b.stamps {
+		if stamp > epoch-Buckets && stamp <= epoch {
+			l.add(b.cells[i][slot])
+		}
+	}
+	return l
+}
+
 // Cluster is the load of each endpoint of a cluster over the window ending
 // at now, in the catalog's (canonical) endpoint order, every endpoint
 // listed; nil when the cluster is not in the catalog. The figures depend
@@ -547,12 +559,7 @@ func (s *Store) Cluster(name string, now time.Time) []EndpointLoad {
 			continue
 		}
 		for i := range b.cells {
-			var l Load
-			for slot, stamp := range b.stamps {
-				if stamp > epoch-Buckets && stamp <= epoch {
-					l.add(b.cells[i][slot])
-				}
-			}
+			l := b.window(i, epoch)
 			if l.zero() {
 				continue
 			}
@@ -575,4 +582,67 @@ func (s *Store) Drops() Drops {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.drops
+}
+
+// ClusterReports is each reporter's own load on each endpoint of one
+// cluster over the window: what the fleet outlier detector needs to tell a
+// failing endpoint from a failing client. Endpoints are in the catalog's
+// (canonical) order; Reporters are sorted by id and hold only reporters
+// with some load on the cluster in the window, each with one Load per
+// endpoint (Loads[i] is Endpoints[i]'s). Its size is bounded by the
+// store's: reporters × endpoints ≤ the cells the store holds.
+type ClusterReports struct {
+	Endpoints []Endpoint
+	Reporters []ReporterLoads
+}
+
+// Endpoint names an endpoint of a cluster.
+type Endpoint struct {
+	Address string
+	Port    uint32
+}
+
+// ReporterLoads is one reporter's load on each endpoint of a cluster.
+type ReporterLoads struct {
+	ID    string
+	Loads []Load
+}
+
+// Reports is the per-reporter load of each endpoint of a cluster over the
+// window ending at now; ok is false when the cluster is not in the catalog.
+// Like Cluster, it depends only on what was reported, never on map order.
+func (s *Store) Reports(name string, now time.Time) (ClusterReports, bool) {
+	epoch := now.UnixNano() / s.bucket
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cc, ok := s.catalog.clusters[name]
+	if !ok {
+		return ClusterReports{}, false
+	}
+	out := ClusterReports{Endpoints: make([]Endpoint, len(cc.keys))}
+	for i, k := range cc.keys {
+		out.Endpoints[i] = Endpoint{k.addr, k.port}
+	}
+	for _, r := range s.reporters {
+		b, ok := r.blocks[name]
+		if !ok || b.cluster != cc {
+			continue
+		}
+		var loads []Load
+		for i := range b.cells {
+			l := b.window(i, epoch)
+			if l.zero() {
+				continue
+			}
+			if loads == nil {
+				loads = make([]Load, len(cc.keys))
+			}
+			loads[i] = l
+		}
+		if loads != nil {
+			out.Reporters = append(out.Reporters, ReporterLoads{ID: r.ID, Loads: loads})
+		}
+	}
+	slices.SortFunc(out.Reporters, func(a, b ReporterLoads) int { return cmp.Compare(a.ID, b.ID) })
+	return out, true
 }

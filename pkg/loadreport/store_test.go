@@ -2,6 +2,7 @@ package loadreport
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -321,5 +322,45 @@ func TestCatalogInterval(t *testing.T) {
 		if got := cat.Interval(tc.names); got != tc.want {
 			t.Errorf("Interval(%q) = %v, want %v", tc.names, got, tc.want)
 		}
+	}
+	if got := cat.Shortest(); got != 3*time.Second {
+		t.Errorf("Shortest() = %v, want 3s", got)
+	}
+	if got := NewCatalog(nil, snapshot(t, 2), nil).Shortest(); got != 0 {
+		t.Errorf("Shortest() of a catalog without intervals = %v", got)
+	}
+}
+
+// TestReportsPerReporter: Reports gives each reporter's own counts per
+// endpoint, in the catalog's order, reporters sorted by id, only those with
+// load in the window; an unknown cluster is not ok.
+func TestReportsPerReporter(t *testing.T) {
+	s := storeOf(t, 2, Config{})
+	old := s.Open(Reporter{ID: "old"}, t0.Add(-time.Minute))
+	old.Report(report(envoyStats("bench/svc-0000", "10.0.0.0", 5, 0, 5)), t0.Add(-time.Minute))
+	b := s.Open(Reporter{ID: "b"}, t0)
+	a := s.Open(Reporter{ID: "a"}, t0)
+	idle := s.Open(Reporter{ID: "idle"}, t0)
+	b.Report(report(grpcStats("bench/svc-0000", "~ep~10.0.0.1:8080", 4, 1, 3)), t0)
+	a.Report(report(envoyStats("bench/svc-0000", "10.0.0.0", 10, 8, 2)), t0)
+	idle.Report(report(envoyStats("bench/svc-0001", "10.0.1.0", 1, 1, 0)), t0)
+
+	got, ok := s.Reports("bench/svc-0000", t0.Add(time.Second))
+	if !ok || len(got.Endpoints) != 20 {
+		t.Fatalf("reports = %+v, %v", got, ok)
+	}
+	if len(got.Reporters) != 2 || got.Reporters[0].ID != "a" || got.Reporters[1].ID != "b" {
+		t.Fatalf("reporters = %+v, want a and b only", got.Reporters)
+	}
+	i0 := slices.Index(got.Endpoints, Endpoint{"10.0.0.0", 8080})
+	i := slices.Index(got.Endpoints, Endpoint{"10.0.0.1", 8080})
+	if l := got.Reporters[0].Loads[i0]; l != (Load{10, 8, 2}) || !got.Reporters[0].Loads[i].zero() {
+		t.Errorf("a = %+v", got.Reporters[0].Loads)
+	}
+	if l := got.Reporters[1].Loads[i]; l != (Load{4, 1, 3}) {
+		t.Errorf("b on 10.0.0.1 = %+v", l)
+	}
+	if _, ok := s.Reports("bench/nope", t0); ok {
+		t.Error("an unknown cluster has reports")
 	}
 }

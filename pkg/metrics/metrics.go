@@ -79,6 +79,12 @@ type Metrics struct {
 	ActiveChecks         *prometheus.CounterVec // result: pass | fail
 	ActiveCheckLag       prometheus.Histogram
 	ActiveCheckEndpoints *funcGaugeVec // state: healthy | unhealthy | unknown | unchecked
+	// Fleet outlier detection, per upstream with spec.outlierDetection
+	// (upstream: NAMESPACE/NAME; the series go with the detection, see
+	// ForgetOutlier).
+	OutlierEjections   *prometheus.CounterVec // upstream: ejections decided
+	OutlierEjected     *prometheus.GaugeVec   // upstream: endpoints ejected now
+	UntrustedReporters *prometheus.GaugeVec   // upstream: reporters left out of the last window
 	// Upstreams are the per-upstream gauges of the computed figures.
 	Upstreams *Upstreams
 	Leader    prometheus.Gauge // 1 while this replica holds the status-writer Lease
@@ -186,6 +192,15 @@ func New() *Metrics {
 		ActiveCheckEndpoints: &funcGaugeVec{desc: prometheus.NewDesc("poise_active_check_endpoints",
 			"Endpoints this replica actively checks, by verdict (healthy, unhealthy, unknown), and those past --health-check-max-endpoints or the 5,000 per upstream (unchecked). 0 on a replica that does not check (a Kubernetes follower).",
 			[]string{"state"}, nil), zero: ActiveCheckStates},
+		OutlierEjections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poise_outlier_ejections_total", Help: "Endpoints ejected by fleet outlier detection (spec.outlierDetection), by upstream.",
+		}, []string{"upstream"}),
+		OutlierEjected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "poise_outlier_ejected_endpoints", Help: "Endpoints ejected now by fleet outlier detection, by upstream.",
+		}, []string{"upstream"}),
+		UntrustedReporters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "poise_loadreport_untrusted_reporters", Help: "Load reporters left out of the last outlier evaluation of an upstream's window because they failed on more than half of the endpoints they reported on, by upstream.",
+		}, []string{"upstream"}),
 		Upstreams: newUpstreams(),
 		Spatial:   newSpatial(),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -197,6 +212,7 @@ func New() *Metrics {
 		m.ClientClasses, m.ClassFallbacks, m.ClassOverflows,
 		m.StatusWrites, m.StatusWriteErrors, m.StatusUnchanged, m.StatusQueueDepth, m.StatusQueueAdds, m.StatusQueueLatency,
 		m.StatusWorkDuration, m.StatusRetries, m.ActiveChecks, m.ActiveCheckLag, m.ActiveCheckEndpoints, m.Spatial,
+		m.OutlierEjections, m.OutlierEjected, m.UntrustedReporters,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	r.MustRegister(m.Upstreams.collectors()...)
 	for _, t := range Types {
@@ -231,6 +247,22 @@ func (m *Metrics) InitSource(name string) {
 		m.SourceBatches.WithLabelValues(name, r)
 	}
 	m.SourceRefusing.WithLabelValues(name)
+}
+
+// InitOutlier creates an upstream's outlier detection series at 0.
+func (m *Metrics) InitOutlier(upstream string) {
+	m.OutlierEjections.WithLabelValues(upstream)
+	m.OutlierEjected.WithLabelValues(upstream)
+	m.UntrustedReporters.WithLabelValues(upstream)
+}
+
+// ForgetOutlier deletes an upstream's outlier detection series, when its
+// detection (or the upstream) goes: the series are bounded by the upstreams
+// with spec.outlierDetection.
+func (m *Metrics) ForgetOutlier(upstream string) {
+	m.OutlierEjections.DeleteLabelValues(upstream)
+	m.OutlierEjected.DeleteLabelValues(upstream)
+	m.UntrustedReporters.DeleteLabelValues(upstream)
 }
 
 // InitStatus creates the status writer's series at 0, for the Kubernetes

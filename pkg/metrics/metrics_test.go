@@ -100,3 +100,29 @@ func TestIncludedRegistryWithoutItsGoCollector(t *testing.T) {
 		t.Error("the included registry's own metric is not served")
 	}
 }
+
+// TestOutlierSeriesFollowTheDetection: an upstream's outlier series exist
+// at 0 from InitOutlier and go with ForgetOutlier.
+func TestOutlierSeriesFollowTheDetection(t *testing.T) {
+	m := New()
+	names := []string{"poise_outlier_ejections_total", "poise_outlier_ejected_endpoints", "poise_loadreport_untrusted_reporters"}
+	count := func() (n int) {
+		for _, name := range names {
+			n += testutil.CollectAndCount(m.Registry, name)
+		}
+		return n
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("%d series before any detection", n)
+	}
+	m.InitOutlier("ns/a")
+	m.InitOutlier("ns/b")
+	m.OutlierEjections.WithLabelValues("ns/a").Inc()
+	if n := count(); n != 6 {
+		t.Fatalf("%d series for two upstreams, want 6", n)
+	}
+	m.ForgetOutlier("ns/a")
+	if n := count(); n != 3 {
+		t.Fatalf("%d series after forgetting one, want 3", n)
+	}
+}

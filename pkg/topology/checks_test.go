@@ -159,6 +159,119 @@ func TestCheckVerdictsOverlayTheSets(t *testing.T) {
 	}
 }
 
+func TestMergeOutlier(t *testing.T) {
+	for _, tc := range []struct {
+		own                bool
+		ownOrigin, vOrigin string
+		v                  bool
+		want               bool
+		wantOrigin         string
+	}{
+		{false, "", "lr", false, false, ""},
+		{false, "", "lr", true, true, "lr"},
+		{true, "status", "lr", false, true, "status"},
+		{true, "status", "lr", true, true, "status; lr"},
+		{true, "", "lr", true, true, "lr"},
+	} {
+		h := Health{Ejected: tc.own, OutlierOrigin: tc.ownOrigin, ProbeOrigin: "kept"}
+		got := mergeOutlier(h, OutlierVerdict{Ejected: tc.v, Origin: tc.vOrigin})
+		if got.Ejected != tc.want || got.OutlierOrigin != tc.wantOrigin || got.ProbeOrigin != "kept" {
+			t.Errorf("merge(%v %q, %v %q) = %v %q", tc.own, tc.ownOrigin, tc.v, tc.vOrigin, got.Ejected, got.OutlierOrigin)
+		}
+	}
+}
+
+// outlierOf is the merged outlier signal and origin of the endpoint at addr.
+func outlierOf(t *testing.T, s *Snapshot, up, addr string) (bool, string) {
+	t.Helper()
+	u := s.Upstream(Key{"default", up})
+	for i, e := range u.Endpoints {
+		if e.Address == addr {
+			if u.Origins[i].Health.Ejected != e.Ejected {
+				t.Fatalf("%s: weights input %v, origin health %v", addr, e.Ejected, u.Origins[i].Health.Ejected)
+			}
+			return e.Ejected, u.Origins[i].Health.OutlierOrigin
+		}
+	}
+	t.Fatalf("%s not in %s", addr, up)
+	return false, ""
+}
+
+// TestOutlierVerdictsOverlayTheSets: an ejection is merged into the
+// endpoint's own outlier signal (worse wins, both origins when both eject),
+// makes it ineligible, re-resolves only its upstream, survives the set's
+// replacement, and its withdrawal restores the set's own signal; check and
+// outlier verdicts on one endpoint both apply.
+func TestOutlierVerdictsOverlayTheSets(t *testing.T) {
+	d := NewDirectory()
+	var b Batch
+	for _, name := range []string{"a", "b"} {
+		b.PutUpstream(upstream(name))
+		s := set(name, name, "r1", 4, 0)
+		s.Endpoints[0].Health.Ejected, s.Endpoints[0].Health.OutlierOrigin = true, "status"
+		b.PutEndpointSet(s)
+	}
+	s0 := mustApply(t, d, b)
+	a0, a1, a2 := testAddress("a", 0), testAddress("a", 1), testAddress("a", 2)
+	ua := Key{"default", "a"}
+
+	var v Batch
+	v.PutOutlierVerdicts(ua, []OutlierVerdict{
+		{Address: a0, Port: 80, Ejected: true, Origin: "load reports 0"},
+		{Address: a1, Port: 80, Ejected: true, Origin: "load reports 1"},
+	})
+	v.PutCheckVerdicts(ua, []CheckVerdict{{Address: a1, Port: 80, Probe: weights.ProbeUnhealthy, Origin: "check 1"}})
+	s1 := mustApply(t, d, v)
+	if s1.Upstream(Key{"default", "b"}) != s0.Upstream(Key{"default", "b"}) {
+		t.Fatal("a verdict on a re-resolved b")
+	}
+	for _, c := range []struct {
+		addr   string
+		want   bool
+		origin string
+	}{{a0, true, "status; load reports 0"}, {a1, true, "load reports 1"}, {a2, false, ""}} {
+		if e, o := outlierOf(t, s1, "a", c.addr); e != c.want || o != c.origin {
+			t.Errorf("%s: %v %q, want %v %q", c.addr, e, o, c.want, c.origin)
+		}
+	}
+	if p, o := probeOf(t, s1, "a", a1); p != weights.ProbeUnhealthy || o != "check 1" {
+		t.Errorf("a1 probe: %v %q", p, o)
+	}
+	res := s1.Upstream(ua).Result
+	for i, e := range s1.Upstream(ua).Endpoints {
+		if eligible := res.Endpoints[i].Reason == weights.ReasonNone; eligible == (e.Address == a0 || e.Address == a1) {
+			t.Errorf("%s: reason %v", e.Address, res.Endpoints[i].Reason)
+		}
+	}
+	if s := mustApply(t, d, v); s != s1 {
+		t.Fatalf("repeated verdicts made revision %d", s.Revision)
+	}
+
+	// replacing the set keeps the ejections
+	var r Batch
+	r.PutEndpointSet(set("a", "a", "r1", 4, 0))
+	s2 := mustApply(t, d, r)
+	if e, o := outlierOf(t, s2, "a", a0); !e || o != "load reports 0" {
+		t.Fatalf("after the set's replacement: %v %q", e, o)
+	}
+
+	// withdrawal restores the set's own signal; a withdrawal of nothing is no change
+	var w Batch
+	w.PutOutlierVerdicts(ua, []OutlierVerdict{{Address: a0, Port: 80}, {Address: a2, Port: 80}})
+	s3 := mustApply(t, d, w)
+	if e, o := outlierOf(t, s3, "a", a0); e || o != "" {
+		t.Fatalf("after withdrawal: %v %q", e, o)
+	}
+	if e, _ := outlierOf(t, s3, "a", a1); !e {
+		t.Fatal("a1's ejection went with a0's withdrawal")
+	}
+	var none Batch
+	none.PutOutlierVerdicts(ua, []OutlierVerdict{{Address: a2, Port: 80}})
+	if s := mustApply(t, d, none); s != s3 {
+		t.Fatalf("withdrawing nothing made revision %d", s.Revision)
+	}
+}
+
 // TestReplaceCheckVerdicts: a replacement withdraws the verdicts it does not
 // name, keeps those it repeats (no new revision when nothing moves), leaves
 // other upstreams alone, and an empty replacement withdraws them all.
@@ -210,5 +323,33 @@ func TestReplaceCheckVerdicts(t *testing.T) {
 	}
 	if s2.Upstream(kb) != s1.Upstream(kb) {
 		t.Error("b re-resolved")
+	}
+}
+
+// TestReplaceOutlierVerdicts: a replacement of an upstream's ejections
+// withdraws those it does not name and keeps the check verdicts.
+func TestReplaceOutlierVerdicts(t *testing.T) {
+	d := NewDirectory()
+	var b Batch
+	b.PutUpstream(upstream("a"))
+	b.PutEndpointSet(set("a", "a", "r1", 3, 0))
+	mustApply(t, d, b)
+	a0, a1 := testAddress("a", 0), testAddress("a", 1)
+	ka := Key{"default", "a"}
+	var v Batch
+	v.PutOutlierVerdicts(ka, []OutlierVerdict{{Address: a0, Port: 80, Ejected: true, Origin: "lr 0"}, {Address: a1, Port: 80, Ejected: true, Origin: "lr 1"}})
+	v.PutCheckVerdicts(ka, []CheckVerdict{{Address: a0, Port: 80, Probe: weights.ProbeUnhealthy, Origin: "check"}})
+	mustApply(t, d, v)
+	var r Batch
+	r.ReplaceOutlierVerdicts(ka, []OutlierVerdict{{Address: a1, Port: 80, Ejected: true, Origin: "lr 1"}})
+	s := mustApply(t, d, r)
+	if e, _ := outlierOf(t, s, "a", a0); e {
+		t.Error("a0 not named is still ejected")
+	}
+	if e, o := outlierOf(t, s, "a", a1); !e || o != "lr 1" {
+		t.Errorf("a1: %v %q", e, o)
+	}
+	if p, o := probeOf(t, s, "a", a0); p != weights.ProbeUnhealthy || o != "check" {
+		t.Errorf("a0's check verdict: %v %q", p, o)
 	}
 }

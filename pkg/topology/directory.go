@@ -25,9 +25,11 @@ type Batch struct {
 	sets       map[Key]*EndpointSet
 	domains    map[Key]*SpatialDomain
 	partitions map[Key]*Partition
-	checks     map[Key]map[checkAddr]CheckVerdict // by upstream
-	// replaceChecks: upstreams whose verdicts not in checks are withdrawn
-	replaceChecks map[Key]struct{}
+	checks     overlay[CheckVerdict]
+	outliers   overlay[OutlierVerdict]
+	// replaceChecks, replaceOutliers: upstreams whose verdicts of that kind
+	// the batch does not name are withdrawn
+	replaceChecks, replaceOutliers map[Key]struct{}
 }
 
 // PutUpstream adds or replaces an upstream.
@@ -65,7 +67,10 @@ func (b *Batch) Len() int {
 	for _, vs := range b.checks {
 		n += len(vs)
 	}
-	return n + len(b.replaceChecks)
+	for _, vs := range b.outliers {
+		n += len(vs)
+	}
+	return n + len(b.replaceChecks) + len(b.replaceOutliers)
 }
 
 // reserve makes an empty map room for n entries: a first load fills it
@@ -100,7 +105,10 @@ type Directory struct {
 	partitionsOf map[Key]map[Key]struct{} // domain → its partitions, present or not
 	// checks: active health check verdicts by upstream, merged into the
 	// endpoints' probe signal when the upstream is resolved
-	checks map[Key]map[checkAddr]CheckVerdict
+	checks overlay[CheckVerdict]
+	// outliers: fleet outlier detection's ejections by upstream, merged
+	// into the endpoints' outlier signal likewise
+	outliers overlay[OutlierVerdict]
 	// scratch is reused by every Apply (they are serialized), so a small
 	// change allocates only what the new snapshot keeps.
 	scratch applyScratch
@@ -120,7 +128,8 @@ func NewDirectory() *Directory {
 		partitions:   map[Key]Partition{},
 		domainsOf:    map[Key]map[Key]struct{}{},
 		partitionsOf: map[Key]map[Key]struct{}{},
-		checks:       map[Key]map[checkAddr]CheckVerdict{},
+		checks:       overlay[CheckVerdict]{},
+		outliers:     overlay[OutlierVerdict]{},
 	}
 	d.current.Store(&Snapshot{superseded: make(chan struct{})})
 	return d
@@ -192,7 +201,8 @@ type staged struct {
 	batchLocalities []namedBy
 	batchSets       []namedBy
 	// checks: the batch's verdicts that change something, by upstream
-	checks map[Key]map[checkAddr]CheckVerdict
+	checks   overlay[CheckVerdict]
+	outliers overlay[OutlierVerdict]
 	// orphansChanged: the orphan list may differ from the previous snapshot's
 	orphansChanged bool
 	// objectsChanged: some locality or set changed even if no upstream is affected (orphans)
@@ -292,7 +302,7 @@ func (st *staged) release() {
 	st.affected = clearOrDrop(st.affected)
 	st.batchLocalities = clearSlice(st.batchLocalities)
 	st.batchSets = clearSlice(st.batchSets)
-	st.checks = nil
+	st.checks, st.outliers = nil, nil
 	st.orphansChanged, st.objectsChanged = false, false
 }
 
@@ -651,16 +661,19 @@ func (sc *resolver) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 		g := &groups[sc.groupOf[groupKey{l.Priority, l.Locality}]]
 		g.LocalityObjects = append(g.LocalityObjects, l.Key)
 	}
-	// merged holds the health of endpoints with a check verdict (the sets'
+	// merged holds the health of endpoints with a check or outlier verdict (the sets'
 	// own are never modified); one allocation, sized by a first pass, so the
-	// pointers into it stay valid. Upstreams without checks skip both.
+	// pointers into it stay valid. Upstreams without verdicts skip both.
 	var merged []Health
 	checked := st.hasChecks(u.Key)
 	if checked {
 		n := 0
 		for _, s := range sets {
 			for ei := range s.Endpoints {
-				if _, ok := st.checkOf(u.Key, checkAddr{s.Endpoints[ei].Address, s.Endpoints[ei].Port}); ok {
+				a := checkAddr{s.Endpoints[ei].Address, s.Endpoints[ei].Port}
+				_, c := st.checkOf(u.Key, a)
+				_, o := st.outlierOf(u.Key, a)
+				if c || o {
 					n++
 				}
 			}
@@ -675,8 +688,18 @@ func (sc *resolver) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 			e := &s.Endpoints[ei]
 			h := &e.Health
 			if checked {
-				if v, ok := st.checkOf(u.Key, checkAddr{e.Address, e.Port}); ok {
-					merged = append(merged, mergeProbe(e.Health, v))
+				a := checkAddr{e.Address, e.Port}
+				v, c := st.checkOf(u.Key, a)
+				o, out := st.outlierOf(u.Key, a)
+				if c || out {
+					m := e.Health
+					if c {
+						m = mergeProbe(m, v)
+					}
+					if out {
+						m = mergeOutlier(m, o)
+					}
+					merged = append(merged, m)
 					h = &merged[len(merged)-1]
 				}
 			}

@@ -86,6 +86,28 @@ type Upstream struct {
 	// the upstream's clients report their load to Poise at this interval.
 	// Zero means the upstream has no load reporting.
 	LoadReportInterval time.Duration
+	// OutlierDetection, when set, is the upstream's fleet outlier detection
+	// (spec.outlierDetection, docs/health.md); it needs LoadReportInterval.
+	OutlierDetection *OutlierDetection
+}
+
+// OutlierDetection is an upstream's fleet outlier detection, validated and
+// with its defaults applied (specs/signals.md, "Fleet outlier detection").
+type OutlierDetection struct {
+	ErrorPercent       uint32 // 1..100
+	MinRequestVolume   uint64 // 1..1e9
+	MinReporters       uint32 // 1..1000
+	BaseEjectionTime   time.Duration
+	MaxEjectionTime    time.Duration // ≥ BaseEjectionTime
+	MaxEjectionPercent uint32        // 0..100
+}
+
+// Equal reports whether o and p are the same detection; nil is none.
+func (o *OutlierDetection) Equal(p *OutlierDetection) bool {
+	if o == nil || p == nil {
+		return o == p
+	}
+	return *o == *p
 }
 
 // HealthCheck is an upstream's active health check, validated and with its
@@ -148,7 +170,9 @@ func (u Upstream) equal(o *Upstream) bool {
 	a.Service, b.Service = nil, nil
 	a.Affinity, b.Affinity = nil, nil
 	a.HealthCheck, b.HealthCheck = nil, nil
-	if a != b || (u.Service == nil) != (o.Service == nil) || !u.Affinity.equal(o.Affinity) || !u.HealthCheck.Equal(o.HealthCheck) {
+	a.OutlierDetection, b.OutlierDetection = nil, nil
+	if a != b || (u.Service == nil) != (o.Service == nil) || !u.Affinity.equal(o.Affinity) || !u.HealthCheck.Equal(o.HealthCheck) ||
+		!u.OutlierDetection.Equal(o.OutlierDetection) {
 		return false
 	}
 	return u.Service == nil || *u.Service == *o.Service

@@ -33,10 +33,13 @@ type controlPlane struct {
 	done              chan struct{}
 }
 
-func startControlPlane(t *testing.T, dir, xdsAddr, adminAddr string) *controlPlane {
+// startControlPlane runs `controlplane serve -f dir` on the given ports,
+// with extra flags after the suite's own, and waits until it is ready.
+func startControlPlane(t *testing.T, dir, xdsAddr, adminAddr string, extra ...string) *controlPlane {
 	t.Helper()
 	cp := &controlPlane{xdsAddr: xdsAddr, adminURL: "http://" + adminAddr, out: &bytes.Buffer{}, done: make(chan struct{})}
-	cp.cmd = exec.Command(binary, "serve", "-f", dir, "--xds-address", xdsAddr, "--admin-address", adminAddr, "--debounce", "20ms")
+	args := append([]string{"serve", "-f", dir, "--xds-address", xdsAddr, "--admin-address", adminAddr, "--debounce", "20ms"}, extra...)
+	cp.cmd = exec.Command(binary, args...)
 	lw := &lockedWriter{w: cp.out}
 	cp.cmd.Stdout, cp.cmd.Stderr = lw, lw
 	if err := cp.cmd.Start(); err != nil {

@@ -118,6 +118,17 @@ func TestAdmission(t *testing.T) {
 		{"healthCheck path without slash", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
 			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, HTTP: &v1alpha1.HTTPHealthCheck{Path: "healthz"}}
 		}), "spec.healthCheck.http.path", "should match"},
+		{"outlierDetection without loadReporting", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.OutlierDetection = &v1alpha1.OutlierDetection{}
+		}), "spec", "outlierDetection needs loadReporting"},
+		{"outlierDetection maxEjectionTime below the default base", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LoadReporting = &v1alpha1.LoadReporting{}
+			s.OutlierDetection = &v1alpha1.OutlierDetection{MaxEjectionTime: &metav1.Duration{Duration: 10 * time.Second}}
+		}), "spec.outlierDetection", "maxEjectionTime must not be below baseEjectionTime"},
+		{"outlierDetection errorPercent 0", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LoadReporting = &v1alpha1.LoadReporting{}
+			s.OutlierDetection = &v1alpha1.OutlierDetection{ErrorPercent: ptr(int32(0))}
+		}), "spec.outlierDetection.errorPercent", "greater than or equal to 1"},
 		{"locality weight 0", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = ptr(int64(0)) }), "spec.weight", "greater than or equal to 1"},
 		{"locality weight 4294967296", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = ptr(int64(4294967296)) }), "spec.weight", "less than or equal to 4294967295"},
 		{"locality priority 128", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Priority = ptr(int32(128)) }), "spec.priority", "less than or equal to 127"},
@@ -206,6 +217,12 @@ func TestAdmission(t *testing.T) {
 			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckGRPC, GRPC: &v1alpha1.GRPCHealthCheck{Service: "shop.Checkout"},
 				Interval: &metav1.Duration{Duration: time.Second}, Timeout: &metav1.Duration{Duration: 999 * time.Millisecond}}
 		})},
+		{"outlierDetection at its bounds", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LoadReporting = &v1alpha1.LoadReporting{}
+			s.OutlierDetection = &v1alpha1.OutlierDetection{ErrorPercent: ptr(int32(100)), MinRequestVolume: ptr(int32(1_000_000_000)),
+				MinReporters: ptr(int32(1000)), BaseEjectionTime: &metav1.Duration{Duration: time.Hour},
+				MaxEjectionTime: &metav1.Duration{Duration: 24 * time.Hour}, MaxEjectionPercent: ptr(int32(0))}
+		})},
 		{"locality weight 4294967295, priority 127", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight, s.Priority = ptr(int64(4294967295)), ptr(int32(127)) })},
 		{"endpoint weight 4294967295, port 65535, IPv6", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
 			s.Endpoints[0] = v1alpha1.Endpoint{Address: "2001:db8::1", Port: 65535, Weight: ptr(int64(4294967295))}
@@ -293,6 +310,21 @@ func TestAdmission(t *testing.T) {
 		}
 		if !equality.Semantic.DeepEqual(got.Spec.HealthCheck, want) {
 			t.Errorf("spec.healthCheck defaulted by the apiserver to %+v, by HealthCheck.Default() to %+v", got.Spec.HealthCheck, want)
+		}
+
+		// spec.outlierDetection's defaults, the apiserver's and Go's
+		od := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "ejecting", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{
+			LoadReporting: &v1alpha1.LoadReporting{}, OutlierDetection: &v1alpha1.OutlierDetection{}}}
+		wantOD := od.Spec.OutlierDetection.DeepCopy()
+		wantOD.Default()
+		if err := k8s.Create(t.Context(), od); err != nil {
+			t.Fatal(err)
+		}
+		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(od), &got); err != nil {
+			t.Fatal(err)
+		}
+		if !equality.Semantic.DeepEqual(got.Spec.OutlierDetection, wantOD) {
+			t.Errorf("spec.outlierDetection defaulted by the apiserver to %+v, by OutlierDetection.Default() to %+v", got.Spec.OutlierDetection, wantOD)
 		}
 
 		l := &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "empty"}}

@@ -49,7 +49,11 @@ func (x *xdsServer) registerLoadStats(g *grpc.Server) {
 // that gains a cluster starts reporting it. The interval asked for is the
 // shortest spec.loadReporting.interval of the clusters answered
 // (Catalog.Interval), taken when the answer is sent: an interval changed
-// later reaches a stream when it is answered again or reconnects.
+// later reaches a stream when it is answered again or reconnects. A first
+// request that names no published cluster is asked for the shortest
+// interval of any (Catalog.Shortest): grpc-go's first request carries its
+// node alone, and grpc-go keeps the first answer's interval for the life of
+// the stream.
 func (x *xdsServer) loadStats(ss grpc.ServerStream) error {
 	leave, done, err := x.admit()
 	if err != nil {
@@ -95,7 +99,15 @@ func (x *xdsServer) recvLoadStats(ss grpc.ServerStream) error {
 		// the interval of the clusters' upstreams (the shortest, when they
 		// differ); the server's own when none sets one
 		interval := x.loadInterval
-		if d := x.loads.Catalog().Interval(asked); d > 0 {
+		d := x.loads.Catalog().Interval(asked)
+		if len(asked) == 0 {
+			// a first request naming no published cluster (grpc-go sends
+			// its node alone and reads only this answer): the shortest
+			// interval of any cluster, so none is reported less often than
+			// it asks
+			d = x.loads.Catalog().Shortest()
+		}
+		if d > 0 {
 			interval = loadReportInterval(d)
 		}
 		if err := ss.SendMsg(&lrs.LoadStatsResponse{Clusters: asked, LoadReportingInterval: durationpb.New(interval),

@@ -120,9 +120,10 @@ func TestLoadStatsStreamLimit(t *testing.T) {
 	}
 }
 
-// The interval answered is the upstream's spec.loadReporting.interval, the
-// shortest of the clusters answered when they differ.
-func TestLoadStatsIntervalOfTheUpstreams(t *testing.T) {
+// intervalStream is an LRS stream to a server whose store publishes
+// bench/svc-0000 (reported every 3 s) and bench/svc-0001 (every 7 s).
+func intervalStream(t *testing.T) lrs.LoadReportingService_StreamLoadStatsClient {
+	t.Helper()
 	snap, err := topology.NewDirectory().Apply(topologytest.ReportingBatch(2, 3*time.Second, 7*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -131,11 +132,35 @@ func TestLoadStatsIntervalOfTheUpstreams(t *testing.T) {
 	store.SetCatalog(loadreport.NewCatalog(nil, snap, nil))
 	h := newHarnessWith(t, server.Config{LoadReports: store}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	stream, err := lrs.NewLoadReportingServiceClient(h.conn).StreamLoadStats(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return stream
+}
+
+// A first request with the node alone, as grpc-go sends it (and grpc-go
+// keeps the first answer's interval), is asked for the shortest interval of
+// any published cluster.
+func TestLoadStatsFirstRequestWithoutClusters(t *testing.T) {
+	stream := intervalStream(t)
+	if err := stream.Send(&lrs.LoadStatsRequest{Node: &core.Node{Id: "grpc-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetLoadReportingInterval().AsDuration(); got != 3*time.Second || len(resp.GetClusters()) != 0 {
+		t.Fatalf("answer %v, want interval 3s and no clusters", resp)
+	}
+}
+
+// The interval answered is the upstream's spec.loadReporting.interval, the
+// shortest of the clusters answered when they differ.
+func TestLoadStatsIntervalOfTheUpstreams(t *testing.T) {
+	stream := intervalStream(t)
 	for _, step := range []struct {
 		cluster string
 		want    time.Duration

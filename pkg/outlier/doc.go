@@ -1,0 +1,6 @@
+// Package outlier is fleet outlier detection (specs/signals.md): it sums
+// clients' load reports per endpoint into a compact, mergeable Aggregate,
+// leaving out the clients that are themselves the failing party, and a
+// Decider turns the merged aggregate into ejections with their origin, time
+// and cap. It is pure and deterministic, with integer math only.
+package outlier
