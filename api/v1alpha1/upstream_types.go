@@ -616,18 +616,6 @@ type OutlierEjectionStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=5000
 	Ejected []EjectedEndpoint `json:"ejected,omitempty"`
-
-	// replicas is how many replicas' load reports the last decision read.
-	// +optional
-	Replicas int32 `json:"replicas,omitempty"`
-
-	// reporters is how many clients reported in the window the last decision
-	// read, and untrustedReporters how many of them were left out as the
-	// failing party (their own requests fail on most endpoints).
-	// +optional
-	Reporters int64 `json:"reporters,omitempty"`
-	// +optional
-	UntrustedReporters int64 `json:"untrustedReporters,omitempty"`
 }
 
 // EjectedEndpoint is one endpoint fleet outlier detection ejected.

@@ -72,12 +72,8 @@ func (o *outliers) evaluate(now time.Time) {
 		// an upstream not yet in the store's catalog has no reports
 		reports, _ := o.loads.Reports(translate.ClusterName(k), now)
 		agg := outlier.Summarize(reports, od.ErrorPercent)
-		eps := make([]outlier.Endpoint, len(u.Endpoints))
-		for i, e := range u.Endpoints {
-			eps[i] = outlier.Endpoint{Address: e.Address, Port: e.Port, Weight: e.Weight}
-		}
 		label := k.String()
-		for _, v := range o.decider.Decide(k, *od, agg, eps, now) {
+		for _, v := range o.decider.Decide(k, *od, agg, outlier.EndpointsOf(u), now) {
 			if v.Ejected {
 				o.m.OutlierEjections.WithLabelValues(label).Inc()
 				o.log.Info("outlier ejected", "upstream", label, "address", v.Address, "port", v.Port, "origin", v.Origin)

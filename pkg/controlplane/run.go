@@ -270,6 +270,7 @@ func Run(ctx context.Context, cfg Config) error {
 			Debounce: cfg.Debounce, Log: log, Metrics: m,
 			Publication: rejectingPublication{pub, clients}, ClientQPS: cfg.KubeQPS, ClientBurst: cfg.KubeBurst, StatusShare: cfg.StatusShare,
 			StatusWorkers: cfg.StatusWriters, HealthChecks: checks,
+			OutlierPeriod: loads.Window() / loadreport.Buckets, OutlierWindow: loads.Window(),
 		})
 		if err != nil {
 			return err
@@ -279,6 +280,11 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		warnings = replica.Watch.Warnings
+		// every replica shares its own clients' load aggregates with the
+		// leader, which decides fleet outlier detection for all
+		runOutliers = func() error {
+			return shareLoads(ctx, dir, loads, replica.Shares, loads.Window()/loadreport.Buckets, log)
+		}
 		m.InitSource("kubernetes")
 		m.SetInvalidObjects(func() map[string]float64 {
 			out := map[string]float64{}

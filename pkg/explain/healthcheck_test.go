@@ -31,7 +31,9 @@ func TestHealthCheckShown(t *testing.T) {
 			h.ExpectedStatuses = []topology.StatusRange{{Start: 200, End: 299}, {Start: 304, End: 304}}
 		}),
 			"  active health check: HTTP GET /healthz expecting 200-299, 304 (Host api.shop) on port 9090, every 10s ± 10%, timeout 2s; Unhealthy after 3 failures, Healthy after 2 passes (origins \"active check by ...\")\n"},
-		{"TCP", with(func(h *topology.HealthCheck) { h.Type, h.Interval, h.Timeout, h.JitterPercent = "TCP", time.Second, 500 * time.Millisecond, 0 }),
+		{"TCP", with(func(h *topology.HealthCheck) {
+			h.Type, h.Interval, h.Timeout, h.JitterPercent = "TCP", time.Second, 500*time.Millisecond, 0
+		}),
 			"  active health check: TCP connect, every 1s ± 0%, timeout 500ms; Unhealthy after 3 failures, Healthy after 2 passes (origins \"active check by ...\")\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -19,8 +19,8 @@ type Catalog struct {
 	clusters map[string]*catCluster
 	// spatial are the snapshot's domain states it was built from, and
 	// domains the names ("namespace/name") of those that report load.
-	spatial []*topology.SpatialState
-	domains map[string]bool
+	spatial  []*topology.SpatialState
+	domains  map[string]bool
 	shortest time.Duration // the shortest interval of any cluster; 0 when none has one
 }
 

@@ -1,21 +1,12 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/cpbinary"
@@ -33,111 +24,16 @@ const (
 	odInterval = time.Second
 	// odBase is spec.outlierDetection.baseEjectionTime.
 	odBase = 5 * time.Second
-	// poison is a header every backend refuses: the client that sends it
-	// fails on every endpoint, as a client with broken credentials would.
-	poison = "x-poison"
 )
 
-// flakyBackend is a real gRPC health server that names itself in a
-// header, fails the given per mille of its RPCs (evenly: RPC n fails when
-// ⌊n·p/1000⌋ moves), and refuses every RPC that carries the poison header.
-type flakyBackend struct {
-	healthpb.UnimplementedHealthServer
-	addr     string
-	port     int
-	failures atomic.Int64 // per mille
-	n        atomic.Int64
-}
-
-func (b *flakyBackend) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(poison)) > 0 {
-		return nil, status.Error(codes.PermissionDenied, "this client is refused")
-	}
-	n, p := b.n.Add(1), b.failures.Load()
-	if n*p/1000 != (n-1)*p/1000 {
-		return nil, status.Error(codes.Internal, "injected failure")
-	}
-	if err := grpc.SetHeader(ctx, metadata.Pairs("x-backend", b.addr)); err != nil {
-		return nil, err
-	}
-	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
-}
-
-func startFlakyBackends(t *testing.T, n int) []*flakyBackend {
+// startLoad starts a grpc-go xDS client of od/echo sending RPCs.
+func startLoad(t *testing.T, xdsAddr, node string, poisoned bool) *splitcheck.Load {
 	t.Helper()
-	var out []*flakyBackend
-	for range n {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := grpc.NewServer()
-		b := &flakyBackend{addr: lis.Addr().String(), port: lis.Addr().(*net.TCPAddr).Port}
-		healthpb.RegisterHealthServer(srv, b)
-		go srv.Serve(lis)
-		t.Cleanup(srv.Stop)
-		out = append(out, b)
-	}
-	return out
-}
-
-// loadClient is a grpc-go xDS client sending RPCs without pause over two
-// workers until stopped, counting OK RPCs per backend and failed ones.
-type loadClient struct {
-	node   string
-	conn   *grpc.ClientConn
-	mu     sync.Mutex
-	ok     map[string]int
-	failed int
-	stop   context.CancelFunc
-	done   sync.WaitGroup
-}
-
-func startLoad(t *testing.T, xdsAddr, node string, poisoned bool) *loadClient {
-	t.Helper()
-	c := &loadClient{node: node, conn: splitcheck.NewXDSClient(t, xdsAddr, node, odListener), ok: map[string]int{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	c.stop = cancel
+	var headers []string
 	if poisoned {
-		ctx = metadata.AppendToOutgoingContext(ctx, poison, "1")
+		headers = []string{splitcheck.PoisonHeader, "1"}
 	}
-	client := healthpb.NewHealthClient(c.conn)
-	for range 2 {
-		c.done.Add(1)
-		go func() {
-			defer c.done.Done()
-			for ctx.Err() == nil {
-				var md metadata.MD
-				rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-				_, err := client.Check(rctx, &healthpb.HealthCheckRequest{}, grpc.Header(&md))
-				rcancel()
-				c.mu.Lock()
-				if err == nil && len(md.Get("x-backend")) == 1 {
-					c.ok[md.Get("x-backend")[0]]++
-				} else if ctx.Err() == nil {
-					c.failed++
-				}
-				c.mu.Unlock()
-				time.Sleep(2 * time.Millisecond) // leave the CPU to the rest
-			}
-		}()
-	}
-	t.Cleanup(c.halt)
-	return c
-}
-
-func (c *loadClient) halt() {
-	c.stop()
-	c.done.Wait()
-}
-
-// take returns the counts since the last take and starts anew.
-func (c *loadClient) take() (map[string]int, int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ok, failed := c.ok, c.failed
-	c.ok, c.failed = map[string]int{}, 0
-	return ok, failed
+	return splitcheck.StartLoad(t, splitcheck.NewXDSClient(t, xdsAddr, node, odListener), node, headers...)
 }
 
 // odEndpoints is the served explain's endpoints of od/echo by address:port.
@@ -183,7 +79,7 @@ func ejected(eps map[string]explain.Endpoint) []string {
 //	c. half the backends failing every RPC: at most 25 % of the weight
 //	   (one endpoint) is ejected at any time.
 func TestFleetOutlierDetection(t *testing.T) {
-	backends := startFlakyBackends(t, 4)
+	backends := splitcheck.StartBackends(t, "127.0.0.1", 4)
 	manifests := t.TempDir()
 	var y strings.Builder
 	fmt.Fprintf(&y, `apiVersion: poise.dev/v1alpha1
@@ -204,13 +100,13 @@ spec:
   endpoints:
 `, odInterval, odBase)
 	for _, b := range backends {
-		fmt.Fprintf(&y, "  - {address: 127.0.0.1, port: %d}\n", b.port)
+		fmt.Fprintf(&y, "  - {address: 127.0.0.1, port: %d}\n", b.Port)
 	}
 	writeAtomically(t, filepath.Join(manifests, "echo.yaml"), y.String())
 	xdsAddr, adminAddr := cpbinary.FreeAddr(t), cpbinary.FreeAddr(t)
 	cp := startControlPlane(t, manifests, xdsAddr, adminAddr, "--load-report-bucket", odBucket.String())
 
-	var clients []*loadClient
+	var clients []*splitcheck.Load
 	for i := range 4 {
 		clients = append(clients, startLoad(t, xdsAddr, fmt.Sprintf("od-client-%d", i), false))
 	}
@@ -220,9 +116,9 @@ spec:
 		time.Sleep(200 * time.Millisecond)
 		all := true
 		for _, c := range clients {
-			ok, _ := c.take()
+			ok, _ := c.Take()
 			for _, b := range backends {
-				all = all && ok[b.addr] > 0
+				all = all && ok[b.Addr] > 0
 			}
 		}
 		if all {
@@ -240,27 +136,27 @@ spec:
 
 	// a. backend 1 fails half its RPCs
 	bad := backends[1]
-	bad.failures.Store(500)
+	bad.SetFailures(500)
 	start := time.Now()
 	var served explain.Report
 	var eps map[string]explain.Endpoint
 	for {
 		served, eps = cp.odEndpoints(t)
 		if e := ejected(eps); len(e) > 0 {
-			if len(e) != 1 || e[0] != bad.addr {
-				t.Fatalf("a: ejected %v, want %s alone", e, bad.addr)
+			if len(e) != 1 || e[0] != bad.Addr {
+				t.Fatalf("a: ejected %v, want %s alone", e, bad.Addr)
 			}
 			break
 		}
 		if time.Since(start) > 10*time.Second {
-			t.Fatalf("a: %s not ejected within 10s\n%s", bad.addr, cp.logs())
+			t.Fatalf("a: %s not ejected within 10s\n%s", bad.Addr, cp.logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	ejectedAt := time.Now()
 	took := ejectedAt.Sub(start)
-	from := eps[bad.addr].ReasonFrom
-	t.Logf("a: %s ejected %v after it began failing: %q", bad.addr, took.Round(time.Millisecond), from)
+	from := eps[bad.Addr].ReasonFrom
+	t.Logf("a: %s ejected %v after it began failing: %q", bad.Addr, took.Round(time.Millisecond), from)
 	// documented: a report interval for the evidence to arrive, then one
 	// evaluation period; never more than a window plus a period
 	if limit := odWindow + odBucket; took > limit {
@@ -286,25 +182,25 @@ spec:
 		} `json:"outlier"`
 	}
 	getJSON(t, cp.adminURL+"/debug/loads?cluster="+odUpstream, &loads)
-	if e := loads.Outlier.Ejections; len(e) != 1 || e[0].Port != bad.port || !strings.HasPrefix(e[0].Origin, "load reports: ") {
+	if e := loads.Outlier.Ejections; len(e) != 1 || e[0].Port != int(bad.Port) || !strings.HasPrefix(e[0].Origin, "load reports: ") {
 		t.Errorf("a: /debug/loads shows the ejections %+v", e)
 	}
 	// the OK RPCs follow the recomputed split once every client has it
 	want := splitcheck.ExpectationOf(t, served)
-	if want.Share[bad.addr] != 0 {
-		t.Fatalf("a: the served split still gives %s a share: %+v", bad.addr, want)
+	if want.Share[bad.Addr] != 0 {
+		t.Fatalf("a: the served split still gives %s a share: %+v", bad.Addr, want)
 	}
 	for _, c := range clients {
-		cp.waitAcked(t, c.node, served.Revision, 5*time.Second)
+		cp.waitAcked(t, c.Node, served.Revision, 5*time.Second)
 	}
 	time.Sleep(100 * time.Millisecond) // the ACK precedes the new picker by a moment
 	for _, c := range clients {
-		c.take()
+		c.Take()
 	}
 	time.Sleep(2 * time.Second)
 	got := splitcheck.Tally{By: map[string]int{}}
 	for _, c := range clients {
-		ok, _ := c.take()
+		ok, _ := c.Take()
 		for a, n := range ok {
 			got.By[a] += n
 			got.Total += n
@@ -314,19 +210,19 @@ spec:
 	t.Logf("a: %d OK RPCs over the other three backends, largest |z| %.2f", got.Total, z)
 
 	// it recovers; it returns once its ejection time is up
-	bad.failures.Store(0)
+	bad.SetFailures(0)
 	for {
 		_, eps = cp.odEndpoints(t)
 		if len(ejected(eps)) == 0 {
 			break
 		}
 		if time.Since(ejectedAt) > odBase+10*time.Second {
-			t.Fatalf("a: %s still ejected %v after its ejection", bad.addr, time.Since(ejectedAt))
+			t.Fatalf("a: %s still ejected %v after its ejection", bad.Addr, time.Since(ejectedAt))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	back := time.Since(ejectedAt)
-	t.Logf("a: %s returned %v after its ejection (baseEjectionTime %v)", bad.addr, back.Round(time.Millisecond), odBase)
+	t.Logf("a: %s returned %v after its ejection (baseEjectionTime %v)", bad.Addr, back.Round(time.Millisecond), odBase)
 	if back < odBase-odBucket-100*time.Millisecond || back > odBase+odBucket+time.Second {
 		t.Errorf("a: returned after %v, want the ejection time %v within an evaluation period", back, odBase)
 	}
@@ -336,17 +232,17 @@ spec:
 		t.Fatalf("a: ejected again without new failures: %v", e)
 	}
 	for _, c := range clients {
-		cp.waitAcked(t, c.node, served.Revision, 5*time.Second)
-		c.take()
+		cp.waitAcked(t, c.Node, served.Revision, 5*time.Second)
+		c.Take()
 	}
 	time.Sleep(time.Second)
 	var returned int
 	for _, c := range clients {
-		ok, _ := c.take()
-		returned += ok[bad.addr]
+		ok, _ := c.Take()
+		returned += ok[bad.Addr]
 	}
 	if returned == 0 {
-		t.Errorf("a: %s serves nothing after its return", bad.addr)
+		t.Errorf("a: %s serves nothing after its return", bad.Addr)
 	}
 
 	// b. a client whose every RPC fails ejects nothing
@@ -358,7 +254,7 @@ spec:
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	ok, failed := misbehaving.take()
+	ok, failed := misbehaving.Take()
 	if len(ok) != 0 || failed == 0 {
 		t.Fatalf("b: the misbehaving client had %v OK and %d failed RPCs, want none OK", ok, failed)
 	}
@@ -370,11 +266,11 @@ spec:
 		t.Errorf("b: /debug/loads shows %d untrusted reporters, want 1", loads.Outlier.Untrusted)
 	}
 	t.Logf("b: %d failed RPCs of the misbehaving client over %v ejected nothing; it is the untrusted reporter", failed, time.Since(start).Round(time.Millisecond))
-	misbehaving.halt()
+	misbehaving.Halt()
 
 	// c. half the backends fail every RPC: one endpoint (25 %) at most
-	backends[0].failures.Store(1000)
-	backends[2].failures.Store(1000)
+	backends[0].SetFailures(1000)
+	backends[2].SetFailures(1000)
 	start = time.Now()
 	most, first := 0, time.Duration(0)
 	for time.Since(start) < odBase+odWindow {
@@ -396,6 +292,6 @@ spec:
 		t.Fatalf("c: no endpoint ejected while two of four failed every RPC")
 	}
 	t.Logf("c: two of four backends failing: one ejected %v after, never more than one over %v", first.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
-	backends[0].failures.Store(0)
-	backends[2].failures.Store(0)
+	backends[0].SetFailures(0)
+	backends[2].SetFailures(0)
 }

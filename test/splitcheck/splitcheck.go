@@ -28,6 +28,11 @@ import (
 	"poise.dev/poise/pkg/explain"
 )
 
+// PoisonHeader is a request header every Backend refuses (PermissionDenied):
+// a client that sends it fails on every endpoint, as a client with broken
+// credentials would.
+const PoisonHeader = "x-poison"
+
 // Backend is a real gRPC health server that names itself in a header.
 type Backend struct {
 	healthpb.UnimplementedHealthServer
@@ -36,6 +41,10 @@ type Backend struct {
 	Port int32
 	// notServing turns its answer to NOT_SERVING (SetServing).
 	notServing atomic.Bool
+	// failures is the per mille of RPCs that fail (SetFailures); n counts
+	// them; onlyWith, when set, is the header an RPC must carry to count.
+	failures, n atomic.Int64
+	onlyWith    atomic.Pointer[string]
 }
 
 // SetServing makes Check answer SERVING (true) or NOT_SERVING (false). Either
@@ -43,9 +52,29 @@ type Backend struct {
 // counted while an active check sees the server fail.
 func (b *Backend) SetServing(serving bool) { b.notServing.Store(!serving) }
 
+// SetFailures makes the given per mille of RPCs fail with Internal, evenly:
+// RPC n fails when ⌊n·p/1000⌋ moves. With onlyWith, only the RPCs that carry
+// that header count and fail: the clients on one side of a broken path.
+func (b *Backend) SetFailures(perMille int64, onlyWith ...string) {
+	h := ""
+	if len(onlyWith) > 0 {
+		h = onlyWith[0]
+	}
+	b.onlyWith.Store(&h)
+	b.failures.Store(perMille)
+}
+
 // Check answers SERVING (or NOT_SERVING, see SetServing) and says which
-// backend served.
+// backend served, or fails (PoisonHeader, SetFailures).
 func (b *Backend) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(PoisonHeader)) > 0 {
+		return nil, status.Error(codes.PermissionDenied, "this client is refused")
+	}
+	if p := b.failures.Load(); p > 0 && b.selected(ctx) {
+		if n := b.n.Add(1); n*p/1000 != (n-1)*p/1000 {
+			return nil, status.Error(codes.Internal, "injected failure")
+		}
+	}
 	if err := grpc.SetHeader(ctx, metadata.Pairs("x-backend", b.Addr)); err != nil {
 		return nil, err
 	}
@@ -53,6 +82,16 @@ func (b *Backend) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*h
 		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
 	}
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+// selected says whether an RPC counts for SetFailures.
+func (b *Backend) selected(ctx context.Context) bool {
+	h := b.onlyWith.Load()
+	if h == nil || *h == "" {
+		return true
+	}
+	md, ok := metadata.FromIncomingContext(ctx)
+	return ok && len(md.Get(*h)) > 0
 }
 
 // StartBackends starts n backends on host (127.0.0.1 in every suite).

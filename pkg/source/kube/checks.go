@@ -33,3 +33,30 @@ func checkVerdicts(u *v1alpha1.Upstream) []topology.CheckVerdict {
 	}
 	return out
 }
+
+// outlierVerdicts reads the leader's fleet outlier decision from an
+// Upstream's status: each endpoint listed is ejected, with its evidence.
+// Without spec.outlierDetection there are none, whatever status still says;
+// entries that cannot be an endpoint are skipped. An ejection stays until
+// the leader removes it: a replica does not end it on its own at its until,
+// so every replica changes at the same status revision.
+func outlierVerdicts(u *v1alpha1.Upstream) []topology.OutlierVerdict {
+	oe := u.Status.OutlierEjections
+	if u.Spec.OutlierDetection == nil || oe == nil {
+		return nil
+	}
+	list := oe.Ejected[:min(len(oe.Ejected), v1alpha1.MaxCheckedEndpointsPerUpstream)]
+	out := make([]topology.OutlierVerdict, 0, len(list))
+	for _, e := range list {
+		a, err := netip.ParseAddr(e.Address)
+		if err != nil || e.Port < 1 || e.Port > 65535 {
+			continue
+		}
+		origin := e.Origin
+		if origin == "" {
+			origin = "load reports"
+		}
+		out = append(out, topology.OutlierVerdict{Address: a.String(), Port: uint32(e.Port), Ejected: true, Origin: clip(origin, 256)})
+	}
+	return out
+}

@@ -244,32 +244,41 @@ func (r *checkRun) want(k topology.Key, checked, unchecked int) *v1alpha1.Active
 	}
 }
 
-// write patches upstream k's status.activeChecks when it differs, with
-// optimistic locking: a cache that is behind gets a conflict and a retry.
+// write patches upstream k's status.activeChecks when it differs.
 func (r *checkRun) write(ctx context.Context, k topology.Key, checked, unchecked int) error {
+	return patchUpstreamStatus(ctx, r.w.Client, r.limiter, k, func(u *v1alpha1.Upstream) {
+		var want *v1alpha1.ActiveCheckStatus
+		if u.Spec.HealthCheck != nil {
+			want = r.want(k, checked, unchecked)
+		}
+		u.Status.ActiveChecks = want
+	})
+}
+
+// patchUpstreamStatus patches the status of upstream k as set (a field of
+// it) changes a copy from the cache, when it changes anything: one write
+// per change, within limiter's budget, with optimistic locking, so a cache
+// that is behind gets a conflict and a retry, never an overwrite.
+func patchUpstreamStatus(ctx context.Context, c client.Client, limiter flowcontrol.RateLimiter, k topology.Key, set func(*v1alpha1.Upstream)) error {
 	var u v1alpha1.Upstream
-	if err := r.w.Client.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Name}, &u); err != nil {
+	if err := c.Get(ctx, types.NamespacedName{Namespace: k.Namespace, Name: k.Name}, &u); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return err
 	}
-	var want *v1alpha1.ActiveCheckStatus
-	if u.Spec.HealthCheck != nil {
-		want = r.want(k, checked, unchecked)
-	}
-	if equality.Semantic.DeepEqual(want, u.Status.ActiveChecks) {
+	orig := u.DeepCopy()
+	set(&u)
+	if equality.Semantic.DeepEqual(orig.Status, u.Status) {
 		return nil
 	}
-	if err := r.limiter.Wait(ctx); err != nil {
+	if err := limiter.Wait(ctx); err != nil {
 		return err
 	}
-	orig := u.DeepCopy()
-	u.Status.ActiveChecks = want
 	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	if err := r.w.Client.Status().Patch(wctx, &u, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("status.activeChecks of upstream %s: %w", k, err)
+	if err := c.Status().Patch(wctx, &u, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("status of upstream %s: %w", k, err)
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ func (s *Source) upstreamGone(k topology.Key) []op {
 	ops := []op{{ref: topology.ObjectRef{Kind: topology.KindUpstream, Key: k}, upstream: k, apply: func(b *topology.Batch) {
 		b.DeleteUpstream(k)
 		b.ReplaceCheckVerdicts(k, nil)
+		b.ReplaceOutlierVerdicts(k, nil)
 	}}}
 	s.mu.Lock()
 	defer s.mu.Unlock()

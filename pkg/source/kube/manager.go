@@ -60,8 +60,13 @@ type Options struct {
 	// means DefaultStatusWorkers.
 	StatusWorkers int
 	// HealthChecks configures the active health checks the leader runs
-	// (spec.healthCheck); its Name names this replica in their origins.
+	// (spec.healthCheck); its Name names this replica in their origins and
+	// its shared load aggregate.
 	HealthChecks healthcheck.Config
+	// OutlierPeriod is how often the leader decides fleet outlier detection
+	// (spec.outlierDetection), and OutlierWindow the load reports' window;
+	// zero OutlierPeriod means 5s, zero OutlierWindow six periods.
+	OutlierPeriod, OutlierWindow time.Duration
 }
 
 // Defaults of the Kubernetes client and of the status writer's share of it
@@ -110,6 +115,8 @@ type Replica struct {
 	Manager manager.Manager
 	Source  *Source
 	Status  *StatusWriter
+	// Shares carries this replica's load aggregate to the leader.
+	Shares *Shares
 	// Watch says which kinds' watches are broken, and since when.
 	Watch *WatchHealth
 }
@@ -182,15 +189,28 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 		return nil, err
 	}
 	cw := &CheckWriter{Client: m.GetClient(), Dir: dir, Config: o.HealthChecks, Log: log, Metrics: o.Metrics}
+	period, window := o.OutlierPeriod, o.OutlierWindow
+	if period <= 0 {
+		period = 5 * time.Second
+	}
+	if window <= 0 {
+		window = 6 * period
+	}
+	shares := &Shares{Writer: m.GetClient(), Reader: m.GetAPIReader(), Namespace: ns, Lease: id, Replica: o.HealthChecks.Name}
+	ow := &OutlierWriter{Client: m.GetClient(), Dir: dir, Shares: shares, Period: period, Window: window, Log: log, Metrics: o.Metrics, Events: events}
 	lead := func(ctx context.Context) error {
-		// the leader writes every status and runs the active checks
+		// the leader writes every status, runs the active checks and
+		// decides fleet outlier detection
 		cctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
+		done := make(chan error, 2)
 		go func() { done <- cw.Run(cctx) }()
+		go func() { done <- ow.Run(cctx) }()
 		err := sw.Start(ctx)
 		cancel()
-		if cerr := <-done; cerr != nil {
-			log.Error("active health checks stopped", "error", cerr)
+		for range 2 {
+			if lerr := <-done; lerr != nil {
+				log.Error("leader work stopped", "error", lerr)
+			}
 		}
 		return err
 	}
@@ -208,7 +228,7 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	if err := m.Add(el); err != nil {
 		return nil, err
 	}
-	return &Replica{Manager: m, Source: src, Status: sw, Watch: health}, nil
+	return &Replica{Manager: m, Source: src, Status: sw, Watch: health, Shares: shares}, nil
 }
 
 // Start registers the informers, starts the manager, and returns once the

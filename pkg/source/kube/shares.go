@@ -33,7 +33,7 @@ const (
 	// annotationWritten is when the replica wrote its aggregate (RFC 3339).
 	annotationWritten = "poise.dev/written-at"
 	annotationReplica = "poise.dev/replica"
-	shareKey          = "aggregate.json"
+	shareKey          = "aggregate"
 	shareFieldOwner   = "poise-controlplane"
 )
 
@@ -93,7 +93,7 @@ func (s *Shares) Put(ctx context.Context, payload []byte, written time.Time) err
 	cm := corev1ac.ConfigMap(name, s.Namespace).
 		WithLabels(map[string]string{LabelShare: labelValue(s.Lease)}).
 		WithAnnotations(map[string]string{annotationWritten: written.UTC().Format(time.RFC3339Nano), annotationReplica: s.Replica}).
-		WithData(map[string]string{shareKey: string(payload)})
+		WithBinaryData(map[string][]byte{shareKey: payload})
 	if err := s.Writer.Apply(ctx, cm, client.FieldOwner(shareFieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("sharing this replica's load aggregate in ConfigMap %s/%s: %w", s.Namespace, name, err)
 	}
@@ -131,11 +131,11 @@ func (s *Shares) List(ctx context.Context, now time.Time, fresh, stale time.Dura
 			_ = s.Writer.Delete(ctx, cm) // best effort: the next evaluation retries
 			continue
 		}
-		p := cm.Data[shareKey]
+		p := cm.BinaryData[shareKey]
 		if age > fresh || len(p) > MaxSharePayload {
 			continue
 		}
-		out = append(out, Share{Replica: cm.Annotations[annotationReplica], Written: w, Payload: []byte(p)})
+		out = append(out, Share{Replica: cm.Annotations[annotationReplica], Written: w, Payload: p})
 	}
 	slices.SortFunc(out, func(a, b Share) int {
 		if c := b.Written.Compare(a.Written); c != 0 {

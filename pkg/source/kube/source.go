@@ -161,10 +161,12 @@ func (s *Source) update(kind string, o, n client.Object) {
 			return
 		}
 	case *v1alpha1.Upstream:
-		// the source reads spec, name, and the leader's active-check verdicts
-		// from status; the rest of status is the status writer's own
+		// the source reads spec, name, and the leader's active-check and
+		// outlier verdicts from status; the rest of status is the status
+		// writer's own
 		if nn, ok := n.(*v1alpha1.Upstream); ok && o.Generation == nn.Generation && o.Generation != 0 &&
-			equality.Semantic.DeepEqual(o.Status.ActiveChecks, nn.Status.ActiveChecks) {
+			equality.Semantic.DeepEqual(o.Status.ActiveChecks, nn.Status.ActiveChecks) &&
+			equality.Semantic.DeepEqual(o.Status.OutlierEjections, nn.Status.OutlierEjections) {
 			return
 		}
 	case *v1alpha1.Locality, *v1alpha1.SpatialDomain, *v1alpha1.Partition:
@@ -564,10 +566,11 @@ func (s *Source) read(ctx context.Context, ref topology.ObjectRef) ([]op, *Rejec
 		if err != nil {
 			return nil, nil, err
 		}
-		verdicts := checkVerdicts(&obj)
+		checks, ejections := checkVerdicts(&obj), outlierVerdicts(&obj)
 		return append([]op{{ref: ref, upstream: u.Key, apply: func(b *topology.Batch) {
 			b.PutUpstream(u)
-			b.ReplaceCheckVerdicts(u.Key, verdicts)
+			b.ReplaceCheckVerdicts(u.Key, checks)
+			b.ReplaceOutlierVerdicts(u.Key, ejections)
 		}}}, imp...), nil, nil
 	case topology.KindLocality:
 		var obj v1alpha1.Locality
