@@ -3,8 +3,8 @@ package outlier
 import (
 	"maps"
 	"math/rand/v2"
-	"slices"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
