@@ -110,13 +110,18 @@ func (s *Shares) Delete(ctx context.Context) error {
 	return nil
 }
 
-// List reads every replica's aggregate written within fresh of now, the
-// most recent first, at most MaxShares; older ones (a replica that stopped
+// List reads every replica's aggregate written within fresh of now (of the
+// first 2×MaxShares ConfigMaps listed), the most recent first, at most
+// MaxShares; older ones (a replica that stopped
 // without deleting its own) are left out, and those older than stale are
 // deleted.
 func (s *Shares) List(ctx context.Context, now time.Time, fresh, stale time.Duration) ([]Share, error) {
 	var list corev1.ConfigMapList
-	if err := s.Reader.List(ctx, &list, client.InNamespace(s.Namespace), client.MatchingLabels{LabelShare: labelValue(s.Lease)}); err != nil {
+	// one page, bounded: shares are one per live replica (stale ones are
+	// deleted), so a page past MaxShares holds them all but in a namespace
+	// where something else writes such ConfigMaps
+	if err := s.Reader.List(ctx, &list, client.InNamespace(s.Namespace), client.MatchingLabels{LabelShare: labelValue(s.Lease)},
+		client.Limit(2*MaxShares)); err != nil {
 		return nil, fmt.Errorf("listing the replicas' load aggregates in %s: %w", s.Namespace, err)
 	}
 	var out []Share
