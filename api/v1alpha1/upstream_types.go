@@ -586,8 +586,8 @@ type UpstreamStatus struct {
 	// activeChecks is the verdict of spec.healthCheck, written by the leader,
 	// which alone checks (docs/health.md). Every replica reads the endpoints
 	// it lists as Unhealthy into their probe signal, so all replicas publish
-	// the same eligibility and a new leader starts from it. Absent without
-	// spec.healthCheck.
+	// the same eligibility and a new leader starts from it. Absent while no
+	// endpoint is Unhealthy and every endpoint is checked.
 	// +optional
 	ActiveChecks *ActiveCheckStatus `json:"activeChecks,omitempty"`
 
@@ -595,7 +595,7 @@ type UpstreamStatus struct {
 	// (spec.outlierDetection), written by the leader from every replica's
 	// load reports (docs/health.md). Every replica reads the endpoints it
 	// lists into their outlier signal, and a new leader continues from it.
-	// Absent without spec.outlierDetection.
+	// Absent while nothing is ejected.
 	// +optional
 	OutlierEjections *OutlierEjectionStatus `json:"outlierEjections,omitempty"`
 

@@ -2,6 +2,9 @@ package kube_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,10 +66,16 @@ func TestActiveChecksAcrossReplicas(t *testing.T) {
 	one := startPlaneWith(t, ns, "one", named("one"))
 	eventually(t, 10*time.Second, "plane one leads", func() (bool, string) { return one.leads(), one.logs.tail(5) })
 	two := startPlaneWith(t, ns, "two", named("two"))
-	eventually(t, 15*time.Second, "the leader checks the three endpoints", func() (bool, string) {
-		ac := activeCheckOf(t, ns, "echo")
-		return ac != nil && ac.Checked == 3 && len(ac.Unhealthy) == 0, fmt.Sprintf("%+v", ac)
+	eventually(t, 15*time.Second, "the leader finds the three endpoints healthy", func() (bool, string) {
+		v := metricValue(t, one, `poise_active_check_endpoints{state="healthy"}`)
+		return v == 3, fmt.Sprintf("healthy %v", v)
 	})
+	if ac := activeCheckOf(t, ns, "echo"); ac != nil {
+		t.Fatalf("status.activeChecks %+v while every endpoint is healthy: a healthy fleet writes nothing", ac)
+	}
+	if v := metricValue(t, two, `poise_active_checks_total{result="pass"}`); v != 0 {
+		t.Fatalf("the follower ran %v checks", v)
+	}
 	if two.leads() {
 		t.Fatal("both planes lead")
 	}
@@ -149,12 +158,16 @@ func TestActiveChecksAcrossReplicas(t *testing.T) {
 	})
 	t.Logf("plane two: eligible again %v after SERVING", time.Since(recovered).Round(time.Millisecond))
 	measure(t, "clients of plane two after recovery", conns[two], splitcheck.ExpectationOf(t, rep))
-	eventually(t, 10*time.Second, "status.activeChecks lists nothing", func() (bool, string) {
+	eventually(t, 10*time.Second, "status.activeChecks gone with the last Unhealthy endpoint", func() (bool, string) {
 		ac := activeCheckOf(t, ns, "echo")
-		return ac != nil && len(ac.Unhealthy) == 0 && ac.Checked == 3, fmt.Sprintf("%+v", ac)
+		return ac == nil, fmt.Sprintf("%+v", ac)
 	})
 
-	// the check is removed: its status goes
+	// it fails again, then the check is removed: its verdict and status go
+	b[2].SetServing(false)
+	two.waitExplain(t, ns, "echo", "plane two ejects backend 2", func(u explain.Upstream) (bool, string) {
+		return ejectedBy(u, b[2], "two")
+	})
 	var u v1alpha1.Upstream
 	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "echo"}, &u); err != nil {
 		t.Fatal(err)
@@ -163,8 +176,30 @@ func TestActiveChecksAcrossReplicas(t *testing.T) {
 	if err := k8s.Update(t.Context(), &u); err != nil {
 		t.Fatal(err)
 	}
+	two.waitExplain(t, ns, "echo", "without a check, backend 2 is eligible", func(u explain.Upstream) (bool, string) {
+		ep, _ := endpointOf(u, b[2])
+		return ep.Eligible, fmt.Sprintf("%+v", ep)
+	})
 	eventually(t, 10*time.Second, "status.activeChecks removed with the check", func() (bool, string) {
 		ac := activeCheckOf(t, ns, "echo")
 		return ac == nil, fmt.Sprintf("%+v", ac)
 	})
+}
+
+// metricValue reads one series of a plane's /metrics (0 when absent).
+func metricValue(t *testing.T, p *plane, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(p.adminURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
 }

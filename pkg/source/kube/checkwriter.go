@@ -232,7 +232,10 @@ func (r *checkRun) want(k topology.Key, checked, unchecked int) *v1alpha1.Active
 		list = append(list, v1alpha1.CheckedEndpoint{Address: t.Address, Port: int32(t.Port), Origin: clip(e.origin, 256), Since: &since})
 	}
 	r.mu.Unlock()
-	if checked == 0 && unchecked == 0 && len(list) == 0 {
+	// nothing to say while every endpoint is checked and none is
+	// Unhealthy: the steady state of a healthy fleet writes nothing, and a
+	// new leader does not write every checked Upstream once
+	if unchecked == 0 && len(list) == 0 {
 		return nil
 	}
 	slices.SortFunc(list, func(a, b v1alpha1.CheckedEndpoint) int {

@@ -178,8 +178,9 @@ func (w *OutlierWriter) record(k topology.Key, v outlier.Verdict) {
 // force when it differs (nil: none, and no detection).
 func (w *OutlierWriter) write(ctx context.Context, limiter flowcontrol.RateLimiter, k topology.Key, es []outlier.Ejection) error {
 	return patchUpstreamStatus(ctx, w.Client, limiter, k, func(u *v1alpha1.Upstream) {
+		// none while nothing is ejected: a healthy fleet writes nothing
 		var want *v1alpha1.OutlierEjectionStatus
-		if u.Spec.OutlierDetection != nil {
+		if u.Spec.OutlierDetection != nil && len(es) > 0 {
 			want = &v1alpha1.OutlierEjectionStatus{}
 			for _, e := range es[:min(len(es), v1alpha1.MaxCheckedEndpointsPerUpstream)] {
 				want.Ejected = append(want.Ejected, v1alpha1.EjectedEndpoint{Address: e.Address, Port: int32(e.Port), Origin: clip(e.Origin, 256),
