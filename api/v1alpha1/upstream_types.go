@@ -468,6 +468,49 @@ type EndpointsFrom struct {
 	// localityAffinity is absent (see localityAffinity).
 	// +required
 	Service ServiceReference `json:"service"`
+
+	// clusters chooses the Kubernetes clusters the Service is imported from,
+	// and gives each a priority and a locality weight. Absent, the Service is
+	// imported from the home cluster and from every registered remote
+	// cluster (a Secret labelled poise.dev/remote-cluster in Poise's
+	// namespace), each at priority 0 and weight 1, with locality (region,
+	// zone) from its Nodes and subZone the cluster's name. Present, only the
+	// clusters listed are imported (name the home cluster, --cluster-name, to
+	// include it). A Locality object for the same (priority, region, zone,
+	// subZone) overrides the weight. See docs/multicluster.md.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Clusters []ClusterImport `json:"clusters,omitempty"`
+}
+
+// ClusterImport is one cluster an Upstream imports its Service from.
+type ClusterImport struct {
+	// name is the cluster's name: the home cluster's --cluster-name, or the
+	// poise.dev/remote-cluster label of a remote cluster's Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// priority is the priority of this cluster's endpoints, 0 the most
+	// preferred; a Locality object with its own priority does not move them.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=127
+	Priority *int32 `json:"priority,omitempty"`
+
+	// weight is the locality weight of each of this cluster's localities
+	// (region, zone, subZone = the cluster's name) unless a Locality object
+	// sets one, 1 to 4294967295.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4294967295
+	Weight *int64 `json:"weight,omitempty"`
 }
 
 // ServiceReference names a port of a Kubernetes Service in the same namespace.

@@ -20,6 +20,10 @@ import (
 
 const defaultNamespace = "default"
 
+// MaxClusters bounds the clusters an Upstream imports its Service from
+// (spec.endpointsFrom.clusters) and the remote clusters a replica reads.
+const MaxClusters = 64
+
 var (
 	dnsSubdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	dnsLabel     = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -129,6 +133,35 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 			}
 		}
 		svc = &topology.ServiceRef{Name: ref.Name, Port: ref.Port.String()}
+		if cs := s.EndpointsFrom.Clusters; cs != nil {
+			cp := sp.Child("endpointsFrom", "clusters")
+			if len(cs) > MaxClusters {
+				errs = append(errs, field.TooMany(cp, len(cs), MaxClusters))
+				cs = cs[:MaxClusters]
+			}
+			svc.Clusters = make([]topology.ClusterImport, 0, len(cs))
+			for i, c := range cs {
+				ci := topology.ClusterImport{Name: c.Name, Weight: 1}
+				if c.Name == "" || len(c.Name) > 63 || !dnsLabel.MatchString(c.Name) {
+					errs = append(errs, field.Invalid(cp.Index(i).Child("name"), c.Name, "must be a cluster name (lowercase RFC 1123 label)"))
+				}
+				if c.Priority != nil {
+					errs = inRange(errs, cp.Index(i).Child("priority"), int64(*c.Priority), 0, 127)
+					ci.Priority = uint32(max(*c.Priority, 0))
+				}
+				if c.Weight != nil {
+					errs = inRange(errs, cp.Index(i).Child("weight"), *c.Weight, 1, 4294967295)
+					ci.Weight = uint64(max(*c.Weight, 1))
+				}
+				for _, o := range svc.Clusters {
+					if o.Name == c.Name {
+						errs = append(errs, field.Duplicate(cp.Index(i).Child("name"), c.Name))
+					}
+				}
+				svc.Clusters = append(svc.Clusters, ci)
+			}
+			slices.SortFunc(svc.Clusters, func(a, b topology.ClusterImport) int { return strings.Compare(a.Name, b.Name) })
+		}
 	}
 	var aff *topology.Affinity
 	if a := s.LocalityAffinity; a != nil {

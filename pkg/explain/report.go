@@ -186,6 +186,10 @@ type Endpoint struct {
 	Share      uint64 `json:"share"`
 	// From names the object the endpoint came from.
 	From string `json:"from"`
+	// Origin is where an imported endpoint was read, with its cluster
+	// ("EndpointSlice NS/NAME in cluster C"), or why a cluster's endpoint is
+	// Unavailable ("cluster C unreachable since HH:MM:SS; ...").
+	Origin string `json:"origin,omitempty"`
 	// Observed is the number of simulated picks, present with --simulate.
 	Observed *uint64 `json:"observed,omitempty"`
 }
@@ -282,6 +286,7 @@ func buildSplit(u *topology.UpstreamState, configured []topology.EffectivePriori
 					Configured: er.Configured, Eligible: er.Eligible, PanicEligible: er.PanicEligible,
 					Selectable: er.Selectable, Reason: er.Reason.String(),
 					ReasonFrom: reasonOrigin(er.Reason, origin), Share: er.Share, From: origin.Set.String(),
+					Origin: origin.Health.AdminOrigin,
 				})
 			}
 			xp.Localities = append(xp.Localities, xl)
@@ -302,6 +307,9 @@ func reasonOrigin(r weights.Reason, o topology.Origin) string {
 	case weights.ReasonOutOfScope:
 		return o.Health.ScopeOrigin
 	case weights.ReasonUnavailable, weights.ReasonDraining:
+		if o.Health.AdminOrigin != "" {
+			return o.Health.AdminOrigin
+		}
 		return o.Set.String() + " spec"
 	}
 	return ""

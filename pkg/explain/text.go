@@ -218,6 +218,9 @@ func writeEndpoint(tw *textWriter, sim *Simulation, e Endpoint) {
 		tw.printf("  observed %9s", observedPercent(*e.Observed, sim.Picks))
 	}
 	tw.printf("  %s", status)
+	if e.Origin != "" && e.Eligible {
+		tw.printf(" (from %s)", e.Origin)
+	}
 	tw.printf("\n")
 }
 

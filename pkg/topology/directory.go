@@ -51,6 +51,10 @@ func (b *Batch) PutEndpointSet(s EndpointSet) {
 		p := *s.Priority
 		s.Priority = &p
 	}
+	if s.LocalityWeight != nil {
+		w := *s.LocalityWeight
+		s.LocalityWeight = &w
+	}
 	if s.Kind == "" {
 		s.Kind = KindEndpointSet
 	}
@@ -546,6 +550,7 @@ type groupBuild struct {
 	firstLocality int // index in locs of the Locality object that set its weight, -1 for none
 	localities    int // how many Locality objects
 	sets          int // how many endpoint sets
+	setWeight     int // index in sets of the set whose LocalityWeight weighs it, -1 for none
 }
 
 type localityMatch struct{ first, conflict int }
@@ -575,7 +580,7 @@ func (sc *resolver) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 		gi, ok := sc.groupOf[k]
 		if !ok {
 			gi = len(groups)
-			groups = append(groups, groupBuild{Group: Group{Priority: k.priority, Locality: k.locality, LocalityWeight: 1}, firstLocality: -1})
+			groups = append(groups, groupBuild{Group: Group{Priority: k.priority, Locality: k.locality, LocalityWeight: 1}, firstLocality: -1, setWeight: -1})
 			sc.groupOf[k] = gi
 		}
 		return gi
@@ -633,6 +638,24 @@ func (sc *resolver) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 			prio = locs[m.first].Priority
 		}
 		gi := group(groupKey{prio, s.Locality})
+		// a set's own locality weight (an imported cluster's) weighs a
+		// group no Locality object weighs; two that differ contradict
+		if g := &groups[gi]; s.LocalityWeight != nil && g.firstLocality < 0 {
+			if g.setWeight >= 0 && *sets[g.setWeight].LocalityWeight != *s.LocalityWeight {
+				first := &sets[g.setWeight]
+				sc.setGroup = setGroup
+				return nil, &Problem{
+					Upstream: u.Key,
+					Objects:  []ObjectRef{{first.Kind, first.Key}, {s.Kind, s.Key}},
+					Err: fmt.Errorf("%w: %s weighs priority %d locality %q %d and %s weighs it %d; add a Locality object to decide",
+						weights.ErrInconsistentTopology, ObjectRef{first.Kind, first.Key}, prio, s.Locality.String(), *first.LocalityWeight, ObjectRef{s.Kind, s.Key}, *s.LocalityWeight),
+				}
+			}
+			if g.setWeight < 0 {
+				g.setWeight = i
+				g.LocalityWeight = *s.LocalityWeight
+			}
+		}
 		groups[gi].sets++
 		setGroup = append(setGroup, gi)
 	}

@@ -175,13 +175,28 @@ func (u Upstream) equal(o *Upstream) bool {
 		!u.OutlierDetection.Equal(o.OutlierDetection) {
 		return false
 	}
-	return u.Service == nil || *u.Service == *o.Service
+	return u.Service == nil || u.Service.equal(o.Service)
 }
 
 // ServiceRef names a Service in the upstream's namespace and one of its ports.
 type ServiceRef struct {
 	Name string
 	Port string // a port name or number
+	// Clusters, when set, are the only clusters the Service is imported
+	// from, in name order, each with its priority and weight; nil is the
+	// home cluster and every registered one at priority 0, weight 1.
+	Clusters []ClusterImport
+}
+
+// ClusterImport is one cluster a Service is imported from.
+type ClusterImport struct {
+	Name     string
+	Priority uint32
+	Weight   uint64
+}
+
+func (r *ServiceRef) equal(o *ServiceRef) bool {
+	return r.Name == o.Name && r.Port == o.Port && slices.Equal(r.Clusters, o.Clusters) && (r.Clusters == nil) == (o.Clusters == nil)
 }
 
 // Locality is one Locality object: the priority and weight of an
@@ -203,7 +218,11 @@ type EndpointSet struct {
 	Locality weights.Locality
 	// Priority, when set, chooses the priority; otherwise the matching
 	// Locality object does, and without one the group is priority 0.
-	Priority  *uint32
+	Priority *uint32
+	// LocalityWeight, when set, is the group's locality weight unless a
+	// Locality object sets one (an imported cluster's weight); without it
+	// the default is 1.
+	LocalityWeight *uint64
 	Endpoints []Endpoint
 	// addresses is set by Batch.PutEndpointSet: which endpoints an
 	// upstream may refuse for their address.
@@ -213,7 +232,8 @@ type EndpointSet struct {
 // equal reports whether s and o are the same object (o non-nil).
 func (s EndpointSet) equal(o *EndpointSet) bool {
 	if s.Key != o.Key || s.Kind != o.Kind || s.Upstream != o.Upstream || s.Locality != o.Locality ||
-		(s.Priority == nil) != (o.Priority == nil) || (s.Priority != nil && *s.Priority != *o.Priority) {
+		(s.Priority == nil) != (o.Priority == nil) || (s.Priority != nil && *s.Priority != *o.Priority) ||
+		(s.LocalityWeight == nil) != (o.LocalityWeight == nil) || (s.LocalityWeight != nil && *s.LocalityWeight != *o.LocalityWeight) {
 		return false
 	}
 	return slices.Equal(s.Endpoints, o.Endpoints)
@@ -241,4 +261,9 @@ type Health struct {
 	OutlierOrigin string
 	Scope         weights.Scope
 	ScopeOrigin   string
+	// AdminOrigin says where the admin state came from when the set alone
+	// does not: "EndpointSlice NS/NAME in cluster C" for an imported
+	// endpoint, or why it is Unavailable ("cluster C unreachable since
+	// HH:MM:SS"). Empty: the set's spec.
+	AdminOrigin string
 }
