@@ -62,6 +62,9 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 	namespace := fs.String("namespace", "", "with --source=kubernetes, watch only this namespace (empty: all)")
 	spatialListen := fs.String("spatial-listener", "0.0.0.0:10080", "address Envoy's spatial routing listener (LDS \"spatial\") binds, when a SpatialDomain exists")
 	leNamespace := fs.String("leader-election-namespace", "", "namespace of the Lease that elects the status writer (default: --namespace, else the pod's own, else the kubeconfig context's)")
+	clusterName := fs.String("cluster-name", kube.DefaultClusterName, "with --source=kubernetes, the home cluster's name: the name spec.endpointsFrom.clusters and explain give it (docs/multicluster.md)")
+	remoteStale := fs.Duration("remote-stale-after", kube.DefaultRemoteStaleAfter,
+		"with --source=kubernetes, how long an unreachable remote cluster's last-known endpoints keep serving before they are Unavailable (5s to 1h)")
 	leID := fs.String("leader-election-id", kube.DefaultLeaderElectionID, "name of the Lease that elects the status writer: installs sharing a namespace need different names")
 	kubeQPS := fs.Float64("kube-api-qps", kube.DefaultClientQPS, "with --source=kubernetes, requests per second to the apiserver, all clients of the process together")
 	kubeBurst := fs.Int("kube-api-burst", kube.DefaultClientBurst, "with --source=kubernetes, requests the apiserver client may send at once above --kube-api-qps")
@@ -107,6 +110,12 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 			return exitUsage
 		case *kubeQPS <= 0 || *kubeBurst <= 0:
 			fmt.Fprintln(stderr, "error: --kube-api-qps and --kube-api-burst must be positive")
+			return exitUsage
+		case *remoteStale < kube.MinRemoteStaleAfter || *remoteStale > kube.MaxRemoteStaleAfter:
+			fmt.Fprintf(stderr, "error: --remote-stale-after %v: want %v to %v\n", *remoteStale, kube.MinRemoteStaleAfter, kube.MaxRemoteStaleAfter)
+			return exitUsage
+		case kube.ValidClusterName(*clusterName) != "":
+			fmt.Fprintf(stderr, "error: --cluster-name: %s\n", kube.ValidClusterName(*clusterName))
 			return exitUsage
 		case *maxClasses < 1 || *maxClasses > 4096:
 			fmt.Fprintf(stderr, "error: --max-client-classes %d: want 1 to 4096\n", *maxClasses)
@@ -162,6 +171,7 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 			HealthCheckConcurrency: *checkConcurrency, HealthCheckMaxEndpoints: *checkMax, MetricsNoLocalityGauges: !*localityGauges, MetricsMaxUpstreams: *maxUpstreamGauges,
 			DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Settle: settleOf(*settle), Spatial: spatial,
 			KubeQPS: *kubeQPS, KubeBurst: *kubeBurst, StatusShare: *statusShare, StatusWriters: *statusWriters,
+			ClusterName: *clusterName, RemoteStaleAfter: *remoteStale,
 			Log: log, Out: stdout, BannerFormat: *logFormat, Version: buildVersion().Version,
 		})
 		if err != nil {

@@ -45,6 +45,9 @@ type Sources struct {
 	// Outliers, when set, is an upstream's last fleet outlier evaluation
 	// (/debug/loads), where this replica decides.
 	Outliers func(topology.Key) (outlier.Status, bool)
+	// Clusters, when set, lists the remote clusters and their sync state
+	// (/debug/clusters).
+	Clusters func() any
 	Metrics  *metrics.Metrics
 }
 
@@ -157,6 +160,13 @@ func addDebug(mux *http.ServeMux, s Sources) {
 	})
 	mux.HandleFunc("GET /debug/clients", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, map[string]any{"clients": s.Clients()})
+	})
+	mux.HandleFunc("GET /debug/clusters", func(w http.ResponseWriter, _ *http.Request) {
+		var cs any = []any{}
+		if s.Clusters != nil {
+			cs = s.Clusters()
+		}
+		writeJSON(w, map[string]any{"clusters": cs})
 	})
 	addConfig(mux, s)
 	addLoads(mux, s)

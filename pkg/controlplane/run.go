@@ -79,6 +79,10 @@ type Config struct {
 	// MaxClientClasses bounds the client-locality classes rendered at once
 	// (xdscache.WithMaxZones); 0 is xdscache.DefaultMaxZones.
 	MaxClientClasses int
+	// ClusterName is the home cluster's name and RemoteStaleAfter how long
+	// an unreachable remote cluster's endpoints serve (kube.Options).
+	ClusterName      string
+	RemoteStaleAfter time.Duration
 	// MetricsNoLocalityGauges leaves out poise_upstream_locality_traffic
 	// (the zero value exports it); MetricsMaxUpstreams bounds the upstreams
 	// with per-upstream gauges (0: metrics.DefaultMaxUpstreams; negative:
@@ -251,6 +255,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var runOutliers func() error // fleet outlier detection, where this replica decides
 	var outlierStatus func(topology.Key) (outlier.Status, bool)
 	var warnings func() []string
+	var clusters func() any // the remote clusters' states (/debug/clusters)
 	switch cfg.Source {
 	case "kubernetes":
 		routeLibraryLogs(log)
@@ -271,6 +276,7 @@ func Run(ctx context.Context, cfg Config) error {
 			Publication: rejectingPublication{pub, clients}, ClientQPS: cfg.KubeQPS, ClientBurst: cfg.KubeBurst, StatusShare: cfg.StatusShare,
 			StatusWorkers: cfg.StatusWriters, HealthChecks: checks,
 			OutlierPeriod: loads.Window() / loadreport.Buckets, OutlierWindow: loads.Window(),
+			ClusterName: cfg.ClusterName, RemoteStaleAfter: cfg.RemoteStaleAfter,
 		})
 		if err != nil {
 			return err
@@ -279,7 +285,8 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		warnings = replica.Watch.Warnings
+		warnings = func() []string { return append(replica.Watch.Warnings(), replica.Remotes.Warnings()...) }
+		clusters = func() any { return replica.Remotes.Status() }
 		// every replica shares its own clients' load aggregates with the
 		// leader, which decides fleet outlier detection for all
 		runOutliers = func() error {
@@ -354,6 +361,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Serving:  clients.Serving,
 		Loads:    loads,
 		Outliers: outlierStatus,
+		Clusters: clusters,
 	}
 	adminSrv := &http.Server{Handler: admin.Handler(sources), ReadHeaderTimeout: 10 * time.Second}
 	var metricsLis net.Listener

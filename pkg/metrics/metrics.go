@@ -60,6 +60,10 @@ type Metrics struct {
 	SourceRefusing *prometheus.GaugeVec     // source: 1 while its latest change is refused or held back
 	// kind: seconds the Kubernetes source's watch of it has been broken (see SetKubeStale)
 	KubeStale *funcGaugeVec
+	// cluster, state: 1 for each remote cluster's current state (see SetRemoteClusters)
+	RemoteClusterState *funcGaugePairs
+	// cluster: seconds since a remote cluster last answered synced
+	RemoteClusterLastSync *funcGaugeVec
 	// kind: objects the source sets aside as invalid (see SetInvalidObjects)
 	InvalidObjects *funcGaugeVec
 	// Client-locality classes, read from the cache at each scrape (see SetClientClasses).
@@ -146,6 +150,12 @@ func New() *Metrics {
 		KubeStale: &funcGaugeVec{desc: prometheus.NewDesc("poise_kube_source_stale_seconds",
 			"Seconds the Kubernetes source's list and watch of a kind have not reached the apiserver (0 while they do); meanwhile the topology last seen keeps serving.",
 			[]string{"kind"}, nil)},
+		RemoteClusterState: &funcGaugePairs{desc: prometheus.NewDesc("poise_remote_cluster_state",
+			"1 for each remote cluster's current sync state (Pending, Synced, Unreachable, Stale, Error), 0 for the others.",
+			[]string{"cluster", "state"}, nil)},
+		RemoteClusterLastSync: &funcGaugeVec{desc: prometheus.NewDesc("poise_remote_cluster_last_sync_seconds",
+			"Seconds since a remote cluster last answered with its cache synced (-1 while it never has).",
+			[]string{"cluster"}, nil)},
 		InvalidObjects: &funcGaugeVec{desc: prometheus.NewDesc("poise_source_invalid_objects",
 			"Objects the source sets aside because they are invalid (each has a status condition saying why; the rest of the topology serves), by kind. The files source refuses a whole change instead (poise_source_refusing), so it reports 0.",
 			[]string{"kind"}, nil), zero: Kinds},
@@ -209,6 +219,7 @@ func New() *Metrics {
 	}
 	r.MustRegister(m.BuildInfo, m.Convergence, m.PushDuration, m.SendDuration, m.Leader, m.Revision, m.PublishedRevision, m.SnapshotBuilds, m.SnapshotDuration, m.ResourceChanges,
 		m.Pushes, m.NACKs, m.ConnectedClients, m.SourceBatches, m.SourceRefusing, m.KubeStale, m.InvalidObjects,
+		m.RemoteClusterState, m.RemoteClusterLastSync,
 		m.ClientClasses, m.ClassFallbacks, m.ClassOverflows,
 		m.StatusWrites, m.StatusWriteErrors, m.StatusUnchanged, m.StatusQueueDepth, m.StatusQueueAdds, m.StatusQueueLatency,
 		m.StatusWorkDuration, m.StatusRetries, m.ActiveChecks, m.ActiveCheckLag, m.ActiveCheckEndpoints, m.Spatial,
@@ -348,6 +359,14 @@ func hasPrefix(s string, prefixes []string) bool {
 // at each scrape: seconds by kind.
 func (m *Metrics) SetKubeStale(f func() map[string]float64) { m.KubeStale.f.Store(&f) }
 
+// SetRemoteClusters makes poise_remote_cluster_state and
+// poise_remote_cluster_last_sync_seconds report what state and lastSync
+// return at each scrape.
+func (m *Metrics) SetRemoteClusters(state func() map[[2]string]float64, lastSync func() map[string]float64) {
+	m.RemoteClusterState.f.Store(&state)
+	m.RemoteClusterLastSync.f.Store(&lastSync)
+}
+
 // SetInvalidObjects makes poise_source_invalid_objects report what f
 // returns at each scrape: objects set aside by kind (kinds it leaves out are 0).
 func (m *Metrics) SetInvalidObjects(f func() map[string]float64) { m.InvalidObjects.f.Store(&f) }
@@ -418,4 +437,20 @@ func (g *funcGaugeVec) metric(v float64, label string) prometheus.Metric {
 		return prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v)
 	}
 	return prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v, label)
+}
+
+// funcGaugePairs is a gauge of two labels whose values a function reports at each scrape.
+type funcGaugePairs struct {
+	desc *prometheus.Desc
+	f    atomic.Pointer[func() map[[2]string]float64]
+}
+
+func (g *funcGaugePairs) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g *funcGaugePairs) Collect(ch chan<- prometheus.Metric) {
+	if f := g.f.Load(); f != nil {
+		for l, v := range (*f)() {
+			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v, l[0], l[1])
+		}
+	}
 }

@@ -68,7 +68,7 @@ func statusEvents(rec EventRecorder, obj runtime.Object, old, cur []metav1.Condi
 	}
 	for _, c := range cur {
 		if c.Type != v1alpha1.ConditionAccepted && c.Type != v1alpha1.ConditionProgrammed &&
-			c.Type != v1alpha1.ConditionDegraded && c.Type != ConditionResolvedRefs {
+			c.Type != v1alpha1.ConditionDegraded && c.Type != ConditionResolvedRefs && c.Type != ConditionRemoteClustersSynced {
 			continue
 		}
 		eventtype, reason, ok := conditionEvent(meta.FindStatusCondition(old, c.Type), c)

@@ -3,14 +3,18 @@ package kube
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -39,6 +43,7 @@ func (s *Source) upstreamGone(k topology.Key) []op {
 	}
 	delete(s.imported, k)
 	delete(s.refs, k)
+	delete(s.clusterConds, k)
 	s.forgetImporter(k)
 	return ops
 }
@@ -72,16 +77,67 @@ func (s *Source) importFor(ctx context.Context, u *topology.Upstream) ([]op, err
 	var sets []topology.EndpointSet
 	var nodes []string
 	ref := ""
+	var cond *metav1.Condition
 	if u.Service != nil {
-		imp, err := s.serviceSets(ctx, *u)
-		if err != nil {
-			return nil, err
+		reads, c := s.clusterReads(u)
+		cond = c
+		seen := map[string]string{} // address:port → the cluster that has it
+		var dups []string
+		for _, in := range reads {
+			imp, err := s.serviceSets(ctx, *u, in)
+			if err != nil {
+				return nil, err
+			}
+			if !in.remote || ref == "" || ref == ReasonServiceNotFound {
+				if !in.remote || imp.ref == ReasonResolved || ref == "" {
+					ref = imp.ref
+				}
+			}
+			if !in.remote && u.Affinity == nil && imp.svc != nil {
+				u.Affinity = ServiceAffinity(imp.svc)
+			}
+			// a flat network: one address:port is one endpoint, so the same
+			// one in two clusters is a conflict the first cluster wins
+			for i := range imp.sets {
+				set := &imp.sets[i]
+				set.Endpoints = slices.DeleteFunc(set.Endpoints, func(e topology.Endpoint) bool {
+					id := net.JoinHostPort(e.Address, strconv.Itoa(int(e.Port)))
+					if first, ok := seen[id]; ok && first != in.name {
+						dups = append(dups, fmt.Sprintf("%s in cluster %s is also in cluster %s, which wins", id, in.name, first))
+						return true
+					}
+					seen[id] = in.name
+					return false
+				})
+			}
+			for _, set := range imp.sets {
+				if len(set.Endpoints) > 0 {
+					sets = append(sets, set)
+				}
+			}
+			for _, n := range imp.nodes {
+				nodes = append(nodes, nodeKey(in, n))
+			}
 		}
-		sets, nodes, ref = imp.sets, imp.nodes, imp.ref
-		if u.Affinity == nil && imp.svc != nil {
-			u.Affinity = ServiceAffinity(imp.svc)
+		if len(dups) > 0 {
+			if cond == nil {
+				cond = &metav1.Condition{Type: ConditionRemoteClustersSynced, Status: metav1.ConditionTrue, Reason: ReasonClustersSynced}
+			}
+			cond.Reason = ReasonDuplicateAcrossClusters
+			cond.Message = strings.TrimPrefix(cond.Message+"; ", "; ") + "duplicate endpoints refused (the cluster first by name wins): " + bounded(dups)
 		}
 	}
+	s.mu.Lock()
+	if !condEqual(s.clusterConds[u.Key], cond) {
+		if cond == nil {
+			delete(s.clusterConds, u.Key)
+		} else {
+			s.clusterConds[u.Key] = *cond
+		}
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+	s.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.forgetImporter(u.Key)
@@ -130,6 +186,109 @@ func (s *Source) importFor(ctx context.Context, u *topology.Upstream) ([]op, err
 	}
 	s.imported[u.Key] = keys
 	return ops, nil
+}
+
+// clusterRead is one cluster an import reads.
+type clusterRead struct {
+	name       string
+	remote     bool
+	reader     client.Reader
+	staleSince time.Time             // set while past the staleness bound
+	choice     *topology.ClusterImport // from spec.endpointsFrom.clusters
+}
+
+// nodeKey names a Node in the node index: a remote one with its cluster.
+func nodeKey(in clusterRead, node string) string {
+	if !in.remote {
+		return node
+	}
+	return in.name + "\x00" + node
+}
+
+// clusterReads lists the clusters an importing Upstream reads, in name
+// order, and its RemoteClustersSynced condition (nil when it reads the home
+// cluster alone and names no cluster).
+func (s *Source) clusterReads(u *topology.Upstream) ([]clusterRead, *metav1.Condition) {
+	home := s.ClusterName
+	if home == "" {
+		home = DefaultClusterName
+	}
+	views := s.Remotes.views()
+	states := map[string]ClusterStatus{}
+	for _, st := range s.Remotes.Status() {
+		if _, ok := states[st.Name]; !ok || st.State != ClusterError {
+			states[st.Name] = st
+		}
+	}
+	var reads []clusterRead
+	var bad, unreachable, ok []string
+	want := func(name string) (*topology.ClusterImport, bool) {
+		if u.Service.Clusters == nil {
+			return nil, true
+		}
+		for i := range u.Service.Clusters {
+			if u.Service.Clusters[i].Name == name {
+				return &u.Service.Clusters[i], true
+			}
+		}
+		return nil, false
+	}
+	if c, yes := want(home); yes {
+		reads = append(reads, clusterRead{name: home, reader: s.Reader, choice: c})
+	}
+	for _, v := range views {
+		c, yes := want(v.name)
+		if !yes {
+			continue
+		}
+		reads = append(reads, clusterRead{name: v.name, remote: true, reader: v.reader, staleSince: v.staleSince, choice: c})
+	}
+	slices.SortFunc(reads, func(a, b clusterRead) int { return strings.Compare(a.name, b.name) })
+	names := slices.Sorted(maps.Keys(states))
+	if u.Service.Clusters != nil {
+		names = names[:0]
+		for _, c := range u.Service.Clusters {
+			if c.Name != home {
+				names = append(names, c.Name)
+			}
+		}
+	}
+	for _, n := range names {
+		st, found := states[n]
+		switch {
+		case !found:
+			bad = append(bad, fmt.Sprintf("cluster %s is not registered (no Secret labelled %s=%s)", n, LabelRemoteCluster, n))
+		case st.State == ClusterSynced:
+			ok = append(ok, n)
+		case st.State == ClusterUnreachable:
+			unreachable = append(unreachable, fmt.Sprintf("cluster %s unreachable since %s (its last-known endpoints serve)", n, st.Since.UTC().Format(time.TimeOnly)))
+		case st.State == ClusterStale:
+			unreachable = append(unreachable, fmt.Sprintf("cluster %s unreachable since %s (its endpoints are Unavailable)", n, st.Since.UTC().Format(time.TimeOnly)))
+		case st.State == ClusterPending:
+			bad = append(bad, fmt.Sprintf("cluster %s has not synced yet", n))
+		default:
+			bad = append(bad, fmt.Sprintf("cluster %s: %s", n, clip(st.Error, 200)))
+		}
+	}
+	if len(names) == 0 {
+		return reads, nil
+	}
+	c := &metav1.Condition{Type: ConditionRemoteClustersSynced, Status: metav1.ConditionTrue, Reason: ReasonClustersSynced,
+		Message: "remote clusters synced: " + strings.Join(ok, ", ")}
+	switch {
+	case len(bad) > 0:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonRemoteClusterError, bounded(append(bad, unreachable...))
+	case len(unreachable) > 0:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonRemoteClusterUnreachable, bounded(unreachable)
+	}
+	return reads, c
+}
+
+func condEqual(a metav1.Condition, b *metav1.Condition) bool {
+	if b == nil {
+		return a.Type == ""
+	}
+	return a.Type == b.Type && a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message
 }
 
 // ServicePort finds the Service port an Upstream names (by name or number).
@@ -194,14 +353,14 @@ type serviceImport struct {
 
 // serviceSets reads the endpoint sets an Upstream imports, the Nodes that
 // place them, the Service itself, and how the reference resolved.
-func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) (serviceImport, error) {
+func (s *Source) serviceSets(ctx context.Context, u topology.Upstream, in clusterRead) (serviceImport, error) {
 	var svc corev1.Service
-	err := s.Reader.Get(ctx, types.NamespacedName{Namespace: u.Key.Namespace, Name: u.Service.Name}, &svc)
+	err := in.reader.Get(ctx, types.NamespacedName{Namespace: u.Key.Namespace, Name: u.Service.Name}, &svc)
 	if apierrors.IsNotFound(err) {
 		return serviceImport{ref: ReasonServiceNotFound}, nil
 	}
 	if err != nil {
-		return serviceImport{}, fmt.Errorf("service %s/%s: %w", u.Key.Namespace, u.Service.Name, err)
+		return serviceImport{}, fmt.Errorf("service %s/%s in cluster %s: %w", u.Key.Namespace, u.Service.Name, in.name, err)
 	}
 	sp, ok := ServicePort(&svc, u.Service.Port)
 	if !ok {
@@ -209,9 +368,9 @@ func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) (serviceI
 	}
 	// the index reads this Service's slices only, not every slice of the namespace
 	var slices_ discoveryv1.EndpointSliceList
-	if err := s.Reader.List(ctx, &slices_, client.InNamespace(u.Key.Namespace),
+	if err := in.reader.List(ctx, &slices_, client.InNamespace(u.Key.Namespace),
 		client.MatchingFields{sliceServiceIndex: u.Service.Name}); err != nil {
-		return serviceImport{}, fmt.Errorf("endpointslices of %s/%s: %w", u.Key.Namespace, u.Service.Name, err)
+		return serviceImport{}, fmt.Errorf("endpointslices of %s/%s in cluster %s: %w", u.Key.Namespace, u.Service.Name, in.name, err)
 	}
 	type locKey struct{ region, zone string }
 	byLoc := map[locKey]map[string]topology.Endpoint{}
@@ -232,7 +391,7 @@ func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) (serviceI
 		for _, ep := range sl.Endpoints {
 			var region, zone string
 			if ep.NodeName != nil {
-				n, err := s.node(ctx, nodes, *ep.NodeName)
+				n, err := node(ctx, in.reader, nodes, *ep.NodeName)
 				if err != nil {
 					return serviceImport{}, err
 				}
@@ -248,6 +407,11 @@ func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) (serviceI
 				byLoc[lk] = map[string]topology.Endpoint{}
 			}
 			admin := AdminState(ep.Conditions)
+			origin := fmt.Sprintf("EndpointSlice %s/%s in cluster %s", sl.Namespace, sl.Name, in.name)
+			if !in.staleSince.IsZero() {
+				admin = weights.Unavailable
+				origin = fmt.Sprintf("cluster %s unreachable since %s; last seen in EndpointSlice %s/%s", in.name, in.staleSince.UTC().Format(time.TimeOnly), sl.Namespace, sl.Name)
+			}
 			for _, a := range ep.Addresses {
 				if _, err := netip.ParseAddr(a); err != nil {
 					continue
@@ -257,7 +421,7 @@ func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) (serviceI
 				if old, ok := byLoc[lk][id]; ok && old.Admin <= admin {
 					continue
 				}
-				byLoc[lk][id] = topology.Endpoint{Address: a, Port: uint32(*port), Weight: 1, Admin: admin}
+				byLoc[lk][id] = topology.Endpoint{Address: a, Port: uint32(*port), Weight: 1, Admin: admin, Health: topology.Health{AdminOrigin: origin}}
 			}
 		}
 	}
@@ -268,6 +432,15 @@ func (s *Source) serviceSets(ctx context.Context, u topology.Upstream) (serviceI
 			Kind:     KindService,
 			Upstream: u.Key.Name,
 			Locality: weights.Locality{Region: lk.region, Zone: lk.zone},
+		}
+		if in.remote {
+			// a remote cluster's endpoints are a locality of their own
+			set.Key.Name += ":" + in.name
+			set.Locality.SubZone = in.name
+		}
+		if in.choice != nil {
+			p, w := in.choice.Priority, in.choice.Weight
+			set.Priority, set.LocalityWeight = &p, &w
 		}
 		for _, e := range eps {
 			set.Endpoints = append(set.Endpoints, e)
@@ -294,12 +467,12 @@ func ImportedSetName(upstream, service, region, zone string) string {
 	return upstream + ":" + service + ":" + region + ":" + zone
 }
 
-func (s *Source) node(ctx context.Context, seen map[string]*corev1.Node, name string) (*corev1.Node, error) {
+func node(ctx context.Context, r client.Reader, seen map[string]*corev1.Node, name string) (*corev1.Node, error) {
 	if n, ok := seen[name]; ok {
 		return n, nil
 	}
 	var n corev1.Node
-	err := s.Reader.Get(ctx, types.NamespacedName{Name: name}, &n)
+	err := r.Get(ctx, types.NamespacedName{Name: name}, &n)
 	if apierrors.IsNotFound(err) {
 		seen[name] = nil
 		return nil, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -67,6 +68,12 @@ type Options struct {
 	// (spec.outlierDetection), and OutlierWindow the load reports' window;
 	// zero OutlierPeriod means 5s, zero OutlierWindow six periods.
 	OutlierPeriod, OutlierWindow time.Duration
+	// ClusterName is the home cluster's name ("" is DefaultClusterName);
+	// RemoteStaleAfter how long an unreachable remote cluster's last-known
+	// endpoints serve before they are Unavailable (zero is
+	// DefaultRemoteStaleAfter). See docs/multicluster.md.
+	ClusterName      string
+	RemoteStaleAfter time.Duration
 }
 
 // Defaults of the Kubernetes client and of the status writer's share of it
@@ -119,6 +126,8 @@ type Replica struct {
 	Shares *Shares
 	// Watch says which kinds' watches are broken, and since when.
 	Watch *WatchHealth
+	// Remotes are the remote clusters Services are imported from.
+	Remotes *Remotes
 }
 
 // NewReplica builds the manager, the source and the status writer.
@@ -181,8 +190,45 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes manager: %w", err)
 	}
-	src := &Source{Reader: m.GetCache(), Dir: dir, Debounce: o.Debounce, Log: log, Metrics: o.Metrics}
+	home := o.ClusterName
+	if home == "" {
+		home = DefaultClusterName
+	}
+	if why := ValidClusterName(home); why != "" {
+		return nil, fmt.Errorf("--cluster-name: %s", why)
+	}
+	stale := o.RemoteStaleAfter
+	if stale == 0 {
+		stale = DefaultRemoteStaleAfter
+	}
+	if stale < MinRemoteStaleAfter || stale > MaxRemoteStaleAfter {
+		return nil, fmt.Errorf("--remote-stale-after %v: must be within %v..%v", stale, MinRemoteStaleAfter, MaxRemoteStaleAfter)
+	}
+	remotes := &Remotes{Home: cfg, Namespace: ns, HomeName: home, WatchNamespace: o.Namespace, StaleAfter: stale,
+		Scheme: scheme, Log: log.With("component", "remote-clusters")}
+	src := &Source{Reader: m.GetCache(), Dir: dir, Debounce: o.Debounce, Log: log, Metrics: o.Metrics, ClusterName: home, Remotes: remotes}
 	events := m.GetEventRecorder("poise-controlplane")
+	var leading atomic.Bool
+	remotes.Mark, remotes.Changed = src.MarkRemote, src.ClusterChanged
+	remotes.Removed = func(cluster, secret string) {
+		// only the leader writes Events; every replica removes the endpoints
+		if !leading.Load() {
+			return
+		}
+		for _, up := range src.importersOf() {
+			var u v1alpha1.Upstream
+			if err := m.GetCache().Get(context.Background(), client.ObjectKey{Namespace: up.Namespace, Name: up.Name}, &u); err == nil {
+				events.Eventf(&u, nil, corev1.EventTypeWarning, "RemoteClusterRemoved", eventAction,
+					"remote cluster %s (Secret %s) is no longer registered: its endpoints are removed from this Upstream", cluster, secret)
+			}
+		}
+	}
+	if o.Metrics != nil {
+		o.Metrics.SetRemoteClusters(remotes.StateValues, remotes.LastSyncSeconds)
+	}
+	if err := m.Add(remotes); err != nil {
+		return nil, err
+	}
 	sw := &StatusWriter{Client: m.GetClient(), Dir: dir, Source: src, Publication: o.Publication, Log: log, Metrics: o.Metrics,
 		Budget: o.StatusBudgetOf(), Events: events}
 	if err := m.Add(src); err != nil {
@@ -217,18 +263,21 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	el := &elector{cfg: cfg, namespace: ns, name: id, identity: newIdentity(), lease: lease, renew: renew, retry: retry, run: lead, log: log, events: events}
 	if o.Metrics != nil {
 		o.Metrics.InitStatus()
-		el.leading = func(leading bool) {
+		el.leading = func(l bool) {
+			leading.Store(l)
 			v := 0.0
-			if leading {
+			if l {
 				v = 1
 			}
 			o.Metrics.Leader.Set(v)
 		}
+	} else {
+		el.leading = leading.Store
 	}
 	if err := m.Add(el); err != nil {
 		return nil, err
 	}
-	return &Replica{Manager: m, Source: src, Status: sw, Watch: health, Shares: shares}, nil
+	return &Replica{Manager: m, Source: src, Status: sw, Watch: health, Shares: shares, Remotes: remotes}, nil
 }
 
 // Start registers the informers, starts the manager, and returns once the

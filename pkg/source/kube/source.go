@@ -15,6 +15,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -46,6 +47,10 @@ type Source struct {
 	Debounce time.Duration
 	Log      *slog.Logger
 	Metrics  *metrics.Metrics
+	// ClusterName is the home cluster's name ("" is DefaultClusterName);
+	// Remotes, when set, are the remote clusters a Service is imported from.
+	ClusterName string
+	Remotes     *Remotes
 
 	syncMu   sync.Mutex // one batch at a time
 	mu       sync.Mutex
@@ -64,8 +69,11 @@ type Source struct {
 	nodesOf   map[topology.Key][]string
 	// refs: how each importing Upstream's Service reference resolved at the
 	// last read (a ReasonServiceNotFound, ReasonPortNotFound or ReasonResolved)
-	refs    map[topology.Key]string
-	changed chan struct{} // closed when rejections or refs change
+	refs map[topology.Key]string
+	// clusterConds: the RemoteClustersSynced condition of each Upstream
+	// that imports from remote clusters
+	clusterConds map[topology.Key]metav1.Condition
+	changed      chan struct{} // closed when rejections or refs change
 	// readErr is the last error reading an object (which is retried).
 	readErr error
 }
@@ -88,6 +96,7 @@ func (s *Source) init() {
 		s.nodeUsers = map[string]map[topology.Key]struct{}{}
 		s.nodesOf = map[topology.Key][]string{}
 		s.refs = map[topology.Key]string{}
+		s.clusterConds = map[topology.Key]metav1.Condition{}
 		s.changed = make(chan struct{})
 		if s.Log == nil {
 			s.Log = slog.New(slog.DiscardHandler)
@@ -269,6 +278,64 @@ func (s *Source) ServiceRefs() map[topology.Key]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return maps.Clone(s.refs)
+}
+
+// ClusterConditions returns the RemoteClustersSynced condition of each
+// Upstream that imports from remote clusters.
+func (s *Source) ClusterConditions() map[topology.Key]metav1.Condition {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.clusterConds)
+}
+
+// MarkRemote marks what a remote cluster's object changes: the Upstreams
+// importing its Service, or placed by its Node.
+func (s *Source) MarkRemote(cluster, kind string, o client.Object) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.init()
+	switch kind {
+	case "Service":
+		for up := range s.importers[topology.Key{Namespace: o.GetNamespace(), Name: o.GetName()}] {
+			s.dirty[topology.ObjectRef{Kind: topology.KindUpstream, Key: up}] = struct{}{}
+		}
+	case "EndpointSlice":
+		for up := range s.importers[topology.Key{Namespace: o.GetNamespace(), Name: o.GetLabels()[discoveryv1.LabelServiceName]}] {
+			s.dirty[topology.ObjectRef{Kind: topology.KindUpstream, Key: up}] = struct{}{}
+		}
+	case "Node":
+		for up := range s.nodeUsers[cluster+"\x00"+o.GetName()] {
+			s.dirty[topology.ObjectRef{Kind: topology.KindUpstream, Key: up}] = struct{}{}
+		}
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// importersOf lists the Upstreams that import a Service, in order.
+func (s *Source) importersOf() []topology.Key {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := slices.Collect(maps.Keys(s.serviceOf))
+	slices.SortFunc(keys, topology.Key.Compare)
+	return keys
+}
+
+// ClusterChanged re-imports every importing Upstream: a cluster came, went,
+// synced, or crossed the staleness bound.
+func (s *Source) ClusterChanged(string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.init()
+	for up := range s.serviceOf {
+		s.dirty[topology.ObjectRef{Kind: topology.KindUpstream, Key: up}] = struct{}{}
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 // RejectionsChanged is closed the next time the set of rejections changes,

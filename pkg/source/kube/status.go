@@ -36,6 +36,19 @@ const (
 	// ReasonRejectedByClients: Programmed=False because xDS clients of the
 	// status-writing replica rejected (NACKed) the upstream's resources.
 	ReasonRejectedByClients = "RejectedByClients"
+	// ConditionRemoteClustersSynced says, on an Upstream that imports from
+	// remote clusters (or names clusters), whether each is synced.
+	ConditionRemoteClustersSynced = "RemoteClustersSynced"
+	ReasonClustersSynced          = "Synced"
+	// ReasonRemoteClusterUnreachable: a cluster's apiserver does not answer
+	// (its last-known endpoints serve, then are Unavailable past the bound).
+	ReasonRemoteClusterUnreachable = "RemoteClusterUnreachable"
+	// ReasonRemoteClusterError: a cluster is not registered, its Secret is
+	// unusable, or it has not synced yet.
+	ReasonRemoteClusterError = "RemoteClusterError"
+	// ReasonDuplicateAcrossClusters: an address:port in two clusters; the
+	// cluster first by name keeps it.
+	ReasonDuplicateAcrossClusters = "DuplicateAcrossClusters"
 )
 
 // The status of each kind is a pure function of the object, its own part of

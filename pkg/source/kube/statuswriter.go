@@ -490,6 +490,7 @@ func (r *statusRun) followClientRejections(ctx context.Context, cr ClientRejecti
 // followRejections queues the objects whose rejection changed, and the
 // Upstreams whose Service reference resolves differently.
 func (r *statusRun) followRejections(ctx context.Context, rejected map[topology.ObjectRef]Rejection, refs map[topology.Key]string) {
+	conds := r.w.Source.ClusterConditions()
 	for {
 		select {
 		case <-ctx.Done():
@@ -517,7 +518,18 @@ func (r *statusRun) followRejections(ctx context.Context, rejected map[topology.
 				r.q.Add(topology.ObjectRef{Kind: topology.KindUpstream, Key: k})
 			}
 		}
-		rejected, refs = nowRejected, nowRefs
+		nowConds := r.w.Source.ClusterConditions()
+		for k, c := range nowConds {
+			if !condEqual(conds[k], &c) {
+				r.q.Add(topology.ObjectRef{Kind: topology.KindUpstream, Key: k})
+			}
+		}
+		for k := range conds {
+			if _, still := nowConds[k]; !still {
+				r.q.Add(topology.ObjectRef{Kind: topology.KindUpstream, Key: k})
+			}
+		}
+		rejected, refs, conds = nowRejected, nowRefs, nowConds
 	}
 }
 
@@ -608,7 +620,14 @@ func (r *statusRun) process(ctx context.Context, ref topology.ObjectRef) error {
 		if cr, ok := r.pub.(ClientRejections); ok && state != nil {
 			rejectedBy = cr.RejectedBy(ref.Key)
 		}
-		return writeStatus(ctx, r, ref, &u, &u.Status, upstreamStatus(&u, state, rej, refs, programmed, rejectedBy, demand, fromLoads))
+		want := upstreamStatus(&u, state, rej, refs, programmed, rejectedBy, demand, fromLoads)
+		if c, ok := r.w.Source.ClusterConditions()[ref.Key]; ok && u.Spec.EndpointsFrom != nil {
+			c.ObservedGeneration = u.Generation
+			meta.SetStatusCondition(&want.Conditions, c)
+		} else {
+			meta.RemoveStatusCondition(&want.Conditions, ConditionRemoteClustersSynced)
+		}
+		return writeStatus(ctx, r, ref, &u, &u.Status, want)
 	case topology.KindLocality:
 		var l v1alpha1.Locality
 		if err := r.w.Client.Get(ctx, nn, &l); err != nil {

@@ -104,6 +104,16 @@ func (h *WatchHealth) Stale() map[string]time.Duration {
 	return out
 }
 
+// lastError is a kind's latest failure ("" while it works).
+func (h *WatchHealth) lastError(kind string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if st := h.kinds[kind]; st != nil {
+		return st.err
+	}
+	return ""
+}
+
 // StaleSeconds is Stale in seconds, as poise_kube_source_stale_seconds reports it.
 func (h *WatchHealth) StaleSeconds() map[string]float64 {
 	stale := h.Stale()
