@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -279,7 +280,7 @@ func (r *Remotes) secret(ctx context.Context, o any) {
 func (r *Remotes) build(ctx context.Context, cancel context.CancelFunc, key string, c *remote, cfg *rest.Config) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 50, 100
-	cfg.Timeout = 30 * time.Second
+	cfg.Timeout = 10 * time.Second
 	health := NewWatchHealth(r.Log.With("cluster", c.name))
 	opts := cache.Options{
 		Scheme:           r.Scheme,
@@ -298,64 +299,21 @@ func (r *Remotes) build(ctx context.Context, cancel context.CancelFunc, key stri
 		}
 		r.Log.Error("remote cluster cache", "cluster", c.name, "secret", key, "error", err)
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		fail(fmt.Errorf("Secret %s data.%s: client for cluster %s: %w", key, RemoteKubeconfigKey, c.name, err))
-		cancel()
-		return
-	}
-	ca, err := cache.New(cfg, opts)
-	if err != nil {
-		fail(fmt.Errorf("Secret %s data.%s: cache for cluster %s: %w", key, RemoteKubeconfigKey, c.name, err))
-		cancel()
-		return
-	}
-	if err := ca.IndexField(ctx, &discoveryv1.EndpointSlice{}, sliceServiceIndex, func(o client.Object) []string {
-		if svc := o.GetLabels()[discoveryv1.LabelServiceName]; svc != "" {
-			return []string{svc}
+	var live atomic.Bool // the handlers mark only once this cache is the cluster's
+	var cs kubernetes.Interface
+	var ca cache.Cache
+	// an apiserver away at registration is retried until it answers
+	for {
+		var err error
+		cs, ca, err = r.newCache(ctx, c, key, cfg, opts, &live)
+		if err == nil {
+			break
 		}
-		return nil
-	}); err != nil {
-		fail(fmt.Errorf("cluster %s: index EndpointSlices: %w", c.name, err))
-		cancel()
-		return
-	}
-	live := false // the handlers mark only once this cache is the cluster's
-	var liveMu sync.Mutex
-	for _, k := range []kindOf{{&corev1.Service{}, "Service"}, {&discoveryv1.EndpointSlice{}, "EndpointSlice"}, {&corev1.Node{}, "Node"}} {
-		inf, err := ca.GetInformer(ctx, k.obj)
-		if err != nil {
-			fail(fmt.Errorf("cluster %s: informer for %s: %w", c.name, k.kind, err))
-			cancel()
+		fail(err)
+		select {
+		case <-ctx.Done():
 			return
-		}
-		kind := k.kind
-		mark := func(o any) {
-			if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-				o = t.Obj
-			}
-			liveMu.Lock()
-			l := live
-			liveMu.Unlock()
-			if obj, ok := o.(client.Object); ok && l && r.Mark != nil {
-				r.Mark(c.name, kind, obj)
-			}
-		}
-		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc: mark, DeleteFunc: mark,
-			UpdateFunc: func(o, n any) {
-				if sameForImport(o, n) {
-					return
-				}
-				mark(n)
-				if s, ok := o.(*discoveryv1.EndpointSlice); ok {
-					mark(s) // it may have left its Service
-				}
-			},
-		}); err != nil {
-			fail(fmt.Errorf("cluster %s: handler for %s: %w", c.name, k.kind, err))
-			cancel()
-			return
+		case <-time.After(r.probe()):
 		}
 	}
 	go func() {
@@ -389,13 +347,62 @@ func (r *Remotes) build(ctx context.Context, cancel context.CancelFunc, key stri
 	c.unreachable, c.stale, c.lastErr = time.Time{}, false, ""
 	c.lastSync = r.now()
 	r.mu.Unlock()
-	liveMu.Lock()
-	live = true
-	liveMu.Unlock()
+	live.Store(true)
 	r.Log.Info("remote cluster synced", "cluster", c.name, "secret", key)
 	if r.Changed != nil {
 		r.Changed(c.name)
 	}
+}
+
+// newCache builds one credential's cache of the cluster's Services,
+// EndpointSlices and Nodes, with its handlers (which mark once live).
+func (r *Remotes) newCache(ctx context.Context, c *remote, key string, cfg *rest.Config, opts cache.Options, live *atomic.Bool) (kubernetes.Interface, cache.Cache, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("Secret %s data.%s: client for cluster %s: %w", key, RemoteKubeconfigKey, c.name, err)
+	}
+	ca, err := cache.New(cfg, opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("Secret %s data.%s: cache for cluster %s: %w", key, RemoteKubeconfigKey, c.name, err)
+	}
+	if err := ca.IndexField(ctx, &discoveryv1.EndpointSlice{}, sliceServiceIndex, func(o client.Object) []string {
+		if svc := o.GetLabels()[discoveryv1.LabelServiceName]; svc != "" {
+			return []string{svc}
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, fmt.Errorf("cluster %s: index EndpointSlices: %w", c.name, err)
+	}
+	for _, k := range []kindOf{{&corev1.Service{}, "Service"}, {&discoveryv1.EndpointSlice{}, "EndpointSlice"}, {&corev1.Node{}, "Node"}} {
+		inf, err := ca.GetInformer(ctx, k.obj)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cluster %s: informer for %s: %w", c.name, k.kind, err)
+		}
+		kind := k.kind
+		mark := func(o any) {
+			if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+				o = t.Obj
+			}
+			if obj, ok := o.(client.Object); ok && live.Load() && r.Mark != nil {
+				r.Mark(c.name, kind, obj)
+			}
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: mark, DeleteFunc: mark,
+			UpdateFunc: func(o, n any) {
+				if sameForImport(o, n) {
+					return
+				}
+				mark(n)
+				if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+					mark(s) // it may have left its Service
+				}
+			},
+		}); err != nil {
+			return nil, nil, fmt.Errorf("cluster %s: handler for %s: %w", c.name, k.kind, err)
+		}
+	}
+	return cs, ca, nil
 }
 
 func withTimeout(ctx context.Context, d time.Duration) context.Context {

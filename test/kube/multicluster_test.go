@@ -1,0 +1,454 @@
+package kube_test
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/controlplane"
+	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/test/splitcheck"
+)
+
+// remoteCluster is one more real kube-apiserver and etcd, reached through
+// a TCP proxy the test can cut (an honest model of an unreachable cluster:
+// the apiserver and its etcd keep running, nothing reaches them).
+type remoteCluster struct {
+	name  string
+	env   *envtest.Environment
+	k8s   client.Client
+	proxy *cutProxy
+}
+
+// startRemote starts a remote cluster with a read-only ClusterRole for
+// services, endpointslices and nodes (what create-remote-secret grants).
+func startRemote(t *testing.T, name string) *remoteCluster {
+	t.Helper()
+	env := &envtest.Environment{BinaryAssetsDirectory: os.Getenv("KUBEBUILDER_ASSETS")}
+	start := time.Now()
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("remote %s: start kube-apiserver and etcd: %v", name, err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	t.Logf("remote %s: kube-apiserver and etcd up in %v", name, time.Since(start).Round(time.Millisecond))
+	scheme, err := kube.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = rbacv1.AddToScheme(scheme)
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "poise-remote-reader"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"services", "nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
+	}}
+	if err := c.Create(t.Context(), role); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("remote %s: apiserver at %s", name, cfg.Host)
+	host := strings.TrimSuffix(strings.TrimPrefix(cfg.Host, "https://"), "/")
+	return &remoteCluster{name: name, env: env, k8s: c, proxy: startCutProxy(t, host)}
+}
+
+// reader adds a user bound to the read-only role and returns a kubeconfig
+// for it that reaches the apiserver through the proxy.
+func (r *remoteCluster) reader(t *testing.T, user string) []byte {
+	t.Helper()
+	u, err := r.env.AddUser(envtest.User{Name: user}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user}, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "poise-remote-reader"},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}}}
+	if err := r.k8s.Create(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfigOf(t, u.Config(), "https://"+r.proxy.addr)
+}
+
+func kubeconfigOf(t *testing.T, cfg *rest.Config, server string) []byte {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["remote"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["reader"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["remote"] = &clientcmdapi.Context{Cluster: "remote", AuthInfo: "reader"}
+	kc.CurrentContext = "remote"
+	b, err := clientcmd.Write(*kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// cutProxy forwards TCP to an apiserver until cut: then it closes every
+// open connection and every new one at once.
+type cutProxy struct {
+	addr   string
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  map[net.Conn]struct{}
+}
+
+func startCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{addr: lis.Addr().String(), target: target, conns: map[net.Conn]struct{}{}}
+	t.Cleanup(func() { lis.Close(); p.setCut(true) })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) serve(c net.Conn) {
+	p.mu.Lock()
+	if p.cut {
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
+	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cutProxy: dial %s: %v\n", p.target, err)
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
+	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+	p.mu.Unlock()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	<-done
+	c.Close()
+	up.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, up)
+	p.mu.Unlock()
+}
+
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			c.Close()
+		}
+	}
+}
+
+// hostIP is a non-loopback IPv4 address of this machine: the apiserver
+// refuses loopback EndpointSlice addresses, and the backends must be real.
+func hostIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	t.Skip("no non-loopback IPv4 address: EndpointSlices cannot point at local backends")
+	return ""
+}
+
+// createClusterService creates, in one cluster, namespace ns, a Node in
+// region/zone, Service echo-svc and a slice per backend.
+func createClusterService(t *testing.T, c client.Client, ns, cluster, region, zone string, b []*splitcheck.Backend, create bool) {
+	t.Helper()
+	if create {
+		if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node := ns + "-" + cluster
+	objs := []client.Object{
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{kube.LabelRegion: region, kube.LabelZone: zone}}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "echo-svc", Namespace: ns}, Spec: corev1.ServiceSpec{
+			Ports: []corev1.ServicePort{{Name: "grpc", Port: 80, TargetPort: intstr.FromString("grpc")}},
+		}},
+	}
+	for i, be := range b {
+		objs = append(objs, slice(ns, "echo-svc", i, be, discoveryv1.AddressTypeIPv4, node, readyCond))
+	}
+	for _, o := range objs {
+		if err := c.Create(t.Context(), o); err != nil {
+			t.Fatalf("cluster %s: create %T %s: %v", cluster, o, o.GetName(), err)
+		}
+	}
+	t.Cleanup(func() { _ = c.Delete(t.Context(), objs[0]) })
+}
+
+func remoteSecret(ns, name, cluster string, kubeconfig []byte) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{kube.LabelRemoteCluster: cluster}},
+		Data: map[string][]byte{kube.RemoteKubeconfigKey: kubeconfig}}
+}
+
+// clusterOf tells an explained endpoint's cluster from its origin.
+func clusterOf(ep explain.Endpoint) string {
+	o := ep.Origin
+	if i := strings.Index(o, " in cluster "); i >= 0 {
+		return strings.Fields(o[i+len(" in cluster "):])[0]
+	}
+	if strings.HasPrefix(o, "cluster ") {
+		return strings.Fields(o)[1]
+	}
+	return ""
+}
+
+func endpointsByCluster(u explain.Upstream) map[string][]explain.Endpoint {
+	out := map[string][]explain.Endpoint{}
+	for _, p := range u.Priorities {
+		for _, l := range p.Localities {
+			for _, ep := range l.Endpoints {
+				out[clusterOf(ep)] = append(out[clusterOf(ep)], ep)
+			}
+		}
+	}
+	return out
+}
+
+// TestMultiCluster: one control plane imports Service echo-svc from its
+// home cluster and two remote clusters (three real kube-apiservers), each
+// registered by a Secret; a grpc-go xDS client carries out the split
+// across clusters; a remote cut off keeps serving for the staleness bound,
+// then is Unavailable and traffic fails over, and comes back with the
+// cluster; a rotated credential keeps the import; a deleted Secret takes
+// the cluster's endpoints with an Event. Poise is never restarted.
+func TestMultiCluster(t *testing.T) {
+	ns := namespace(t)
+	ip := hostIP(t)
+	eu1, eu2 := startRemote(t, "eu-1"), startRemote(t, "eu-2")
+	b := splitcheck.StartBackends(t, ip, 6)
+	createClusterService(t, k8s, ns, "home", "eu-west", "eu-west-a", b[0:2], false)
+	createClusterService(t, eu1.k8s, ns, "eu-1", "eu-central", "eu-central-a", b[2:4], true)
+	createClusterService(t, eu2.k8s, ns, "eu-2", "eu-north", "eu-north-a", b[4:6], true)
+	up := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{
+		Protocol: v1alpha1.ProtocolGRPC,
+		EndpointsFrom: &v1alpha1.EndpointsFrom{Service: v1alpha1.ServiceReference{Name: "echo-svc", Port: intstr.FromString("grpc")},
+			// home takes twice the weight of each remote
+			Clusters: []v1alpha1.ClusterImport{{Name: "home", Weight: ptr(int64(2))}, {Name: "eu-1"}, {Name: "eu-2"}}},
+	}}
+	if err := k8s.Create(t.Context(), up); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*corev1.Secret{
+		remoteSecret(ns, "remote-eu-1", "eu-1", eu1.reader(t, "poise-reader-1")),
+		remoteSecret(ns, "remote-eu-2", "eu-2", eu2.reader(t, "poise-reader-1")),
+	} {
+		if err := k8s.Create(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const staleAfter = 5 * time.Second
+	p := startPlaneWith(t, ns, "mc", func(c *controlplane.Config) { c.RemoteStaleAfter = staleAfter })
+	const node = "mc-client"
+	conn := splitcheck.NewXDSClient(t, p.addrs.XDS, node, "echo."+ns)
+
+	// 1. six endpoints, two from each cluster, each with its origin
+	rep, took := p.waitExplain(t, ns, "echo", "echo has two endpoints from each of three clusters", func(u explain.Upstream) (bool, string) {
+		by := endpointsByCluster(u)
+		return len(by["home"]) == 2 && len(by["eu-1"]) == 2 && len(by["eu-2"]) == 2, fmt.Sprintf("%v", by)
+	})
+	t.Logf("1 import: explain lists the three clusters' endpoints %v after the plane was ready", took.Round(time.Millisecond))
+	for c, eps := range endpointsByCluster(rep.Upstreams[0]) {
+		for _, ep := range eps {
+			t.Logf("1 import: %s:%d  %s  share %d  from %s (%s)", ep.Address, ep.Port, ep.AdminState, ep.Share, ep.Origin, c)
+			if !strings.HasPrefix(ep.Origin, "EndpointSlice "+ns+"/echo-svc-") {
+				t.Errorf("endpoint %s:%d origin %q does not name its EndpointSlice and cluster", ep.Address, ep.Port, ep.Origin)
+			}
+		}
+	}
+	want := splitcheck.ExpectationOf(t, rep)
+	if got := want.Share[b[0].Addr]; got != 250_000 {
+		t.Fatalf("home endpoint share %d, want 250000 (home weight 2 of 4, two endpoints)", got)
+	}
+	p.waitAcked(t, node, rep.Revision)
+	measure(t, "1 split across clusters", conn, want)
+	eventually(t, 15*time.Second, "RemoteClustersSynced=True on echo", func() (bool, string) {
+		c := upstreamCondition(t, ns, "echo", kube.ConditionRemoteClustersSynced)
+		return c != nil && c.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", c)
+	})
+
+	// 2. eu-2 is cut off: within the bound nothing changes
+	cut := time.Now()
+	eu2.proxy.setCut(true)
+	before := rep.Revision
+	for time.Since(cut) < staleAfter-time.Second {
+		r, err := p.explainOf(ns, "echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ep := range endpointsByCluster(r.Upstreams[0])["eu-2"] {
+			if ep.AdminState != "Ready" || ep.Share == 0 {
+				t.Fatalf("eu-2 endpoint changed %v after the cut, within the %v bound: %+v", time.Since(cut).Round(time.Millisecond), staleAfter, ep)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("2 cut: %v after eu-2 was cut off its endpoints still serve (revision %d)", time.Since(cut).Round(time.Millisecond), before)
+	eventually(t, 10*time.Second, "readyz says eu-2 is unreachable, and stays 200", func() (bool, string) {
+		code, body := getBody(t, p.adminURL+"/readyz")
+		return code == http.StatusOK && strings.Contains(body, "remote cluster eu-2"), fmt.Sprintf("%d %s", code, body)
+	})
+	// after the bound: Unavailable, with the origin, and traffic fails over
+	rep, _ = p.waitExplain(t, ns, "echo", "eu-2's endpoints are Unavailable", func(u explain.Upstream) (bool, string) {
+		eps := endpointsByCluster(u)["eu-2"]
+		for _, ep := range eps {
+			if ep.AdminState != "Unavailable" || !strings.Contains(ep.ReasonFrom, "cluster eu-2 unreachable since") {
+				return false, fmt.Sprintf("%+v", ep)
+			}
+		}
+		return len(eps) == 2, fmt.Sprintf("%d eu-2 endpoints", len(eps))
+	})
+	stale := time.Since(cut)
+	t.Logf("2 cut: eu-2's endpoints Unavailable %v after the cut (bound %v): %s", stale.Round(time.Millisecond), staleAfter, endpointsByCluster(rep.Upstreams[0])["eu-2"][0].ReasonFrom)
+	if stale < staleAfter {
+		t.Errorf("eu-2 went Unavailable %v after the cut, before the %v bound", stale, staleAfter)
+	}
+	failover := splitcheck.ExpectationOf(t, rep)
+	if failover.Share[b[4].Addr] != 0 || failover.Share[b[0].Addr] <= want.Share[b[0].Addr] {
+		t.Fatalf("no failover in the computed split: %+v", failover)
+	}
+	p.waitAcked(t, node, rep.Revision)
+	measure(t, "2 failover from eu-2", conn, failover)
+	t.Logf("2 cut: the client's traffic left eu-2 %v after the cut", time.Since(cut).Round(time.Millisecond))
+	if v := metricValue(t, p, `poise_remote_cluster_state{cluster="eu-2",state="Stale"}`); v != 1 {
+		t.Errorf("poise_remote_cluster_state{cluster=eu-2,state=Stale} = %v, want 1", v)
+	}
+	eventually(t, 15*time.Second, "RemoteClustersSynced=False RemoteClusterUnreachable on echo", func() (bool, string) {
+		c := upstreamCondition(t, ns, "echo", kube.ConditionRemoteClustersSynced)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == kube.ReasonRemoteClusterUnreachable, fmt.Sprintf("%+v", c)
+	})
+
+	// 3. eu-2 comes back: its endpoints and the traffic return
+	restored := time.Now()
+	eu2.proxy.setCut(false)
+	rep, took = p.waitExplain(t, ns, "echo", "eu-2's endpoints are Ready again", func(u explain.Upstream) (bool, string) {
+		eps := endpointsByCluster(u)["eu-2"]
+		for _, ep := range eps {
+			if ep.AdminState != "Ready" {
+				return false, fmt.Sprintf("%+v", ep)
+			}
+		}
+		return len(eps) == 2, fmt.Sprintf("%d eu-2 endpoints", len(eps))
+	})
+	t.Logf("3 restore: eu-2's endpoints Ready %v after the proxy was restored", took.Round(time.Millisecond))
+	back := splitcheck.ExpectationOf(t, rep)
+	if !sameShares(back, want) {
+		t.Fatalf("split after restore %+v, want the first %+v", back, want)
+	}
+	p.waitAcked(t, node, rep.Revision)
+	measure(t, "3 eu-2 back", conn, back)
+	t.Logf("3 restore: the client's traffic returned to eu-2 %v after the restore", time.Since(restored).Round(time.Millisecond))
+
+	// 4. rotation: eu-1's Secret gets a second identity; the first loses its
+	//    binding, and a change in eu-1 is still imported
+	var sec corev1.Secret
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "remote-eu-1"}, &sec); err != nil {
+		t.Fatal(err)
+	}
+	sec.Data[kube.RemoteKubeconfigKey] = eu1.reader(t, "poise-reader-2")
+	if err := k8s.Update(t.Context(), &sec); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the rotated credential synced", func() (bool, string) {
+		return strings.Count(p.logs.tail(100000), "remote cluster synced") >= 3, "waiting for a second sync of eu-1"
+	})
+	if err := eu1.k8s.Delete(t.Context(), &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "poise-reader-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	var sl discoveryv1.EndpointSlice
+	if err := eu1.k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "echo-svc-1"}, &sl); err != nil {
+		t.Fatal(err)
+	}
+	sl.Endpoints[0].Conditions = drainingCond
+	if err := eu1.k8s.Update(t.Context(), &sl); err != nil {
+		t.Fatal(err)
+	}
+	_, took = p.waitExplain(t, ns, "echo", "eu-1's change imported with the rotated credential", func(u explain.Upstream) (bool, string) {
+		ep, _ := endpointOf(u, b[3])
+		return ep.AdminState == "Draining", fmt.Sprintf("%+v", ep)
+	})
+	t.Logf("4 rotation: a change in eu-1 imported %v after it, with the new credential", took.Round(time.Millisecond))
+
+	// 5. eu-1's Secret is deleted: its endpoints go, with an Event
+	if err := k8s.Delete(t.Context(), &sec); err != nil {
+		t.Fatal(err)
+	}
+	_, took = p.waitExplain(t, ns, "echo", "eu-1's endpoints are gone", func(u explain.Upstream) (bool, string) {
+		by := endpointsByCluster(u)
+		return len(by["eu-1"]) == 0 && len(by["home"]) == 2 && len(by["eu-2"]) == 2, fmt.Sprintf("%v", by)
+	})
+	t.Logf("5 delete: eu-1's endpoints removed %v after its Secret was deleted", took.Round(time.Millisecond))
+	eventually(t, 15*time.Second, "a RemoteClusterRemoved Event on echo", func() (bool, string) {
+		var evs corev1.EventList
+		if err := k8s.List(t.Context(), &evs, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "RemoteClusterRemoved" && e.InvolvedObject.Name == "echo" {
+				t.Logf("5 delete: Event %s: %s", e.Reason, e.Message)
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events", len(evs.Items))
+	})
+}
+
+func upstreamCondition(t *testing.T, ns, name, typ string) *metav1.Condition {
+	t.Helper()
+	var u v1alpha1.Upstream
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &u); err != nil {
+		t.Fatal(err)
+	}
+	return meta.FindStatusCondition(u.Status.Conditions, typ)
+}
+
+func getBody(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
