@@ -223,7 +223,7 @@ type EndpointSet struct {
 	// Locality object sets one (an imported cluster's weight); without it
 	// the default is 1.
 	LocalityWeight *uint64
-	Endpoints []Endpoint
+	Endpoints      []Endpoint
 	// addresses is set by Batch.PutEndpointSet: which endpoints an
 	// upstream may refuse for their address.
 	addresses addressCheck

@@ -193,7 +193,7 @@ type clusterRead struct {
 	name       string
 	remote     bool
 	reader     client.Reader
-	staleSince time.Time             // set while past the staleness bound
+	staleSince time.Time               // set while past the staleness bound
 	choice     *topology.ClusterImport // from spec.endpointsFrom.clusters
 }
 

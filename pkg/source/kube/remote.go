@@ -101,7 +101,7 @@ type remote struct {
 	hash         [32]byte // of the kubeconfig, to tell a rotation
 	err          string   // the Secret cannot be used
 	errSince     time.Time
-	cache        cache.Cache // nil until the first one syncs
+	cache        cache.Cache          // nil until the first one syncs
 	client       kubernetes.Interface // of cache's credential, for the probe
 	stop         context.CancelFunc
 	// pending is a cache (of a new credential) not yet synced; it replaces
@@ -662,4 +662,3 @@ func (r *Remotes) Names() []string {
 	}
 	return slices.Compact(out)
 }
-
