@@ -508,7 +508,13 @@ func (r *Remotes) observe(c *remote, err error) {
 	if err != nil {
 		c.lastErr = err.Error()
 		if c.unreachable.IsZero() {
+			// since the first sign: this probe, or a watch that broke before it
 			c.unreachable = now
+			if c.health != nil {
+				if b := c.health.BrokenSince(); !b.IsZero() && b.Before(now) {
+					c.unreachable = b
+				}
+			}
 			r.Log.Warn("remote cluster unreachable; its last-known endpoints keep serving", "cluster", c.name, "for at most", r.staleAfter(), "error", err)
 		}
 		if !c.stale && now.Sub(c.unreachable) >= r.staleAfter() {

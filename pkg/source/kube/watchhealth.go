@@ -104,6 +104,20 @@ func (h *WatchHealth) Stale() map[string]time.Duration {
 	return out
 }
 
+// BrokenSince is when the longest-broken watch broke (zero while every
+// watch works).
+func (h *WatchHealth) BrokenSince() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var first time.Time
+	for _, st := range h.kinds {
+		if !st.since.IsZero() && (first.IsZero() || st.since.Before(first)) {
+			first = st.since
+		}
+	}
+	return first
+}
+
 // lastError is a kind's latest failure ("" while it works).
 func (h *WatchHealth) lastError(kind string) string {
 	h.mu.Lock()
