@@ -102,6 +102,7 @@ type remote struct {
 	err          string   // the Secret cannot be used
 	errSince     time.Time
 	cache        cache.Cache          // nil until the first one syncs
+	reader       client.Reader        // what imports read: cache
 	client       kubernetes.Interface // of cache's credential, for the probe
 	stop         context.CancelFunc
 	// pending is a cache (of a new credential) not yet synced; it replaces
@@ -240,32 +241,35 @@ func (r *Remotes) secret(ctx context.Context, o any) {
 		old = nil
 	}
 	if err != nil {
-		r.Log.Error("remote cluster Secret refused", "secret", key, "error", err)
 		if old != nil && old.err == err.Error() {
+			return
+		}
+		r.Log.Error("remote cluster Secret refused", "secret", key, "error", err)
+		if old != nil && old.reader != nil {
+			// a bad rotation: the last good credential keeps serving, and
+			// the Secret's state says what is wrong with the new one
+			old.err, old.errSince, old.hash = err.Error(), r.now(), hash
 			return
 		}
 		if old != nil {
 			old.halt()
 		}
 		r.clusters[key] = &remote{name: name, secret: key, hash: hash, err: err.Error(), errSince: r.now()}
-		if old != nil && old.cache != nil {
-			go r.removed(name, key)
-		}
 		return
 	}
 	if old != nil && old.err == "" && old.hash == hash {
 		return // a resync, or a change of something else
 	}
 	c := old
-	if c == nil || c.err != "" {
+	if c == nil || (c.err != "" && c.reader == nil) {
 		c = &remote{name: name, secret: key}
 		r.clusters[key] = c
 	}
-	c.hash = hash
+	c.err, c.hash = "", hash
 	if c.pendingStop != nil {
 		c.pendingStop()
 	}
-	if c.cache != nil {
+	if c.reader != nil {
 		r.Log.Info("remote cluster Secret rotated; the last-known endpoints serve until the new credential syncs", "cluster", name, "secret", key)
 	} else {
 		r.Log.Info("remote cluster registered", "cluster", name, "secret", key, "server", cfg.Host)
@@ -342,7 +346,7 @@ func (r *Remotes) build(ctx context.Context, cancel context.CancelFunc, key stri
 	if c.stop != nil {
 		c.stop()
 	}
-	c.cache, c.stop, c.health, c.client = ca, cancel, health, cs
+	c.cache, c.reader, c.stop, c.health, c.client = ca, ca, cancel, health, cs
 	c.pendingStop, c.pendingErr = nil, ""
 	c.unreachable, c.stale, c.lastErr = time.Time{}, false, ""
 	c.lastSync = r.now()
@@ -449,7 +453,7 @@ func (r *Remotes) gone(key string) {
 	}
 	c.halt()
 	r.Log.Info("remote cluster Secret deleted; its endpoints are removed", "cluster", c.name, "secret", key)
-	if c.err == "" {
+	if c.reader != nil {
 		r.removed(c.name, key)
 	}
 }
@@ -469,7 +473,7 @@ func (r *Remotes) probeAll(ctx context.Context) {
 	r.mu.Lock()
 	var ts []*remote
 	for _, c := range r.clusters {
-		if c.cache != nil {
+		if c.client != nil {
 			ts = append(ts, c)
 		}
 	}
@@ -553,10 +557,10 @@ func (r *Remotes) views() []remoteView {
 	defer r.mu.Unlock()
 	var out []remoteView
 	for _, c := range r.clusters {
-		if c.cache == nil {
+		if c.reader == nil {
 			continue
 		}
-		v := remoteView{name: c.name, reader: c.cache}
+		v := remoteView{name: c.name, reader: c.reader}
 		if c.stale {
 			v.staleSince = c.unreachable
 		}
@@ -577,11 +581,13 @@ func (r *Remotes) Status() []ClusterStatus {
 	for _, c := range r.clusters {
 		s := ClusterStatus{Name: c.name, Secret: c.secret, LastSync: c.lastSync}
 		switch {
+		case c.err != "" && c.reader != nil:
+			s.State, s.Since, s.Error = ClusterError, c.errSince, c.err+" (the previous credential keeps serving)"
 		case c.err != "":
 			s.State, s.Since, s.Error = ClusterError, c.errSince, c.err
-		case c.cache == nil && c.pendingErr != "":
+		case c.reader == nil && c.pendingErr != "":
 			s.State, s.Error = ClusterError, c.pendingErr
-		case c.cache == nil:
+		case c.reader == nil:
 			s.State = ClusterPending
 		case c.stale:
 			s.State, s.Since, s.Error = ClusterStale, c.unreachable, c.lastErr
@@ -655,16 +661,4 @@ func (r *Remotes) Warnings() []string {
 		out = append(out, line)
 	}
 	return out
-}
-
-// Names returns the registered clusters' names that import from (Error
-// ones excluded), in order.
-func (r *Remotes) Names() []string {
-	var out []string
-	for _, s := range r.Status() {
-		if s.State != ClusterError || s.LastSync != (time.Time{}) {
-			out = append(out, s.Name)
-		}
-	}
-	return slices.Compact(out)
 }
