@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/xds/server"
 )
 
@@ -26,12 +27,13 @@ func newStatusCmd(stdout, stderr io.Writer) *cobra.Command {
 	var o statusOptions
 	c := &cobra.Command{
 		Use:   "status --admin-address HOST:PORT...",
-		Short: "List every xDS client of every replica: node, locality class, acked versions, last NACK",
+		Short: "List every xDS client of every replica (node, locality class, acked versions, last NACK), and each replica's remote clusters",
 		Long: `status reads /debug/clients of each replica's admin address and lists every
 connected xDS stream: its node, kind and locality class, the version it last
 ACKed of each type (and the one sent, when it has not ACKed it yet), and its
-last NACK. The admin port listens on loopback: reach a pod's with
-kubectl port-forward.`,
+last NACK. Below, in text, it lists each replica's remote clusters
+(/debug/clusters, docs/multicluster.md): state, since when, last sync, error.
+The admin port listens on loopback: reach a pod's with kubectl port-forward.`,
 		Example: `  kubectl -n poise port-forward pod/poise-0 19000:19000 &
   controlplane status --admin-address 127.0.0.1:19000 --admin-address 127.0.0.1:19010`,
 		Args: cobra.NoArgs,
@@ -77,6 +79,7 @@ func runStatus(ctx context.Context, o statusOptions, stdout, stderr io.Writer) i
 	}
 	code := exitOK
 	var rows []replicaClient
+	var clusters []replicaCluster
 	for _, addr := range o.addresses {
 		var body struct {
 			Clients []server.Client `json:"clients"`
@@ -88,6 +91,17 @@ func runStatus(ctx context.Context, o statusOptions, stdout, stderr io.Writer) i
 		}
 		for _, c := range body.Clients {
 			rows = append(rows, replicaClient{Replica: addr, Client: c})
+		}
+		var cs struct {
+			Clusters []kube.ClusterStatus `json:"clusters"`
+		}
+		if err := getAdmin(ctx, addr, "/debug/clusters", o.timeout, &cs); err != nil {
+			fmt.Fprintf(stderr, "error: replica %s: %v\n", addr, err)
+			code = exitInvalid
+			continue
+		}
+		for _, c := range cs.Clusters {
+			clusters = append(clusters, replicaCluster{Replica: addr, Cluster: c})
 		}
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
@@ -103,13 +117,46 @@ func runStatus(ctx context.Context, o statusOptions, stdout, stderr io.Writer) i
 	if rows == nil {
 		rows = []replicaClient{}
 	}
-	if c := writeReport(o.output, stdout, stderr, rows, func() error { return writeStatusText(stdout, rows) }); c != exitOK {
+	if c := writeReport(o.output, stdout, stderr, rows, func() error { return writeStatusText(stdout, rows, clusters) }); c != exitOK {
 		return c
 	}
 	return code
 }
 
-func writeStatusText(w io.Writer, rows []replicaClient) error {
+// replicaCluster is one remote cluster as one replica sees it.
+type replicaCluster struct {
+	Replica string
+	Cluster kube.ClusterStatus
+}
+
+func writeStatusText(w io.Writer, rows []replicaClient, clusters []replicaCluster) error {
+	if err := writeClientsText(w, rows); err != nil || len(clusters) == 0 {
+		return err
+	}
+	sort.SliceStable(clusters, func(i, j int) bool {
+		a, b := clusters[i], clusters[j]
+		if a.Cluster.Name != b.Cluster.Name {
+			return a.Cluster.Name < b.Cluster.Name
+		}
+		return a.Replica < b.Replica
+	})
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER\tREPLICA\tSECRET\tSTATE\tSINCE\tLAST SYNC\tERROR")
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	for _, r := range clusters {
+		c := r.Cluster
+		fmt.Fprintln(tw, strings.Join([]string{c.Name, r.Replica, c.Secret, string(c.State), at(c.Since), at(c.LastSync), orDash(oneLine(c.Error, 120))}, "\t"))
+	}
+	return tw.Flush()
+}
+
+func writeClientsText(w io.Writer, rows []replicaClient) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tREPLICA\tKIND\tCLASS\t"+strings.Join(statusTypes, "\t")+"\tLAST NACK")
 	for _, r := range rows {

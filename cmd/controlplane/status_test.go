@@ -18,6 +18,7 @@ import (
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 )
 
@@ -214,5 +215,36 @@ func TestProxyConfig(t *testing.T) {
 	}
 	if code, _, stderr := runCLI("proxy-config", "nobody", "--admin-address", a.Admin); code != exitInvalid || !strings.Contains(stderr, "nobody") {
 		t.Errorf("an unknown node: exit %d: %s", code, stderr)
+	}
+}
+
+// TestStatusClusters: the remote clusters each replica reads are listed
+// below its clients, one line per (cluster, replica).
+func TestStatusClusters(t *testing.T) {
+	since := time.Date(2026, 11, 30, 10, 42, 7, 0, time.UTC)
+	var b strings.Builder
+	err := writeStatusText(&b, nil, []replicaCluster{
+		{Replica: "127.0.0.1:19010", Cluster: kube.ClusterStatus{Name: "eu-2", Secret: "poise/remote-eu-2", State: kube.ClusterStale, Since: since, LastSync: since, Error: "dial tcp: connection refused"}},
+		{Replica: "127.0.0.1:19000", Cluster: kube.ClusterStatus{Name: "eu-2", Secret: "poise/remote-eu-2", State: kube.ClusterStale, Since: since, LastSync: since, Error: "dial tcp: connection refused"}},
+		{Replica: "127.0.0.1:19000", Cluster: kube.ClusterStatus{Name: "eu-1", Secret: "poise/remote-eu-1", State: kube.ClusterSynced, LastSync: since}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("status:\n%s", b.String())
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 6 || !strings.HasPrefix(lines[2], "CLUSTER") {
+		t.Fatalf("want the clients' header, a blank line, the clusters' header and three rows:\n%s", b.String())
+	}
+	for i, want := range [][]string{
+		{"eu-1", "127.0.0.1:19000", "Synced", "2026-11-30T10:42:07Z"},
+		{"eu-2", "127.0.0.1:19000", "Stale", "2026-11-30T10:42:07Z", "connection refused"},
+		{"eu-2", "127.0.0.1:19010", "Stale"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(lines[3+i], w) {
+				t.Errorf("row %d lacks %q: %s", i, w, lines[3+i])
+			}
+		}
 	}
 }
