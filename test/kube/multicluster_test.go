@@ -279,6 +279,19 @@ func TestMultiCluster(t *testing.T) {
 	}
 	const staleAfter = 5 * time.Second
 	p := startPlaneWith(t, ns, "mc", func(c *controlplane.Config) { c.RemoteStaleAfter = staleAfter })
+	// a second replica reads the same clusters and publishes the same figures
+	p2 := startPlaneWith(t, ns, "mc-2", func(c *controlplane.Config) { c.RemoteStaleAfter = staleAfter })
+	sameAs := func(phase string, want splitcheck.Expectation) {
+		t.Helper()
+		eventually(t, 20*time.Second, phase+": replica mc-2 publishes the same split", func() (bool, string) {
+			r, err := p2.explainOf(ns, "echo")
+			if err != nil {
+				return false, err.Error()
+			}
+			got := splitcheck.ExpectationOf(t, r)
+			return sameShares(got, want), fmt.Sprintf("mc-2 %+v, mc %+v", got, want)
+		})
+	}
 	const node = "mc-client"
 	conn := splitcheck.NewXDSClient(t, p.addrs.XDS, node, "echo."+ns)
 
@@ -302,6 +315,7 @@ func TestMultiCluster(t *testing.T) {
 	}
 	p.waitAcked(t, node, rep.Revision)
 	measure(t, "1 split across clusters", conn, want)
+	sameAs("1", want)
 	eventually(t, 15*time.Second, "RemoteClustersSynced=True on echo", func() (bool, string) {
 		c := upstreamCondition(t, ns, "echo", kube.ConditionRemoteClustersSynced)
 		return c != nil && c.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", c)
@@ -349,6 +363,7 @@ func TestMultiCluster(t *testing.T) {
 	}
 	p.waitAcked(t, node, rep.Revision)
 	measure(t, "2 failover from eu-2", conn, failover)
+	sameAs("2", failover)
 	t.Logf("2 cut: the client's traffic left eu-2 %v after the cut", time.Since(cut).Round(time.Millisecond))
 	if v := metricValue(t, p, `poise_remote_cluster_state{cluster="eu-2",state="Stale"}`); v != 1 {
 		t.Errorf("poise_remote_cluster_state{cluster=eu-2,state=Stale} = %v, want 1", v)
@@ -377,6 +392,7 @@ func TestMultiCluster(t *testing.T) {
 	}
 	p.waitAcked(t, node, rep.Revision)
 	measure(t, "3 eu-2 back", conn, back)
+	sameAs("3", back)
 	t.Logf("3 restore: the client's traffic returned to eu-2 %v after the restore", time.Since(restored).Round(time.Millisecond))
 
 	// 4. rotation: eu-1's Secret gets a second identity; the first loses its
@@ -413,11 +429,12 @@ func TestMultiCluster(t *testing.T) {
 	if err := k8s.Delete(t.Context(), &sec); err != nil {
 		t.Fatal(err)
 	}
-	_, took = p.waitExplain(t, ns, "echo", "eu-1's endpoints are gone", func(u explain.Upstream) (bool, string) {
+	rep, took = p.waitExplain(t, ns, "echo", "eu-1's endpoints are gone", func(u explain.Upstream) (bool, string) {
 		by := endpointsByCluster(u)
 		return len(by["eu-1"]) == 0 && len(by["home"]) == 2 && len(by["eu-2"]) == 2, fmt.Sprintf("%v", by)
 	})
 	t.Logf("5 delete: eu-1's endpoints removed %v after its Secret was deleted", took.Round(time.Millisecond))
+	sameAs("5", splitcheck.ExpectationOf(t, rep))
 	eventually(t, 15*time.Second, "a RemoteClusterRemoved Event on echo", func() (bool, string) {
 		var evs corev1.EventList
 		if err := k8s.List(t.Context(), &evs, client.InNamespace(ns)); err != nil {

@@ -80,8 +80,9 @@ type Remotes struct {
 	// EndpointSlices to that namespace, as at home.
 	WatchNamespace string
 	StaleAfter     time.Duration
-	// Probe is how often a remote's apiserver is asked for /version; zero
-	// is min(5s, StaleAfter/3).
+	// Probe is how often a remote's apiserver is asked for /version (and
+	// how long it may take to answer); zero is StaleAfter/10 within
+	// 500ms..5s, so a cluster is Stale at most that long after the bound.
 	Probe   time.Duration
 	Scheme  *runtime.Scheme
 	Log     *slog.Logger
@@ -127,7 +128,7 @@ func (r *Remotes) probe() time.Duration {
 	if r.Probe > 0 {
 		return r.Probe
 	}
-	return min(5*time.Second, r.staleAfter()/3)
+	return min(5*time.Second, max(500*time.Millisecond, r.staleAfter()/10))
 }
 
 // NeedLeaderElection: every replica reads every cluster.
