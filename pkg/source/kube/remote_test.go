@@ -100,6 +100,12 @@ func TestRemoteConfigValidation(t *testing.T) {
 // given addresses on port 8080, on a Node in region/zone.
 func clusterReader(t *testing.T, region, zone string, addrs ...string) client.Reader {
 	t.Helper()
+	return clusterReaderReady(t, true, region, zone, addrs...)
+}
+
+// clusterReaderReady is clusterReader with every endpoint ready or not.
+func clusterReaderReady(t *testing.T, ready bool, region, zone string, addrs ...string) client.Reader {
+	t.Helper()
 	port, name := int32(8080), "grpc"
 	sl := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: "shop", Name: "echo-svc-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "echo-svc"}},
@@ -108,7 +114,7 @@ func clusterReader(t *testing.T, region, zone string, addrs ...string) client.Re
 	}
 	node := "n-" + zone
 	for _, a := range addrs {
-		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, NodeName: &node})
+		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &ready}})
 	}
 	scheme, err := Scheme()
 	if err != nil {
@@ -221,6 +227,74 @@ func TestImportAcrossClusters(t *testing.T) {
 		g.share, w.share = 0, 0
 		if g != w {
 			t.Errorf("got  %+v\nwant %+v", g, w)
+		}
+	}
+}
+
+// TestClusterWeightsWorkedExample holds the figures of the worked example
+// in docs/weights.md ("Clusters: priority and weight") exactly: the
+// clusters only decide where endpoints come from and how they are grouped,
+// and the math of the sections above does the rest.
+func TestClusterWeightsWorkedExample(t *testing.T) {
+	eu2 := clusterReader(t, "eu-central", "eu-central-a", "10.1.0.1", "10.1.0.2")
+	us1 := clusterReader(t, "us-east", "us-east-a", "10.2.0.1", "10.2.0.2")
+	shares := func(staleEU2, homeReady bool) map[string]uint64 {
+		home := clusterReaderReady(t, homeReady, "eu-west", "eu-west-a", "10.0.0.1", "10.0.0.2")
+		r := &Remotes{HomeName: "home"}
+		r.init()
+		r.clusters["poise/remote-eu-2"] = &remote{name: "eu-2", secret: "poise/remote-eu-2", reader: eu2}
+		r.clusters["poise/remote-us-1"] = &remote{name: "us-1", secret: "poise/remote-us-1", reader: us1}
+		if staleEU2 {
+			c := r.clusters["poise/remote-eu-2"]
+			c.unreachable, c.stale = time.Date(2026, 11, 30, 10, 42, 7, 0, time.UTC), true
+		}
+		s := &Source{Reader: home, Remotes: r}
+		s.init()
+		u := topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "checkout"}, Policy: weights.DefaultPolicy(), Service: &topology.ServiceRef{Name: "echo-svc", Port: "grpc",
+			Clusters: []topology.ClusterImport{{Name: "eu-2", Priority: 0, Weight: 1}, {Name: "home", Priority: 0, Weight: 3}, {Name: "us-1", Priority: 1, Weight: 1}}}}
+		ops, err := s.importFor(context.Background(), &u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b topology.Batch
+		b.PutUpstream(u)
+		for _, o := range ops {
+			o.apply(&b)
+		}
+		snap, err := topology.NewDirectory().Apply(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := snap.Upstream(u.Key)
+		for _, p := range st.Result.Priorities {
+			t.Logf("stale eu-2 %v, home ready %v: priority %d health %d load %d", staleEU2, homeReady, p.Priority, p.Health, p.Load)
+		}
+		out := map[string]uint64{}
+		for i := range st.Endpoints {
+			er, e, _ := st.EndpointResult(i)
+			out[e.Address] = er.Share
+			t.Logf("stale eu-2 %v, home ready %v: %s p%d %s weight %d %s share %d", staleEU2, homeReady, e.Address, e.Priority, e.Locality.String(), e.LocalityWeight, e.Admin, er.Share)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		stale, homeReady bool
+		want             map[string]uint64
+	}{
+		// A: priority 0 is healthy: 3:1 between home and eu-2; us-1 waits
+		{false, true, map[string]uint64{"10.0.0.1": 375_000, "10.0.0.2": 375_000, "10.1.0.1": 125_000, "10.1.0.2": 125_000, "10.2.0.1": 0, "10.2.0.2": 0}},
+		// B: eu-2 stale: its endpoints are Unavailable, which is never
+		// configured, so priority 0 keeps health 100 % and home takes it all
+		{true, true, map[string]uint64{"10.0.0.1": 500_000, "10.0.0.2": 500_000, "10.1.0.1": 0, "10.1.0.2": 0, "10.2.0.1": 0, "10.2.0.2": 0}},
+		// C: and home's endpoints not ready either: priority 0 has nothing
+		// configured, and us-1 at priority 1 takes everything
+		{true, false, map[string]uint64{"10.0.0.1": 0, "10.0.0.2": 0, "10.1.0.1": 0, "10.1.0.2": 0, "10.2.0.1": 500_000, "10.2.0.2": 500_000}},
+	} {
+		got := shares(tc.stale, tc.homeReady)
+		for addr, w := range tc.want {
+			if got[addr] != w {
+				t.Errorf("stale eu-2 %v, home ready %v: %s share %d, want %d", tc.stale, tc.homeReady, addr, got[addr], w)
+			}
 		}
 	}
 }
