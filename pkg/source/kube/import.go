@@ -123,7 +123,9 @@ func (s *Source) importFor(ctx context.Context, u *topology.Upstream) ([]op, err
 			if cond == nil {
 				cond = &metav1.Condition{Type: ConditionRemoteClustersSynced, Status: metav1.ConditionTrue, Reason: ReasonClustersSynced}
 			}
-			cond.Reason = ReasonDuplicateAcrossClusters
+			if cond.Status == metav1.ConditionTrue {
+				cond.Reason = ReasonDuplicateAcrossClusters
+			}
 			cond.Message = strings.TrimPrefix(cond.Message+"; ", "; ") + "duplicate endpoints refused (the cluster first by name wins): " + bounded(dups)
 		}
 	}

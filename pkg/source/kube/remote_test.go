@@ -181,7 +181,9 @@ func TestImportAcrossClusters(t *testing.T) {
 		}
 		st := snap.Upstream(u.Key)
 		c := s.ClusterConditions()[u.Key]
-		if c.Reason != ReasonDuplicateAcrossClusters || !strings.Contains(c.Message, "10.0.0.2:8080 in cluster home is also in cluster eu-1, which wins") {
+		// eu-2 is stale, which the reason says before the duplicate
+		if c.Reason != ReasonRemoteClusterUnreachable || !strings.Contains(c.Message, "cluster eu-2 unreachable since 10:42:07") ||
+			!strings.Contains(c.Message, "10.0.0.2:8080 in cluster home is also in cluster eu-1, which wins") {
 			t.Errorf("condition %+v does not say which cluster keeps the duplicate", c)
 		}
 		var out []row
