@@ -361,3 +361,36 @@ func origins(u *UpstreamState) []string {
 	}
 	return out
 }
+
+// TestSetLocalityWeight: a set's own locality weight (an imported
+// cluster's) weighs its group unless a Locality object does; two sets of
+// one group with different weights contradict each other.
+func TestSetLocalityWeight(t *testing.T) {
+	w := func(s EndpointSet, weight uint64) EndpointSet { s.LocalityWeight = &weight; return s }
+	d := NewDirectory()
+	var b Batch
+	b.PutUpstream(upstream("api"))
+	b.PutEndpointSet(w(set("x", "api", "x", 2, 0), 3))
+	b.PutEndpointSet(set("y", "api", "y", 2, 0))
+	u := mustApply(t, d, b).Upstream(Key{"default", "api"})
+	if u.Groups[0].LocalityWeight != 3 || u.Groups[1].LocalityWeight != 1 || u.Result.Localities[0].Traffic != 750_000 {
+		t.Fatalf("groups %+v traffic %d, want weights 3 and 1, 750000 to x", u.Groups, u.Result.Localities[0].Traffic)
+	}
+	// a Locality object overrides the set's weight
+	b = Batch{}
+	b.PutLocality(locality("x", "api", "x", 0, 1))
+	u = mustApply(t, d, b).Upstream(Key{"default", "api"})
+	if u.Groups[0].LocalityWeight != 1 {
+		t.Fatalf("group %+v, want the Locality object's weight 1", u.Groups[0])
+	}
+	// two sets of one group weighing it differently, with no Locality object
+	b = Batch{}
+	b.DeleteLocality(Key{"default", "x"})
+	other := w(set("x2", "api", "x", 1, 0), 5)
+	b.PutEndpointSet(other)
+	_, err := d.Apply(b)
+	var be *BatchError
+	if !errors.As(err, &be) || !errors.Is(be.Problems[0].Err, weights.ErrInconsistentTopology) || len(be.Problems[0].Objects) != 2 {
+		t.Fatalf("err = %v, want an InconsistentTopology problem naming both sets", err)
+	}
+}

@@ -82,16 +82,18 @@ func (s *Source) importFor(ctx context.Context, u *topology.Upstream) ([]op, err
 		reads, c := s.clusterReads(u)
 		cond = c
 		seen := map[string]string{} // address:port → the cluster that has it
-		var dups []string
+		var dups, truncated []string
 		for _, in := range reads {
 			imp, err := s.serviceSets(ctx, *u, in)
 			if err != nil {
 				return nil, err
 			}
-			if !in.remote || ref == "" || ref == ReasonServiceNotFound {
-				if !in.remote || imp.ref == ReasonResolved || ref == "" {
-					ref = imp.ref
-				}
+			// the reference resolves as well as in the cluster where it resolves best
+			if refRank(imp.ref) > refRank(ref) {
+				ref = imp.ref
+			}
+			if imp.truncated > 0 {
+				truncated = append(truncated, fmt.Sprintf("cluster %s has %d more endpoints than the %d one cluster may give a Service; the first by address are imported", in.name, imp.truncated, MaxEndpointsPerCluster))
 			}
 			if !in.remote && u.Affinity == nil && imp.svc != nil {
 				u.Affinity = ServiceAffinity(imp.svc)
@@ -118,6 +120,12 @@ func (s *Source) importFor(ctx context.Context, u *topology.Upstream) ([]op, err
 			for _, n := range imp.nodes {
 				nodes = append(nodes, nodeKey(in, n))
 			}
+		}
+		if len(truncated) > 0 {
+			if cond == nil {
+				cond = &metav1.Condition{Type: ConditionRemoteClustersSynced, Status: metav1.ConditionTrue, Reason: ReasonClustersSynced}
+			}
+			cond.Message = strings.TrimPrefix(cond.Message+"; ", "; ") + bounded(truncated)
 		}
 		if len(dups) > 0 {
 			if cond == nil {
@@ -351,6 +359,26 @@ type serviceImport struct {
 	// ReasonPortNotFound or ReasonResolved
 	ref string
 	svc *corev1.Service // nil when it does not exist
+	// truncated is how many endpoints past MaxEndpointsPerCluster a
+	// remote cluster's Service had (they are not imported)
+	truncated int
+}
+
+// MaxEndpointsPerCluster bounds the endpoints one remote cluster's Service
+// gives an Upstream; past it, the first by address are imported.
+const MaxEndpointsPerCluster = 10_000
+
+// refRank orders how a Service reference resolves, best last.
+func refRank(ref string) int {
+	switch ref {
+	case ReasonServiceNotFound:
+		return 1
+	case ReasonPortNotFound:
+		return 2
+	case ReasonResolved:
+		return 3
+	}
+	return 0
 }
 
 // serviceSets reads the endpoint sets an Upstream imports, the Nodes that
@@ -455,12 +483,63 @@ func (s *Source) serviceSets(ctx context.Context, u topology.Upstream, in cluste
 		})
 		out = append(out, set)
 	}
+	truncated := 0
+	if in.remote {
+		n := 0
+		for _, set := range out {
+			n += len(set.Endpoints)
+		}
+		if n > MaxEndpointsPerCluster {
+			truncated = n - MaxEndpointsPerCluster
+			out = firstEndpoints(out, MaxEndpointsPerCluster)
+		}
+	}
 	// every node named, found or not: one appearing places its endpoints
 	names := make([]string, 0, len(nodes))
 	for n := range nodes {
 		names = append(names, n)
 	}
-	return serviceImport{sets: out, nodes: names, ref: ReasonResolved, svc: &svc}, nil
+	return serviceImport{sets: out, nodes: names, ref: ReasonResolved, svc: &svc, truncated: truncated}, nil
+}
+
+// firstEndpoints keeps the first n endpoints by address and port over all
+// sets (each set's endpoints are sorted), dropping sets left empty.
+func firstEndpoints(sets []topology.EndpointSet, n int) []topology.EndpointSet {
+	type at struct{ set, i int }
+	var all []at
+	for si, set := range sets {
+		for i := range set.Endpoints {
+			all = append(all, at{si, i})
+		}
+	}
+	slices.SortFunc(all, func(a, b at) int {
+		x, y := sets[a.set].Endpoints[a.i], sets[b.set].Endpoints[b.i]
+		if c := strings.Compare(x.Address, y.Address); c != 0 {
+			return c
+		}
+		return int(x.Port) - int(y.Port)
+	})
+	keep := make([]map[int]bool, len(sets))
+	for _, a := range all[:n] {
+		if keep[a.set] == nil {
+			keep[a.set] = map[int]bool{}
+		}
+		keep[a.set][a.i] = true
+	}
+	var out []topology.EndpointSet
+	for si, set := range sets {
+		var eps []topology.Endpoint
+		for i, e := range set.Endpoints {
+			if keep[si][i] {
+				eps = append(eps, e)
+			}
+		}
+		if len(eps) > 0 {
+			set.Endpoints = eps
+			out = append(out, set)
+		}
+	}
+	return out
 }
 
 // ImportedSetName names the endpoints of one (region, zone) that an Upstream

@@ -300,3 +300,29 @@ func TestClusterWeightsWorkedExample(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstEndpoints: a remote cluster's import past the bound keeps the
+// first endpoints by address over all its sets, whatever the sets' order.
+func TestFirstEndpoints(t *testing.T) {
+	set := func(name string, addrs ...string) topology.EndpointSet {
+		s := topology.EndpointSet{Key: topology.Key{Namespace: "shop", Name: name}}
+		for _, a := range addrs {
+			s.Endpoints = append(s.Endpoints, topology.Endpoint{Address: a, Port: 80})
+		}
+		return s
+	}
+	for _, order := range [][]topology.EndpointSet{
+		{set("a", "10.0.0.3", "10.0.0.5"), set("b", "10.0.0.1", "10.0.0.4"), set("c", "10.0.0.9")},
+		{set("c", "10.0.0.9"), set("b", "10.0.0.1", "10.0.0.4"), set("a", "10.0.0.3", "10.0.0.5")},
+	} {
+		got := map[string][]string{}
+		for _, s := range firstEndpoints(order, 3) {
+			for _, e := range s.Endpoints {
+				got[s.Key.Name] = append(got[s.Key.Name], e.Address)
+			}
+		}
+		if len(got) != 2 || strings.Join(got["a"], ",") != "10.0.0.3" || strings.Join(got["b"], ",") != "10.0.0.1,10.0.0.4" {
+			t.Errorf("firstEndpoints kept %v, want a: 10.0.0.3, b: 10.0.0.1 10.0.0.4, and no set c", got)
+		}
+	}
+}

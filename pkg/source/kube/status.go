@@ -478,6 +478,23 @@ func withoutCondition(conds []metav1.Condition, typ string) []metav1.Condition {
 	return out
 }
 
+// clusterRefs is the ResolvedRefs condition of an Upstream importing from
+// several clusters, from how its reference resolved in the cluster where it
+// resolved best at the last import.
+func clusterRefs(u *v1alpha1.Upstream, ref string) metav1.Condition {
+	sr := u.Spec.EndpointsFrom.Service
+	c := metav1.Condition{Type: ConditionResolvedRefs, Status: metav1.ConditionTrue, Reason: ReasonResolved, ObservedGeneration: u.Generation,
+		Message: fmt.Sprintf("endpoints imported from Service %s/%s port %s (RemoteClustersSynced names the clusters)", u.Namespace, sr.Name, sr.Port.String())}
+	switch ref {
+	case ReasonPortNotFound:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonPortNotFound, fmt.Sprintf("Service %s/%s has no port %s in any cluster it is imported from", u.Namespace, sr.Name, sr.Port.String())
+	case ReasonResolved:
+	default:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonServiceNotFound, fmt.Sprintf("Service %s/%s exists in no cluster it is imported from; no endpoints are imported", u.Namespace, sr.Name)
+	}
+	return c
+}
+
 // resolvedRefs is an importing Upstream's ResolvedRefs condition, from the
 // Service in the informer cache.
 func resolvedRefs(ctx context.Context, r client.Reader, u *v1alpha1.Upstream) metav1.Condition {

@@ -609,6 +609,10 @@ func (r *statusRun) process(ctx context.Context, ref topology.ObjectRef) error {
 		var refs *metav1.Condition
 		if u.Spec.EndpointsFrom != nil {
 			c := resolvedRefs(ctx, r.w.Client, &u)
+			if _, multi := r.w.Source.ClusterConditions()[ref.Key]; multi {
+				// from several clusters, the reference resolves where it resolves best
+				c = clusterRefs(&u, r.w.Source.ServiceRefs()[ref.Key])
+			}
 			refs = &c
 		}
 		var demand []affinity.Demand
