@@ -316,10 +316,22 @@ func TestMultiCluster(t *testing.T) {
 	p.waitAcked(t, node, rep.Revision)
 	measure(t, "1 split across clusters", conn, want)
 	sameAs("1", want)
-	eventually(t, 15*time.Second, "RemoteClustersSynced=True on echo", func() (bool, string) {
+	eventually(t, 15*time.Second, "RemoteClustersSynced=True and ResolvedRefs=True on echo", func() (bool, string) {
 		c := upstreamCondition(t, ns, "echo", kube.ConditionRemoteClustersSynced)
-		return c != nil && c.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", c)
+		r := upstreamCondition(t, ns, "echo", kube.ConditionResolvedRefs)
+		return c != nil && c.Status == metav1.ConditionTrue && r != nil && r.Status == metav1.ConditionTrue, fmt.Sprintf("%+v %+v", c, r)
 	})
+	for _, pl := range []*plane{p, p2} {
+		var cs struct {
+			Clusters []kube.ClusterStatus `json:"clusters"`
+		}
+		if err := getJSON(pl.adminURL+"/debug/clusters", &cs); err != nil {
+			t.Fatal(err)
+		}
+		if len(cs.Clusters) != 2 || cs.Clusters[0].Name != "eu-1" || cs.Clusters[0].State != kube.ClusterSynced || cs.Clusters[1].State != kube.ClusterSynced {
+			t.Errorf("plane %s /debug/clusters: %+v, want eu-1 and eu-2 Synced", pl.name, cs.Clusters)
+		}
+	}
 
 	// 2. eu-2 is cut off: within the bound nothing changes
 	cut := time.Now()
@@ -448,6 +460,57 @@ func TestMultiCluster(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%d events", len(evs.Items))
 	})
+	// only the leader records it: one Event, once, with two replicas running
+	time.Sleep(time.Second)
+	var evs corev1.EventList
+	if err := k8s.List(t.Context(), &evs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs.Items {
+		if e.Reason == "RemoteClusterRemoved" {
+			n += max(1, int(e.Count))
+			if e.Series != nil {
+				n += int(e.Series.Count) - 1
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d RemoteClusterRemoved Events, want 1 (the leader's)", n)
+	}
+
+	// 6. a Secret whose kubeconfig runs a command is refused, named, and
+	//    nothing else changes
+	bad := remoteSecret(ns, "remote-bad", "eu-3", []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: ["-c", "touch /tmp/pwned"]}}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`))
+	if err := k8s.Create(t.Context(), bad); err != nil {
+		t.Fatal(err)
+	}
+	for _, pl := range []*plane{p, p2} {
+		eventually(t, 15*time.Second, pl.name+": readyz names the refused Secret and stays 200", func() (bool, string) {
+			code, body := getBody(t, pl.adminURL+"/readyz")
+			return code == http.StatusOK && strings.Contains(body, "remote cluster eu-3 (Secret "+ns+"/remote-bad): Error") &&
+				strings.Contains(body, "has an exec plugin (/bin/sh); Poise runs no command"), fmt.Sprintf("%d %s", code, body)
+		})
+	}
+	if v := metricValue(t, p, `poise_remote_cluster_state{cluster="eu-3",state="Error"}`); v != 1 {
+		t.Errorf("poise_remote_cluster_state{cluster=eu-3,state=Error} = %v, want 1", v)
+	}
+	if _, err := os.Stat("/tmp/pwned"); err == nil {
+		t.Errorf("the kubeconfig's exec plugin ran")
+	}
+	r, err := p.explainOf(ns, "echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if by := endpointsByCluster(r.Upstreams[0]); len(by["home"]) != 2 || len(by["eu-2"]) != 2 || len(by) != 2 {
+		t.Errorf("a refused Secret changed the import: %v", by)
+	}
 }
 
 func upstreamCondition(t *testing.T, ns, name, typ string) *metav1.Condition {

@@ -93,6 +93,7 @@ type Remotes struct {
 
 	mu       sync.Mutex
 	clusters map[string]*remote // by Secret namespace/name
+	secrets  *WatchHealth       // of the Secrets' list and watch
 	now      func() time.Time
 }
 
@@ -152,6 +153,9 @@ func (r *Remotes) Start(ctx context.Context) error {
 		},
 	}
 	health := NewWatchHealth(r.Log)
+	r.mu.Lock()
+	r.secrets = health
+	r.mu.Unlock()
 	inf := health.NewInformer(lw, &corev1.Secret{}, 0, toolscache.Indexers{})
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { r.secret(ctx, o) },
@@ -644,6 +648,16 @@ func (r *Remotes) LastSyncSeconds() map[string]float64 {
 // every replica's, and the rest of the topology serves.
 func (r *Remotes) Warnings() []string {
 	var out []string
+	r.mu.Lock()
+	h := r.secrets
+	r.mu.Unlock()
+	if h != nil {
+		// the remote clusters' Secrets cannot be read (RBAC, say): the
+		// clusters last registered keep serving
+		for _, w := range h.Warnings() {
+			out = append(out, "remote clusters' Secrets in "+r.Namespace+": "+w)
+		}
+	}
 	for _, s := range r.Status() {
 		line := fmt.Sprintf("remote cluster %s (Secret %s): %s", s.Name, s.Secret, s.State)
 		switch s.State {
