@@ -84,21 +84,20 @@ func runStatus(ctx context.Context, o statusOptions, stdout, stderr io.Writer) i
 		var body struct {
 			Clients []server.Client `json:"clients"`
 		}
-		if err := getAdmin(ctx, addr, "/debug/clients", o.timeout, &body); err != nil {
+		var cs struct {
+			Clusters []kube.ClusterStatus `json:"clusters"`
+		}
+		err := getAdmin(ctx, addr, "/debug/clients", o.timeout, &body)
+		if err == nil {
+			err = getAdmin(ctx, addr, "/debug/clusters", o.timeout, &cs)
+		}
+		if err != nil {
 			fmt.Fprintf(stderr, "error: replica %s: %v\n", addr, err)
 			code = exitInvalid
 			continue
 		}
 		for _, c := range body.Clients {
 			rows = append(rows, replicaClient{Replica: addr, Client: c})
-		}
-		var cs struct {
-			Clusters []kube.ClusterStatus `json:"clusters"`
-		}
-		if err := getAdmin(ctx, addr, "/debug/clusters", o.timeout, &cs); err != nil {
-			fmt.Fprintf(stderr, "error: replica %s: %v\n", addr, err)
-			code = exitInvalid
-			continue
 		}
 		for _, c := range cs.Clusters {
 			clusters = append(clusters, replicaCluster{Replica: addr, Cluster: c})

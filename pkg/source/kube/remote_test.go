@@ -131,6 +131,30 @@ func clusterReaderReady(t *testing.T, ready bool, region, zone string, addrs ...
 		).Build()
 }
 
+// importResolved imports Service echo-svc for Upstream shop/name from home
+// and r's clusters, and resolves it in a Directory of its own.
+func importResolved(t *testing.T, home client.Reader, r *Remotes, name string, clusters []topology.ClusterImport) (*Source, *topology.UpstreamState) {
+	t.Helper()
+	s := &Source{Reader: home, Remotes: r}
+	s.init()
+	u := topology.Upstream{Key: topology.Key{Namespace: "shop", Name: name}, Policy: weights.DefaultPolicy(),
+		Service: &topology.ServiceRef{Name: "echo-svc", Port: "grpc", Clusters: clusters}}
+	ops, err := s.importFor(context.Background(), &u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b topology.Batch
+	b.PutUpstream(u)
+	for _, o := range ops {
+		o.apply(&b)
+	}
+	snap, err := topology.NewDirectory().Apply(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, snap.Upstream(u.Key)
+}
+
 // TestImportAcrossClusters: endpoint sets per (cluster, region, zone), the
 // remote ones in their own subZone at their cluster's priority and weight,
 // origins naming the slice and cluster, a duplicate address refused for
@@ -161,25 +185,8 @@ func TestImportAcrossClusters(t *testing.T) {
 		for _, n := range order {
 			r.clusters[views[n].secret] = views[n]
 		}
-		s := &Source{Reader: home, Remotes: r}
-		s.init()
-		u := topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "echo"}, Policy: weights.DefaultPolicy(), Service: &topology.ServiceRef{Name: "echo-svc", Port: "grpc",
-			Clusters: []topology.ClusterImport{{Name: "eu-1", Priority: 0, Weight: 1}, {Name: "eu-2", Priority: 1, Weight: 1}, {Name: "home", Priority: 0, Weight: 2}}}}
-		ops, err := s.importFor(context.Background(), &u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b topology.Batch
-		for _, o := range ops {
-			o.apply(&b)
-		}
-		dir := topology.NewDirectory()
-		b.PutUpstream(u)
-		snap, err := dir.Apply(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := snap.Upstream(u.Key)
+		s, st := importResolved(t, home, r, "echo", []topology.ClusterImport{{Name: "eu-1", Priority: 0, Weight: 1}, {Name: "eu-2", Priority: 1, Weight: 1}, {Name: "home", Priority: 0, Weight: 2}})
+		u := st.Upstream
 		c := s.ClusterConditions()[u.Key]
 		// eu-2 is stale, which the reason says before the duplicate
 		if c.Reason != ReasonRemoteClusterUnreachable || !strings.Contains(c.Message, "cluster eu-2 unreachable since 10:42:07") ||
@@ -250,24 +257,7 @@ func TestClusterWeightsWorkedExample(t *testing.T) {
 			c := r.clusters["poise/remote-eu-2"]
 			c.unreachable, c.stale = time.Date(2026, 11, 30, 10, 42, 7, 0, time.UTC), true
 		}
-		s := &Source{Reader: home, Remotes: r}
-		s.init()
-		u := topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "checkout"}, Policy: weights.DefaultPolicy(), Service: &topology.ServiceRef{Name: "echo-svc", Port: "grpc",
-			Clusters: []topology.ClusterImport{{Name: "eu-2", Priority: 0, Weight: 1}, {Name: "home", Priority: 0, Weight: 3}, {Name: "us-1", Priority: 1, Weight: 1}}}}
-		ops, err := s.importFor(context.Background(), &u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b topology.Batch
-		b.PutUpstream(u)
-		for _, o := range ops {
-			o.apply(&b)
-		}
-		snap, err := topology.NewDirectory().Apply(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := snap.Upstream(u.Key)
+		_, st := importResolved(t, home, r, "checkout", []topology.ClusterImport{{Name: "eu-2", Priority: 0, Weight: 1}, {Name: "home", Priority: 0, Weight: 3}, {Name: "us-1", Priority: 1, Weight: 1}})
 		for _, p := range st.Result.Priorities {
 			t.Logf("stale eu-2 %v, home ready %v: priority %d health %d load %d", staleEU2, homeReady, p.Priority, p.Health, p.Load)
 		}
