@@ -93,5 +93,10 @@ func RemoteConfig(s *corev1.Secret, home string) (string, *rest.Config, error) {
 	if cfg.Host == "" {
 		return name, nil, fmt.Errorf("%s data.%s: cluster %q has no server", where, RemoteKubeconfigKey, kctx.Cluster)
 	}
+	// a CA or client certificate that does not parse is an error of the
+	// Secret, said now rather than at every attempt to connect
+	if _, err := rest.TransportFor(cfg); err != nil {
+		return name, nil, fmt.Errorf("%s data.%s: TLS of context %q: %w", where, RemoteKubeconfigKey, ctxName, err)
+	}
 	return name, cfg, nil
 }

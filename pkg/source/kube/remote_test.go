@@ -2,6 +2,13 @@ package kube
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"slices"
 	"strings"
 	"testing"
@@ -19,10 +26,26 @@ import (
 	"poise.dev/poise/pkg/weights"
 )
 
+// testCA is a self-signed CA certificate in PEM.
+func testCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"}, NotBefore: time.Now().Add(-time.Hour),
+		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
 func kubeconfigBytes(t *testing.T, edit func(*clientcmdapi.Config)) []byte {
 	t.Helper()
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://10.0.0.1:6443", CertificateAuthorityData: []byte("ca")}
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://10.0.0.1:6443", CertificateAuthorityData: testCA(t)}
 	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: "t0ken"}
 	kc.Contexts["ctx"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
 	kc.CurrentContext = "ctx"
@@ -50,9 +73,11 @@ func TestRemoteConfigValidation(t *testing.T) {
 		want   string // "" means accepted
 	}{
 		{"token", secret("eu-2", kubeconfigBytes(t, nil)), ""},
-		{"client certificate", secret("eu-2", kubeconfigBytes(t, func(k *clientcmdapi.Config) {
+		{"client certificate not PEM", secret("eu-2", kubeconfigBytes(t, func(k *clientcmdapi.Config) {
 			k.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificateData: []byte("c"), ClientKeyData: []byte("k")}
-		})), ""},
+		})), "data.kubeconfig: TLS of context \"ctx\""},
+		{"CA not PEM", secret("eu-2", kubeconfigBytes(t, func(k *clientcmdapi.Config) { k.Clusters["c"].CertificateAuthorityData = []byte("ca") })),
+			"data.kubeconfig: TLS of context \"ctx\""},
 		{"label not a DNS label", secret("EU_2", kubeconfigBytes(t, nil)), "label poise.dev/remote-cluster: cluster name \"EU_2\" must be a DNS label"},
 		{"label too long", secret(strings.Repeat("a", 64), kubeconfigBytes(t, nil)), "must be a DNS label"},
 		{"the home cluster's name", secret("home", kubeconfigBytes(t, nil)), "is the home cluster's name"},
@@ -314,5 +339,55 @@ func TestFirstEndpoints(t *testing.T) {
 		if len(got) != 2 || strings.Join(got["a"], ",") != "10.0.0.3" || strings.Join(got["b"], ",") != "10.0.0.1,10.0.0.4" {
 			t.Errorf("firstEndpoints kept %v, want a: 10.0.0.3, b: 10.0.0.1 10.0.0.4, and no set c", got)
 		}
+	}
+}
+
+// TestRemoteSecretLifecycle: the registry's answers to Secrets, without a
+// remote apiserver: a second Secret for a registered name is refused naming
+// the first; a bad rotation keeps the last good reader serving and says why;
+// a deleted Secret's cluster goes, and tells the source.
+func TestRemoteSecretLifecycle(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var removed []string
+	r := &Remotes{HomeName: "home", Probe: time.Hour, Removed: func(cluster, secret string) { removed = append(removed, cluster+" "+secret) }}
+	r.init()
+	sec := func(name, cluster string, data []byte) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "poise", Name: name, Labels: map[string]string{LabelRemoteCluster: cluster}},
+			Data: map[string][]byte{RemoteKubeconfigKey: data}}
+	}
+	good := kubeconfigBytes(t, nil)
+	r.secret(ctx, sec("a", "eu-2", good))
+	r.secret(ctx, sec("b", "eu-2", good))
+	st := r.Status()
+	// a is Pending, or Error once its unreachable server refused a connection
+	if len(st) != 2 || st[0].Secret != "poise/a" || (st[0].State != ClusterPending && st[0].State != ClusterError) || st[1].State != ClusterError ||
+		!strings.Contains(st[1].Error, `Secret poise/b label poise.dev/remote-cluster: cluster "eu-2" is registered already by Secret poise/a`) {
+		t.Fatalf("status %+v, want a Pending and b refused naming a", st)
+	}
+	// a: pretend its cache synced, then rotate it to an exec plugin
+	r.mu.Lock()
+	home := clusterReader(t, "r", "z", "10.0.0.1")
+	r.clusters["poise/a"].reader = home
+	r.mu.Unlock()
+	r.secret(ctx, sec("a", "eu-2", kubeconfigBytes(t, func(k *clientcmdapi.Config) {
+		k.AuthInfos["u"] = &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{Command: "sh"}}
+	})))
+	if v := r.views(); len(v) != 1 || v[0].reader != home {
+		t.Fatalf("views %+v, want a's last good reader still serving", v)
+	}
+	if st := r.Status(); st[0].State != ClusterError || !strings.Contains(st[0].Error, "exec plugin (sh)") || !strings.Contains(st[0].Error, "the previous credential keeps serving") {
+		t.Fatalf("status %+v, want Error naming the exec plugin and that the previous credential serves", st[0])
+	}
+	if w := r.Warnings(); len(w) != 2 || !strings.Contains(w[0], "remote cluster eu-2 (Secret poise/a): Error") {
+		t.Fatalf("warnings %q", w)
+	}
+	r.gone("poise/a")
+	if len(removed) != 1 || removed[0] != "eu-2 poise/a" || len(r.views()) != 0 {
+		t.Fatalf("removed %v, views %v, want eu-2 removed", removed, r.views())
+	}
+	r.gone("poise/b") // refused: never imported, nothing to remove
+	if len(removed) != 1 || len(r.Status()) != 0 {
+		t.Fatalf("removed %v status %v", removed, r.Status())
 	}
 }
