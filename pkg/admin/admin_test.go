@@ -274,3 +274,27 @@ func httpGet(t *testing.T, url string) (int, string) {
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
 }
+
+// /debug/clusters lists what Sources.Clusters returns, and an empty list
+// without it (the files source has no remote clusters).
+func TestDebugClusters(t *testing.T) {
+	for _, tc := range []struct {
+		clusters func() any
+		want     string
+	}{
+		{nil, `{"clusters":[]}`},
+		{func() any { return []map[string]string{{"name": "eu-2", "state": "Stale"}} }, `{"clusters":[{"name":"eu-2","state":"Stale"}]}`},
+	} {
+		srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Clusters: tc.clusters}))
+		resp, err := http.Get(srv.URL + "/debug/clusters")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if resp.StatusCode != 200 || strings.Join(strings.Fields(string(body)), "") != tc.want {
+			t.Errorf("GET /debug/clusters = %d %s, want %s", resp.StatusCode, body, tc.want)
+		}
+	}
+}
