@@ -257,6 +257,8 @@ func loadRemote(o remoteSecretOptions) (*remoteCluster, error) {
 	}
 	rc = rest.CopyConfig(rc)
 	rc.Timeout = 30 * time.Second
+	// a handful of calls and a poll every 250ms: never wait on the limiter
+	rc.QPS, rc.Burst = 20, 40
 	return &remoteCluster{rest: rc, where: fmt.Sprintf("the cluster at %s (context %s)", rc.Host, o.context)}, nil
 }
 
@@ -389,18 +391,25 @@ func waitToken(ctx context.Context, c client.Client, secret *corev1.Secret, time
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	var got corev1.Secret
+	var lastErr error
 	for {
 		err := c.Get(ctx, client.ObjectKeyFromObject(secret), &got)
 		switch {
 		case err == nil && len(got.Data[corev1.ServiceAccountTokenKey]) > 0:
 			return string(got.Data[corev1.ServiceAccountTokenKey]), got.Data[corev1.ServiceAccountRootCAKey], nil
-		case err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err):
+		case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
 			return "", nil, fmt.Errorf("reading Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+		case err != nil && ctx.Err() == nil:
+			lastErr = err // perhaps passing: try again until the timeout
 		}
 		select {
 		case <-ctx.Done():
-			return "", nil, fmt.Errorf("the token controller did not fill Secret %s/%s within --timeout %v (is kube-controller-manager running with --service-account-private-key-file?)",
+			msg := fmt.Sprintf("the token controller did not fill Secret %s/%s within --timeout %v (is kube-controller-manager running with --service-account-private-key-file?)",
 				secret.Namespace, secret.Name, timeout)
+			if lastErr != nil {
+				msg += fmt.Sprintf("; the last read failed: %v", lastErr)
+			}
+			return "", nil, errors.New(msg)
 		case <-tick.C:
 		}
 	}
