@@ -75,7 +75,8 @@ priority → locality → endpoint derivation it publishes.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newServeCmd(stdout, stderr), newExplainCmd(stdout, stderr), newExplainRouteCmd(stdout, stderr),
-		newValidateCmd(stdout, stderr), newVersionCmd(stdout, stderr, info), newStatusCmd(stdout, stderr), newProxyConfigCmd(stdout, stderr))
+		newValidateCmd(stdout, stderr), newVersionCmd(stdout, stderr, info), newStatusCmd(stdout, stderr), newProxyConfigCmd(stdout, stderr),
+		newCreateRemoteSecretCmd(stdout, stderr))
 	// cobra's completion command, which without this prints its help for
 	// a shell it does not know
 	root.InitDefaultCompletionCmd()

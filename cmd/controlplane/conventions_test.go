@@ -22,6 +22,7 @@ func TestHelp(t *testing.T) {
 		{"explain", []string{"-f, --file path", "-o, --output string", "--upstream string", "--simulate uint", "--from string", "--demand string"}},
 		{"explain-route", []string{"-f, --file path", "--domain string", "--product string", "--request-id string", "-o, --output string"}},
 		{"validate", []string{"-f, --file path"}},
+		{"create-remote-secret", []string{"--context string", "--name string", "--kubeconfig string", "--namespace string", "--service-account string", "--server string", "--rbac-only", "--timeout duration"}},
 		{"version", []string{"-o, --output string"}},
 		{"completion", []string{"bash", "zsh", "fish", "powershell"}},
 	} {

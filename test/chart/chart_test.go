@@ -92,6 +92,24 @@ func (c renderCase) watchNamespace() string {
 	return v.WatchNamespace
 }
 
+// multicluster is the case's values' multicluster.enabled.
+func (c renderCase) multicluster() bool {
+	if c.valuesFile == "" {
+		return false
+	}
+	raw, err := os.ReadFile(c.valuesFile)
+	if err != nil {
+		return false
+	}
+	var v struct {
+		Multicluster struct {
+			Enabled bool `json:"enabled"`
+		} `json:"multicluster"`
+	}
+	_ = yaml.Unmarshal(raw, &v)
+	return v.Multicluster.Enabled
+}
+
 func (c renderCase) render(t *testing.T) string {
 	t.Helper()
 	args := []string{"template", c.release, chartDir, "--namespace", c.namespace}
@@ -259,8 +277,10 @@ func TestObjects(t *testing.T) {
 			}
 			if c.name == "custom" {
 				want["NetworkPolicy"] = 1 // networkPolicy.enabled
-				// watchNamespace: the topology's Role and RoleBinding live there
-				want["Role"], want["RoleBinding"] = 2, 2
+				// watchNamespace: the topology's Role and RoleBinding live
+				// there; multicluster: the remote clusters' Secrets' Role and
+				// RoleBinding in the release namespace
+				want["Role"], want["RoleBinding"] = 3, 3
 			}
 			got := map[string]int{}
 			for _, o := range objs {
@@ -386,7 +406,8 @@ func checkDeployment(t *testing.T, c renderCase, d obj) {
 			t.Errorf("args %v lack --log-format=json", args)
 		}
 		for _, a := range args {
-			if strings.HasPrefix(a, "--tls") || strings.HasPrefix(a, "--namespace") {
+			if strings.HasPrefix(a, "--tls") || strings.HasPrefix(a, "--namespace") ||
+				strings.HasPrefix(a, "--cluster-name") || strings.HasPrefix(a, "--remote-stale-after") {
 				t.Errorf("default args carry %s", a)
 			}
 		}
@@ -407,6 +428,7 @@ func checkDeployment(t *testing.T, c renderCase, d obj) {
 			"--namespace=shop", "--tls-cert=/etc/poise/tls/tls.crt", "--tls-key=/etc/poise/tls/tls.key",
 			"--tls-client-ca=/etc/poise/tls/ca.crt", "--debounce=250ms",
 			"--xds-max-streams=3000", "--xds-max-streams-per-connection=10", "--drain-period=45s",
+			"--cluster-name=west", "--remote-stale-after=2m",
 		} {
 			if !slices.Contains(args, a) {
 				t.Errorf("args %v lack %s", args, a)
@@ -547,11 +569,17 @@ func TestRBAC(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			objs := parse(t, c.render(t))
 			cluster := grants(t, one(t, objs, "ClusterRole"))
-			var ns, topology []grant
+			var ns, topology, remote []grant
 			for _, r := range byKind(objs, "Role") {
-				if strings.HasSuffix(r.name(), "-topology") {
+				switch {
+				case strings.HasSuffix(r.name(), "-topology"):
 					topology = append(topology, grants(t, r)...)
-				} else {
+				case strings.HasSuffix(r.name(), "-remote-clusters"):
+					if got := str(r, "metadata", "namespace"); got != c.namespace {
+						t.Errorf("Role %s is in namespace %q: the remote clusters' Secrets are read in the release namespace %q only", r.name(), got, c.namespace)
+					}
+					remote = append(remote, grants(t, r)...)
+				default:
 					ns = append(ns, grants(t, r)...)
 				}
 			}
@@ -609,7 +637,24 @@ func TestRBAC(t *testing.T) {
 				t.Error("Role does not grant leases: leader election cannot work")
 			}
 
-			// Together they are exactly the generated least-privilege role.
+			// Multi-cluster: reading Secrets (get, list, watch) in the release
+			// namespace, with multicluster.enabled only, and nowhere else.
+			wantRemote := []string(nil)
+			if c.multicluster() {
+				wantRemote = []string{"core/secrets:get", "core/secrets:list", "core/secrets:watch"}
+			}
+			if got := set(remote); !slices.Equal(got, wantRemote) {
+				t.Errorf("the remote clusters' Role grants %v, want %v", got, wantRemote)
+			}
+			for _, g := range append(cluster, ns...) {
+				if g.resource == "secrets" {
+					t.Errorf("%q on secrets outside the remote clusters' Role: it belongs there, in the release namespace, with multicluster.enabled", g.verb)
+				}
+			}
+
+			// Together they are exactly the generated least-privilege role
+			// (which may grant secrets, for the remote clusters: the chart
+			// grants them in the release namespace only, checked above).
 			raw, err := os.ReadFile(roleFile)
 			if err != nil {
 				t.Fatal(err)
@@ -624,7 +669,9 @@ func TestRBAC(t *testing.T) {
 				}
 				all = append(all, grants(t, generated)...)
 			}
-			want := set(all)
+			// the chart grants Secrets only with multicluster.enabled, in a
+			// Role of its own, checked above
+			want := set(slices.DeleteFunc(all, func(g grant) bool { return g.group == "" && g.resource == "secrets" }))
 			got := set(append(cluster, ns...))
 			if !slices.Equal(got, want) {
 				t.Errorf("ClusterRole + Role grant\n  %v\nbut %s (generated from the kubebuilder markers) grants\n  %v\nupdate charts/poise/templates/clusterrole.yaml and role.yaml",
@@ -694,6 +741,10 @@ func TestInvalidValues(t *testing.T) {
 		{[]string{"statusWriter.share=1.5"}, "/statusWriter/share"},
 		{[]string{"service.xdsPort=70000"}, "/service/xdsPort"},
 		{[]string{"watchNamespace=Shop_1"}, "/watchNamespace"},
+		{[]string{"multicluster.clusterName=Home"}, "/multicluster/clusterName"},
+		{[]string{"multicluster.clusterName="}, "/multicluster/clusterName"},
+		{[]string{"multicluster.staleAfter=60"}, "/multicluster/staleAfter"},
+		{[]string{"multicluster.enable=true"}, "additional properties 'enable' not allowed"},
 		{[]string{"extraArgs={debounce=1s}"}, "/extraArgs/0"},
 		{[]string{"logLevl=debug"}, "additional properties 'logLevl' not allowed"},
 		{[]string{"xds.maxStream=10"}, "additional properties 'maxStream' not allowed"},
