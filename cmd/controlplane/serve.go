@@ -62,6 +62,8 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 	namespace := fs.String("namespace", "", "with --source=kubernetes, watch only this namespace (empty: all)")
 	spatialListen := fs.String("spatial-listener", "0.0.0.0:10080", "address Envoy's spatial routing listener (LDS \"spatial\") binds, when a SpatialDomain exists")
 	leNamespace := fs.String("leader-election-namespace", "", "namespace of the Lease that elects the status writer (default: --namespace, else the pod's own, else the kubeconfig context's)")
+	remoteClusters := fs.Bool("remote-clusters", true,
+		"with --source=kubernetes, import Services from the remote clusters registered by Secrets labelled poise.dev/remote-cluster in Poise's namespace (docs/multicluster.md); false reads no Secret and imports from the home cluster only")
 	clusterName := fs.String("cluster-name", kube.DefaultClusterName, "with --source=kubernetes, the home cluster's name: the name spec.endpointsFrom.clusters and explain give it (docs/multicluster.md)")
 	remoteStale := fs.Duration("remote-stale-after", kube.DefaultRemoteStaleAfter,
 		"with --source=kubernetes, how long an unreachable remote cluster's last-known endpoints keep serving before they are Unavailable (5s to 1h)")
@@ -171,7 +173,7 @@ Services. The admin address serves /healthz, /readyz, /metrics and /debug.`,
 			HealthCheckConcurrency: *checkConcurrency, HealthCheckMaxEndpoints: *checkMax, MetricsNoLocalityGauges: !*localityGauges, MetricsMaxUpstreams: *maxUpstreamGauges,
 			DrainPeriod: *drain, Debounce: *debounce, DebounceMax: *debounceMax, Settle: settleOf(*settle), Spatial: spatial,
 			KubeQPS: *kubeQPS, KubeBurst: *kubeBurst, StatusShare: *statusShare, StatusWriters: *statusWriters,
-			ClusterName: *clusterName, RemoteStaleAfter: *remoteStale,
+			ClusterName: *clusterName, RemoteStaleAfter: *remoteStale, NoRemoteClusters: !*remoteClusters,
 			Log: log, Out: stdout, BannerFormat: *logFormat, Version: buildVersion().Version,
 		})
 		if err != nil {

@@ -83,6 +83,9 @@ type Config struct {
 	// an unreachable remote cluster's endpoints serve (kube.Options).
 	ClusterName      string
 	RemoteStaleAfter time.Duration
+	// NoRemoteClusters: read no Secret, import from the home cluster only
+	// (serve --remote-clusters=false).
+	NoRemoteClusters bool
 	// MetricsNoLocalityGauges leaves out poise_upstream_locality_traffic
 	// (the zero value exports it); MetricsMaxUpstreams bounds the upstreams
 	// with per-upstream gauges (0: metrics.DefaultMaxUpstreams; negative:
@@ -276,7 +279,7 @@ func Run(ctx context.Context, cfg Config) error {
 			Publication: rejectingPublication{pub, clients}, ClientQPS: cfg.KubeQPS, ClientBurst: cfg.KubeBurst, StatusShare: cfg.StatusShare,
 			StatusWorkers: cfg.StatusWriters, HealthChecks: checks,
 			OutlierPeriod: loads.Window() / loadreport.Buckets, OutlierWindow: loads.Window(),
-			ClusterName: cfg.ClusterName, RemoteStaleAfter: cfg.RemoteStaleAfter,
+			ClusterName: cfg.ClusterName, RemoteStaleAfter: cfg.RemoteStaleAfter, NoRemoteClusters: cfg.NoRemoteClusters,
 		})
 		if err != nil {
 			return err

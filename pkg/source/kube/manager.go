@@ -74,6 +74,9 @@ type Options struct {
 	// DefaultRemoteStaleAfter). See docs/multicluster.md.
 	ClusterName      string
 	RemoteStaleAfter time.Duration
+	// NoRemoteClusters: watch no Secret and import from the home cluster
+	// only (an install without multi-cluster has no RBAC for Secrets).
+	NoRemoteClusters bool
 }
 
 // Defaults of the Kubernetes client and of the status writer's share of it
@@ -226,8 +229,10 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	if o.Metrics != nil {
 		o.Metrics.SetRemoteClusters(remotes.StateValues, remotes.LastSyncSeconds)
 	}
-	if err := m.Add(remotes); err != nil {
-		return nil, err
+	if !o.NoRemoteClusters {
+		if err := m.Add(remotes); err != nil {
+			return nil, err
+		}
 	}
 	sw := &StatusWriter{Client: m.GetClient(), Dir: dir, Source: src, Publication: o.Publication, Log: log, Metrics: o.Metrics,
 		Budget: o.StatusBudgetOf(), Events: events}
