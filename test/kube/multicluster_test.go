@@ -532,3 +532,31 @@ func getBody(t *testing.T, url string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// TestRemoteClustersOff: a replica run with --remote-clusters=false (as the
+// chart runs without multicluster.enabled, with no RBAC for Secrets) reads
+// no Secret: a labelled one registers nothing, and neither /readyz nor the
+// metrics say anything of remote clusters.
+func TestRemoteClustersOff(t *testing.T) {
+	ns := namespace(t)
+	p := startPlaneWith(t, ns, "off", func(c *controlplane.Config) { c.NoRemoteClusters = true })
+	if err := k8s.Create(t.Context(), remoteSecret(ns, "remote-x", "eu-9", []byte("not: a kubeconfig\n"))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // a registry would have read it by now
+	var cs struct {
+		Clusters []kube.ClusterStatus `json:"clusters"`
+	}
+	if err := getJSON(p.adminURL+"/debug/clusters", &cs); err != nil {
+		t.Fatal(err)
+	}
+	if len(cs.Clusters) != 0 {
+		t.Errorf("/debug/clusters %+v, want none", cs.Clusters)
+	}
+	if code, body := getBody(t, p.adminURL+"/readyz"); code != http.StatusOK || strings.Contains(body, "remote cluster") {
+		t.Errorf("/readyz %d %s", code, body)
+	}
+	if v := metricValue(t, p, `poise_remote_cluster_state{cluster="eu-9",state="Error"}`); v != 0 {
+		t.Errorf("the Secret was read: state Error %v", v)
+	}
+}
