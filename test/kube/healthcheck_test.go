@@ -172,8 +172,10 @@ func TestActiveChecksAcrossReplicas(t *testing.T) {
 	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "echo"}, &u); err != nil {
 		t.Fatal(err)
 	}
+	orig := u.DeepCopy()
 	u.Spec.HealthCheck = nil
-	if err := k8s.Update(t.Context(), &u); err != nil {
+	// a patch, not an update: the leader writes status meanwhile
+	if err := k8s.Patch(t.Context(), &u, client.MergeFrom(orig)); err != nil {
 		t.Fatal(err)
 	}
 	two.waitExplain(t, ns, "echo", "without a check, backend 2 is eligible", func(u explain.Upstream) (bool, string) {
