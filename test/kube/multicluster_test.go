@@ -30,9 +30,10 @@ import (
 	"poise.dev/poise/test/splitcheck"
 )
 
-// remoteCluster is one more real kube-apiserver and etcd, reached through
-// a TCP proxy the test can cut (an honest model of an unreachable cluster:
-// the apiserver and its etcd keep running, nothing reaches them).
+// remoteCluster is one more real kube-apiserver and etcd, reached through a
+// TCP proxy: its apiserver process can be stopped and started again on the
+// same address and certificates (its etcd keeps the data), and the proxy
+// can cut it off while it runs.
 type remoteCluster struct {
 	name  string
 	env   *envtest.Environment
@@ -45,6 +46,10 @@ type remoteCluster struct {
 func startRemote(t *testing.T, name string) *remoteCluster {
 	t.Helper()
 	env := &envtest.Environment{BinaryAssetsDirectory: os.Getenv("KUBEBUILDER_ASSETS")}
+	// a certificate directory of its own is kept across a stop, so the
+	// apiserver comes back with the same serving certificate and the
+	// kubeconfigs in the Secrets stay valid
+	env.ControlPlane.GetAPIServer().CertDir = t.TempDir()
 	start := time.Now()
 	cfg, err := env.Start()
 	if err != nil {
@@ -71,6 +76,22 @@ func startRemote(t *testing.T, name string) *remoteCluster {
 	t.Logf("remote %s: apiserver at %s", name, cfg.Host)
 	host := strings.TrimSuffix(strings.TrimPrefix(cfg.Host, "https://"), "/")
 	return &remoteCluster{name: name, env: env, k8s: c, proxy: startCutProxy(t, host)}
+}
+
+// stopAPIServer stops the remote's kube-apiserver process; its etcd runs on.
+func (r *remoteCluster) stopAPIServer(t *testing.T) {
+	if err := r.env.ControlPlane.APIServer.Stop(); err != nil {
+		t.Errorf("remote %s: stop kube-apiserver: %v", r.name, err)
+	}
+}
+
+// startAPIServer starts the remote's kube-apiserver again, on the same
+// address and certificates.
+func (r *remoteCluster) startAPIServer(t *testing.T) {
+	t.Helper()
+	if err := r.env.ControlPlane.APIServer.Start(); err != nil {
+		t.Fatalf("remote %s: start kube-apiserver again: %v", r.name, err)
+	}
 }
 
 // reader adds a user bound to the read-only role and returns a kubeconfig
@@ -248,7 +269,7 @@ func endpointsByCluster(u explain.Upstream) map[string][]explain.Endpoint {
 // TestMultiCluster: one control plane imports Service echo-svc from its
 // home cluster and two remote clusters (three real kube-apiservers), each
 // registered by a Secret; a grpc-go xDS client carries out the split
-// across clusters; a remote cut off keeps serving for the staleness bound,
+// across clusters; a remote whose apiserver stops keeps serving for the staleness bound,
 // then is Unavailable and traffic fails over, and comes back with the
 // cluster; a rotated credential keeps the import; a deleted Secret takes
 // the cluster's endpoints with an Event. Poise is never restarted.
@@ -333,9 +354,12 @@ func TestMultiCluster(t *testing.T) {
 		}
 	}
 
-	// 2. eu-2 is cut off: within the bound nothing changes
+	// 2. eu-2's apiserver stops: within the bound nothing changes. The
+	//    stop (a graceful shutdown, which takes seconds) runs meanwhile:
+	//    eu-2 cannot be unreachable before it began
 	cut := time.Now()
-	eu2.proxy.setCut(true)
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); eu2.stopAPIServer(t) }()
 	before := rep.Revision
 	for time.Since(cut) < staleAfter-time.Second {
 		r, err := p.explainOf(ns, "echo")
@@ -344,12 +368,12 @@ func TestMultiCluster(t *testing.T) {
 		}
 		for _, ep := range endpointsByCluster(r.Upstreams[0])["eu-2"] {
 			if ep.AdminState != "Ready" || ep.Share == 0 {
-				t.Fatalf("eu-2 endpoint changed %v after the cut, within the %v bound: %+v", time.Since(cut).Round(time.Millisecond), staleAfter, ep)
+				t.Fatalf("eu-2 endpoint changed %v after the stop began, within the %v bound: %+v", time.Since(cut).Round(time.Millisecond), staleAfter, ep)
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("2 cut: %v after eu-2 was cut off its endpoints still serve (revision %d)", time.Since(cut).Round(time.Millisecond), before)
+	t.Logf("2 stop: %v after eu-2's apiserver stopped its endpoints still serve (revision %d)", time.Since(cut).Round(time.Millisecond), before)
 	eventually(t, 10*time.Second, "readyz says eu-2 is unreachable, and stays 200", func() (bool, string) {
 		code, body := getBody(t, p.adminURL+"/readyz")
 		return code == http.StatusOK && strings.Contains(body, "remote cluster eu-2"), fmt.Sprintf("%d %s", code, body)
@@ -365,9 +389,9 @@ func TestMultiCluster(t *testing.T) {
 		return len(eps) == 2, fmt.Sprintf("%d eu-2 endpoints", len(eps))
 	})
 	stale := time.Since(cut)
-	t.Logf("2 cut: eu-2's endpoints Unavailable %v after the cut (bound %v): %s", stale.Round(time.Millisecond), staleAfter, endpointsByCluster(rep.Upstreams[0])["eu-2"][0].ReasonFrom)
+	t.Logf("2 stop: eu-2's endpoints Unavailable %v after the stop (bound %v): %s", stale.Round(time.Millisecond), staleAfter, endpointsByCluster(rep.Upstreams[0])["eu-2"][0].ReasonFrom)
 	if stale < staleAfter {
-		t.Errorf("eu-2 went Unavailable %v after the cut, before the %v bound", stale, staleAfter)
+		t.Errorf("eu-2 went Unavailable %v after the stop began, before the %v bound", stale, staleAfter)
 	}
 	failover := splitcheck.ExpectationOf(t, rep)
 	if failover.Share[b[4].Addr] != 0 || failover.Share[b[0].Addr] <= want.Share[b[0].Addr] {
@@ -376,7 +400,7 @@ func TestMultiCluster(t *testing.T) {
 	p.waitAcked(t, node, rep.Revision)
 	measure(t, "2 failover from eu-2", conn, failover)
 	sameAs("2", failover)
-	t.Logf("2 cut: the client's traffic left eu-2 %v after the cut", time.Since(cut).Round(time.Millisecond))
+	t.Logf("2 stop: the client's traffic left eu-2 %v after the stop", time.Since(cut).Round(time.Millisecond))
 	if v := metricValue(t, p, `poise_remote_cluster_state{cluster="eu-2",state="Stale"}`); v != 1 {
 		t.Errorf("poise_remote_cluster_state{cluster=eu-2,state=Stale} = %v, want 1", v)
 	}
@@ -385,9 +409,10 @@ func TestMultiCluster(t *testing.T) {
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == kube.ReasonRemoteClusterUnreachable, fmt.Sprintf("%+v", c)
 	})
 
-	// 3. eu-2 comes back: its endpoints and the traffic return
+	// 3. eu-2's apiserver starts again: its endpoints and the traffic return
+	<-stopped
 	restored := time.Now()
-	eu2.proxy.setCut(false)
+	eu2.startAPIServer(t)
 	rep, took = p.waitExplain(t, ns, "echo", "eu-2's endpoints are Ready again", func(u explain.Upstream) (bool, string) {
 		eps := endpointsByCluster(u)["eu-2"]
 		for _, ep := range eps {
@@ -397,7 +422,7 @@ func TestMultiCluster(t *testing.T) {
 		}
 		return len(eps) == 2, fmt.Sprintf("%d eu-2 endpoints", len(eps))
 	})
-	t.Logf("3 restore: eu-2's endpoints Ready %v after the proxy was restored", took.Round(time.Millisecond))
+	t.Logf("3 restart: eu-2's endpoints Ready %v after the restarted apiserver was ready", took.Round(time.Millisecond))
 	back := splitcheck.ExpectationOf(t, rep)
 	if !sameShares(back, want) {
 		t.Fatalf("split after restore %+v, want the first %+v", back, want)
@@ -405,7 +430,7 @@ func TestMultiCluster(t *testing.T) {
 	p.waitAcked(t, node, rep.Revision)
 	measure(t, "3 eu-2 back", conn, back)
 	sameAs("3", back)
-	t.Logf("3 restore: the client's traffic returned to eu-2 %v after the restore", time.Since(restored).Round(time.Millisecond))
+	t.Logf("3 restart: the client's traffic returned to eu-2 %v after the restart began", time.Since(restored).Round(time.Millisecond))
 
 	// 4. rotation: eu-1's Secret gets a second identity; the first loses its
 	//    binding, and a change in eu-1 is still imported
