@@ -436,6 +436,14 @@ func loadLive(ctx context.Context, kubeconfig, namespace string, stderr io.Write
 		return nil, false
 	}
 	fmt.Fprintf(stderr, "note: the topology of the cluster at %s (configuration from %s), read now\n", rc.Host, from)
+	for _, u := range snap.Upstreams() {
+		if u.Upstream.Service != nil {
+			// remote clusters are read through Secrets a replica holds the
+			// credentials of; this command reads one cluster
+			fmt.Fprintln(stderr, "note: a Service import here is this cluster's endpoints only; a replica also imports the remote clusters' (docs/multicluster.md): ask it, /debug/explain")
+			break
+		}
+	}
 	refs := slices.SortedFunc(maps.Keys(rejected), func(a, b topology.ObjectRef) int {
 		return cmp.Or(strings.Compare(a.Kind, b.Kind), a.Key.Compare(b.Key))
 	})

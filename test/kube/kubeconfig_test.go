@@ -79,6 +79,9 @@ func TestServeFindsTheClusterThroughKUBECONFIG(t *testing.T) {
 	if string(got) != string(want) {
 		t.Errorf("explain --kubeconfig gives\n%s\nthe replica serves\n%s", got, want)
 	}
+	if strings.Contains(stderr.String(), "Service import here") {
+		t.Errorf("explain --kubeconfig notes remote clusters' endpoints for a topology that imports no Service: %s", stderr.String())
+	}
 	if !strings.Contains(stderr.String(), restConfig.Host) {
 		t.Errorf("explain --kubeconfig does not say which cluster it read: %s", stderr.String())
 	}
