@@ -122,11 +122,12 @@ func (w *OutlierWriter) evaluate(ctx context.Context, d *outlier.Decider, limite
 		for _, v := range d.Decide(k, *od, merged, outlier.EndpointsOf(u), now) {
 			w.record(k, v)
 		}
+		ejections := d.Ejections(k)
 		if w.Metrics != nil {
-			w.Metrics.OutlierEjected.WithLabelValues(label).Set(float64(len(d.Ejections(k))))
+			w.Metrics.OutlierEjected.WithLabelValues(label).Set(float64(len(ejections)))
 			w.Metrics.UntrustedReporters.WithLabelValues(label).Set(float64(merged.Untrusted))
 		}
-		if err := w.write(ctx, limiter, k, d.Ejections(k)); err != nil {
+		if err := w.write(ctx, limiter, k, ejections); err != nil {
 			w.Log.Warn("writing outlier ejections failed; retried at the next evaluation", "upstream", label, "error", err)
 		}
 	}
