@@ -76,10 +76,8 @@ func (o *outliers) evaluate(now time.Time) {
 		for _, v := range o.decider.Decide(k, *od, agg, outlier.EndpointsOf(u), now) {
 			if v.Ejected {
 				o.m.OutlierEjections.WithLabelValues(label).Inc()
-				o.log.Info("outlier ejected", "upstream", label, "address", v.Address, "port", v.Port, "origin", v.Origin)
-			} else {
-				o.log.Info("outlier returned", "upstream", label, "address", v.Address, "port", v.Port)
 			}
+			v.Log(o.log, label)
 		}
 		cur := map[outlier.Endpoint]string{}
 		ejections := o.decider.Ejections(k)

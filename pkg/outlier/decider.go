@@ -2,6 +2,7 @@ package outlier
 
 import (
 	"fmt"
+	"log/slog"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -25,6 +26,16 @@ type Verdict struct {
 	Port    uint32
 	Ejected bool
 	Origin  string
+}
+
+// Log records the decision: every decider (files mode's, the Kubernetes
+// leader's) logs the same lines.
+func (v Verdict) Log(log *slog.Logger, upstream string) {
+	if v.Ejected {
+		log.Info("outlier ejected", "upstream", upstream, "address", v.Address, "port", v.Port, "origin", v.Origin)
+		return
+	}
+	log.Info("outlier returned", "upstream", upstream, "address", v.Address, "port", v.Port)
 }
 
 // Ejection is an endpoint ejected now.

@@ -159,17 +159,16 @@ func (w *OutlierWriter) record(k topology.Key, v outlier.Verdict) {
 	label := k.String()
 	obj := &v1alpha1.Upstream{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Upstream"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
+	v.Log(w.Log, label)
 	if v.Ejected {
 		if w.Metrics != nil {
 			w.Metrics.OutlierEjections.WithLabelValues(label).Inc()
 		}
-		w.Log.Info("outlier ejected", "upstream", label, "address", v.Address, "port", v.Port, "origin", v.Origin)
 		if w.Events != nil {
 			w.Events.Eventf(obj, nil, "Warning", ReasonOutlierEjected, "Eject", "%s", clip(fmt.Sprintf("%s:%d ejected (%s)", v.Address, v.Port, v.Origin), maxEventNote))
 		}
 		return
 	}
-	w.Log.Info("outlier returned", "upstream", label, "address", v.Address, "port", v.Port)
 	if w.Events != nil {
 		w.Events.Eventf(obj, nil, "Normal", ReasonOutlierReturned, "Return", "%s:%d returned: its ejection time is up", v.Address, v.Port)
 	}
