@@ -14,7 +14,7 @@ func TestEveryReasonIsClassified(t *testing.T) {
 			t.Errorf("reason %d has no name in reasonNames", r)
 		}
 		if _, _, ok := r.classify(); !ok {
-			t.Errorf("reason %s has no case in classify", r)
+			t.Errorf("reason %d (%s) has no case in classify", r, r)
 		}
 	}
 	if _, _, ok := reasonCount.classify(); ok {
@@ -58,7 +58,7 @@ func TestReasonClassificationAgreesWithEligibility(t *testing.T) {
 	}
 	for _, r := range Reasons() {
 		if !seen[r] {
-			t.Errorf("no endpoint state gives reason %s", r)
+			t.Errorf("no endpoint state gives reason %d (%s)", r, r)
 		}
 	}
 }
@@ -78,7 +78,7 @@ func TestReasonProxyHealth(t *testing.T) {
 	for _, r := range Reasons() {
 		w, ok := want[r]
 		if !ok {
-			t.Errorf("reason %s: add how a proxy is told about it to this table", r)
+			t.Errorf("reason %d (%s): add how a proxy is told about it to this table", r, r)
 			continue
 		}
 		for p, h := range w {

@@ -194,7 +194,7 @@ type EndpointResult struct {
 }
 
 // Result is the whole derivation for one upstream. Priorities, localities
-// and endpoints are in canonical order (see specs/weights.md, Ordering), so
+// and endpoints are in canonical order (docs/weights.md, "Ordering"), so
 // the same input in any order gives an identical Result apart from Index.
 type Result struct {
 	Outcome           Outcome

@@ -130,7 +130,7 @@ func (m *claModel) addEndpoint(l *locModel, e weights.Endpoint, weight uint64, h
 	l.count++
 }
 
-// exact is the ControlPlane rendering of specs/xds-publishing.md: priority
+// exact is the ControlPlane rendering of docs/design/xds-publishing.md: priority
 // 0 carries every (priority, locality) with traffic, weighted by its traffic
 // in millionths; standby localities follow as priorities 1..N.
 func (m *claModel) exact(u *topology.UpstreamState, r Rendering) {

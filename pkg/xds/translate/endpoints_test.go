@@ -25,7 +25,7 @@ func TestDelegatedHealthOfEveryReason(t *testing.T) {
 	for _, r := range weights.Reasons() {
 		row, ok := want[r]
 		if !ok {
-			t.Errorf("reason %s: add the EDS status it is published with to this table", r)
+			t.Errorf("reason %d (%s): add the EDS status it is published with to this table", r, r)
 			continue
 		}
 		for p, w := range row {
