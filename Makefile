@@ -1,4 +1,4 @@
-# Poise Makefile. `make run` explains the bundled examples; `make test` runs
+# Poise Makefile. `make run` serves the bundled examples over xDS; `make test` runs
 # the whole test suite. Everything a target needs is installed by the target.
 
 GO       ?= go

@@ -208,7 +208,7 @@ const (
 )
 
 // OutlierDetection is an Upstream's fleet outlier detection
-// (specs/signals.md, "Fleet outlier detection"): per endpoint, over the load
+// (docs/health.md, "Fleet outlier detection"): per endpoint, over the load
 // reports' window, the error ratio across the trusted clients.
 // +kubebuilder:validation:XValidation:rule="!has(self.baseEjectionTime) || !has(self.maxEjectionTime) || duration(self.maxEjectionTime) >= duration(self.baseEjectionTime)",message="maxEjectionTime must not be below baseEjectionTime"
 type OutlierDetection struct {
@@ -261,7 +261,7 @@ type OutlierDetection struct {
 }
 
 // LoadReporting is the load reporting of an Upstream or a SpatialDomain
-// (specs/signals.md, "Load reports").
+// (docs/design/signals.md, "Load reports").
 type LoadReporting struct {
 	// interval is how often clients report (LRS load_reporting_interval), from
 	// 1s to 60s: shorter notices trouble sooner at the cost of more reports.

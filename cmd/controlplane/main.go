@@ -1,6 +1,10 @@
-// Command controlplane is the Poise control plane: it explains, validates
-// and (in later releases) serves a topology of Upstream, Locality and
-// EndpointSet objects.
+// Command controlplane is the Poise control plane: serve publishes the
+// topology of manifest files or of a cluster to Envoy and gRPC over xDS;
+// explain prints the derivation of that topology (from manifests, offline,
+// or from a cluster), explain-route a spatial request's routing, and
+// validate checks manifests as serve would; status and proxy-config ask
+// running replicas whom and what they serve; create-remote-secret registers
+// a remote cluster. Each command parses its flags and hands the work to pkg/.
 package main
 
 import (

@@ -189,7 +189,7 @@ func randomTopology(rng *rand.Rand) ([]weights.Endpoint, []Zone) {
 }
 
 // independentRanks re-prioritises with string keys and a sort of its own,
-// the way a reader of specs/affinity.md would.
+// the way a reader of docs/weights.md ("Client-locality affinity") would.
 func independentRanks(mode Mode, failover []string, from Zone, eps []weights.Endpoint) []weights.Endpoint {
 	rank := func(l weights.Locality) int {
 		same, first := l.Region == from.Region, 1 // the first rank after the client's own region

@@ -49,7 +49,7 @@ type BalancedSplit struct {
 }
 
 // Balance divides the None result r again for the clients of zone from,
-// given the demand of every client zone, as specs/affinity.md says: each
+// given the demand of every client zone, as docs/weights.md ("Balanced") says: each
 // zone keeps local what its supply allows for its demand, the rest goes to
 // the zones with a surplus in proportion to it, and inside a zone the None
 // locality split holds. Summed over all clients weighted by demand, every

@@ -16,7 +16,7 @@ import (
 
 // outliers runs fleet outlier detection (spec.outlierDetection) in files
 // mode, where this replica alone decides and keeps its decisions in memory
-// (specs/signals.md, "Who decides"): every period it summarizes each
+// (docs/health.md, "Who decides"): every period it summarizes each
 // detecting upstream's window of load reports, decides, and applies what
 // changed to the Directory in one Apply.
 type outliers struct {

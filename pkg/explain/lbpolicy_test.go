@@ -11,9 +11,9 @@ import (
 	"poise.dev/poise/pkg/xds/translate"
 )
 
-// issue12 is the upstream of issue 12, item 9: localities 3:1, endpoint
+// lbPolicyUpstream has localities 3:1, endpoint
 // weights 1 and 3 in the first (18.75 / 56.25 / 25 %).
-func issue12(t *testing.T, policy string, mode topology.HealthAdjustment, oneEach bool) *topology.UpstreamState {
+func lbPolicyUpstream(t *testing.T, policy string, mode topology.HealthAdjustment, oneEach bool) *topology.UpstreamState {
 	t.Helper()
 	var b topology.Batch
 	b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "lb", Name: "up"}, Policy: weights.DefaultPolicy(),
@@ -65,7 +65,7 @@ func TestLoadBalancingPerClientKind(t *testing.T) {
 		{"Maglev", topology.Proxy, false, want{"MAGLEV", "weighted", SplitProxy, 0}, want{"ROUND_ROBIN", "per-endpoint", SplitProxy, 0}},
 		{"Random", topology.Proxy, false, want{"RANDOM", "weighted", SplitProxy, 0}, want{"ROUND_ROBIN", "per-endpoint", SplitProxy, 0}},
 	} {
-		u := issue12(t, tc.policy, tc.mode, tc.oneEach)
+		u := lbPolicyUpstream(t, tc.policy, tc.mode, tc.oneEach)
 		lb := BuildUpstream(u).LoadBalancing
 		if len(lb.Clients) != 2 || lb.Clients[0].Client != "Envoy" || lb.Clients[1].Client != "gRPC" {
 			t.Fatalf("%s: clients %+v", tc.policy, lb.Clients)

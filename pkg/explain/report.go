@@ -296,17 +296,19 @@ func buildSplit(u *topology.UpstreamState, configured []topology.EffectivePriori
 	return out
 }
 
+// reasonOrigin is the origin of the signal a reason comes from; an admin
+// state nothing else set is the endpoint's object's own spec.
 func reasonOrigin(r weights.Reason, o topology.Origin) string {
-	switch r {
-	case weights.ReasonProbeUnhealthy:
+	switch r.Signal() {
+	case weights.SignalProbe:
 		return o.Health.ProbeOrigin
-	case weights.ReasonCircuitOpen:
+	case weights.SignalCircuit:
 		return o.Health.CircuitOrigin
-	case weights.ReasonOutlierEjected:
+	case weights.SignalOutlier:
 		return o.Health.OutlierOrigin
-	case weights.ReasonOutOfScope:
+	case weights.SignalScope:
 		return o.Health.ScopeOrigin
-	case weights.ReasonUnavailable, weights.ReasonDraining:
+	case weights.SignalAdmin:
 		if o.Health.AdminOrigin != "" {
 			return o.Health.AdminOrigin
 		}

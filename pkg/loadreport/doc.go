@@ -4,6 +4,6 @@
 // time buckets, with the reporter's locality class, in memory bounded by a
 // hard cap of cells. It answers deterministic per-endpoint aggregates across
 // reporters for the fleet outlier detector and the spatial metrics
-// (specs/signals.md). Reports for what Poise does not publish are dropped
-// and counted, never stored.
+// (docs/design/signals.md, "Load reports"). Reports for what Poise does not
+// publish are dropped and counted, never stored.
 package loadreport

@@ -9,11 +9,12 @@ import (
 	"poise.dev/poise/pkg/xds/translate"
 )
 
-// The spatial cross-region metric (specs/signals.md, docs/spatial.md): the
-// clusters of a SpatialDomain with spec.loadReporting — one per replica, one
-// pool per product — report their load; every endpoint of them belongs to a
-// replica, so each reported request has a client region (the reporter's) and
-// a replica region. Requests are the reports' total_issued_requests.
+// The spatial cross-region metric (docs/spatial.md, "Cross-region
+// requests"): the clusters of a SpatialDomain with spec.loadReporting — one
+// per replica, one pool per product — report their load; every endpoint of
+// them belongs to a replica, so each reported request has a client region
+// (the reporter's) and a replica region. Requests are the reports'
+// total_issued_requests.
 const (
 	// SpatialNoRegion is the client region of a reporter whose node has no
 	// locality region. A Kubernetes region label never contains '~', so

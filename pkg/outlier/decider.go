@@ -49,7 +49,7 @@ type Ejection struct {
 }
 
 // Decider turns an upstream's merged aggregate into ejections
-// (specs/signals.md, "Fleet outlier detection"). It keeps, per endpoint
+// (docs/health.md, "The evidence and the rules"). It keeps, per endpoint
 // that was ever ejected, the consecutive ejection count, the time the
 // current ejection ends and when the last one began; an endpoint's state is
 // freed once its count has decayed to zero, so the state is bounded by the

@@ -1,4 +1,4 @@
-// Package outlier is fleet outlier detection (specs/signals.md): it sums
+// Package outlier is fleet outlier detection (docs/health.md): it sums
 // clients' load reports per endpoint into a compact, mergeable Aggregate,
 // leaving out the clients that are themselves the failing party, and a
 // Decider turns the merged aggregate into ejections with their origin, time

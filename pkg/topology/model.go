@@ -92,7 +92,7 @@ type Upstream struct {
 }
 
 // OutlierDetection is an upstream's fleet outlier detection, validated and
-// with its defaults applied (specs/signals.md, "Fleet outlier detection").
+// with its defaults applied (docs/health.md, "Fleet outlier detection").
 type OutlierDetection struct {
 	ErrorPercent       uint32 // 1..100
 	MinRequestVolume   uint64 // 1..1e9

@@ -1,6 +1,6 @@
 package weights
 
-// A slow, independent reference model of specs/weights.md (math/big, maps of
+// A slow, independent reference model of docs/weights.md (math/big, maps of
 // nothing, sort.SliceStable) and the invariant checker shared by the property
 // and fuzz tests. The model is written from the spec text, not from compute.go.
 

@@ -136,7 +136,9 @@ const (
 )
 
 // Reason is why an endpoint is not eligible; ReasonNone means it is.
-// The first failing reason is reported, in the declared order.
+// The first failing reason is reported, in the declared order. What a reason
+// means to the rest of the control plane (its signal, how a proxy is told)
+// is classified once, in reason.go.
 type Reason uint8
 
 const (
@@ -147,6 +149,8 @@ const (
 	ReasonProbeUnhealthy
 	ReasonCircuitOpen
 	ReasonOutlierEjected
+
+	reasonCount // keep last: the tests iterate every reason below it
 )
 
 // PriorityResult is stage 1 for one priority.
@@ -190,7 +194,7 @@ type EndpointResult struct {
 }
 
 // Result is the whole derivation for one upstream. Priorities, localities
-// and endpoints are in canonical order (see specs/weights.md, Ordering), so
+// and endpoints are in canonical order (docs/weights.md, "Ordering"), so
 // the same input in any order gives an identical Result apart from Index.
 type Result struct {
 	Outcome           Outcome

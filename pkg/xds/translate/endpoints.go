@@ -130,7 +130,7 @@ func (m *claModel) addEndpoint(l *locModel, e weights.Endpoint, weight uint64, h
 	l.count++
 }
 
-// exact is the ControlPlane rendering of specs/xds-publishing.md: priority
+// exact is the ControlPlane rendering of docs/design/xds-publishing.md: priority
 // 0 carries every (priority, locality) with traffic, weighted by its traffic
 // in millionths; standby localities follow as priorities 1..N.
 func (m *claModel) exact(u *topology.UpstreamState, r Rendering) {
@@ -263,21 +263,20 @@ func (m *claModel) delegated(u *topology.UpstreamState) {
 	}
 }
 
-// delegatedHealth maps an endpoint's state to the EDS status the proxy
-// understands. Out-of-scope and Unavailable endpoints are not published.
+// delegatedHealth is the EDS status of an endpoint for a proxy that does its
+// own math, as its reason classifies it; false leaves the endpoint out.
 func delegatedHealth(er weights.EndpointResult, e weights.Endpoint) (core.HealthStatus, bool) {
-	switch er.Reason {
-	case weights.ReasonOutOfScope, weights.ReasonUnavailable:
-		return 0, false
-	case weights.ReasonDraining:
-		return core.HealthStatus_DRAINING, true
-	case weights.ReasonProbeUnhealthy, weights.ReasonCircuitOpen, weights.ReasonOutlierEjected:
-		return core.HealthStatus_UNHEALTHY, true
-	}
-	if e.Probe == weights.ProbeHealthy {
+	switch er.Reason.ProxyHealth(e.Probe) {
+	case weights.ProxyUnknown:
+		return core.HealthStatus_UNKNOWN, true
+	case weights.ProxyHealthy:
 		return core.HealthStatus_HEALTHY, true
+	case weights.ProxyUnhealthy:
+		return core.HealthStatus_UNHEALTHY, true
+	case weights.ProxyDraining:
+		return core.HealthStatus_DRAINING, true
 	}
-	return core.HealthStatus_UNKNOWN, true
+	return 0, false // weights.ProxyWithheld
 }
 
 func (m *claModel) subZone(l *locModel) string {

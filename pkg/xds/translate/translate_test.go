@@ -138,7 +138,7 @@ func checkStructure(t tester, what string, cla *endpoint.ClusterLoadAssignment) 
 	}
 }
 
-// expectedExact derives the ControlPlane assignment of specs/xds-publishing.md
+// expectedExact derives the ControlPlane assignment of docs/design/xds-publishing.md
 // from the computed result. The sub_zone of a flattened locality is left as
 // the source one; checkExact matches the suffix separately.
 func expectedExact(u *topology.UpstreamState, r translate.Rendering) []published {
