@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestServeFlags runs serve with each flag out of its range (zero,
+// negative, over its cap, where the flag has them): exit 2 and exactly the
+// problem, naming the flag, on stderr. Every row gives -f a file that does
+// not exist, so a value the command wrongly lets through fails fast, in
+// loading the manifests (exit 1), rather than serving.
+func TestServeFlags(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing.yaml")
+	base := []string{"serve", "-f", missing, "--xds-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"}
+	const (
+		debounces   = "--debounce and --debounce-max must not be negative"
+		streams     = "--xds-max-streams and --xds-max-streams-per-connection must be at least 1"
+		kubeClient  = "--kube-api-qps and --kube-api-burst must be positive"
+		badCluster  = `cluster name %q must be a DNS label (lowercase letters, digits and '-', at most 63 characters)`
+		statusShare = "--status-write-share %s: want a part of the client's budget, above 0 and at most 1"
+	)
+	for _, tc := range []struct {
+		name string
+		args []string // after base, unless they start with "serve"
+		want []string // stderr's lines, each after "error: "
+	}{
+		{"debounce negative", []string{"--debounce", "-1ms"}, []string{debounces}},
+		{"debounce-max negative", []string{"--debounce-max", "-1ms"}, []string{debounces}},
+		{"debounce-max below debounce", []string{"--debounce", "100ms", "--debounce-max", "50ms"},
+			[]string{"--debounce-max 50ms is shorter than --debounce 100ms: a burst could never be applied on quiet"}},
+		{"settle negative", []string{"--settle", "-1s"}, []string{"--settle must not be negative"}},
+		{"drain-period negative", []string{"--drain-period", "-1s"}, []string{"--drain-period must not be negative"}},
+		{"xds-max-streams 0", []string{"--xds-max-streams", "0"}, []string{streams}},
+		{"xds-max-streams negative", []string{"--xds-max-streams", "-1"}, []string{streams}},
+		{"xds-max-streams-per-connection 0", []string{"--xds-max-streams-per-connection", "0"}, []string{streams}},
+		{"xds-max-streams-per-connection negative", []string{"--xds-max-streams-per-connection", "-1"}, []string{streams}},
+		{"kube-api-qps 0", []string{"--kube-api-qps", "0"}, []string{kubeClient}},
+		{"kube-api-qps negative", []string{"--kube-api-qps", "-1"}, []string{kubeClient}},
+		{"kube-api-burst 0", []string{"--kube-api-burst", "0"}, []string{kubeClient}},
+		{"kube-api-burst negative", []string{"--kube-api-burst", "-1"}, []string{kubeClient}},
+		{"remote-stale-after 0", []string{"--remote-stale-after", "0"}, []string{"--remote-stale-after 0s: want 5s to 1h0m0s"}},
+		{"remote-stale-after negative", []string{"--remote-stale-after", "-1s"}, []string{"--remote-stale-after -1s: want 5s to 1h0m0s"}},
+		{"remote-stale-after below", []string{"--remote-stale-after", "4s"}, []string{"--remote-stale-after 4s: want 5s to 1h0m0s"}},
+		{"remote-stale-after over", []string{"--remote-stale-after", "61m"}, []string{"--remote-stale-after 1h1m0s: want 5s to 1h0m0s"}},
+		{"cluster-name empty", []string{"--cluster-name", ""}, []string{"--cluster-name: " + fmt.Sprintf(badCluster, "")}},
+		{"cluster-name not a label", []string{"--cluster-name", "Home_1"}, []string{"--cluster-name: " + fmt.Sprintf(badCluster, "Home_1")}},
+		{"cluster-name too long", []string{"--cluster-name", strings.Repeat("a", 64)}, []string{"--cluster-name: " + fmt.Sprintf(badCluster, strings.Repeat("a", 64))}},
+		{"max-client-classes 0", []string{"--max-client-classes", "0"}, []string{"--max-client-classes 0: want 1 to 4096"}},
+		{"max-client-classes negative", []string{"--max-client-classes", "-1"}, []string{"--max-client-classes -1: want 1 to 4096"}},
+		{"max-client-classes over", []string{"--max-client-classes", "4097"}, []string{"--max-client-classes 4097: want 1 to 4096"}},
+		{"load-report-max-cells 0", []string{"--load-report-max-cells", "0"}, []string{"--load-report-max-cells 0: want 1 to 100000000"}},
+		{"load-report-max-cells negative", []string{"--load-report-max-cells", "-1"}, []string{"--load-report-max-cells -1: want 1 to 100000000"}},
+		{"load-report-max-cells over", []string{"--load-report-max-cells", "100000001"}, []string{"--load-report-max-cells 100000001: want 1 to 100000000"}},
+		{"health-check-concurrency 0", []string{"--health-check-concurrency", "0"}, []string{"--health-check-concurrency 0: want 1 to 1024"}},
+		{"health-check-concurrency negative", []string{"--health-check-concurrency", "-1"}, []string{"--health-check-concurrency -1: want 1 to 1024"}},
+		{"health-check-concurrency over", []string{"--health-check-concurrency", "1025"}, []string{"--health-check-concurrency 1025: want 1 to 1024"}},
+		{"health-check-max-endpoints 0", []string{"--health-check-max-endpoints", "0"}, []string{"--health-check-max-endpoints 0: want 1 to 100000"}},
+		{"health-check-max-endpoints negative", []string{"--health-check-max-endpoints", "-1"}, []string{"--health-check-max-endpoints -1: want 1 to 100000"}},
+		{"health-check-max-endpoints over", []string{"--health-check-max-endpoints", "200000"}, []string{"--health-check-max-endpoints 200000: want 1 to 100000"}},
+		{"load-report-bucket 0", []string{"--load-report-bucket", "0"}, []string{"--load-report-bucket 0s: want 100ms to 10s"}},
+		{"load-report-bucket negative", []string{"--load-report-bucket", "-1s"}, []string{"--load-report-bucket -1s: want 100ms to 10s"}},
+		{"load-report-bucket below", []string{"--load-report-bucket", "50ms"}, []string{"--load-report-bucket 50ms: want 100ms to 10s"}},
+		{"load-report-bucket over", []string{"--load-report-bucket", "11s"}, []string{"--load-report-bucket 11s: want 100ms to 10s"}},
+		{"metrics-max-upstreams negative", []string{"--metrics-max-upstreams", "-1"}, []string{"--metrics-max-upstreams must not be negative"}},
+		{"status-writers 0", []string{"--status-writers", "0"}, []string{"--status-writers must be positive"}},
+		{"status-writers negative", []string{"--status-writers", "-1"}, []string{"--status-writers must be positive"}},
+		{"status-write-share 0", []string{"--status-write-share", "0"}, []string{fmt.Sprintf(statusShare, "0")}},
+		{"status-write-share negative", []string{"--status-write-share", "-0.5"}, []string{fmt.Sprintf(statusShare, "-0.5")}},
+		{"status-write-share over", []string{"--status-write-share", "1.5"}, []string{fmt.Sprintf(statusShare, "1.5")}},
+		{"source unknown", []string{"--source", "etcd"}, []string{`--source "etcd": want files or kubernetes`}},
+		{"no -f", []string{"serve", "--xds-address", "127.0.0.1:0"}, []string{"-f PATH is required (a manifest file or directory)"}},
+		{"-f with kubernetes", []string{"--source", "kubernetes"},
+			[]string{"-f is for --source=files; with --source=kubernetes the topology comes from the cluster"}},
+		{"log-level", []string{"--log-level", "loud"}, []string{`--log-level "loud": want debug, info, warn or error`}},
+		{"log-format", []string{"--log-format", "yaml"}, []string{`--log-format "yaml": want text or json`}},
+		{"spatial-listener no port", []string{"--spatial-listener", "0.0.0.0"}, []string{`--spatial-listener "0.0.0.0": address 0.0.0.0: missing port in address`}},
+		{"spatial-listener port 0", []string{"--spatial-listener", "0.0.0.0:0"}, []string{`--spatial-listener "0.0.0.0:0": port "0": want 1..65535`}},
+		{"spatial-listener port over", []string{"--spatial-listener", "0.0.0.0:65536"}, []string{`--spatial-listener "0.0.0.0:65536": port "65536": want 1..65535`}},
+		{"spatial-listener host name", []string{"--spatial-listener", "envoy:10080"}, []string{`--spatial-listener "envoy:10080": host "envoy": want an IP address`}},
+		{"several at once", []string{"--log-level", "loud", "--debounce", "-1s", "--xds-max-streams", "0",
+			"--health-check-max-endpoints", "0", "--load-report-bucket", "11s", "--status-writers", "0", "--source", "etcd",
+			"--spatial-listener", "envoy:10080"}, []string{
+			`--log-level "loud": want debug, info, warn or error`,
+			debounces,
+			streams,
+			"--health-check-max-endpoints 0: want 1 to 100000",
+			"--load-report-bucket 11s: want 100ms to 10s",
+			"--status-writers must be positive",
+			`--source "etcd": want files or kubernetes`,
+			`--spatial-listener "envoy:10080": host "envoy": want an IP address`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if len(args) == 0 || args[0] != "serve" {
+				args = append(append([]string{}, base...), args...)
+			}
+			code, stdout, stderr := runCLI(args...)
+			want := "error: " + strings.Join(tc.want, "\nerror: ") + "\n"
+			if code != exitUsage || stderr != want || stdout != "" {
+				t.Errorf("%v: exit %d, stdout %q, stderr:\n%s\nwant exit %d, stderr:\n%s", args[1:], code, stdout, stderr, exitUsage, want)
+			}
+		})
+	}
+}
+
+// TestServeFlagsAtTheirBounds: each flag at the ends of its range passes
+// the checks, so serve goes on to load the manifests (and fails there, on
+// a file that does not exist).
+func TestServeFlagsAtTheirBounds(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing.yaml")
+	for _, flags := range [][]string{
+		{"--debounce", "0", "--debounce-max", "0", "--settle", "0", "--drain-period", "0"},
+		{"--debounce", "1s", "--debounce-max", "1s"},
+		{"--xds-max-streams", "1", "--xds-max-streams-per-connection", "1"},
+		{"--kube-api-qps", "0.001", "--kube-api-burst", "1", "--status-writers", "1", "--status-write-share", "1"},
+		{"--status-write-share", "0.001"},
+		{"--remote-stale-after", "5s", "--cluster-name", "a"},
+		{"--remote-stale-after", "1h", "--cluster-name", strings.Repeat("a", 63)},
+		{"--max-client-classes", "1", "--load-report-max-cells", "1", "--health-check-concurrency", "1", "--health-check-max-endpoints", "1"},
+		{"--max-client-classes", "4096", "--load-report-max-cells", "100000000", "--health-check-concurrency", "1024", "--health-check-max-endpoints", "100000"},
+		{"--load-report-bucket", "100ms", "--metrics-max-upstreams", "0"},
+		{"--load-report-bucket", "10s", "--spatial-listener", "[::1]:65535", "--log-level", "error", "--log-format", "json"},
+	} {
+		args := append([]string{"serve", "-f", missing, "--xds-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"}, flags...)
+		code, _, stderr := runCLI(args...)
+		if code != exitInvalid || !strings.HasPrefix(stderr, "error: initial manifests are invalid; nothing to serve") {
+			t.Errorf("%v: exit %d, stderr:\n%s\nwant exit %d, the manifests refused", flags, code, stderr, exitInvalid)
+		}
+	}
+}

@@ -1,0 +1,198 @@
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/xds/server"
+	"poise.dev/poise/pkg/xds/translate"
+)
+
+// Config is one control-plane process.
+//
+// Run reads a zero field as that field's default, so a literal names only
+// what it changes. Validate reads every field as set, the way the serve
+// command fills them from its flags (whose defaults are the same values):
+// there a zero is a value like any other, refused where its range
+// excludes it.
+type Config struct {
+	Source                                         string // "files" (default) or "kubernetes"
+	Paths                                          []string
+	Kubeconfig, Namespace, LeaderElectionNamespace string
+	RestConfig                                     *rest.Config // overrides Kubeconfig
+	LeaderElectionID                               string
+	LeaseDuration, RenewDeadline, RetryPeriod      time.Duration
+	// KubeQPS and KubeBurst bound the requests to the apiserver, all together;
+	// StatusShare is the part of them status writes may take, StatusWriters
+	// how many status writes may be in flight at once. Zero: the defaults of
+	// pkg/source/kube.
+	KubeQPS                  float64
+	KubeBurst                int
+	StatusShare              float64
+	StatusWriters            int
+	XDSAddress, AdminAddress string
+	// MetricsAddress, when set, serves /healthz, /readyz and /metrics alone
+	// (no debug endpoints), for probes and scrapers that must not reach
+	// the admin port.
+	MetricsAddress string
+	TLS            *server.TLS
+	// MaxStreams and MaxStreamsPerConnection bound the xDS streams (zero:
+	// the server's defaults).
+	MaxStreams, MaxStreamsPerConnection int
+	// DrainPeriod: how long stopping takes to end the xDS streams (see
+	// server.Config.DrainPeriod).
+	DrainPeriod time.Duration
+	// LoadReportMaxCells is the hard cap of the load-report store (cells:
+	// one reporter's counts for one endpoint); 0 is
+	// loadreport.DefaultMaxCells.
+	LoadReportMaxCells int
+	// HealthCheckConcurrency and HealthCheckMaxEndpoints bound the active
+	// health checks (healthcheck.Config); 0 is the package's default.
+	HealthCheckConcurrency, HealthCheckMaxEndpoints int
+	// ReplicaName names this replica where it decides something, as the
+	// active checks' origins do; "" is the hostname (a pod's name).
+	ReplicaName string
+	// LoadReportBucket is the load-report store's bucket (the window is six
+	// of them) and the period of fleet outlier detection; 0 is
+	// loadreport.DefaultBucket. Shorter is for tests and tuning.
+	LoadReportBucket time.Duration
+	// MaxClientClasses bounds the client-locality classes rendered at once
+	// (xdscache.WithMaxZones); 0 is xdscache.DefaultMaxZones.
+	MaxClientClasses int
+	// ClusterName is the home cluster's name and RemoteStaleAfter how long
+	// an unreachable remote cluster's endpoints serve (kube.Options).
+	ClusterName      string
+	RemoteStaleAfter time.Duration
+	// NoRemoteClusters: read no Secret, import from the home cluster only
+	// (serve --remote-clusters=false).
+	NoRemoteClusters bool
+	// MetricsNoLocalityGauges leaves out poise_upstream_locality_traffic
+	// (the zero value exports it); MetricsMaxUpstreams bounds the upstreams
+	// with per-upstream gauges (0: metrics.DefaultMaxUpstreams; negative:
+	// none). See metrics.Upstreams.
+	MetricsNoLocalityGauges bool
+	MetricsMaxUpstreams     int
+	// Spatial says where Envoy's spatial routing listener binds (zero: 0.0.0.0:10080).
+	Spatial translate.SpatialOptions
+	// Debounce: the files source applies a change once the files have been
+	// quiet this long; the Kubernetes source coalesces the changes arriving
+	// within it. 0: the source's default.
+	Debounce time.Duration
+	// DebounceMax bounds how long the files source holds changes that never
+	// fall quiet: they are applied at the latest this long after the first.
+	// 0: twice Debounce.
+	DebounceMax time.Duration
+	// Settle: a change to the manifest files that empties, removes or cuts
+	// a file to less than half of its objects is applied only once it has
+	// lasted this long (files.Source.Settle). 0: the source's default;
+	// negative: at once.
+	Settle time.Duration
+	Log    *slog.Logger
+	Out    io.Writer // where the start-up banner goes; nil for none
+	// BannerFormat is "json" for a banner that is one JSON object (a log
+	// record beside the others under --log-format json); else text.
+	BannerFormat string
+	Version      string
+	// Started, when set, is called once both ports listen.
+	Started func(Addrs)
+}
+
+// The bounds Validate holds the fields to. A load-report bucket is a
+// window of 600 ms to 60 s; 100,000,000 load-report cells are a few GB,
+// beyond any replica's memory limit, so a larger figure is a typo.
+const (
+	minLoadReportBucket     = 100 * time.Millisecond
+	maxLoadReportBucket     = 10 * time.Second
+	maxLoadReportCells      = 100_000_000
+	maxClientClasses        = 4096
+	maxHealthCheckWorkers   = 1024
+	maxHealthCheckEndpoints = 100_000
+)
+
+// Validate reports every field out of its range at once (errors.Join),
+// each problem naming the serve flag that sets the field. The ranges:
+//
+//   - Source: "files" or "kubernetes"; Paths: at least one with "files",
+//     none with "kubernetes".
+//   - Debounce, DebounceMax, Settle, DrainPeriod: not negative; DebounceMax
+//     0 (twice Debounce) or at least Debounce.
+//   - MaxStreams, MaxStreamsPerConnection: at least 1.
+//   - KubeQPS, KubeBurst, StatusWriters: above 0; StatusShare: above 0 and
+//     at most 1.
+//   - RemoteStaleAfter: kube.MinRemoteStaleAfter to kube.MaxRemoteStaleAfter;
+//     ClusterName: a name kube.ValidClusterName accepts.
+//   - MaxClientClasses: 1 to 4096; LoadReportMaxCells: 1 to 100,000,000;
+//     LoadReportBucket: 100ms to 10s.
+//   - HealthCheckConcurrency: 1 to 1024; HealthCheckMaxEndpoints: 1 to
+//     100,000.
+//   - MetricsMaxUpstreams: not negative (0: none, as serve's flag says).
+//
+// A zero is checked as given, not read as Run's default: Validate is for
+// a Config whose every field is set, as serve sets them.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch {
+	case c.Debounce < 0 || c.DebounceMax < 0:
+		add("--debounce and --debounce-max must not be negative")
+	case c.DebounceMax != 0 && c.DebounceMax < c.Debounce:
+		add("--debounce-max %v is shorter than --debounce %v: a burst could never be applied on quiet", c.DebounceMax, c.Debounce)
+	}
+	if c.Settle < 0 {
+		add("--settle must not be negative")
+	}
+	if c.DrainPeriod < 0 {
+		add("--drain-period must not be negative")
+	}
+	if c.MaxStreams < 1 || c.MaxStreamsPerConnection < 1 {
+		add("--xds-max-streams and --xds-max-streams-per-connection must be at least 1")
+	}
+	if c.KubeQPS <= 0 || c.KubeBurst <= 0 {
+		add("--kube-api-qps and --kube-api-burst must be positive")
+	}
+	if c.RemoteStaleAfter < kube.MinRemoteStaleAfter || c.RemoteStaleAfter > kube.MaxRemoteStaleAfter {
+		add("--remote-stale-after %v: want %v to %v", c.RemoteStaleAfter, kube.MinRemoteStaleAfter, kube.MaxRemoteStaleAfter)
+	}
+	if why := kube.ValidClusterName(c.ClusterName); why != "" {
+		add("--cluster-name: %s", why)
+	}
+	if c.MaxClientClasses < 1 || c.MaxClientClasses > maxClientClasses {
+		add("--max-client-classes %d: want 1 to %d", c.MaxClientClasses, maxClientClasses)
+	}
+	if c.LoadReportMaxCells < 1 || c.LoadReportMaxCells > maxLoadReportCells {
+		add("--load-report-max-cells %d: want 1 to %d", c.LoadReportMaxCells, maxLoadReportCells)
+	}
+	if c.HealthCheckConcurrency < 1 || c.HealthCheckConcurrency > maxHealthCheckWorkers {
+		add("--health-check-concurrency %d: want 1 to %d", c.HealthCheckConcurrency, maxHealthCheckWorkers)
+	}
+	if c.HealthCheckMaxEndpoints < 1 || c.HealthCheckMaxEndpoints > maxHealthCheckEndpoints {
+		add("--health-check-max-endpoints %d: want 1 to %d", c.HealthCheckMaxEndpoints, maxHealthCheckEndpoints)
+	}
+	if c.LoadReportBucket < minLoadReportBucket || c.LoadReportBucket > maxLoadReportBucket {
+		add("--load-report-bucket %v: want %v to %v", c.LoadReportBucket, minLoadReportBucket, maxLoadReportBucket)
+	}
+	if c.MetricsMaxUpstreams < 0 {
+		add("--metrics-max-upstreams must not be negative")
+	}
+	if c.StatusWriters <= 0 {
+		add("--status-writers must be positive")
+	}
+	if c.StatusShare <= 0 || c.StatusShare > 1 {
+		add("--status-write-share %v: want a part of the client's budget, above 0 and at most 1", c.StatusShare)
+	}
+	switch {
+	case c.Source != "files" && c.Source != "kubernetes":
+		add("--source %q: want files or kubernetes", c.Source)
+	case c.Source == "files" && len(c.Paths) == 0:
+		add("-f PATH is required (a manifest file or directory)")
+	case c.Source == "kubernetes" && len(c.Paths) > 0:
+		add("-f is for --source=files; with --source=kubernetes the topology comes from the cluster")
+	}
+	return errors.Join(errs...)
+}
