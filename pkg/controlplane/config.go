@@ -153,7 +153,7 @@ func (c Config) Validate() error {
 	if c.MaxStreams < 1 || c.MaxStreamsPerConnection < 1 {
 		add("--xds-max-streams and --xds-max-streams-per-connection must be at least 1")
 	}
-	if c.KubeQPS <= 0 || c.KubeBurst <= 0 {
+	if !(c.KubeQPS > 0) || c.KubeBurst <= 0 { // !(x > 0) refuses NaN too
 		add("--kube-api-qps and --kube-api-burst must be positive")
 	}
 	if c.RemoteStaleAfter < kube.MinRemoteStaleAfter || c.RemoteStaleAfter > kube.MaxRemoteStaleAfter {
@@ -183,7 +183,7 @@ func (c Config) Validate() error {
 	if c.StatusWriters <= 0 {
 		add("--status-writers must be positive")
 	}
-	if c.StatusShare <= 0 || c.StatusShare > 1 {
+	if !(c.StatusShare > 0 && c.StatusShare <= 1) { // refuses NaN too
 		add("--status-write-share %v: want a part of the client's budget, above 0 and at most 1", c.StatusShare)
 	}
 	switch {
