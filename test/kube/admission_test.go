@@ -14,8 +14,6 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 )
 
-func ptr[T any](v T) *T { return &v }
-
 func upstreamWith(ns string, f func(*v1alpha1.UpstreamSpec)) *v1alpha1.Upstream {
 	u := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{GenerateName: "u-", Namespace: ns}}
 	f(&u.Spec)
@@ -77,9 +75,9 @@ func TestAdmission(t *testing.T) {
 		field string // the message must name it
 		also  string // and say this
 	}{
-		{"overprovisioningFactor 0", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.OverprovisioningFactor = ptr(int32(0)) }), "spec.overprovisioningFactor", "greater than or equal to 1"},
-		{"overprovisioningFactor 1001", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.OverprovisioningFactor = ptr(int32(1001)) }), "spec.overprovisioningFactor", "less than or equal to 1000"},
-		{"panicThreshold 101", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.PanicThreshold = ptr(int32(101)) }), "spec.panicThreshold", "less than or equal to 100"},
+		{"overprovisioningFactor 0", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.OverprovisioningFactor = new(int32(0)) }), "spec.overprovisioningFactor", "greater than or equal to 1"},
+		{"overprovisioningFactor 1001", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.OverprovisioningFactor = new(int32(1001)) }), "spec.overprovisioningFactor", "less than or equal to 1000"},
+		{"panicThreshold 101", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.PanicThreshold = new(int32(101)) }), "spec.panicThreshold", "less than or equal to 100"},
 		{"panicMode not in the enum", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.PanicMode = "Sometimes" }), "spec.panicMode", `"UseAll"`},
 		{"connectTimeout 0s", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.ConnectTimeout = &metav1.Duration{} }), "spec.connectTimeout", "above 0s and at most 1h"},
 		{"connectTimeout 2h", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.ConnectTimeout = &metav1.Duration{Duration: 2 * time.Hour} }), "spec.connectTimeout", "above 0s and at most 1h"},
@@ -127,19 +125,19 @@ func TestAdmission(t *testing.T) {
 		}), "spec.outlierDetection", "maxEjectionTime must not be below baseEjectionTime"},
 		{"outlierDetection errorPercent 0", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
 			s.LoadReporting = &v1alpha1.LoadReporting{}
-			s.OutlierDetection = &v1alpha1.OutlierDetection{ErrorPercent: ptr(int32(0))}
+			s.OutlierDetection = &v1alpha1.OutlierDetection{ErrorPercent: new(int32(0))}
 		}), "spec.outlierDetection.errorPercent", "greater than or equal to 1"},
-		{"locality weight 0", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = ptr(int64(0)) }), "spec.weight", "greater than or equal to 1"},
-		{"locality weight 4294967296", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = ptr(int64(4294967296)) }), "spec.weight", "less than or equal to 4294967295"},
-		{"locality priority 128", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Priority = ptr(int32(128)) }), "spec.priority", "less than or equal to 127"},
+		{"locality weight 0", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = new(int64(0)) }), "spec.weight", "greater than or equal to 1"},
+		{"locality weight 4294967296", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = new(int64(4294967296)) }), "spec.weight", "less than or equal to 4294967295"},
+		{"locality priority 128", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Priority = new(int32(128)) }), "spec.priority", "less than or equal to 127"},
 		{"locality upstream Bad_Name", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Upstream = "Bad_Name" }), "spec.upstream", "should match"},
 		{"endpoint set upstream Bad_Name", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Upstream = "Bad_Name" }), "spec.upstream", "should match"},
-		{"endpoint set priority 128", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Priority = ptr(int32(128)) }), "spec.priority", "less than or equal to 127"},
+		{"endpoint set priority 128", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Priority = new(int32(128)) }), "spec.priority", "less than or equal to 127"},
 		{"endpoint port 0", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Port = 0 }), "spec.endpoints[0].port", "greater than or equal to 1"},
-		{"endpoint weight 0", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Weight = ptr(int64(0)) }), "spec.endpoints[0].weight", "greater than or equal to 1"},
+		{"endpoint weight 0", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Weight = new(int64(0)) }), "spec.endpoints[0].weight", "greater than or equal to 1"},
 		{"endpoint adminState not in the enum", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].AdminState = "Maintenance" }), "spec.endpoints[0].adminState", `"Draining"`},
 		{"duplicate address and port in one set", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
-			s.Endpoints = append(s.Endpoints, v1alpha1.Endpoint{Address: "10.0.0.1", Port: 8080, Weight: ptr(int64(2))})
+			s.Endpoints = append(s.Endpoints, v1alpha1.Endpoint{Address: "10.0.0.1", Port: 8080, Weight: new(int64(2))})
 		}), "spec.endpoints[1]", "Duplicate value"},
 		{`address "10.0.0.1:80"`, endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "10.0.0.1:80" }), "spec.endpoints[0].address", "must be an IP address"},
 		// EDS carries IP addresses only; the ranges Kubernetes refuses in
@@ -152,11 +150,11 @@ func TestAdmission(t *testing.T) {
 		{"address 239.1.2.3", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "239.1.2.3" }), "spec.endpoints[0].address", "multicast"},
 		{"address ff02::1", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "ff02::1" }), "spec.endpoints[0].address", "multicast"},
 		{"address 255.255.255.255", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "255.255.255.255" }), "spec.endpoints[0].address", "broadcast"},
-		{"gridDegrees 7", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = ptr(int32(7)) }), "spec.gridDegrees", "gridDegrees must divide 180"},
-		{"gridDegrees 360", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = ptr(int32(360)) }), "spec.gridDegrees", "less than or equal to 180"},
-		{"maxCells 0", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.MaxCells = ptr(int32(0)) }), "spec.maxCells", "greater than or equal to 1"},
-		{"maxCells 65537", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.MaxCells = ptr(int32(65537)) }), "spec.maxCells", "less than or equal to 65536"},
-		{"localityCapPercent 101", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.LocalityCapPercent = ptr(int32(101)) }), "spec.localityCapPercent", "less than or equal to 100"},
+		{"gridDegrees 7", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = new(int32(7)) }), "spec.gridDegrees", "gridDegrees must divide 180"},
+		{"gridDegrees 360", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = new(int32(360)) }), "spec.gridDegrees", "less than or equal to 180"},
+		{"maxCells 0", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.MaxCells = new(int32(0)) }), "spec.maxCells", "greater than or equal to 1"},
+		{"maxCells 65537", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.MaxCells = new(int32(65537)) }), "spec.maxCells", "less than or equal to 65536"},
+		{"localityCapPercent 101", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.LocalityCapPercent = new(int32(101)) }), "spec.localityCapPercent", "less than or equal to 100"},
 		{"duplicate replica names", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[1].Name = "eu-1" }), "spec.replicas[1]", "Duplicate value"},
 		{"no replicas", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas = []v1alpha1.SpatialReplica{} }), "spec.replicas", "at least 1 items"},
 		{"replica name with a dot", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Name = "eu.1" }), "spec.replicas[0].name", "should match"},
@@ -201,17 +199,17 @@ func TestAdmission(t *testing.T) {
 		obj  client.Object
 	}{
 		{"overprovisioningFactor 1, panicThreshold 0, connectTimeout 1h", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.OverprovisioningFactor, s.PanicThreshold, s.ConnectTimeout = ptr(int32(1)), ptr(int32(0)), &metav1.Duration{Duration: time.Hour}
+			s.OverprovisioningFactor, s.PanicThreshold, s.ConnectTimeout = new(int32(1)), new(int32(0)), &metav1.Duration{Duration: time.Hour}
 		})},
 		{"overprovisioningFactor 1000, panicThreshold 100, service port 65535", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.OverprovisioningFactor, s.PanicThreshold, s.EndpointsFrom = ptr(int32(1000)), ptr(int32(100)), svc(intstr.FromInt32(65535))
+			s.OverprovisioningFactor, s.PanicThreshold, s.EndpointsFrom = new(int32(1000)), new(int32(100)), svc(intstr.FromInt32(65535))
 		})},
 		{"named service port", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = svc(intstr.FromString("grpc-web")) })},
 		{"healthCheck at its bounds", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
 			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, HTTP: &v1alpha1.HTTPHealthCheck{
 				Path: "/", Host: "a", ExpectedStatuses: []v1alpha1.StatusRange{{Start: 100, End: 599}}},
-				Port: ptr(int32(65535)), Interval: &metav1.Duration{Duration: 5 * time.Minute}, Timeout: &metav1.Duration{Duration: 5*time.Minute - time.Millisecond},
-				HealthyThreshold: ptr(int32(10)), UnhealthyThreshold: ptr(int32(1)), JitterPercent: ptr(int32(50))}
+				Port: new(int32(65535)), Interval: &metav1.Duration{Duration: 5 * time.Minute}, Timeout: &metav1.Duration{Duration: 5*time.Minute - time.Millisecond},
+				HealthyThreshold: new(int32(10)), UnhealthyThreshold: new(int32(1)), JitterPercent: new(int32(50))}
 		})},
 		{"healthCheck GRPC with a 1s interval", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
 			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckGRPC, GRPC: &v1alpha1.GRPCHealthCheck{Service: "shop.Checkout"},
@@ -219,13 +217,13 @@ func TestAdmission(t *testing.T) {
 		})},
 		{"outlierDetection at its bounds", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
 			s.LoadReporting = &v1alpha1.LoadReporting{}
-			s.OutlierDetection = &v1alpha1.OutlierDetection{ErrorPercent: ptr(int32(100)), MinRequestVolume: ptr(int32(1_000_000_000)),
-				MinReporters: ptr(int32(1000)), BaseEjectionTime: &metav1.Duration{Duration: time.Hour},
-				MaxEjectionTime: &metav1.Duration{Duration: 24 * time.Hour}, MaxEjectionPercent: ptr(int32(0))}
+			s.OutlierDetection = &v1alpha1.OutlierDetection{ErrorPercent: new(int32(100)), MinRequestVolume: new(int32(1_000_000_000)),
+				MinReporters: new(int32(1000)), BaseEjectionTime: &metav1.Duration{Duration: time.Hour},
+				MaxEjectionTime: &metav1.Duration{Duration: 24 * time.Hour}, MaxEjectionPercent: new(int32(0))}
 		})},
-		{"locality weight 4294967295, priority 127", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight, s.Priority = ptr(int64(4294967295)), ptr(int32(127)) })},
+		{"locality weight 4294967295, priority 127", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight, s.Priority = new(int64(4294967295)), new(int32(127)) })},
 		{"endpoint weight 4294967295, port 65535, IPv6", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
-			s.Endpoints[0] = v1alpha1.Endpoint{Address: "2001:db8::1", Port: 65535, Weight: ptr(int64(4294967295))}
+			s.Endpoints[0] = v1alpha1.Endpoint{Address: "2001:db8::1", Port: 65535, Weight: new(int64(4294967295))}
 		})},
 		{"loopback and private addresses (the Upstream decides on loopback)", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
 			s.Endpoints = []v1alpha1.Endpoint{{Address: "127.0.0.1", Port: 80}, {Address: "::1", Port: 80}, {Address: "192.168.1.1", Port: 80}, {Address: "fd00::1", Port: 80}, {Address: "100.64.0.1", Port: 80}}
@@ -235,10 +233,10 @@ func TestAdmission(t *testing.T) {
 			s.Endpoints = append(s.Endpoints, v1alpha1.Endpoint{Address: "10.0.0.1", Port: 8081})
 		})},
 		{"gridDegrees 180, maxCells 65536, localityCapPercent 0", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) {
-			s.GridDegrees, s.MaxCells, s.LocalityCapPercent = ptr(int32(180)), ptr(int32(65536)), ptr(int32(0))
+			s.GridDegrees, s.MaxCells, s.LocalityCapPercent = new(int32(180)), new(int32(65536)), new(int32(0))
 		})},
 		{"gridDegrees 1, maxCells 1, localityCapPercent 100", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) {
-			s.GridDegrees, s.MaxCells, s.LocalityCapPercent = ptr(int32(1)), ptr(int32(1)), ptr(int32(100))
+			s.GridDegrees, s.MaxCells, s.LocalityCapPercent = new(int32(1)), new(int32(1)), new(int32(100))
 		})},
 		{"region and pathPrefix with every allowed character", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) {
 			s.Replicas[0].Region = "EU.west_1:a-B"
