@@ -79,6 +79,7 @@ var layers = []struct {
 		"test/golden",
 		"test/kubemanifests",
 		"test/splitcheck",
+		"test/testkit",
 	}},
 	// Tests and their tools; nothing imports them.
 	{"test suites", []string{
