@@ -14,10 +14,10 @@ func (u *Upstream) Default() { u.Spec.Default() }
 // Default fills the unset fields of the spec with their defaults.
 func (s *UpstreamSpec) Default() {
 	if s.OverprovisioningFactor == nil {
-		s.OverprovisioningFactor = ptr(DefaultOverprovisioningFactor)
+		s.OverprovisioningFactor = new(DefaultOverprovisioningFactor)
 	}
 	if s.PanicThreshold == nil {
-		s.PanicThreshold = ptr(DefaultPanicThreshold)
+		s.PanicThreshold = new(DefaultPanicThreshold)
 	}
 	if s.PanicMode == "" {
 		s.PanicMode = DefaultPanicMode
@@ -51,13 +51,13 @@ func (s *UpstreamSpec) Default() {
 // Default fills the unset fields of the outlier detection with their defaults.
 func (o *OutlierDetection) Default() {
 	if o.ErrorPercent == nil {
-		o.ErrorPercent = ptr(DefaultOutlierErrorPercent)
+		o.ErrorPercent = new(DefaultOutlierErrorPercent)
 	}
 	if o.MinRequestVolume == nil {
-		o.MinRequestVolume = ptr(DefaultOutlierMinRequestVolume)
+		o.MinRequestVolume = new(DefaultOutlierMinRequestVolume)
 	}
 	if o.MinReporters == nil {
-		o.MinReporters = ptr(DefaultOutlierMinReporters)
+		o.MinReporters = new(DefaultOutlierMinReporters)
 	}
 	if o.BaseEjectionTime == nil {
 		o.BaseEjectionTime = &metav1.Duration{Duration: DefaultOutlierBaseEjectionTime}
@@ -66,7 +66,7 @@ func (o *OutlierDetection) Default() {
 		o.MaxEjectionTime = &metav1.Duration{Duration: DefaultOutlierMaxEjectionTime}
 	}
 	if o.MaxEjectionPercent == nil {
-		o.MaxEjectionPercent = ptr(DefaultOutlierMaxEjectionPercent)
+		o.MaxEjectionPercent = new(DefaultOutlierMaxEjectionPercent)
 	}
 }
 
@@ -79,13 +79,13 @@ func (h *HealthCheck) Default() {
 		h.Timeout = &metav1.Duration{Duration: DefaultHealthCheckTimeout}
 	}
 	if h.HealthyThreshold == nil {
-		h.HealthyThreshold = ptr(DefaultHealthyThreshold)
+		h.HealthyThreshold = new(DefaultHealthyThreshold)
 	}
 	if h.UnhealthyThreshold == nil {
-		h.UnhealthyThreshold = ptr(DefaultUnhealthyThreshold)
+		h.UnhealthyThreshold = new(DefaultUnhealthyThreshold)
 	}
 	if h.JitterPercent == nil {
-		h.JitterPercent = ptr(DefaultHealthCheckJitterPercent)
+		h.JitterPercent = new(DefaultHealthCheckJitterPercent)
 	}
 	if h.HTTP != nil && len(h.HTTP.ExpectedStatuses) == 0 {
 		h.HTTP.ExpectedStatuses = []StatusRange{{Start: DefaultExpectedStatus, End: DefaultExpectedStatus}}
@@ -98,10 +98,10 @@ func (l *Locality) Default() { l.Spec.Default() }
 // Default fills the unset fields of the spec with their defaults.
 func (s *LocalitySpec) Default() {
 	if s.Priority == nil {
-		s.Priority = ptr(DefaultLocalityPriority)
+		s.Priority = new(DefaultLocalityPriority)
 	}
 	if s.Weight == nil {
-		s.Weight = ptr(DefaultLocalityWeight)
+		s.Weight = new(DefaultLocalityWeight)
 	}
 }
 
@@ -119,7 +119,7 @@ func (e *EndpointSet) Default() {
 // Default fills the unset fields of the endpoint with their defaults.
 func (ep *Endpoint) Default() {
 	if ep.Weight == nil {
-		ep.Weight = ptr(DefaultEndpointWeight)
+		ep.Weight = new(DefaultEndpointWeight)
 	}
 	if ep.AdminState == "" {
 		ep.AdminState = DefaultAdminState
@@ -143,10 +143,10 @@ func (d *SpatialDomain) Default() { d.Spec.Default() }
 // Default fills the unset fields of the spec with their defaults.
 func (s *SpatialDomainSpec) Default() {
 	if s.GridDegrees == nil {
-		s.GridDegrees = ptr(DefaultGridDegrees)
+		s.GridDegrees = new(DefaultGridDegrees)
 	}
 	if s.MaxCells == nil {
-		s.MaxCells = ptr(DefaultMaxCells)
+		s.MaxCells = new(DefaultMaxCells)
 	}
 	if s.LoadReporting != nil && s.LoadReporting.Interval == nil {
 		s.LoadReporting.Interval = &metav1.Duration{Duration: DefaultLoadReportingInterval}
@@ -156,5 +156,3 @@ func (s *SpatialDomainSpec) Default() {
 // Default does nothing: every field of a Partition's spec is required. It is here so
 // every kind of the package can be defaulted alike.
 func (p *Partition) Default() {}
-
-func ptr[T any](v T) *T { return &v }

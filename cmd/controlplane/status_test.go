@@ -23,7 +23,10 @@ import (
 )
 
 // startPlane runs the control plane on the examples in-process and returns
-// its addresses.
+// its addresses. test/kube's startPlane is another function for another job:
+// it runs the Kubernetes source as one of several replicas, captures its logs
+// and can stop it mid-test; here the commands only need a files-mode plane
+// that lives as long as the test.
 func startPlane(t *testing.T) controlplane.Addrs {
 	t.Helper()
 	return startPlaneOn(t, examples)
@@ -67,7 +70,9 @@ func adsStream(t *testing.T, xds string) discovery.AggregatedDiscoveryService_St
 	return st
 }
 
-// dial connects to xds for 30 s at most; both end with the test.
+// dial connects to xds for 30 s at most; both end with the test. test/soak
+// keeps a dial of its own that is tied to no test: its hostile actors redial
+// from their own goroutines, with requests past gRPC's default size limit.
 func dial(t *testing.T, xds string) (*grpc.ClientConn, context.Context) {
 	t.Helper()
 	conn, err := grpc.NewClient(xds, grpc.WithTransportCredentials(insecure.NewCredentials()))

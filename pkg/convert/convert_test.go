@@ -17,8 +17,6 @@ import (
 	"poise.dev/poise/pkg/weights"
 )
 
-func ptr[T any](v T) *T { return &v }
-
 func meta(name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: "shop"}
 }
@@ -94,11 +92,11 @@ func TestUpstreamInvalid(t *testing.T) {
 		{"namespace with slash", func(u *v1alpha1.Upstream) { u.Namespace = "a/b" }, []string{"metadata.namespace"}},
 		{"namespace with dot", func(u *v1alpha1.Upstream) { u.Namespace = "shop.eu" }, []string{"metadata.namespace"}},
 		{"namespace too long", func(u *v1alpha1.Upstream) { u.Namespace = strings.Repeat("n", 64) }, []string{"metadata.namespace"}},
-		{"opf 0", func(u *v1alpha1.Upstream) { u.Spec.OverprovisioningFactor = ptr[int32](0) }, []string{"spec.overprovisioningFactor"}},
-		{"opf 1001", func(u *v1alpha1.Upstream) { u.Spec.OverprovisioningFactor = ptr[int32](1001) }, []string{"spec.overprovisioningFactor"}},
-		{"opf negative", func(u *v1alpha1.Upstream) { u.Spec.OverprovisioningFactor = ptr[int32](-140) }, []string{"spec.overprovisioningFactor"}},
-		{"threshold 101", func(u *v1alpha1.Upstream) { u.Spec.PanicThreshold = ptr[int32](101) }, []string{"spec.panicThreshold"}},
-		{"threshold negative", func(u *v1alpha1.Upstream) { u.Spec.PanicThreshold = ptr[int32](-1) }, []string{"spec.panicThreshold"}},
+		{"opf 0", func(u *v1alpha1.Upstream) { u.Spec.OverprovisioningFactor = new(int32(0)) }, []string{"spec.overprovisioningFactor"}},
+		{"opf 1001", func(u *v1alpha1.Upstream) { u.Spec.OverprovisioningFactor = new(int32(1001)) }, []string{"spec.overprovisioningFactor"}},
+		{"opf negative", func(u *v1alpha1.Upstream) { u.Spec.OverprovisioningFactor = new(int32(-140)) }, []string{"spec.overprovisioningFactor"}},
+		{"threshold 101", func(u *v1alpha1.Upstream) { u.Spec.PanicThreshold = new(int32(101)) }, []string{"spec.panicThreshold"}},
+		{"threshold negative", func(u *v1alpha1.Upstream) { u.Spec.PanicThreshold = new(int32(-1)) }, []string{"spec.panicThreshold"}},
 		{"panic mode", func(u *v1alpha1.Upstream) { u.Spec.PanicMode = "useAll" }, []string{"spec.panicMode"}},
 		{"draining capacity", func(u *v1alpha1.Upstream) { u.Spec.DrainingCapacity = "Maybe" }, []string{"spec.drainingCapacity"}},
 		{"health adjustment", func(u *v1alpha1.Upstream) { u.Spec.HealthAdjustment = "Envoy" }, []string{"spec.healthAdjustment"}},
@@ -159,7 +157,7 @@ func TestUpstreamInvalid(t *testing.T) {
 				h.HTTP.ExpectedStatuses[i] = v1alpha1.StatusRange{Start: 200, End: 200}
 			}
 		}), []string{"spec.healthCheck.http.expectedStatuses"}},
-		{"check port 0", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.Port = ptr[int32](0) }), []string{"spec.healthCheck.port"}},
+		{"check port 0", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.Port = new(int32(0)) }), []string{"spec.healthCheck.port"}},
 		{"interval below 1s", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) {
 			h.Interval, h.Timeout = dur(999*time.Millisecond), dur(time.Millisecond)
 		}), []string{"spec.healthCheck.interval"}},
@@ -169,13 +167,13 @@ func TestUpstreamInvalid(t *testing.T) {
 			h.Interval, h.Timeout = dur(time.Second), dur(time.Second)
 		}), []string{"spec.healthCheck.timeout"}},
 		{"default timeout above a short interval", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.Interval = dur(time.Second) }), []string{"spec.healthCheck.timeout"}},
-		{"healthy threshold 0", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.HealthyThreshold = ptr[int32](0) }), []string{"spec.healthCheck.healthyThreshold"}},
-		{"unhealthy threshold 11", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.UnhealthyThreshold = ptr[int32](11) }), []string{"spec.healthCheck.unhealthyThreshold"}},
-		{"jitter 51", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.JitterPercent = ptr[int32](51) }), []string{"spec.healthCheck.jitterPercent"}},
+		{"healthy threshold 0", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.HealthyThreshold = new(int32(0)) }), []string{"spec.healthCheck.healthyThreshold"}},
+		{"unhealthy threshold 11", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.UnhealthyThreshold = new(int32(11)) }), []string{"spec.healthCheck.unhealthyThreshold"}},
+		{"jitter 51", withCheck(v1alpha1.HealthCheckTCP, func(h *v1alpha1.HealthCheck) { h.JitterPercent = new(int32(51)) }), []string{"spec.healthCheck.jitterPercent"}},
 		{"every error is reported", func(u *v1alpha1.Upstream) {
 			u.Name = ""
-			u.Spec.OverprovisioningFactor = ptr[int32](0)
-			u.Spec.PanicThreshold = ptr[int32](200)
+			u.Spec.OverprovisioningFactor = new(int32(0))
+			u.Spec.PanicThreshold = new(int32(200))
 			u.Spec.Protocol = "SPDY"
 			u.Spec.ConnectTimeout = &metav1.Duration{Duration: 2 * time.Hour}
 		}, []string{"metadata.name", "spec.overprovisioningFactor", "spec.panicThreshold", "spec.protocol", "spec.connectTimeout"}},
@@ -204,10 +202,10 @@ func TestUpstreamValidBoundaries(t *testing.T) {
 		name   string
 		mutate func(*v1alpha1.Upstream)
 	}{
-		{"opf 1", func(u *v1alpha1.Upstream) { u.Spec.OverprovisioningFactor = ptr[int32](1) }},
-		{"opf 1000", func(u *v1alpha1.Upstream) { u.Spec.OverprovisioningFactor = ptr[int32](1000) }},
-		{"threshold 0", func(u *v1alpha1.Upstream) { u.Spec.PanicThreshold = ptr[int32](0) }},
-		{"threshold 100", func(u *v1alpha1.Upstream) { u.Spec.PanicThreshold = ptr[int32](100) }},
+		{"opf 1", func(u *v1alpha1.Upstream) { u.Spec.OverprovisioningFactor = new(int32(1)) }},
+		{"opf 1000", func(u *v1alpha1.Upstream) { u.Spec.OverprovisioningFactor = new(int32(1000)) }},
+		{"threshold 0", func(u *v1alpha1.Upstream) { u.Spec.PanicThreshold = new(int32(0)) }},
+		{"threshold 100", func(u *v1alpha1.Upstream) { u.Spec.PanicThreshold = new(int32(100)) }},
 		{"connect timeout 1h", func(u *v1alpha1.Upstream) { u.Spec.ConnectTimeout = &metav1.Duration{Duration: time.Hour} }},
 		{"connect timeout 1ns", func(u *v1alpha1.Upstream) { u.Spec.ConnectTimeout = &metav1.Duration{Duration: 1} }},
 		{"load report interval 1s", withLoadReporting(time.Second)},
@@ -220,13 +218,13 @@ func TestUpstreamValidBoundaries(t *testing.T) {
 		{"GRPC check without grpc", withCheck(v1alpha1.HealthCheckGRPC, nil)},
 		{"check at the bounds", withCheck(v1alpha1.HealthCheckGRPC, func(h *v1alpha1.HealthCheck) {
 			h.GRPC = &v1alpha1.GRPCHealthCheck{Service: strings.Repeat("s", 253)}
-			h.Port, h.Interval, h.Timeout = ptr[int32](65535), dur(5*time.Minute), dur(5*time.Minute-1)
-			h.HealthyThreshold, h.UnhealthyThreshold, h.JitterPercent = ptr[int32](10), ptr[int32](1), ptr[int32](50)
+			h.Port, h.Interval, h.Timeout = new(int32(65535)), dur(5*time.Minute), dur(5*time.Minute-1)
+			h.HealthyThreshold, h.UnhealthyThreshold, h.JitterPercent = new(int32(10)), new(int32(1)), new(int32(50))
 		})},
 		{"check at the low bounds", withCheck(v1alpha1.HealthCheckHTTP, func(h *v1alpha1.HealthCheck) {
 			h.HTTP.Path, h.HTTP.ExpectedStatuses = "/", []v1alpha1.StatusRange{{Start: 100, End: 100}, {Start: 599, End: 599}}
-			h.Port, h.Interval, h.Timeout = ptr[int32](1), dur(time.Second), dur(1)
-			h.HealthyThreshold, h.UnhealthyThreshold, h.JitterPercent = ptr[int32](1), ptr[int32](10), ptr[int32](0)
+			h.Port, h.Interval, h.Timeout = new(int32(1)), dur(time.Second), dur(1)
+			h.HealthyThreshold, h.UnhealthyThreshold, h.JitterPercent = new(int32(1)), new(int32(10)), new(int32(0))
 		})},
 		{"dotted name", func(u *v1alpha1.Upstream) { u.Name = "checkout.v2" }},
 		{"name of 253", func(u *v1alpha1.Upstream) { u.Name = strings.Repeat("a", 253) }},
@@ -288,8 +286,8 @@ func TestHealthCheckSetFields(t *testing.T) {
 	in := validUpstream()
 	withCheck(v1alpha1.HealthCheckGRPC, func(h *v1alpha1.HealthCheck) {
 		h.GRPC = &v1alpha1.GRPCHealthCheck{Service: "shop.Checkout"}
-		h.Port, h.Interval, h.Timeout = ptr[int32](9090), dur(3*time.Second), dur(500*time.Millisecond)
-		h.HealthyThreshold, h.UnhealthyThreshold, h.JitterPercent = ptr[int32](1), ptr[int32](2), ptr[int32](0)
+		h.Port, h.Interval, h.Timeout = new(int32(9090)), dur(3*time.Second), dur(500*time.Millisecond)
+		h.HealthyThreshold, h.UnhealthyThreshold, h.JitterPercent = new(int32(1)), new(int32(2)), new(int32(0))
 	})(in)
 	got, errs := convert.Upstream(in)
 	if len(errs) > 0 {
@@ -339,8 +337,8 @@ func TestUpstreamSetFields(t *testing.T) {
 	in := &v1alpha1.Upstream{
 		ObjectMeta: meta("catalog"),
 		Spec: v1alpha1.UpstreamSpec{
-			OverprovisioningFactor: ptr[int32](100),
-			PanicThreshold:         ptr[int32](0),
+			OverprovisioningFactor: new(int32(100)),
+			PanicThreshold:         new(int32(0)),
 			PanicMode:              v1alpha1.PanicModeFailClosed,
 			DrainingCapacity:       v1alpha1.DrainingCapacityInclude,
 			HealthAdjustment:       v1alpha1.HealthAdjustmentProxy,
@@ -396,18 +394,18 @@ func TestLocalityInvalid(t *testing.T) {
 		{"bad namespace", func(l *v1alpha1.Locality) { l.Namespace = "-shop" }, []string{"metadata.namespace"}},
 		{"no upstream", func(l *v1alpha1.Locality) { l.Spec.Upstream = "" }, []string{"spec.upstream"}},
 		{"bad upstream", func(l *v1alpha1.Locality) { l.Spec.Upstream = "Checkout" }, []string{"spec.upstream"}},
-		{"priority 128", func(l *v1alpha1.Locality) { l.Spec.Priority = ptr[int32](128) }, []string{"spec.priority"}},
-		{"priority negative", func(l *v1alpha1.Locality) { l.Spec.Priority = ptr[int32](-1) }, []string{"spec.priority"}},
-		{"weight 0", func(l *v1alpha1.Locality) { l.Spec.Weight = ptr[int64](0) }, []string{"spec.weight"}},
-		{"weight 2^32", func(l *v1alpha1.Locality) { l.Spec.Weight = ptr[int64](1 << 32) }, []string{"spec.weight"}},
+		{"priority 128", func(l *v1alpha1.Locality) { l.Spec.Priority = new(int32(128)) }, []string{"spec.priority"}},
+		{"priority negative", func(l *v1alpha1.Locality) { l.Spec.Priority = new(int32(-1)) }, []string{"spec.priority"}},
+		{"weight 0", func(l *v1alpha1.Locality) { l.Spec.Weight = new(int64(0)) }, []string{"spec.weight"}},
+		{"weight 2^32", func(l *v1alpha1.Locality) { l.Spec.Weight = new(int64(1 << 32)) }, []string{"spec.weight"}},
 		{"region too long", func(l *v1alpha1.Locality) { l.Spec.Region = long }, []string{"spec.region"}},
 		{"zone too long", func(l *v1alpha1.Locality) { l.Spec.Zone = long }, []string{"spec.zone"}},
 		{"subZone too long", func(l *v1alpha1.Locality) { l.Spec.SubZone = long }, []string{"spec.subZone"}},
 		{"region of 129 characters", func(l *v1alpha1.Locality) { l.Spec.Region = strings.Repeat("ü", 129) }, []string{"spec.region"}},
 		{"every error is reported", func(l *v1alpha1.Locality) {
 			l.Spec.Upstream = ""
-			l.Spec.Priority = ptr[int32](500)
-			l.Spec.Weight = ptr[int64](-3)
+			l.Spec.Priority = new(int32(500))
+			l.Spec.Weight = new(int64(-3))
 		}, []string{"spec.upstream", "spec.priority", "spec.weight"}},
 	}
 	for _, tc := range tests {
@@ -439,8 +437,8 @@ func TestLocalityDefaultsAndValues(t *testing.T) {
 	}
 
 	in := validLocality()
-	in.Spec.Priority = ptr[int32](127)
-	in.Spec.Weight = ptr[int64](v1alpha1.MaxWeight)
+	in.Spec.Priority = new(int32(127))
+	in.Spec.Weight = new(int64(v1alpha1.MaxWeight))
 	// maxLength counts characters, as the apiserver does: 128 two-byte runes fit.
 	in.Spec.LocalityID = v1alpha1.LocalityID{Region: "eu-west", Zone: strings.Repeat("ü", 128), SubZone: strings.Repeat("s", 128)}
 	got, errs = convert.Locality(in)
@@ -467,10 +465,10 @@ func TestEndpointSetInvalid(t *testing.T) {
 		{"bad namespace", func(s *v1alpha1.EndpointSet) { s.Namespace = "shop_eu" }, []string{"metadata.namespace"}},
 		{"no upstream", func(s *v1alpha1.EndpointSet) { s.Spec.Upstream = "" }, []string{"spec.upstream"}},
 		{"region too long", func(s *v1alpha1.EndpointSet) { s.Spec.Locality.Region = strings.Repeat("x", 129) }, []string{"spec.locality.region"}},
-		{"priority 128", func(s *v1alpha1.EndpointSet) { s.Spec.Priority = ptr[int32](128) }, []string{"spec.priority"}},
-		{"priority negative", func(s *v1alpha1.EndpointSet) { s.Spec.Priority = ptr[int32](-1) }, []string{"spec.priority"}},
-		{"endpoint weight 0", func(s *v1alpha1.EndpointSet) { s.Spec.Endpoints[1].Weight = ptr[int64](0) }, []string{"spec.endpoints[1].weight"}},
-		{"endpoint weight 2^32", func(s *v1alpha1.EndpointSet) { s.Spec.Endpoints[1].Weight = ptr[int64](1 << 32) }, []string{"spec.endpoints[1].weight"}},
+		{"priority 128", func(s *v1alpha1.EndpointSet) { s.Spec.Priority = new(int32(128)) }, []string{"spec.priority"}},
+		{"priority negative", func(s *v1alpha1.EndpointSet) { s.Spec.Priority = new(int32(-1)) }, []string{"spec.priority"}},
+		{"endpoint weight 0", func(s *v1alpha1.EndpointSet) { s.Spec.Endpoints[1].Weight = new(int64(0)) }, []string{"spec.endpoints[1].weight"}},
+		{"endpoint weight 2^32", func(s *v1alpha1.EndpointSet) { s.Spec.Endpoints[1].Weight = new(int64(1 << 32)) }, []string{"spec.endpoints[1].weight"}},
 		{"endpoint port 0", func(s *v1alpha1.EndpointSet) { s.Spec.Endpoints[0].Port = 0 }, []string{"spec.endpoints[0].port"}},
 		{"endpoint port 65536", func(s *v1alpha1.EndpointSet) { s.Spec.Endpoints[2].Port = 65536 }, []string{"spec.endpoints[2].port"}},
 		{"empty address", func(s *v1alpha1.EndpointSet) { s.Spec.Endpoints[2].Address = "" }, []string{"spec.endpoints[2].address"}},
@@ -508,7 +506,7 @@ func TestEndpointSetInvalid(t *testing.T) {
 		}, []string{"status.health[1].circuit"}},
 		{"every error is reported", func(s *v1alpha1.EndpointSet) {
 			s.Spec.Endpoints[0].Port = -1
-			s.Spec.Endpoints[1].Weight = ptr[int64](0)
+			s.Spec.Endpoints[1].Weight = new(int64(0))
 			s.Spec.Endpoints[2].AdminState = "Gone"
 			s.Status.Health = []v1alpha1.EndpointHealth{{Address: "nowhere", Port: 1}}
 		}, []string{"spec.endpoints[0].port", "spec.endpoints[1].weight", "spec.endpoints[2].adminState", "status.health[0]"}},
@@ -605,8 +603,8 @@ func TestEndpointSetDefaults(t *testing.T) {
 
 func TestEndpointSetValues(t *testing.T) {
 	in := validEndpointSet()
-	in.Spec.Priority = ptr[int32](3)
-	in.Spec.Endpoints[0].Weight = ptr[int64](v1alpha1.MaxWeight)
+	in.Spec.Priority = new(int32(3))
+	in.Spec.Endpoints[0].Weight = new(int64(v1alpha1.MaxWeight))
 	in.Spec.Endpoints[1].AdminState = v1alpha1.AdminStateDraining
 	in.Spec.Endpoints[2].AdminState = v1alpha1.AdminStateUnavailable
 	got, errs := convert.EndpointSet(in)
@@ -762,8 +760,8 @@ func TestOutlierDetection(t *testing.T) {
 	}
 	in = validUpstream()
 	withOutlier(func(o *v1alpha1.OutlierDetection) {
-		o.ErrorPercent, o.MinRequestVolume, o.MinReporters = ptr[int32](100), ptr[int32](1_000_000_000), ptr[int32](1)
-		o.BaseEjectionTime, o.MaxEjectionTime, o.MaxEjectionPercent = dur(time.Second), dur(time.Second), ptr[int32](0)
+		o.ErrorPercent, o.MinRequestVolume, o.MinReporters = new(int32(100)), new(int32(1_000_000_000)), new(int32(1))
+		o.BaseEjectionTime, o.MaxEjectionTime, o.MaxEjectionPercent = dur(time.Second), dur(time.Second), new(int32(0))
 	})(in)
 	if got, errs = convert.Upstream(in); len(errs) > 0 {
 		t.Fatal(errs)
@@ -783,12 +781,12 @@ func TestOutlierDetection(t *testing.T) {
 			withOutlier(nil)(u)
 			u.Spec.LoadReporting = nil
 		}, []string{"spec.loadReporting"}},
-		{"errorPercent 0", withOutlier(func(o *v1alpha1.OutlierDetection) { o.ErrorPercent = ptr[int32](0) }), []string{"spec.outlierDetection.errorPercent"}},
-		{"errorPercent 101", withOutlier(func(o *v1alpha1.OutlierDetection) { o.ErrorPercent = ptr[int32](101) }), []string{"spec.outlierDetection.errorPercent"}},
-		{"minRequestVolume 0", withOutlier(func(o *v1alpha1.OutlierDetection) { o.MinRequestVolume = ptr[int32](0) }), []string{"spec.outlierDetection.minRequestVolume"}},
-		{"minRequestVolume above 1e9", withOutlier(func(o *v1alpha1.OutlierDetection) { o.MinRequestVolume = ptr[int32](1_000_000_001) }), []string{"spec.outlierDetection.minRequestVolume"}},
-		{"minReporters 1001", withOutlier(func(o *v1alpha1.OutlierDetection) { o.MinReporters = ptr[int32](1001) }), []string{"spec.outlierDetection.minReporters"}},
-		{"maxEjectionPercent -1", withOutlier(func(o *v1alpha1.OutlierDetection) { o.MaxEjectionPercent = ptr[int32](-1) }), []string{"spec.outlierDetection.maxEjectionPercent"}},
+		{"errorPercent 0", withOutlier(func(o *v1alpha1.OutlierDetection) { o.ErrorPercent = new(int32(0)) }), []string{"spec.outlierDetection.errorPercent"}},
+		{"errorPercent 101", withOutlier(func(o *v1alpha1.OutlierDetection) { o.ErrorPercent = new(int32(101)) }), []string{"spec.outlierDetection.errorPercent"}},
+		{"minRequestVolume 0", withOutlier(func(o *v1alpha1.OutlierDetection) { o.MinRequestVolume = new(int32(0)) }), []string{"spec.outlierDetection.minRequestVolume"}},
+		{"minRequestVolume above 1e9", withOutlier(func(o *v1alpha1.OutlierDetection) { o.MinRequestVolume = new(int32(1_000_000_001)) }), []string{"spec.outlierDetection.minRequestVolume"}},
+		{"minReporters 1001", withOutlier(func(o *v1alpha1.OutlierDetection) { o.MinReporters = new(int32(1001)) }), []string{"spec.outlierDetection.minReporters"}},
+		{"maxEjectionPercent -1", withOutlier(func(o *v1alpha1.OutlierDetection) { o.MaxEjectionPercent = new(int32(-1)) }), []string{"spec.outlierDetection.maxEjectionPercent"}},
 		{"base below 1s", withOutlier(func(o *v1alpha1.OutlierDetection) { o.BaseEjectionTime = dur(999 * time.Millisecond) }), []string{"spec.outlierDetection.baseEjectionTime"}},
 		{"base above 1h", withOutlier(func(o *v1alpha1.OutlierDetection) {
 			o.BaseEjectionTime, o.MaxEjectionTime = dur(time.Hour+1), dur(2*time.Hour)

@@ -85,9 +85,9 @@ func TestSpatialDomainDefaultsAndValues(t *testing.T) {
 	}
 
 	in = validSpatialDomain()
-	in.Spec.GridDegrees = ptr[int32](180)
-	in.Spec.MaxCells = ptr[int32](65536)
-	in.Spec.LocalityCapPercent = ptr[int32](0)
+	in.Spec.GridDegrees = new(int32(180))
+	in.Spec.MaxCells = new(int32(65536))
+	in.Spec.LocalityCapPercent = new(int32(0))
 	got, errs = convert.SpatialDomain(in)
 	if len(errs) > 0 {
 		t.Fatal(errs)
@@ -95,7 +95,7 @@ func TestSpatialDomainDefaultsAndValues(t *testing.T) {
 	if d := got.Domain; d.GridDeg != 180 || d.MaxCells != 65536 || d.CapPercent != 0 {
 		t.Errorf("grid %d, maxCells %d, cap %d; want 180, 65536, 0", d.GridDeg, d.MaxCells, d.CapPercent)
 	}
-	in.Spec.LocalityCapPercent = ptr[int32](100)
+	in.Spec.LocalityCapPercent = new(int32(100))
 	if got, _ = convert.SpatialDomain(in); got.Domain.CapPercent != 100 {
 		t.Errorf("cap = %d, want 100", got.Domain.CapPercent)
 	}
@@ -138,7 +138,7 @@ func TestSpatialDomainValidBoundaries(t *testing.T) {
 		mutate func(*v1alpha1.SpatialDomain)
 	}{
 		{"as is", func(d *v1alpha1.SpatialDomain) {}},
-		{"maxCells 1", func(d *v1alpha1.SpatialDomain) { d.Spec.MaxCells = ptr[int32](1) }},
+		{"maxCells 1", func(d *v1alpha1.SpatialDomain) { d.Spec.MaxCells = new(int32(1)) }},
 		{"region with every allowed character", func(d *v1alpha1.SpatialDomain) {
 			d.Spec.Replicas[0].Region = "EU.west_1:a-B"
 			d.Spec.Products[0].AllowedRegions = []string{"EU.west_1:a-B"}
@@ -178,7 +178,7 @@ func TestSpatialDomainValidBoundaries(t *testing.T) {
 	}
 	for g := int32(1); g <= 180; g++ {
 		in := validSpatialDomain()
-		in.Spec.GridDegrees = ptr(g)
+		in.Spec.GridDegrees = new(g)
 		_, errs := convert.SpatialDomain(in)
 		if divides := 180%g == 0; divides != (len(errs) == 0) {
 			t.Errorf("gridDegrees %d: errors %v, want valid = %v", g, errs, divides)
@@ -195,15 +195,15 @@ func TestSpatialDomainInvalid(t *testing.T) {
 		{"empty name", func(d *v1alpha1.SpatialDomain) { d.Name = "" }, []string{"metadata.name"}},
 		{"uppercase name", func(d *v1alpha1.SpatialDomain) { d.Name = "Cadastre" }, []string{"metadata.name"}},
 		{"bad namespace", func(d *v1alpha1.SpatialDomain) { d.Namespace = "a_b" }, []string{"metadata.namespace"}},
-		{"grid 0", func(d *v1alpha1.SpatialDomain) { d.Spec.GridDegrees = ptr[int32](0) }, []string{"spec.gridDegrees"}},
-		{"grid negative", func(d *v1alpha1.SpatialDomain) { d.Spec.GridDegrees = ptr[int32](-5) }, []string{"spec.gridDegrees"}},
-		{"grid 7 does not divide 180", func(d *v1alpha1.SpatialDomain) { d.Spec.GridDegrees = ptr[int32](7) }, []string{"spec.gridDegrees"}},
-		{"grid 181", func(d *v1alpha1.SpatialDomain) { d.Spec.GridDegrees = ptr[int32](181) }, []string{"spec.gridDegrees"}},
-		{"grid 360", func(d *v1alpha1.SpatialDomain) { d.Spec.GridDegrees = ptr[int32](360) }, []string{"spec.gridDegrees"}},
-		{"maxCells 0", func(d *v1alpha1.SpatialDomain) { d.Spec.MaxCells = ptr[int32](0) }, []string{"spec.maxCells"}},
-		{"maxCells 65537", func(d *v1alpha1.SpatialDomain) { d.Spec.MaxCells = ptr[int32](65537) }, []string{"spec.maxCells"}},
-		{"cap -1", func(d *v1alpha1.SpatialDomain) { d.Spec.LocalityCapPercent = ptr[int32](-1) }, []string{"spec.localityCapPercent"}},
-		{"cap 101", func(d *v1alpha1.SpatialDomain) { d.Spec.LocalityCapPercent = ptr[int32](101) }, []string{"spec.localityCapPercent"}},
+		{"grid 0", func(d *v1alpha1.SpatialDomain) { d.Spec.GridDegrees = new(int32(0)) }, []string{"spec.gridDegrees"}},
+		{"grid negative", func(d *v1alpha1.SpatialDomain) { d.Spec.GridDegrees = new(int32(-5)) }, []string{"spec.gridDegrees"}},
+		{"grid 7 does not divide 180", func(d *v1alpha1.SpatialDomain) { d.Spec.GridDegrees = new(int32(7)) }, []string{"spec.gridDegrees"}},
+		{"grid 181", func(d *v1alpha1.SpatialDomain) { d.Spec.GridDegrees = new(int32(181)) }, []string{"spec.gridDegrees"}},
+		{"grid 360", func(d *v1alpha1.SpatialDomain) { d.Spec.GridDegrees = new(int32(360)) }, []string{"spec.gridDegrees"}},
+		{"maxCells 0", func(d *v1alpha1.SpatialDomain) { d.Spec.MaxCells = new(int32(0)) }, []string{"spec.maxCells"}},
+		{"maxCells 65537", func(d *v1alpha1.SpatialDomain) { d.Spec.MaxCells = new(int32(65537)) }, []string{"spec.maxCells"}},
+		{"cap -1", func(d *v1alpha1.SpatialDomain) { d.Spec.LocalityCapPercent = new(int32(-1)) }, []string{"spec.localityCapPercent"}},
+		{"cap 101", func(d *v1alpha1.SpatialDomain) { d.Spec.LocalityCapPercent = new(int32(101)) }, []string{"spec.localityCapPercent"}},
 		{"no replicas", func(d *v1alpha1.SpatialDomain) { d.Spec.Replicas = nil }, []string{"spec.replicas"}},
 		{"65 replicas", func(d *v1alpha1.SpatialDomain) {
 			d.Spec.Replicas = nil
@@ -257,9 +257,9 @@ func TestSpatialDomainInvalid(t *testing.T) {
 		{"allowed region of 64", func(d *v1alpha1.SpatialDomain) { d.Spec.Products[0].AllowedRegions[1] = strings.Repeat("r", 64) }, []string{"spec.products[0].allowedRegions[1]"}},
 		{"duplicate allowed region", func(d *v1alpha1.SpatialDomain) { d.Spec.Products[0].AllowedRegions[1] = "eu-west" }, []string{"spec.products[0].allowedRegions[1]"}},
 		{"every error is reported", func(d *v1alpha1.SpatialDomain) {
-			d.Spec.GridDegrees = ptr[int32](7)
-			d.Spec.MaxCells = ptr[int32](0)
-			d.Spec.LocalityCapPercent = ptr[int32](101)
+			d.Spec.GridDegrees = new(int32(7))
+			d.Spec.MaxCells = new(int32(0))
+			d.Spec.LocalityCapPercent = new(int32(101))
 			d.Spec.Replicas[1].Name = "eu-1"
 			d.Spec.Replicas[1].Region = "us east"
 			d.Spec.Products[1].PathPrefix = "/parcels"
@@ -288,7 +288,7 @@ func TestSpatialDomainInvalid(t *testing.T) {
 
 func TestSpatialDomainMessages(t *testing.T) {
 	in := validSpatialDomain()
-	in.Spec.GridDegrees = ptr[int32](7)
+	in.Spec.GridDegrees = new(int32(7))
 	in.Spec.Products[1].PathPrefix = "/parcels"
 	_, errs := convert.SpatialDomain(in)
 	msg := errs.ToAggregate().Error()

@@ -15,6 +15,7 @@ import (
 
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/cpbinary"
+	"poise.dev/poise/test/testkit"
 )
 
 // binary is the controlplane built once for the whole package.
@@ -149,15 +150,8 @@ func serve(t *testing.T, dir string) *controlPlane {
 // liveRevision is the revision /debug/explain serves now.
 func (cp *controlPlane) liveRevision(t *testing.T) uint64 {
 	t.Helper()
-	resp, err := http.Get(cp.adminURL + "/debug/explain")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var rep explain.Report
-	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
-		t.Fatal(err)
-	}
+	testkit.MustGetJSON(t, cp.adminURL+"/debug/explain", &rep)
 	return rep.Revision
 }
 

@@ -3,7 +3,6 @@ package chart_test
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,9 +14,9 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
-)
 
-var update = flag.Bool("update", false, "rewrite testdata/*.golden.yaml from the current chart")
+	"poise.dev/poise/test/golden"
+)
 
 const (
 	chartDir = "../../charts/poise"
@@ -143,43 +142,9 @@ func TestGolden(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got := c.render(t)
-			path := filepath.Join("testdata", c.name+".golden.yaml")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run `go test ./test/chart -update` to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("helm template differs from %s (if the change is intended, run `make chart-golden` or `go test ./test/chart -update`):\n%s",
-					path, firstDiff(string(want), got))
-			}
+			golden.CheckFile(t, filepath.Join("testdata", c.name+".golden.yaml"), []byte(got))
 		})
 	}
-}
-
-// firstDiff shows the first differing line with a little context.
-func firstDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < max(len(w), len(g)); i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			from := max(0, i-3)
-			return fmt.Sprintf("line %d:\n  context:\n    %s\n  want: %q\n  got:  %q",
-				i+1, strings.Join(g[from:i], "\n    "), wl, gl)
-		}
-	}
-	return "(only trailing differences)"
 }
 
 // obj is one rendered object, as unstructured maps.

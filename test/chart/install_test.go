@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"poise.dev/poise/test/golden"
 	"poise.dev/poise/test/kubemanifests"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -372,7 +373,7 @@ func checkServedCRDs(t *testing.T, srv *apiServer) {
 			return string(b)
 		}
 		if g, w := js(s.Spec), js(w.Spec); g != w {
-			t.Errorf("CRD %s as served differs from config/crd:\n%s", name, firstDiff(w, g))
+			t.Errorf("CRD %s as served differs from config/crd:\n%s", name, golden.Diff(w, g))
 		}
 		if g, w := s.Annotations["controller-gen.kubebuilder.io/version"], w.Annotations["controller-gen.kubebuilder.io/version"]; g != w {
 			t.Errorf("CRD %s: served controller-gen version %q, config/crd has %q", name, g, w)

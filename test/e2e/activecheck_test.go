@@ -10,6 +10,7 @@ import (
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/splitcheck"
+	"poise.dev/poise/test/testkit"
 )
 
 // TestActiveCheckTakesOutANotServingBackend runs the real binary on files
@@ -65,7 +66,7 @@ spec:
 		start := time.Now()
 		for {
 			var rep explain.Report
-			getJSON(t, cp.adminURL+"/debug/explain?upstream=hc/echo", &rep)
+			testkit.MustGetJSON(t, cp.adminURL+"/debug/explain?upstream=hc/echo", &rep)
 			if ok(endpoint(rep, backends[1])) {
 				return rep, time.Since(start)
 			}

@@ -17,6 +17,7 @@ import (
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/splitcheck"
+	"poise.dev/poise/test/testkit"
 )
 
 const (
@@ -314,7 +315,7 @@ func (cp *controlPlane) waitClasses(t *testing.T, clients []zoneClient) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var v clientsView
-		getJSON(t, cp.adminURL+"/debug/clients", &v)
+		testkit.MustGetJSON(t, cp.adminURL+"/debug/clients", &v)
 		var missing []string
 		for _, c := range clients {
 			i := slices.IndexFunc(v.Clients, func(x clientView) bool { return x.NodeID == c.node })
@@ -362,7 +363,7 @@ func (cp *controlPlane) checkLiveClasses(t *testing.T, phase string, want map[st
 	t.Helper()
 	for _, z := range affZones {
 		var rep explain.Report
-		getJSON(t, cp.adminURL+"/debug/explain?upstream="+affUpstream+"&from="+z, &rep)
+		testkit.MustGetJSON(t, cp.adminURL+"/debug/explain?upstream="+affUpstream+"&from="+z, &rep)
 		c := rep.Upstreams[0].Class
 		if c == nil || c.Balanced == nil || c.Balanced.DemandSource != explain.DemandClients {
 			source, reason := "", ""

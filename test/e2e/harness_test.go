@@ -18,6 +18,7 @@ import (
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/splitcheck"
+	"poise.dev/poise/test/testkit"
 )
 
 // binary is the controlplane built once for the whole package.
@@ -103,22 +104,6 @@ func (cp *controlPlane) logs() string {
 	return cp.out.String()
 }
 
-func getJSON(t *testing.T, url string, v any) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %s: %s", url, resp.Status, b)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-}
-
 // metric reads one sample from /metrics, 0 when absent.
 func (cp *controlPlane) metric(t *testing.T, name string) float64 {
 	t.Helper()
@@ -160,7 +145,7 @@ type clientView struct {
 // ackedEDS is the EDS version the node last ACKed, "" when not connected.
 func (cp *controlPlane) ackedEDS(t *testing.T, node string) string {
 	var v clientsView
-	getJSON(t, cp.adminURL+"/debug/clients", &v)
+	testkit.MustGetJSON(t, cp.adminURL+"/debug/clients", &v)
 	for _, c := range v.Clients {
 		if c.NodeID == node {
 			return c.Types["EDS"].LastAckedVersion
@@ -233,7 +218,7 @@ func (cp *controlPlane) waitServed(t *testing.T, phase, dir, upstream string) ex
 	var served explain.Report
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		getJSON(t, cp.adminURL+"/debug/explain?upstream="+upstream, &served)
+		testkit.MustGetJSON(t, cp.adminURL+"/debug/explain?upstream="+upstream, &served)
 		got := splitcheck.ExpectationOf(t, served)
 		if maps.Equal(got.Share, want.Share) && got.Dropped == want.Dropped {
 			return served

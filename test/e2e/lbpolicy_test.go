@@ -13,6 +13,7 @@ import (
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/splitcheck"
+	"poise.dev/poise/test/testkit"
 )
 
 // lbPolicyRPCs is the RPCs measured per policy. Against the split explain
@@ -61,7 +62,7 @@ func TestGRPCClientsCarryOutEveryLoadBalancingPolicy(t *testing.T) {
 			}
 			// explain says, per client kind, how the policy is carried out
 			var rep explain.Report
-			getJSON(t, cp.adminURL+"/debug/explain?upstream="+up, &rep)
+			testkit.MustGetJSON(t, cp.adminURL+"/debug/explain?upstream="+up, &rep)
 			if len(rep.Upstreams) != 1 {
 				t.Fatalf("explain: %d upstreams", len(rep.Upstreams))
 			}
@@ -114,7 +115,7 @@ func warmAll(conn *grpc.ClientConn, want splitcheck.Expectation, timeout time.Du
 // nacks is how many times the node NACKed the type ("CDS", "EDS", …).
 func (cp *controlPlane) nacks(t *testing.T, node, typ string) uint64 {
 	var v clientsView
-	getJSON(t, cp.adminURL+"/debug/clients", &v)
+	testkit.MustGetJSON(t, cp.adminURL+"/debug/clients", &v)
 	for _, c := range v.Clients {
 		if c.NodeID == node {
 			return c.Types[typ].NACKs

@@ -11,6 +11,7 @@ import (
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/splitcheck"
+	"poise.dev/poise/test/testkit"
 )
 
 const (
@@ -40,7 +41,7 @@ func startLoad(t *testing.T, xdsAddr, node string, poisoned bool) *splitcheck.Lo
 func (cp *controlPlane) odEndpoints(t *testing.T) (explain.Report, map[string]explain.Endpoint) {
 	t.Helper()
 	var rep explain.Report
-	getJSON(t, cp.adminURL+"/debug/explain?upstream="+odUpstream, &rep)
+	testkit.MustGetJSON(t, cp.adminURL+"/debug/explain?upstream="+odUpstream, &rep)
 	out := map[string]explain.Endpoint{}
 	for _, u := range rep.Upstreams {
 		for _, p := range u.Priorities {
@@ -181,7 +182,7 @@ spec:
 			} `json:"ejections"`
 		} `json:"outlier"`
 	}
-	getJSON(t, cp.adminURL+"/debug/loads?cluster="+odUpstream, &loads)
+	testkit.MustGetJSON(t, cp.adminURL+"/debug/loads?cluster="+odUpstream, &loads)
 	if e := loads.Outlier.Ejections; len(e) != 1 || e[0].Port != int(bad.Port) || !strings.HasPrefix(e[0].Origin, "load reports: ") {
 		t.Errorf("a: /debug/loads shows the ejections %+v", e)
 	}
@@ -261,7 +262,7 @@ spec:
 	if v := cp.metric(t, `poise_loadreport_untrusted_reporters{upstream="od/echo"}`); v != 1 {
 		t.Errorf("b: poise_loadreport_untrusted_reporters = %v, want 1", v)
 	}
-	getJSON(t, cp.adminURL+"/debug/loads?cluster="+odUpstream, &loads)
+	testkit.MustGetJSON(t, cp.adminURL+"/debug/loads?cluster="+odUpstream, &loads)
 	if loads.Outlier.Untrusted != 1 {
 		t.Errorf("b: /debug/loads shows %d untrusted reporters, want 1", loads.Outlier.Untrusted)
 	}

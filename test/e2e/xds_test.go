@@ -11,6 +11,7 @@ import (
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/splitcheck"
+	"poise.dev/poise/test/testkit"
 )
 
 const (
@@ -123,7 +124,7 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 		t.Logf("%s: change reached the client (EDS %s ACKed) %v after the manifest was written", phase, v, time.Since(start).Round(time.Millisecond))
 		versions = append(versions, v)
 		var live explain.Report
-		getJSON(t, cp.adminURL+"/debug/explain?upstream=e2e/echo", &live)
+		testkit.MustGetJSON(t, cp.adminURL+"/debug/explain?upstream=e2e/echo", &live)
 		want := splitcheck.ExpectationOf(t, live)
 		splitcheck.Warm(t, conn, want)
 		splitcheck.CheckSplit(t, phase, splitcheck.Send(conn, rpcs), want)
@@ -198,7 +199,7 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 	start = time.Now()
 	cp = startControlPlane(t, manifests, xdsAddr, adminAddr)
 	var live explain.Report
-	getJSON(t, cp.adminURL+"/debug/explain?upstream=e2e/echo", &live)
+	testkit.MustGetJSON(t, cp.adminURL+"/debug/explain?upstream=e2e/echo", &live)
 	after := cp.waitAcked(t, node, live.Revision, 30*time.Second)
 	t.Logf("7 restart: client reconnected and ACKed %s %v after the restart began (was %s)", after, time.Since(start).Round(time.Millisecond), before)
 	for _, v := range versions {

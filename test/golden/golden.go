@@ -1,28 +1,36 @@
-// Package golden compares a test's output with a file under the package's
-// testdata/ and, run with -update, rewrites the file instead: a reviewed
-// change of output is one flag away, an unreviewed one fails the test.
 package golden
 
 import (
+	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/ from the current output")
+
+// Updating reports whether the test runs with -update, rewriting its golden
+// files instead of comparing with them.
+func Updating() bool { return *update }
 
 // Check compares got with testdata/NAME.golden, or writes it there with -update.
 func Check(t testing.TB, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
+	CheckFile(t, filepath.Join("testdata", name+".golden"), []byte(got))
+}
+
+// CheckFile compares got with the file at path, relative to the test's
+// package directory, or writes it there with -update.
+func CheckFile(t testing.TB, path string, got []byte) {
+	t.Helper()
 	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
@@ -31,25 +39,31 @@ func Check(t testing.TB, name, got string) {
 	if err != nil {
 		t.Fatalf("%v (run go test with -update in this package to create it)", err)
 	}
-	if got != string(want) {
-		t.Errorf("output differs from %s (run go test with -update in this package after checking the change):\n%s", path, Diff(string(want), got))
+	if !bytes.Equal(got, want) {
+		t.Errorf("output differs from %s (run go test with -update in this package after checking the change):\n%s", path, Diff(string(want), string(got)))
 	}
 }
 
-// Diff shows the first line where two texts differ.
+// Diff shows the first line where two texts differ, after the three lines
+// before it.
 func Diff(want, got string) string {
-	wl, gl := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < len(wl) || i < len(gl); i++ {
-		var w, g string
-		if i < len(wl) {
-			w = wl[i]
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < max(len(w), len(g)); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
 		}
-		if i < len(gl) {
-			g = gl[i]
+		if i < len(g) {
+			gl = g[i]
 		}
-		if w != g {
-			return "line " + strconv.Itoa(i+1) + ":\n want: " + w + "\n  got: " + g
+		if wl != gl || i >= len(w) || i >= len(g) {
+			var b strings.Builder
+			for j := max(0, i-3); j < i; j++ {
+				fmt.Fprintf(&b, "  %4d   %s\n", j+1, w[j])
+			}
+			fmt.Fprintf(&b, "  %4d - %s\n  %4d + %s\n", i+1, wl, i+1, gl)
+			return b.String()
 		}
 	}
-	return "(identical lines; trailing difference)"
+	return "(no line differs)"
 }

@@ -54,6 +54,7 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/kubemanifests"
+	"poise.dev/poise/test/testkit"
 )
 
 const (
@@ -65,6 +66,10 @@ const (
 	// 4 measurements) from failing by chance (7e-6 each) and still catches a
 	// 25 % share off by more than 4.4 points at n = 2000.
 	sigmas = 4.5
+
+	// poll is how often a wait asks the cluster again: each ask is a few API
+	// requests or an admin call through a port-forward.
+	poll = 500 * time.Millisecond
 
 	systemNS     = "poise-system"
 	release      = "poise"
@@ -399,7 +404,7 @@ func overrideImages(t *testing.T, u *unstructured.Unstructured, images map[strin
 // replicas updated and available.
 func (s *suite) waitRollout(t *testing.T, ns string, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, "Deployments of "+ns+" rolled out", func() (bool, string) {
+	testkit.EventuallyEvery(t, timeout, poll, "Deployments of "+ns+" rolled out", func() (bool, string) {
 		var list appsv1.DeploymentList
 		if err := s.c.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 			return false, err.Error()
@@ -419,21 +424,6 @@ func (s *suite) waitRollout(t *testing.T, ns string, timeout time.Duration) {
 		}
 		return true, ""
 	})
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, f func() (bool, string)) time.Duration {
-	t.Helper()
-	start := time.Now()
-	var detail string
-	for time.Since(start) < timeout {
-		var ok bool
-		if ok, detail = f(); ok {
-			return time.Since(start)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %v: %s", what, timeout, detail)
-	return 0
 }
 
 // ---- checks ----
@@ -513,7 +503,7 @@ func (s *suite) measure(t *testing.T, upstream, path string, ready func(explain.
 		rep   explain.Report
 		plane string
 	)
-	took := eventually(t, 4*time.Minute, fmt.Sprintf("%s/%s computed and ACKed by Envoy", shopNS, upstream), func() (bool, string) {
+	took := testkit.EventuallyEvery(t, 4*time.Minute, poll, fmt.Sprintf("%s/%s computed and ACKed by Envoy", shopNS, upstream), func() (bool, string) {
 		var err error
 		if plane, err = s.planeServing(envoy); err != nil {
 			return false, err.Error()
@@ -771,7 +761,7 @@ func (s *suite) checkStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{upImport, upPinned} {
-		eventually(t, time.Minute, "status of Upstream "+name+" matches explain", func() (bool, string) {
+		testkit.EventuallyEvery(t, time.Minute, poll, "status of Upstream "+name+" matches explain", func() (bool, string) {
 			var rep explain.Report
 			if err := s.admin(plane, "/debug/explain", map[string]string{"upstream": shopNS + "/" + name}, &rep); err != nil {
 				return false, err.Error()

@@ -33,6 +33,7 @@ import (
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/test/testkit"
 )
 
 // spatialRef is what a phase runs against: the Envoy, the control plane pod
@@ -100,7 +101,7 @@ func (s *suite) spatialSync(t *testing.T, upstreamOf map[string]string, down str
 		what = fmt.Sprintf("Envoy %s carries the spatial routes of %s/%s with replica %s down", envoy, spatialNS, spatialDomain, down)
 	}
 	var ref spatialRef
-	took := eventually(t, 4*time.Minute, what, func() (bool, string) {
+	took := testkit.EventuallyEvery(t, 4*time.Minute, poll, what, func() (bool, string) {
 		plane, err := s.planeServing(envoy)
 		if err != nil {
 			return false, err.Error()

@@ -1,6 +1,8 @@
 package kube_test
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +15,6 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 )
-
-func ptr[T any](v T) *T { return &v }
 
 func upstreamWith(ns string, f func(*v1alpha1.UpstreamSpec)) *v1alpha1.Upstream {
 	u := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{GenerateName: "u-", Namespace: ns}}
@@ -68,118 +68,7 @@ func partitionWith(ns string, f func(*v1alpha1.PartitionSpec)) *v1alpha1.Partiti
 // real apiserver, naming the field, and the apiserver applies the defaults.
 func TestAdmission(t *testing.T) {
 	ns := namespace(t)
-	svc := func(port intstr.IntOrString) *v1alpha1.EndpointsFrom {
-		return &v1alpha1.EndpointsFrom{Service: v1alpha1.ServiceReference{Name: "echo", Port: port}}
-	}
-	for _, tc := range []struct {
-		name  string
-		obj   client.Object
-		field string // the message must name it
-		also  string // and say this
-	}{
-		{"overprovisioningFactor 0", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.OverprovisioningFactor = ptr(int32(0)) }), "spec.overprovisioningFactor", "greater than or equal to 1"},
-		{"overprovisioningFactor 1001", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.OverprovisioningFactor = ptr(int32(1001)) }), "spec.overprovisioningFactor", "less than or equal to 1000"},
-		{"panicThreshold 101", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.PanicThreshold = ptr(int32(101)) }), "spec.panicThreshold", "less than or equal to 100"},
-		{"panicMode not in the enum", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.PanicMode = "Sometimes" }), "spec.panicMode", `"UseAll"`},
-		{"connectTimeout 0s", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.ConnectTimeout = &metav1.Duration{} }), "spec.connectTimeout", "above 0s and at most 1h"},
-		{"connectTimeout 2h", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.ConnectTimeout = &metav1.Duration{Duration: 2 * time.Hour} }), "spec.connectTimeout", "above 0s and at most 1h"},
-		{"service port 0", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = svc(intstr.FromInt32(0)) }), "spec.endpointsFrom.service.port", "1-65535"},
-		{"service port 70000", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = svc(intstr.FromInt32(70000)) }), "spec.endpointsFrom.service.port", "1-65535"},
-		{`service port "8080" (a string of digits)`, upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = svc(intstr.FromString("8080")) }), "spec.endpointsFrom.service.port", "at least one letter"},
-		{"localityAffinity mode not in the enum", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: "SameZone"}
-		}), "spec.localityAffinity.mode", `"PreferSameZone"`},
-		{"failoverRegions under Balanced", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityBalanced, FailoverRegions: []string{"us"}}
-		}), "spec.localityAffinity", "PreferSameZone and PreferSameRegion only"},
-		{"failoverRegions twice the same", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityPreferSameZone, FailoverRegions: []string{"us", "us"}}
-		}), "spec.localityAffinity.failoverRegions[1]", "Duplicate value"},
-		{"Balanced under healthAdjustment Proxy", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityBalanced}
-			s.HealthAdjustment = v1alpha1.HealthAdjustmentProxy
-		}), "spec", "Balanced needs healthAdjustment ControlPlane"},
-		{"healthCheck HTTP without http", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP}
-		}), "spec.healthCheck", "http is required with type HTTP"},
-		{"healthCheck TCP with grpc", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckTCP, GRPC: &v1alpha1.GRPCHealthCheck{}}
-		}), "spec.healthCheck", "grpc goes with type GRPC only"},
-		{"healthCheck timeout above a short interval", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckTCP, Interval: &metav1.Duration{Duration: time.Second}}
-		}), "spec.healthCheck", "timeout must be below interval"},
-		{"healthCheck interval 6m", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckTCP, Interval: &metav1.Duration{Duration: 6 * time.Minute}}
-		}), "spec.healthCheck.interval", "from 1s to 5m"},
-		{"healthCheck status range reversed", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, HTTP: &v1alpha1.HTTPHealthCheck{
-				Path: "/healthz", ExpectedStatuses: []v1alpha1.StatusRange{{Start: 299, End: 200}}}}
-		}), "spec.healthCheck.http.expectedStatuses[0]", "start must not be above end"},
-		{"healthCheck path without slash", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, HTTP: &v1alpha1.HTTPHealthCheck{Path: "healthz"}}
-		}), "spec.healthCheck.http.path", "should match"},
-		{"outlierDetection without loadReporting", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.OutlierDetection = &v1alpha1.OutlierDetection{}
-		}), "spec", "outlierDetection needs loadReporting"},
-		{"outlierDetection maxEjectionTime below the default base", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.LoadReporting = &v1alpha1.LoadReporting{}
-			s.OutlierDetection = &v1alpha1.OutlierDetection{MaxEjectionTime: &metav1.Duration{Duration: 10 * time.Second}}
-		}), "spec.outlierDetection", "maxEjectionTime must not be below baseEjectionTime"},
-		{"outlierDetection errorPercent 0", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.LoadReporting = &v1alpha1.LoadReporting{}
-			s.OutlierDetection = &v1alpha1.OutlierDetection{ErrorPercent: ptr(int32(0))}
-		}), "spec.outlierDetection.errorPercent", "greater than or equal to 1"},
-		{"locality weight 0", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = ptr(int64(0)) }), "spec.weight", "greater than or equal to 1"},
-		{"locality weight 4294967296", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = ptr(int64(4294967296)) }), "spec.weight", "less than or equal to 4294967295"},
-		{"locality priority 128", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Priority = ptr(int32(128)) }), "spec.priority", "less than or equal to 127"},
-		{"locality upstream Bad_Name", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Upstream = "Bad_Name" }), "spec.upstream", "should match"},
-		{"endpoint set upstream Bad_Name", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Upstream = "Bad_Name" }), "spec.upstream", "should match"},
-		{"endpoint set priority 128", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Priority = ptr(int32(128)) }), "spec.priority", "less than or equal to 127"},
-		{"endpoint port 0", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Port = 0 }), "spec.endpoints[0].port", "greater than or equal to 1"},
-		{"endpoint weight 0", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Weight = ptr(int64(0)) }), "spec.endpoints[0].weight", "greater than or equal to 1"},
-		{"endpoint adminState not in the enum", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].AdminState = "Maintenance" }), "spec.endpoints[0].adminState", `"Draining"`},
-		{"duplicate address and port in one set", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
-			s.Endpoints = append(s.Endpoints, v1alpha1.Endpoint{Address: "10.0.0.1", Port: 8080, Weight: ptr(int64(2))})
-		}), "spec.endpoints[1]", "Duplicate value"},
-		{`address "10.0.0.1:80"`, endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "10.0.0.1:80" }), "spec.endpoints[0].address", "must be an IP address"},
-		// EDS carries IP addresses only; the ranges Kubernetes refuses in
-		// EndpointSlices are refused too (loopback is for the Upstream to allow).
-		{"address vm1.example.internal", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "vm1.example.internal" }), "spec.endpoints[0].address", "EDS carries IP addresses only"},
-		{"address 169.254.169.254 (cloud metadata)", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "169.254.169.254" }), "spec.endpoints[0].address", "link-local"},
-		{"address fe80::1", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "fe80::1" }), "spec.endpoints[0].address", "link-local"},
-		{"address 0.0.0.0", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "0.0.0.0" }), "spec.endpoints[0].address", "unspecified"},
-		{"address ::", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "::" }), "spec.endpoints[0].address", "unspecified"},
-		{"address 239.1.2.3", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "239.1.2.3" }), "spec.endpoints[0].address", "multicast"},
-		{"address ff02::1", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "ff02::1" }), "spec.endpoints[0].address", "multicast"},
-		{"address 255.255.255.255", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "255.255.255.255" }), "spec.endpoints[0].address", "broadcast"},
-		{"gridDegrees 7", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = ptr(int32(7)) }), "spec.gridDegrees", "gridDegrees must divide 180"},
-		{"gridDegrees 360", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = ptr(int32(360)) }), "spec.gridDegrees", "less than or equal to 180"},
-		{"maxCells 0", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.MaxCells = ptr(int32(0)) }), "spec.maxCells", "greater than or equal to 1"},
-		{"maxCells 65537", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.MaxCells = ptr(int32(65537)) }), "spec.maxCells", "less than or equal to 65536"},
-		{"localityCapPercent 101", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.LocalityCapPercent = ptr(int32(101)) }), "spec.localityCapPercent", "less than or equal to 100"},
-		{"duplicate replica names", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[1].Name = "eu-1" }), "spec.replicas[1]", "Duplicate value"},
-		{"no replicas", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas = []v1alpha1.SpatialReplica{} }), "spec.replicas", "at least 1 items"},
-		{"replica name with a dot", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Name = "eu.1" }), "spec.replicas[0].name", "should match"},
-		{"replica upstream Bad_Name", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Upstream = "Bad_Name" }), "spec.replicas[0].upstream", "should match"},
-		{"region with a space", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Region = "eu west" }), "spec.replicas[0].region", "should match"},
-		{`region with a quote`, domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Region = `eu"west` }), "spec.replicas[0].region", "should match"},
-		{"region of 64", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Region = strings.Repeat("r", 64) }), "spec.replicas[0].region", "may not be more than 63"},
-		{"duplicate product names", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[1].Name = "parcels" }), "spec.products[1]", "Duplicate value"},
-		{"duplicate pathPrefix", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[1].PathPrefix = "/parcels" }), "spec.products", "each product needs its own pathPrefix"},
-		{"pathPrefix without a leading slash", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].PathPrefix = "parcels" }), "spec.products[0].pathPrefix", "should match"},
-		{"pathPrefix with a query", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].PathPrefix = "/parcels?x=1" }), "spec.products[0].pathPrefix", "should match"},
-		{"empty allowedRegions", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].AllowedRegions = []string{} }), "spec.products[0].allowedRegions", "at least 1 items"},
-		{"allowed region with bad characters", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].AllowedRegions[1] = "us/east" }), "spec.products[0].allowedRegions[1]", "should match"},
-		{"duplicate allowed region", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].AllowedRegions[1] = "eu-west" }), "spec.products[0].allowedRegions[1]", "Duplicate value"},
-		{"partition domain Bad_Name", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Domain = "Bad_Name" }), "spec.domain", "should match"},
-		{"extent west 181", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Extent.West = 181 }), "spec.extent.west", "less than or equal to 180"},
-		{"extent east -180.5", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Extent.East = -180.5 }), "spec.extent.east", "greater than or equal to -180"},
-		{"extent north 90.25", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Extent.North = 90.25 }), "spec.extent.north", "less than or equal to 90"},
-		{"extent south > north", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Extent.South, s.Extent.North = 70, 35.5 }), "spec.extent.south", "south must not be greater than north"},
-		{"empty partition replicas", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Replicas = []string{} }), "spec.replicas", "at least 1 items"},
-		{"duplicate partition replicas", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Replicas = []string{"eu-1", "eu-1"} }), "spec.replicas[1]", "Duplicate value"},
-		{"partition replica US-1", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Replicas = []string{"US-1"} }), "spec.replicas[0]", "should match"},
-	} {
+	for _, tc := range badObjects(ns) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := k8s.Create(t.Context(), tc.obj)
 			if err == nil {
@@ -196,65 +85,7 @@ func TestAdmission(t *testing.T) {
 	}
 
 	// the boundaries themselves are accepted
-	for _, tc := range []struct {
-		name string
-		obj  client.Object
-	}{
-		{"overprovisioningFactor 1, panicThreshold 0, connectTimeout 1h", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.OverprovisioningFactor, s.PanicThreshold, s.ConnectTimeout = ptr(int32(1)), ptr(int32(0)), &metav1.Duration{Duration: time.Hour}
-		})},
-		{"overprovisioningFactor 1000, panicThreshold 100, service port 65535", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.OverprovisioningFactor, s.PanicThreshold, s.EndpointsFrom = ptr(int32(1000)), ptr(int32(100)), svc(intstr.FromInt32(65535))
-		})},
-		{"named service port", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = svc(intstr.FromString("grpc-web")) })},
-		{"healthCheck at its bounds", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, HTTP: &v1alpha1.HTTPHealthCheck{
-				Path: "/", Host: "a", ExpectedStatuses: []v1alpha1.StatusRange{{Start: 100, End: 599}}},
-				Port: ptr(int32(65535)), Interval: &metav1.Duration{Duration: 5 * time.Minute}, Timeout: &metav1.Duration{Duration: 5*time.Minute - time.Millisecond},
-				HealthyThreshold: ptr(int32(10)), UnhealthyThreshold: ptr(int32(1)), JitterPercent: ptr(int32(50))}
-		})},
-		{"healthCheck GRPC with a 1s interval", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckGRPC, GRPC: &v1alpha1.GRPCHealthCheck{Service: "shop.Checkout"},
-				Interval: &metav1.Duration{Duration: time.Second}, Timeout: &metav1.Duration{Duration: 999 * time.Millisecond}}
-		})},
-		{"outlierDetection at its bounds", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
-			s.LoadReporting = &v1alpha1.LoadReporting{}
-			s.OutlierDetection = &v1alpha1.OutlierDetection{ErrorPercent: ptr(int32(100)), MinRequestVolume: ptr(int32(1_000_000_000)),
-				MinReporters: ptr(int32(1000)), BaseEjectionTime: &metav1.Duration{Duration: time.Hour},
-				MaxEjectionTime: &metav1.Duration{Duration: 24 * time.Hour}, MaxEjectionPercent: ptr(int32(0))}
-		})},
-		{"locality weight 4294967295, priority 127", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight, s.Priority = ptr(int64(4294967295)), ptr(int32(127)) })},
-		{"endpoint weight 4294967295, port 65535, IPv6", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
-			s.Endpoints[0] = v1alpha1.Endpoint{Address: "2001:db8::1", Port: 65535, Weight: ptr(int64(4294967295))}
-		})},
-		{"loopback and private addresses (the Upstream decides on loopback)", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
-			s.Endpoints = []v1alpha1.Endpoint{{Address: "127.0.0.1", Port: 80}, {Address: "::1", Port: 80}, {Address: "192.168.1.1", Port: 80}, {Address: "fd00::1", Port: 80}, {Address: "100.64.0.1", Port: 80}}
-		})},
-		{"addressPolicy.allowLoopback", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.AddressPolicy = &v1alpha1.AddressPolicy{AllowLoopback: true} })},
-		{"same address on two ports", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
-			s.Endpoints = append(s.Endpoints, v1alpha1.Endpoint{Address: "10.0.0.1", Port: 8081})
-		})},
-		{"gridDegrees 180, maxCells 65536, localityCapPercent 0", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) {
-			s.GridDegrees, s.MaxCells, s.LocalityCapPercent = ptr(int32(180)), ptr(int32(65536)), ptr(int32(0))
-		})},
-		{"gridDegrees 1, maxCells 1, localityCapPercent 100", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) {
-			s.GridDegrees, s.MaxCells, s.LocalityCapPercent = ptr(int32(1)), ptr(int32(1)), ptr(int32(100))
-		})},
-		{"region and pathPrefix with every allowed character", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) {
-			s.Replicas[0].Region = "EU.west_1:a-B"
-			s.Products[0].PathPrefix = "/aZ09._~!$&'()*+,;=:@/%-"
-			s.Products[0].AllowedRegions = []string{"EU.west_1:a-B"}
-		})},
-		{"antimeridian extent: west 170, east -170", partitionWith(ns, func(s *v1alpha1.PartitionSpec) {
-			s.Extent = v1alpha1.PartitionExtent{West: 170, South: -20, East: -170, North: 10.5}
-		})},
-		{"the whole world", partitionWith(ns, func(s *v1alpha1.PartitionSpec) {
-			s.Extent = v1alpha1.PartitionExtent{West: -180, South: -90, East: 180, North: 90}
-		})},
-		{"a point: south = north, west = east", partitionWith(ns, func(s *v1alpha1.PartitionSpec) {
-			s.Extent = v1alpha1.PartitionExtent{West: 7.5, South: 47.25, East: 7.5, North: 47.25}
-		})},
-	} {
+	for _, tc := range goodObjects(ns) {
 		t.Run("accepts "+tc.name, func(t *testing.T) {
 			if err := k8s.Create(t.Context(), tc.obj); err != nil {
 				t.Fatalf("rejected: %v", err)
@@ -373,6 +204,265 @@ func TestAdmission(t *testing.T) {
 			t.Errorf("SpatialDomain spec.localityCapPercent defaulted to %d; absent must stay absent (no cap)", *gotD.Spec.LocalityCapPercent)
 		}
 	})
+}
+
+// serviceOn imports Service echo on port.
+func serviceOn(port intstr.IntOrString) *v1alpha1.EndpointsFrom {
+	return &v1alpha1.EndpointsFrom{Service: v1alpha1.ServiceReference{Name: "echo", Port: port}}
+}
+
+// importing imports Service echo from the clusters cs.
+func importing(ns string, cs ...v1alpha1.ClusterImport) *v1alpha1.Upstream {
+	return upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+		s.EndpointsFrom = serviceOn(intstr.FromInt32(80))
+		s.EndpointsFrom.Clusters = cs
+	})
+}
+
+// httpCheckWith is an Upstream with an HTTP health check, changed by f.
+func httpCheckWith(ns string, f func(*v1alpha1.HealthCheck)) *v1alpha1.Upstream {
+	return upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+		s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, HTTP: &v1alpha1.HTTPHealthCheck{Path: "/healthz"}}
+		f(s.HealthCheck)
+	})
+}
+
+// outlierWith is an Upstream with load reporting and outlier detection, changed by f.
+func outlierWith(ns string, f func(*v1alpha1.OutlierDetection)) *v1alpha1.Upstream {
+	return upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+		s.LoadReporting = &v1alpha1.LoadReporting{}
+		s.OutlierDetection = &v1alpha1.OutlierDetection{}
+		f(s.OutlierDetection)
+	})
+}
+
+// badObject is an object the CRD schema or a CEL rule refuses.
+type badObject struct {
+	name  string
+	obj   client.Object
+	field string // the apiserver's message must name it
+	also  string // and say this
+}
+
+// badObjects are the admission suite's refusals, in namespace ns.
+func badObjects(ns string) []badObject {
+	return []badObject{
+		{"overprovisioningFactor 0", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.OverprovisioningFactor = new(int32(0)) }), "spec.overprovisioningFactor", "greater than or equal to 1"},
+		{"overprovisioningFactor 1001", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.OverprovisioningFactor = new(int32(1001)) }), "spec.overprovisioningFactor", "less than or equal to 1000"},
+		{"panicThreshold 101", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.PanicThreshold = new(int32(101)) }), "spec.panicThreshold", "less than or equal to 100"},
+		{"panicMode not in the enum", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.PanicMode = "Sometimes" }), "spec.panicMode", `"UseAll"`},
+		{"connectTimeout 0s", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.ConnectTimeout = &metav1.Duration{} }), "spec.connectTimeout", "above 0s and at most 1h"},
+		{"connectTimeout 2h", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.ConnectTimeout = &metav1.Duration{Duration: 2 * time.Hour} }), "spec.connectTimeout", "above 0s and at most 1h"},
+		{"service port 0", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = serviceOn(intstr.FromInt32(0)) }), "spec.endpointsFrom.service.port", "1-65535"},
+		{"service port 70000", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = serviceOn(intstr.FromInt32(70000)) }), "spec.endpointsFrom.service.port", "1-65535"},
+		{`service port "8080" (a string of digits)`, upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = serviceOn(intstr.FromString("8080")) }), "spec.endpointsFrom.service.port", "at least one letter"},
+		{"localityAffinity mode not in the enum", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: "SameZone"}
+		}), "spec.localityAffinity.mode", `"PreferSameZone"`},
+		{"failoverRegions under Balanced", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityBalanced, FailoverRegions: []string{"us"}}
+		}), "spec.localityAffinity", "PreferSameZone and PreferSameRegion only"},
+		{"failoverRegions twice the same", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityPreferSameZone, FailoverRegions: []string{"us", "us"}}
+		}), "spec.localityAffinity.failoverRegions[1]", "Duplicate value"},
+		{"Balanced under healthAdjustment Proxy", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityBalanced}
+			s.HealthAdjustment = v1alpha1.HealthAdjustmentProxy
+		}), "spec", "Balanced needs healthAdjustment ControlPlane"},
+		{"healthCheck HTTP without http", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP}
+		}), "spec.healthCheck", "http is required with type HTTP"},
+		{"healthCheck TCP with grpc", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckTCP, GRPC: &v1alpha1.GRPCHealthCheck{}}
+		}), "spec.healthCheck", "grpc goes with type GRPC only"},
+		{"healthCheck timeout above a short interval", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckTCP, Interval: &metav1.Duration{Duration: time.Second}}
+		}), "spec.healthCheck", "timeout must be below interval"},
+		{"healthCheck interval 6m", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckTCP, Interval: &metav1.Duration{Duration: 6 * time.Minute}}
+		}), "spec.healthCheck.interval", "from 1s to 5m"},
+		{"healthCheck status range reversed", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, HTTP: &v1alpha1.HTTPHealthCheck{
+				Path: "/healthz", ExpectedStatuses: []v1alpha1.StatusRange{{Start: 299, End: 200}}}}
+		}), "spec.healthCheck.http.expectedStatuses[0]", "start must not be above end"},
+		{"healthCheck path without slash", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, HTTP: &v1alpha1.HTTPHealthCheck{Path: "healthz"}}
+		}), "spec.healthCheck.http.path", "should match"},
+		{"outlierDetection without loadReporting", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.OutlierDetection = &v1alpha1.OutlierDetection{}
+		}), "spec", "outlierDetection needs loadReporting"},
+		{"outlierDetection maxEjectionTime below the default base", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LoadReporting = &v1alpha1.LoadReporting{}
+			s.OutlierDetection = &v1alpha1.OutlierDetection{MaxEjectionTime: &metav1.Duration{Duration: 10 * time.Second}}
+		}), "spec.outlierDetection", "maxEjectionTime must not be below baseEjectionTime"},
+		{"outlierDetection errorPercent 0", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LoadReporting = &v1alpha1.LoadReporting{}
+			s.OutlierDetection = &v1alpha1.OutlierDetection{ErrorPercent: new(int32(0))}
+		}), "spec.outlierDetection.errorPercent", "greater than or equal to 1"},
+		{"locality weight 0", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = new(int64(0)) }), "spec.weight", "greater than or equal to 1"},
+		{"locality weight 4294967296", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight = new(int64(4294967296)) }), "spec.weight", "less than or equal to 4294967295"},
+		{"locality priority 128", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Priority = new(int32(128)) }), "spec.priority", "less than or equal to 127"},
+		{"locality upstream Bad_Name", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Upstream = "Bad_Name" }), "spec.upstream", "should match"},
+		{"endpoint set upstream Bad_Name", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Upstream = "Bad_Name" }), "spec.upstream", "should match"},
+		{"endpoint set priority 128", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Priority = new(int32(128)) }), "spec.priority", "less than or equal to 127"},
+		{"endpoint port 0", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Port = 0 }), "spec.endpoints[0].port", "greater than or equal to 1"},
+		{"endpoint weight 0", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Weight = new(int64(0)) }), "spec.endpoints[0].weight", "greater than or equal to 1"},
+		{"endpoint adminState not in the enum", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].AdminState = "Maintenance" }), "spec.endpoints[0].adminState", `"Draining"`},
+		{"duplicate address and port in one set", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
+			s.Endpoints = append(s.Endpoints, v1alpha1.Endpoint{Address: "10.0.0.1", Port: 8080, Weight: new(int64(2))})
+		}), "spec.endpoints[1]", "Duplicate value"},
+		{`address "10.0.0.1:80"`, endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "10.0.0.1:80" }), "spec.endpoints[0].address", "must be an IP address"},
+		// EDS carries IP addresses only; the ranges Kubernetes refuses in
+		// EndpointSlices are refused too (loopback is for the Upstream to allow).
+		{"address vm1.example.internal", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "vm1.example.internal" }), "spec.endpoints[0].address", "EDS carries IP addresses only"},
+		{"address 169.254.169.254 (cloud metadata)", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "169.254.169.254" }), "spec.endpoints[0].address", "link-local"},
+		{"address fe80::1", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "fe80::1" }), "spec.endpoints[0].address", "link-local"},
+		{"address 0.0.0.0", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "0.0.0.0" }), "spec.endpoints[0].address", "unspecified"},
+		{"address ::", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "::" }), "spec.endpoints[0].address", "unspecified"},
+		{"address 239.1.2.3", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "239.1.2.3" }), "spec.endpoints[0].address", "multicast"},
+		{"address ff02::1", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "ff02::1" }), "spec.endpoints[0].address", "multicast"},
+		{"address 255.255.255.255", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "255.255.255.255" }), "spec.endpoints[0].address", "broadcast"},
+		{"gridDegrees 7", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = new(int32(7)) }), "spec.gridDegrees", "gridDegrees must divide 180"},
+		{"gridDegrees 360", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = new(int32(360)) }), "spec.gridDegrees", "less than or equal to 180"},
+		{"maxCells 0", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.MaxCells = new(int32(0)) }), "spec.maxCells", "greater than or equal to 1"},
+		{"maxCells 65537", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.MaxCells = new(int32(65537)) }), "spec.maxCells", "less than or equal to 65536"},
+		{"localityCapPercent 101", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.LocalityCapPercent = new(int32(101)) }), "spec.localityCapPercent", "less than or equal to 100"},
+		{"duplicate replica names", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[1].Name = "eu-1" }), "spec.replicas[1]", "Duplicate value"},
+		{"no replicas", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas = []v1alpha1.SpatialReplica{} }), "spec.replicas", "at least 1 items"},
+		{"replica name with a dot", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Name = "eu.1" }), "spec.replicas[0].name", "should match"},
+		{"replica upstream Bad_Name", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Upstream = "Bad_Name" }), "spec.replicas[0].upstream", "should match"},
+		{"region with a space", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Region = "eu west" }), "spec.replicas[0].region", "should match"},
+		{`region with a quote`, domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Region = `eu"west` }), "spec.replicas[0].region", "should match"},
+		{"region of 64", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Replicas[0].Region = strings.Repeat("r", 64) }), "spec.replicas[0].region", "may not be more than 63"},
+		{"duplicate product names", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[1].Name = "parcels" }), "spec.products[1]", "Duplicate value"},
+		{"duplicate pathPrefix", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[1].PathPrefix = "/parcels" }), "spec.products", "each product needs its own pathPrefix"},
+		{"pathPrefix without a leading slash", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].PathPrefix = "parcels" }), "spec.products[0].pathPrefix", "should match"},
+		{"pathPrefix with a query", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].PathPrefix = "/parcels?x=1" }), "spec.products[0].pathPrefix", "should match"},
+		{"empty allowedRegions", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].AllowedRegions = []string{} }), "spec.products[0].allowedRegions", "at least 1 items"},
+		{"allowed region with bad characters", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].AllowedRegions[1] = "us/east" }), "spec.products[0].allowedRegions[1]", "should match"},
+		{"duplicate allowed region", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].AllowedRegions[1] = "eu-west" }), "spec.products[0].allowedRegions[1]", "Duplicate value"},
+		{"partition domain Bad_Name", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Domain = "Bad_Name" }), "spec.domain", "should match"},
+		{"extent west 181", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Extent.West = 181 }), "spec.extent.west", "less than or equal to 180"},
+		{"extent east -180.5", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Extent.East = -180.5 }), "spec.extent.east", "greater than or equal to -180"},
+		{"extent north 90.25", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Extent.North = 90.25 }), "spec.extent.north", "less than or equal to 90"},
+		{"extent south > north", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Extent.South, s.Extent.North = 70, 35.5 }), "spec.extent.south", "south must not be greater than north"},
+		{"empty partition replicas", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Replicas = []string{} }), "spec.replicas", "at least 1 items"},
+		{"duplicate partition replicas", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Replicas = []string{"eu-1", "eu-1"} }), "spec.replicas[1]", "Duplicate value"},
+		{"partition replica US-1", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Replicas = []string{"US-1"} }), "spec.replicas[0]", "should match"},
+		{"service name Bad_Name", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.EndpointsFrom = serviceOn(intstr.FromInt32(80))
+			s.EndpointsFrom.Service.Name = "Bad_Name"
+		}), "spec.endpointsFrom.service.name", "should match"},
+		{"service port name of 16", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = serviceOn(intstr.FromString("abcdefghijklmnop")) }), "spec.endpointsFrom.service.port", "at most 15"},
+		{"cluster imported twice", importing(ns, v1alpha1.ClusterImport{Name: "eu-1"}, v1alpha1.ClusterImport{Name: "eu-1"}), "spec.endpointsFrom.clusters[1]", "Duplicate value"},
+		{"cluster weight 0", importing(ns, v1alpha1.ClusterImport{Name: "eu-1", Weight: new(int64(0))}), "spec.endpointsFrom.clusters[0].weight", "greater than or equal to 1"},
+		{"cluster priority 128", importing(ns, v1alpha1.ClusterImport{Name: "eu-1", Priority: new(int32(128))}), "spec.endpointsFrom.clusters[0].priority", "less than or equal to 127"},
+		{"17 failoverRegions", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityPreferSameZone}
+			for i := range 17 {
+				s.LocalityAffinity.FailoverRegions = append(s.LocalityAffinity.FailoverRegions, fmt.Sprintf("r%d", i))
+			}
+		}), "spec.localityAffinity.failoverRegions", "must have at most 16 items"},
+		{"empty failover region", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityPreferSameZone, FailoverRegions: []string{""}}
+		}), "spec.localityAffinity.failoverRegions[0]", "at least 1 chars long"},
+		{"failoverRegions under None", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityNone, FailoverRegions: []string{"us"}}
+		}), "spec.localityAffinity", "PreferSameZone and PreferSameRegion only"},
+		{"loadReporting interval 500ms", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LoadReporting = &v1alpha1.LoadReporting{Interval: &metav1.Duration{Duration: 500 * time.Millisecond}}
+		}), "spec.loadReporting.interval", "from 1s to 60s"},
+		{"outlierDetection minRequestVolume 0", outlierWith(ns, func(o *v1alpha1.OutlierDetection) { o.MinRequestVolume = new(int32(0)) }), "spec.outlierDetection.minRequestVolume", "greater than or equal to 1"},
+		{"outlierDetection maxEjectionPercent 101", outlierWith(ns, func(o *v1alpha1.OutlierDetection) { o.MaxEjectionPercent = new(int32(101)) }), "spec.outlierDetection.maxEjectionPercent", "less than or equal to 100"},
+		{"outlierDetection baseEjectionTime 2h", outlierWith(ns, func(o *v1alpha1.OutlierDetection) {
+			o.BaseEjectionTime, o.MaxEjectionTime = &metav1.Duration{Duration: 2 * time.Hour}, &metav1.Duration{Duration: 3 * time.Hour}
+		}), "spec.outlierDetection.baseEjectionTime", "from 1s to 1h"},
+		{"outlierDetection maxEjectionTime 25h", outlierWith(ns, func(o *v1alpha1.OutlierDetection) { o.MaxEjectionTime = &metav1.Duration{Duration: 25 * time.Hour} }), "spec.outlierDetection.maxEjectionTime", "from 1s to 24h"},
+		{"healthCheck port 65536", httpCheckWith(ns, func(h *v1alpha1.HealthCheck) { h.Port = new(int32(65536)) }), "spec.healthCheck.port", "less than or equal to 65535"},
+		{"healthCheck timeout 0s", httpCheckWith(ns, func(h *v1alpha1.HealthCheck) { h.Timeout = &metav1.Duration{} }), "spec.healthCheck.timeout", "timeout must be above 0s"},
+		{"healthCheck host with a space", httpCheckWith(ns, func(h *v1alpha1.HealthCheck) { h.HTTP.Host = "a b" }), "spec.healthCheck.http.host", "should match"},
+		{"healthCheck status from 99", httpCheckWith(ns, func(h *v1alpha1.HealthCheck) {
+			h.HTTP.ExpectedStatuses = []v1alpha1.StatusRange{{Start: 99, End: 200}}
+		}), "spec.healthCheck.http.expectedStatuses[0].start", "greater than or equal to 100"},
+		{"healthCheck 9 status ranges", httpCheckWith(ns, func(h *v1alpha1.HealthCheck) {
+			h.HTTP.ExpectedStatuses = slices.Repeat([]v1alpha1.StatusRange{{Start: 200, End: 200}}, 9)
+		}), "spec.healthCheck.http.expectedStatuses", "must have at most 8 items"},
+		{"drainingCapacity not in the enum", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.DrainingCapacity = "Maybe" }), "spec.drainingCapacity", `"Include"`},
+		{"protocol not in the enum", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.Protocol = "HTTP3" }), "spec.protocol", `"HTTP2"`},
+		{"loadBalancing not in the enum", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.LoadBalancing = "Best" }), "spec.loadBalancing", `"Maglev"`},
+		{"locality region of 129", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Region = strings.Repeat("r", 129) }), "spec.region", "may not be more than 128"},
+		{`address "010.0.0.1" (a leading zero)`, endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "010.0.0.1" }), "spec.endpoints[0].address", "must be an IP address"},
+		{`address "::ffff:10.0.0.1" (IPv4-mapped)`, endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "::ffff:10.0.0.1" }), "spec.endpoints[0].address", "must be an IP address"},
+		{"product name Bad_Name", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].Name = "Bad_Name" }), "spec.products[0].name", "should match"},
+		{"extent south -90.5", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Extent.South = -90.5 }), "spec.extent.south", "greater than or equal to -90"},
+	}
+}
+
+// goodObject is an object at the bounds of the rules.
+type goodObject struct {
+	name string
+	obj  client.Object
+}
+
+// goodObjects are objects at the bounds of the rules, which the apiserver
+// accepts, in namespace ns.
+func goodObjects(ns string) []goodObject {
+	return []goodObject{
+		{"overprovisioningFactor 1, panicThreshold 0, connectTimeout 1h", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.OverprovisioningFactor, s.PanicThreshold, s.ConnectTimeout = new(int32(1)), new(int32(0)), &metav1.Duration{Duration: time.Hour}
+		})},
+		{"overprovisioningFactor 1000, panicThreshold 100, service port 65535", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.OverprovisioningFactor, s.PanicThreshold, s.EndpointsFrom = new(int32(1000)), new(int32(100)), serviceOn(intstr.FromInt32(65535))
+		})},
+		{"named service port", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = serviceOn(intstr.FromString("grpc-web")) })},
+		{"healthCheck at its bounds", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, HTTP: &v1alpha1.HTTPHealthCheck{
+				Path: "/", Host: "a", ExpectedStatuses: []v1alpha1.StatusRange{{Start: 100, End: 599}}},
+				Port: new(int32(65535)), Interval: &metav1.Duration{Duration: 5 * time.Minute}, Timeout: &metav1.Duration{Duration: 5*time.Minute - time.Millisecond},
+				HealthyThreshold: new(int32(10)), UnhealthyThreshold: new(int32(1)), JitterPercent: new(int32(50))}
+		})},
+		{"healthCheck GRPC with a 1s interval", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckGRPC, GRPC: &v1alpha1.GRPCHealthCheck{Service: "shop.Checkout"},
+				Interval: &metav1.Duration{Duration: time.Second}, Timeout: &metav1.Duration{Duration: 999 * time.Millisecond}}
+		})},
+		{"outlierDetection at its bounds", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LoadReporting = &v1alpha1.LoadReporting{}
+			s.OutlierDetection = &v1alpha1.OutlierDetection{ErrorPercent: new(int32(100)), MinRequestVolume: new(int32(1_000_000_000)),
+				MinReporters: new(int32(1000)), BaseEjectionTime: &metav1.Duration{Duration: time.Hour},
+				MaxEjectionTime: &metav1.Duration{Duration: 24 * time.Hour}, MaxEjectionPercent: new(int32(0))}
+		})},
+		{"locality weight 4294967295, priority 127", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight, s.Priority = new(int64(4294967295)), new(int32(127)) })},
+		{"endpoint weight 4294967295, port 65535, IPv6", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
+			s.Endpoints[0] = v1alpha1.Endpoint{Address: "2001:db8::1", Port: 65535, Weight: new(int64(4294967295))}
+		})},
+		{"loopback and private addresses (the Upstream decides on loopback)", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
+			s.Endpoints = []v1alpha1.Endpoint{{Address: "127.0.0.1", Port: 80}, {Address: "::1", Port: 80}, {Address: "192.168.1.1", Port: 80}, {Address: "fd00::1", Port: 80}, {Address: "100.64.0.1", Port: 80}}
+		})},
+		{"addressPolicy.allowLoopback", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.AddressPolicy = &v1alpha1.AddressPolicy{AllowLoopback: true} })},
+		{"same address on two ports", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
+			s.Endpoints = append(s.Endpoints, v1alpha1.Endpoint{Address: "10.0.0.1", Port: 8081})
+		})},
+		{"gridDegrees 180, maxCells 65536, localityCapPercent 0", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) {
+			s.GridDegrees, s.MaxCells, s.LocalityCapPercent = new(int32(180)), new(int32(65536)), new(int32(0))
+		})},
+		{"gridDegrees 1, maxCells 1, localityCapPercent 100", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) {
+			s.GridDegrees, s.MaxCells, s.LocalityCapPercent = new(int32(1)), new(int32(1)), new(int32(100))
+		})},
+		{"region and pathPrefix with every allowed character", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) {
+			s.Replicas[0].Region = "EU.west_1:a-B"
+			s.Products[0].PathPrefix = "/aZ09._~!$&'()*+,;=:@/%-"
+			s.Products[0].AllowedRegions = []string{"EU.west_1:a-B"}
+		})},
+		{"antimeridian extent: west 170, east -170", partitionWith(ns, func(s *v1alpha1.PartitionSpec) {
+			s.Extent = v1alpha1.PartitionExtent{West: 170, South: -20, East: -170, North: 10.5}
+		})},
+		{"the whole world", partitionWith(ns, func(s *v1alpha1.PartitionSpec) {
+			s.Extent = v1alpha1.PartitionExtent{West: -180, South: -90, East: 180, North: 90}
+		})},
+		{"a point: south = north, west = east", partitionWith(ns, func(s *v1alpha1.PartitionSpec) {
+			s.Extent = v1alpha1.PartitionExtent{West: 7.5, South: 47.25, East: 7.5, North: 47.25}
+		})},
+	}
 }
 
 func deref[T any](p *T) T {

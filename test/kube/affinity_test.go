@@ -72,7 +72,7 @@ func TestServiceTrafficDistribution(t *testing.T) {
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "checkout-svc", Namespace: ns}, Spec: corev1.ServiceSpec{
 		Ports:               []corev1.ServicePort{{Name: "grpc", Port: 80, TargetPort: intstr.FromString("grpc")}},
-		TrafficDistribution: ptr(corev1.ServiceTrafficDistributionPreferClose),
+		TrafficDistribution: new(corev1.ServiceTrafficDistributionPreferClose),
 	}}
 	imports := &v1alpha1.EndpointsFrom{Service: v1alpha1.ServiceReference{Name: "checkout-svc", Port: intstr.FromString("grpc")}}
 	objs := []client.Object{
@@ -134,8 +134,8 @@ func TestServiceTrafficDistribution(t *testing.T) {
 		td           *string
 		mode, origin string
 	}{
-		{ptr(corev1.ServiceTrafficDistributionPreferSameNode), "PreferSameZone", from("PreferSameNode")},
-		{ptr(corev1.ServiceTrafficDistributionPreferSameZone), "PreferSameZone", from("PreferSameZone")},
+		{new(corev1.ServiceTrafficDistributionPreferSameNode), "PreferSameZone", from("PreferSameNode")},
+		{new(corev1.ServiceTrafficDistributionPreferSameZone), "PreferSameZone", from("PreferSameZone")},
 		{nil, "None", explain.AffinityDefault},
 	} {
 		phase := "trafficDistribution removed"

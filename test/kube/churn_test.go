@@ -111,7 +111,7 @@ func holdLease(t *testing.T, ns, name string) {
 	t.Helper()
 	now := metav1.NewMicroTime(time.Now())
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: coordinationv1.LeaseSpec{
-		HolderIdentity: ptr("someone-else"), LeaseDurationSeconds: ptr(int32(3600)), AcquireTime: &now, RenewTime: &now,
+		HolderIdentity: new("someone-else"), LeaseDurationSeconds: new(int32(3600)), AcquireTime: &now, RenewTime: &now,
 	}}
 	if err := k8s.Create(t.Context(), lease); err != nil {
 		t.Fatal(err)
@@ -306,12 +306,12 @@ func newChurnFixture(t *testing.T, ns string, m churnMode) *churnFixture {
 					discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "poise-churn-test",
 				}},
 				AddressType: discoveryv1.AddressTypeIPv4,
-				Ports:       []discoveryv1.EndpointPort{{Name: ptr("grpc"), Port: ptr(int32(9090)), Protocol: ptr(corev1.ProtocolTCP)}},
+				Ports:       []discoveryv1.EndpointPort{{Name: new("grpc"), Port: new(int32(9090)), Protocol: new(corev1.ProtocolTCP)}},
 			}
 			for e := range m.eps {
 				a := fmt.Sprintf("10.%d.%d.%d", 200+i/256, i%256, 1+sl*m.eps+e)
 				tg.addrs = append(tg.addrs, a)
-				es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, NodeName: ptr(fmt.Sprintf("%s-n%d", ns, sl)), Conditions: sliceCond(true)})
+				es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, NodeName: new(fmt.Sprintf("%s-n%d", ns, sl)), Conditions: sliceCond(true)})
 			}
 			tg.obj = es
 			objs = append(objs, es)
@@ -337,7 +337,7 @@ func newChurnFixture(t *testing.T, ns string, m churnMode) *churnFixture {
 }
 
 func sliceCond(ready bool) discoveryv1.EndpointConditions {
-	return discoveryv1.EndpointConditions{Ready: ptr(ready), Serving: ptr(ready), Terminating: ptr(false)}
+	return discoveryv1.EndpointConditions{Ready: new(ready), Serving: new(ready), Terminating: new(false)}
 }
 
 // parallel runs f(0..n-1) on workers goroutines and returns the first error.
@@ -602,7 +602,7 @@ func (fx *churnFixture) watch(t *testing.T) {
 					mask := full
 					switch o := ev.Object.(type) {
 					case *metav1.Status:
-						fx.watchError.Store(ptr(o.Message))
+						fx.watchError.Store(new(o.Message))
 					case *v1alpha1.EndpointSet:
 						i, ok := byName[o.Name]
 						if !ok {

@@ -138,7 +138,7 @@ func TestStatusColumnsAndDegraded(t *testing.T) {
 			id.Region = "us"
 		}
 		objs = append(objs, &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: l.zone, Namespace: ns},
-			Spec: v1alpha1.LocalitySpec{Upstream: "web", Priority: ptr(l.priority), LocalityID: id}})
+			Spec: v1alpha1.LocalitySpec{Upstream: "web", Priority: new(l.priority), LocalityID: id}})
 		es := &v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: l.zone, Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{Upstream: "web", Locality: id}}
 		for j := range 2 - int(l.priority) {
 			es.Spec.Endpoints = append(es.Spec.Endpoints, v1alpha1.Endpoint{Address: fmt.Sprintf("10.1.%d.%d", l.zone[0], j+1), Port: 80})
@@ -262,7 +262,7 @@ func TestConflictedLocality(t *testing.T) {
 		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}},
 		&v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{Upstream: "web", Locality: id,
 			Endpoints: []v1alpha1.Endpoint{{Address: "10.2.0.1", Port: 80}}}},
-		&v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "z-first", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "web", LocalityID: id, Weight: ptr(int64(3))}},
+		&v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "z-first", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "web", LocalityID: id, Weight: new(int64(3))}},
 	} {
 		if err := k8s.Create(t.Context(), o); err != nil {
 			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
@@ -278,7 +278,7 @@ func TestConflictedLocality(t *testing.T) {
 	})
 	// creation timestamps have a resolution of a second
 	time.Sleep(1100 * time.Millisecond)
-	newer := &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "a-second", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "web", LocalityID: id, Weight: ptr(int64(5))}}
+	newer := &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "a-second", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "web", LocalityID: id, Weight: new(int64(5))}}
 	if err := k8s.Create(t.Context(), newer); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package kube_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,6 +28,7 @@ import (
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/test/splitcheck"
+	"poise.dev/poise/test/testkit"
 )
 
 // rpcs is how many RPCs a split check sends.
@@ -50,7 +50,10 @@ type plane struct {
 }
 
 // startPlane runs a control plane on namespace ns and waits until it is
-// ready (caches synced, first snapshot published).
+// ready (caches synced, first snapshot published). It is not
+// cmd/controlplane's startPlane, which runs the files mode on the examples
+// for the commands: this one is a Kubernetes-source replica among others,
+// with leader election, captured logs and a stop a test can call.
 func startPlane(t *testing.T, ns, name string) *plane {
 	t.Helper()
 	return startPlaneWith(t, ns, name, nil)
@@ -161,18 +164,8 @@ func (l *logSink) tail(n int) string {
 
 // ---- admin endpoints ----
 
-func getJSON(url string, v any) error {
-	resp, err := http.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(b))
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
-}
+// getJSON is testkit.GetJSON, under the name this suite's tests call.
+func getJSON(url string, v any) error { return testkit.GetJSON(url, v) }
 
 // explainOf is GET /debug/explain?upstream=ns/name.
 func (p *plane) explainOf(ns, name string) (explain.Report, error) {

@@ -48,7 +48,7 @@ func TestActiveChecksAcrossReplicas(t *testing.T) {
 	ns := namespace(t)
 	b := splitcheck.StartBackends(t, "127.0.0.1", 3)
 	hc := &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckGRPC, Interval: &metav1.Duration{Duration: time.Second},
-		Timeout: &metav1.Duration{Duration: 500 * time.Millisecond}, UnhealthyThreshold: ptr(int32(2)), HealthyThreshold: ptr(int32(2))}
+		Timeout: &metav1.Duration{Duration: 500 * time.Millisecond}, UnhealthyThreshold: new(int32(2)), HealthyThreshold: new(int32(2))}
 	objs := []client.Object{
 		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{Protocol: v1alpha1.ProtocolGRPC,
 			AddressPolicy: &v1alpha1.AddressPolicy{AllowLoopback: true}, HealthCheck: hc}},

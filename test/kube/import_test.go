@@ -47,15 +47,15 @@ func slice(ns, svc string, i int, b *splitcheck.Backend, at discoveryv1.AddressT
 			discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "poise-test",
 		}},
 		AddressType: at,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr("grpc"), Port: ptr(b.Port), Protocol: ptr(corev1.ProtocolTCP)}},
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{b.Host}, NodeName: ptr(node), Conditions: c}},
+		Ports:       []discoveryv1.EndpointPort{{Name: new("grpc"), Port: new(b.Port), Protocol: new(corev1.ProtocolTCP)}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{b.Host}, NodeName: new(node), Conditions: c}},
 	}
 }
 
 var (
-	readyCond      = discoveryv1.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)}
-	drainingCond   = discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)}
-	notServingCond = discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(false), Terminating: ptr(false)}
+	readyCond      = discoveryv1.EndpointConditions{Ready: new(true), Serving: new(true), Terminating: new(false)}
+	drainingCond   = discoveryv1.EndpointConditions{Ready: new(false), Serving: new(true), Terminating: new(true)}
+	notServingCond = discoveryv1.EndpointConditions{Ready: new(false), Serving: new(false), Terminating: new(false)}
 )
 
 func resolvedRefs(t *testing.T, ns, name string) *metav1.Condition {
@@ -101,7 +101,7 @@ func createEchoImport(t *testing.T, ns string) []*splitcheck.Backend {
 			EndpointsFrom: &v1alpha1.EndpointsFrom{Service: v1alpha1.ServiceReference{Name: "echo-svc", Port: intstr.FromString("grpc")}},
 		}},
 		&v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "eu-west-a", Namespace: ns}, Spec: v1alpha1.LocalitySpec{
-			Upstream: "echo", Weight: ptr(int64(3)), LocalityID: v1alpha1.LocalityID{Region: "eu-west", Zone: "eu-west-a"},
+			Upstream: "echo", Weight: new(int64(3)), LocalityID: v1alpha1.LocalityID{Region: "eu-west", Zone: "eu-west-a"},
 		}},
 		slice(ns, "echo-svc", 0, b[0], addrType, ns+"-a", readyCond),
 		slice(ns, "echo-svc", 1, b[1], addrType, ns+"-a", readyCond),

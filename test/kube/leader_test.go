@@ -89,8 +89,8 @@ func TestLeaderHandover(t *testing.T) {
 	b := splitcheck.StartBackends(t, "127.0.0.1", 3)
 	objs := []client.Object{
 		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{Protocol: v1alpha1.ProtocolGRPC, AddressPolicy: &v1alpha1.AddressPolicy{AllowLoopback: true}}},
-		&v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "echo", Weight: ptr(int64(3)), LocalityID: v1alpha1.LocalityID{Zone: "a"}}},
-		&v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "echo", Weight: ptr(int64(1)), LocalityID: v1alpha1.LocalityID{Zone: "b"}}},
+		&v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "echo", Weight: new(int64(3)), LocalityID: v1alpha1.LocalityID{Zone: "a"}}},
+		&v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "echo", Weight: new(int64(1)), LocalityID: v1alpha1.LocalityID{Zone: "b"}}},
 		&v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{Upstream: "echo", Locality: v1alpha1.LocalityID{Zone: "a"},
 			Endpoints: []v1alpha1.Endpoint{{Address: b[0].Host, Port: b[0].Port}, {Address: b[1].Host, Port: b[1].Port}}}},
 		&v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{Upstream: "echo", Locality: v1alpha1.LocalityID{Zone: "b"},
@@ -157,7 +157,7 @@ func TestLeaderHandover(t *testing.T) {
 	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "b"}, &loc); err != nil {
 		t.Fatal(err)
 	}
-	loc.Spec.Weight = ptr(int64(2))
+	loc.Spec.Weight = new(int64(2))
 	changed := time.Now()
 	if err := k8s.Update(t.Context(), &loc); err != nil {
 		t.Fatal(err)

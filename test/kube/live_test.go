@@ -23,7 +23,7 @@ func TestLiveReadMatchesTheServedTopology(t *testing.T) {
 	createEchoImport(t, ns)
 	// a newer Locality of the same group with another weight loses
 	late := &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "eu-west-a-late", Namespace: ns}, Spec: v1alpha1.LocalitySpec{
-		Upstream: "echo", Weight: ptr(int64(7)), LocalityID: v1alpha1.LocalityID{Region: "eu-west", Zone: "eu-west-a"},
+		Upstream: "echo", Weight: new(int64(7)), LocalityID: v1alpha1.LocalityID{Region: "eu-west", Zone: "eu-west-a"},
 	}}
 	if err := k8s.Create(t.Context(), late); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/test/testkit"
 )
 
 // One apiserver and etcd for the whole binary: they take seconds to start.
@@ -143,20 +144,8 @@ func namespace(t *testing.T) string {
 	return name
 }
 
-// eventually polls f until it reports done or the timeout passes, and
-// returns how long it took. On timeout the test fails with f's last word.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() (bool, string)) time.Duration {
+// eventually is testkit.Eventually, under the name this suite's tests call.
+func eventually(t *testing.T, within time.Duration, what string, f func() (bool, string)) time.Duration {
 	t.Helper()
-	start := time.Now()
-	deadline := start.Add(timeout)
-	for {
-		ok, detail := f()
-		if ok {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %s", what, timeout, detail)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return testkit.Eventually(t, within, what, f)
 }

@@ -285,7 +285,7 @@ func TestMultiCluster(t *testing.T) {
 		Protocol: v1alpha1.ProtocolGRPC,
 		EndpointsFrom: &v1alpha1.EndpointsFrom{Service: v1alpha1.ServiceReference{Name: "echo-svc", Port: intstr.FromString("grpc")},
 			// home takes twice the weight of each remote
-			Clusters: []v1alpha1.ClusterImport{{Name: "home", Weight: ptr(int64(2))}, {Name: "eu-1"}, {Name: "eu-2"}}},
+			Clusters: []v1alpha1.ClusterImport{{Name: "home", Weight: new(int64(2))}, {Name: "eu-1"}, {Name: "eu-2"}}},
 	}}
 	if err := k8s.Create(t.Context(), up); err != nil {
 		t.Fatal(err)

@@ -49,8 +49,8 @@ func TestFleetOutlierDetectionAcrossReplicas(t *testing.T) {
 	ns := namespace(t)
 	b := splitcheck.StartBackends(t, "127.0.0.1", 4)
 	const base = 10 * time.Second
-	od := &v1alpha1.OutlierDetection{ErrorPercent: ptr(int32(20)), MinRequestVolume: ptr(int32(100)), MinReporters: ptr(int32(2)),
-		BaseEjectionTime: &metav1.Duration{Duration: base}, MaxEjectionTime: &metav1.Duration{Duration: time.Minute}, MaxEjectionPercent: ptr(int32(25))}
+	od := &v1alpha1.OutlierDetection{ErrorPercent: new(int32(20)), MinRequestVolume: new(int32(100)), MinReporters: new(int32(2)),
+		BaseEjectionTime: &metav1.Duration{Duration: base}, MaxEjectionTime: &metav1.Duration{Duration: time.Minute}, MaxEjectionPercent: new(int32(25))}
 	var eps []v1alpha1.Endpoint
 	for _, x := range b {
 		eps = append(eps, v1alpha1.Endpoint{Address: x.Host, Port: x.Port})

@@ -65,7 +65,7 @@ func replicaObjects(ns string, i int) []client.Object {
 	name := replicaUpstream(i)
 	u := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
 	if i%4 == 3 {
-		u.Spec.OverprovisioningFactor = ptr(int32(100))
+		u.Spec.OverprovisioningFactor = new(int32(100))
 	}
 	if i == 4 {
 		u.Spec.PanicMode = v1alpha1.PanicModeFailClosed
@@ -78,12 +78,12 @@ func replicaObjects(ns string, i int) []client.Object {
 		set := name + "-" + zone.suffix
 		id := v1alpha1.LocalityID{Region: zone.region, Zone: zone.zone}
 		objs = append(objs, &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: set, Namespace: ns}, Spec: v1alpha1.LocalitySpec{
-			Upstream: name, Priority: ptr(zone.priority), Weight: ptr(int64(1 + (i+z)%3)), LocalityID: id,
+			Upstream: name, Priority: new(zone.priority), Weight: new(int64(1 + (i+z)%3)), LocalityID: id,
 		}})
 		es := &v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: set, Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{Upstream: name, Locality: id}}
 		for j, w := range zone.weights {
 			ep := replicaEndpoint(i, z, j)
-			es.Spec.Endpoints = append(es.Spec.Endpoints, v1alpha1.Endpoint{Address: ep.Address, Port: ep.Port, Weight: ptr(w)})
+			es.Spec.Endpoints = append(es.Spec.Endpoints, v1alpha1.Endpoint{Address: ep.Address, Port: ep.Port, Weight: new(w)})
 		}
 		if z == 0 && i >= 7 {
 			// a second EndpointSet in the locality, created first though its
@@ -92,7 +92,7 @@ func replicaObjects(ns string, i int) []client.Object {
 			extra := &v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: set + "-extra", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{Upstream: name, Locality: id}}
 			for j, w := range []int64{4, 1} {
 				ep := replicaEndpoint(i, z, 10+j)
-				extra.Spec.Endpoints = append(extra.Spec.Endpoints, v1alpha1.Endpoint{Address: ep.Address, Port: ep.Port, Weight: ptr(w)})
+				extra.Spec.Endpoints = append(extra.Spec.Endpoints, v1alpha1.Endpoint{Address: ep.Address, Port: ep.Port, Weight: new(w)})
 			}
 			objs = append(objs, extra)
 		}

@@ -21,7 +21,7 @@ import (
 // follows their updates and deletions.
 func TestSpatialSource(t *testing.T) {
 	ns := namespace(t)
-	domain := domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.LocalityCapPercent = ptr(int32(25)) })
+	domain := domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.LocalityCapPercent = new(int32(25)) })
 	domain.GenerateName, domain.Name = "", "cadastre"
 	if err := k8s.Create(t.Context(), domain); err != nil {
 		t.Fatal(err)
@@ -102,7 +102,7 @@ func TestSpatialSource(t *testing.T) {
 	wait("the Partition's new extent", func(st *topology.SpatialState) (bool, string) {
 		return st != nil && len(st.Partitions) == 1 && st.Partitions[0].Partition.Extent.North == 20, partitions(st)
 	})
-	updateLatest(t, domain, func() { domain.Spec.GridDegrees = ptr(int32(10)) })
+	updateLatest(t, domain, func() { domain.Spec.GridDegrees = new(int32(10)) })
 	wait("the domain's new grid", func(st *topology.SpatialState) (bool, string) {
 		if st == nil {
 			return false, "no domain"

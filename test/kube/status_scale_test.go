@@ -135,7 +135,7 @@ func scaleObjects(ns string, i int) []client.Object {
 	for z, zone := range scaleZones {
 		id := v1alpha1.LocalityID{Region: "eu", Zone: "eu-" + zone}
 		objs = append(objs, &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + zone, Namespace: ns},
-			Spec: v1alpha1.LocalitySpec{Upstream: name, Weight: ptr(int64(1 + z)), LocalityID: id}})
+			Spec: v1alpha1.LocalitySpec{Upstream: name, Weight: new(int64(1 + z)), LocalityID: id}})
 		es := &v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + zone, Namespace: ns},
 			Spec: v1alpha1.EndpointSetSpec{Upstream: name, Locality: id}}
 		for j := range 2 {
@@ -350,7 +350,7 @@ func TestStatusAtScale(t *testing.T) {
 	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "u-2-c"}, &loc); err != nil {
 		t.Fatal(err)
 	}
-	loc.Spec.Weight = ptr(int64(5))
+	loc.Spec.Weight = new(int64(5))
 	if err := k8s.Update(t.Context(), &loc); err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func echoTopology(t *testing.T, ns string, b []*splitcheck.Backend) {
 		weight   int64
 	}{{"eu-west-a", 0, 3}, {"eu-west-b", 0, 2}, {"us-east-a", 1, 1}} {
 		objs = append(objs, &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: l.zone, Namespace: ns}, Spec: v1alpha1.LocalitySpec{
-			Upstream: "echo", Priority: ptr(l.priority), Weight: ptr(l.weight),
+			Upstream: "echo", Priority: new(l.priority), Weight: new(l.weight),
 			LocalityID: v1alpha1.LocalityID{Region: l.zone[:7], Zone: l.zone},
 		}})
 	}
@@ -50,7 +50,7 @@ func echoTopology(t *testing.T, ns string, b []*splitcheck.Backend) {
 			Upstream: "echo", Locality: v1alpha1.LocalityID{Region: s.zone[:7], Zone: s.zone},
 		}}
 		for _, e := range s.eps {
-			set.Spec.Endpoints = append(set.Spec.Endpoints, v1alpha1.Endpoint{Address: b[e.i].Host, Port: b[e.i].Port, Weight: ptr(e.weight)})
+			set.Spec.Endpoints = append(set.Spec.Endpoints, v1alpha1.Endpoint{Address: b[e.i].Host, Port: b[e.i].Port, Weight: new(e.weight)})
 		}
 		objs = append(objs, set)
 	}
@@ -286,7 +286,7 @@ func TestTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	dup := &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "eu-west-a-dup", Namespace: ns}, Spec: v1alpha1.LocalitySpec{
-		Upstream: "echo", Priority: ptr(int32(0)), Weight: ptr(int64(7)), LocalityID: v1alpha1.LocalityID{Region: "eu-west", Zone: "eu-west-a"},
+		Upstream: "echo", Priority: new(int32(0)), Weight: new(int64(7)), LocalityID: v1alpha1.LocalityID{Region: "eu-west", Zone: "eu-west-a"},
 	}}
 	created := time.Now()
 	if err := k8s.Create(t.Context(), dup); err != nil {

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"poise.dev/poise/test/cpbinary"
+	"poise.dev/poise/test/testkit"
 )
 
 // binary is the controlplane built once for the package.
@@ -93,8 +94,8 @@ func TestSoak(t *testing.T) {
 	defer cancel()
 	goodDone := make(chan error, 1)
 	go func() { goodDone <- good.run(ctx, s.xdsAddr) }()
-	eventually(t, 20*time.Second, "the good client holds every cluster and the first flip address", func() bool {
-		return good.complete() && good.sawAddress(flipAddress(0))
+	testkit.Eventually(t, 20*time.Second, "the good client holds every cluster and the first flip address", func() (bool, string) {
+		return good.complete() && good.sawAddress(flipAddress(0)), ""
 	})
 
 	// the hostile actors, until the end of the soak
@@ -125,7 +126,7 @@ func TestSoak(t *testing.T) {
 	}
 	actors.Wait()
 	last := edits[len(edits)-1]
-	eventually(t, deliverBy, "the good client receives the last edit", func() bool { return good.sawAddress(last.address) })
+	testkit.Eventually(t, deliverBy, "the good client receives the last edit", func() (bool, string) { return good.sawAddress(last.address), "" })
 
 	// what the well-behaved client saw
 	// an edit counts from when it could be applied: when written, or when
@@ -230,13 +231,13 @@ func (s *soak) start() {
 			t.Errorf("the control plane did not stop within 20s of SIGINT")
 		}
 	})
-	eventually(t, 20*time.Second, "the control plane ready", func() bool {
+	testkit.Eventually(t, 20*time.Second, "the control plane ready", func() (bool, string) {
 		resp, err := http.Get("http://" + s.admin + "/readyz")
 		if err != nil {
-			return false
+			return false, err.Error()
 		}
 		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		return resp.StatusCode == http.StatusOK, resp.Status
 	})
 }
 
@@ -632,6 +633,10 @@ func truncatedEdits(ctx context.Context, s *soak, c *hostileCounts) {
 	}
 }
 
+// dial connects to addr. It is not cmd/controlplane's test dial, which ends
+// with the test: the hostile actors dial over and over from their own
+// goroutines until the soak's context ends, and send requests past gRPC's
+// default size limit on purpose.
 func dial(addr string) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
@@ -786,17 +791,6 @@ func neverReads(ctx context.Context, s *soak, c *hostileCounts) {
 		<-hold.Done()
 		cancel()
 		conn.Close()
-	}
-}
-
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/test/testkit"
 )
 
 // Shorter names for the four type URLs.
@@ -126,16 +127,10 @@ func (h *harness) connected(kind string) float64 {
 	return h.counter(h.metrics.ConnectedClients.WithLabelValues(kind))
 }
 
-// eventually polls cond until it holds or a deadline passes.
+// eventually waits, as long as a response may take, until cond holds.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(recvTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, recvTimeout, what, func() (bool, string) { return cond(), "" })
 }
 
 // client returns the registry entry of the one client with node id.

@@ -2,12 +2,10 @@ package translate_test
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -17,9 +15,8 @@ import (
 	"poise.dev/poise/pkg/manifest"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/test/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*/output.yaml from the translator's output")
 
 // goldenCases are the directories under testdata, each a small realistic
 // topology; TestGolden fails if a directory is added without being listed.
@@ -121,44 +118,7 @@ func TestGolden(t *testing.T) {
 			if again := renderSnapshot(t, loadCase(t, name)); !bytes.Equal(got, again) {
 				t.Fatal("two translations of the same input differ")
 			}
-			path := filepath.Join("testdata", name, "output.yaml")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s differs from the translation (run with -update to accept):\n%s", path, firstDiff(string(want), string(got)))
-			}
+			golden.CheckFile(t, filepath.Join("testdata", name, "output.yaml"), got)
 		})
 	}
-}
-
-// firstDiff shows the first differing line with a little context.
-func firstDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := 0; i < max(len(w), len(g)); i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl || i >= len(w) || i >= len(g) {
-			lo := max(0, i-3)
-			var b strings.Builder
-			for j := lo; j < i && j < len(w); j++ {
-				fmt.Fprintf(&b, "  %4d   %s\n", j+1, w[j])
-			}
-			fmt.Fprintf(&b, "  %4d - %s\n  %4d + %s\n", i+1, wl, i+1, gl)
-			return b.String()
-		}
-	}
-	return "(no line differs)"
 }

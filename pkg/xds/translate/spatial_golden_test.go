@@ -17,6 +17,7 @@ import (
 	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/test/golden"
 )
 
 // spatialExample is the manifest of examples/spatial, the golden input of the spatial rendering.
@@ -104,7 +105,7 @@ func TestSpatialGolden(t *testing.T) {
 			}
 			for file, content := range map[string][]byte{"output.yaml": got, "data.lua": []byte(data)} {
 				path := filepath.Join("testdata", dir, file)
-				if *update {
+				if golden.Updating() {
 					if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 						t.Fatal(err)
 					}
@@ -118,7 +119,7 @@ func TestSpatialGolden(t *testing.T) {
 					t.Fatalf("%v (run with -update to create it)", err)
 				}
 				if !bytes.Equal(content, want) {
-					t.Errorf("%s differs from the rendering (run with -update to accept):\n%s", path, firstDiff(string(want), string(content)))
+					t.Errorf("%s differs from the rendering (run with -update to accept):\n%s", path, golden.Diff(string(want), string(content)))
 				}
 			}
 		})

@@ -1,0 +1,345 @@
+package layering
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// layers is the map of the module: every package, from the bottom up. The
+// rule: a non-test file imports only packages of lower layers, never one of
+// its own layer or above. A new package goes into the lowest layer above
+// everything it imports; if it fits nowhere, the design has changed and this
+// table with it.
+var layers = []struct {
+	name     string
+	packages []string
+}{
+	// Standard library and third-party code only: the share math, the API
+	// types, the spatial cell map and the Prometheus collectors.
+	{"leaves", []string{
+		"api/v1alpha1",
+		"pkg/metrics",
+		"pkg/partitionmap",
+		"pkg/partitionmap/luatest",
+		"pkg/weights",
+	}},
+	// The share math run again per client locality.
+	{"affinity", []string{
+		"pkg/affinity",
+	}},
+	// The single-writer model every source feeds and every reader reads.
+	{"model", []string{
+		"pkg/topology",
+	}},
+	// Each reads or fills the model for one purpose.
+	{"over the model", []string{
+		"pkg/convert",
+		"pkg/healthcheck",
+		"pkg/loadreport",
+		"pkg/topology/topologytest",
+		"pkg/xds/translate",
+		"pkg/xds/xdscache",
+	}},
+	{"built on those", []string{
+		"pkg/explain",
+		"pkg/manifest",
+		"pkg/outlier",
+		"pkg/xds/publish",
+		"pkg/xds/server",
+	}},
+	{"sources and views", []string{
+		"pkg/source/files",
+		"pkg/source/kube",
+		"pkg/trafficmap",
+	}},
+	{"admin port", []string{
+		"pkg/admin",
+	}},
+	// One control-plane process assembled from all of the above.
+	{"wiring", []string{
+		"pkg/controlplane",
+	}},
+	{"commands", []string{
+		"cmd/controlplane",
+	}},
+	// Imported by tests only (the rules below keep pkg/ and cmd/ off them).
+	{"test helpers", []string{
+		"test/cpbinary",
+		"test/golden",
+		"test/kubemanifests",
+		"test/splitcheck",
+		"test/testkit",
+	}},
+	// Tests and their tools; nothing imports them.
+	{"test suites", []string{
+		"test/browser",
+		"test/chart",
+		"test/e2e",
+		"test/kind",
+		"test/kube",
+		"test/layering",
+		"test/scale/cmd/benchscale",
+		"test/soak",
+	}},
+}
+
+// apart keeps apart what the layers alone would let meet: the sources turn
+// the outside world into topology batches and know nothing of how xDS renders
+// it, so no source depends on the xDS packages, directly or through another
+// package.
+var apart = []struct {
+	under string   // the packages of this directory and below
+	to    []string // depend on none of these
+	rule  string
+}{{
+	under: "pkg/source/",
+	to:    []string{"pkg/xds/translate", "pkg/xds/xdscache", "pkg/xds/publish", "pkg/xds/server"},
+	rule:  "a source never depends on the xDS translator, cache, publisher or server, not even through another package",
+}}
+
+// knownViolations are today's imports that break the rule and are tolerated
+// until the step that makes pkg/metrics a leaf (each component owning its
+// collectors) and moves the names loadreport borrows from the translator to
+// a leaf; that step empties this set. Nothing may be added to it.
+var knownViolations = map[edge]bool{
+	{"pkg/metrics", "pkg/loadreport"}:       true,
+	{"pkg/metrics", "pkg/topology"}:         true,
+	{"pkg/metrics", "pkg/weights"}:          true,
+	{"pkg/loadreport", "pkg/xds/translate"}: true,
+}
+
+// edge is one package importing another, both relative to the module root.
+type edge struct{ from, to string }
+
+// use is one import declaration in one file.
+type use struct {
+	file string // relative to the module root, with the import's line
+	to   string
+	test bool
+}
+
+func TestLayering(t *testing.T) {
+	root, module := moduleRoot(t)
+	pkgs, uses := readTree(t, root, module)
+
+	rank := map[string]int{}
+	for i, l := range layers {
+		for _, p := range l.packages {
+			if j, dup := rank[p]; dup {
+				t.Errorf("%s is listed twice in layers, in %q and %q", p, layers[j].name, l.name)
+			}
+			rank[p] = i
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(pkgs)) {
+		if _, ok := rank[p]; !ok {
+			t.Errorf("package %s is in no layer: add it to layers in test/layering/layering_test.go, in the lowest layer above everything it imports", p)
+		}
+	}
+	for p := range rank {
+		if !pkgs[p] {
+			t.Errorf("layers lists %s, which is not a package of the tree any more: remove it", p)
+		}
+	}
+
+	graph := map[string]map[string]bool{} // non-test imports, without the tolerated ones
+	seen := map[edge]bool{}
+	testEdges := map[edge]bool{}
+	for _, from := range slices.Sorted(maps.Keys(uses)) {
+		for _, u := range uses[from] {
+			e := edge{from, u.to}
+			if u.test {
+				if u.to != from {
+					testEdges[e] = true
+				}
+			} else {
+				seen[e] = true
+			}
+			why := breaks(from, u, rank)
+			if why == "" {
+				if !u.test {
+					if graph[from] == nil {
+						graph[from] = map[string]bool{}
+					}
+					graph[from][u.to] = true
+				}
+				continue
+			}
+			if !u.test && knownViolations[e] {
+				continue
+			}
+			t.Errorf("%s imports %s: %s", u.file, u.to, why)
+		}
+	}
+	for e := range knownViolations {
+		if !seen[e] {
+			t.Errorf("knownViolations lists %s → %s, which no file imports any more: remove it", e.from, e.to)
+		}
+	}
+	for _, a := range apart {
+		for _, from := range slices.Sorted(maps.Keys(pkgs)) {
+			if !strings.HasPrefix(from, a.under) {
+				continue
+			}
+			if path := pathTo(graph, from, a.to); len(path) > 1 {
+				t.Errorf("%s: %s", strings.Join(path, " → "), a.rule)
+			}
+		}
+	}
+
+	for e := range seen {
+		delete(testEdges, e)
+	}
+	t.Logf("%d packages; %d import edges between them from non-test files (%d of them tolerated as known violations), %d more from _test files only",
+		len(pkgs), len(seen), len(knownViolations), len(testEdges))
+}
+
+// breaks says which rule an import breaks, or "" if it breaks none.
+func breaks(from string, u use, rank map[string]int) string {
+	to := u.to
+	rf, okf := rank[from]
+	rt, okt := rank[to]
+	if !okf || !okt {
+		return "" // reported once, as a package in no layer
+	}
+	switch {
+	case strings.HasPrefix(to, "cmd/"):
+		return "nothing imports cmd/"
+	case u.test && layers[rt].name == "test suites":
+		return "a test suite is never imported"
+	case u.test:
+		return "" // a test may import any package of api/, pkg/ and the test helpers
+	case !strings.HasPrefix(from, "test/") && strings.HasPrefix(to, "test/"):
+		return "outside test/, only _test files import test/"
+	case strings.HasSuffix(to, "test") && !strings.HasPrefix(from, "test/"):
+		return fmt.Sprintf("%s is a helper for tests: outside test/, only _test files import it", to)
+	case rt == rf:
+		return fmt.Sprintf("both are in layer %d (%s), and packages of one layer do not import each other", rf, layers[rf].name)
+	case rt > rf:
+		return fmt.Sprintf("%s is in layer %d (%s) and %s in layer %d (%s): an import goes only to a lower layer",
+			from, rf, layers[rf].name, to, rt, layers[rt].name)
+	}
+	return ""
+}
+
+// pathTo finds a chain of imports from one package to any of targets.
+func pathTo(graph map[string]map[string]bool, from string, targets []string) []string {
+	prev := map[string]string{from: ""}
+	queue := []string{from}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if p != from && slices.Contains(targets, p) {
+			var path []string
+			for ; p != ""; p = prev[p] {
+				path = append([]string{p}, path...)
+			}
+			return path
+		}
+		for _, q := range slices.Sorted(maps.Keys(graph[p])) {
+			if _, ok := prev[q]; !ok {
+				prev[q] = p
+				queue = append(queue, q)
+			}
+		}
+	}
+	return nil
+}
+
+// moduleRoot finds the directory of go.mod above the test's directory and the
+// module path it declares.
+func moduleRoot(t *testing.T) (root, module string) {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := os.Open(filepath.Join(dir, "go.mod"))
+		if err == nil {
+			defer f.Close()
+			s := bufio.NewScanner(f)
+			for s.Scan() {
+				if m, ok := strings.CutPrefix(strings.TrimSpace(s.Text()), "module "); ok {
+					return dir, strings.Trim(strings.TrimSpace(m), `"`)
+				}
+			}
+			t.Fatalf("%s: no module line", f.Name())
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+// readTree parses the imports of every Go file of the module, whatever its
+// build tags, and returns the packages (directories holding Go files,
+// relative to the root) and, per package, its imports of module packages.
+func readTree(t *testing.T, root, module string) (map[string]bool, map[string][]use) {
+	t.Helper()
+	pkgs := map[string]bool{}
+	uses := map[string][]use{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			name := d.Name()
+			switch {
+			case rel == ".":
+				return nil
+			case rel == "bin", name == "testdata", name == "vendor", strings.HasPrefix(name, "."), strings.HasPrefix(name, "_"):
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+				return filepath.SkipDir // another module
+			}
+			return nil
+		}
+		if !strings.HasSuffix(rel, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		pkg := filepath.ToSlash(filepath.Dir(rel))
+		pkgs[pkg] = true
+		for _, spec := range f.Imports {
+			imp, _ := strconv.Unquote(spec.Path.Value)
+			to, ok := strings.CutPrefix(imp, module+"/")
+			if !ok {
+				continue
+			}
+			uses[pkg] = append(uses[pkg], use{
+				file: fmt.Sprintf("%s:%d", rel, fset.Position(spec.Pos()).Line),
+				to:   to,
+				test: strings.HasSuffix(rel, "_test.go"),
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("reading the module's imports: %v", err)
+	}
+	return pkgs, uses
+}
