@@ -22,11 +22,11 @@ import (
 
 	"poise.dev/poise/pkg/admin"
 	"poise.dev/poise/pkg/healthcheck"
+	"poise.dev/poise/pkg/kubereplica"
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/outlier"
 	"poise.dev/poise/pkg/source/files"
-	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/publish"
 	"poise.dev/poise/pkg/xds/server"
@@ -271,7 +271,7 @@ func Run(ctx context.Context, cfg Config) error {
 			log.Info("kubernetes client configuration", "from", kc.from, "server", kc.config.Host)
 			rc, contextNamespace = kc.config, kc.namespace
 		}
-		replica, err := kube.NewReplica(rc, dir, kube.Options{
+		replica, err := kubereplica.NewReplica(rc, dir, kubereplica.Options{
 			Namespace: cfg.Namespace, LeaderElectionNamespace: cfg.LeaderElectionNamespace, LeaderElectionID: cfg.LeaderElectionID,
 			ContextNamespace: contextNamespace,
 			LeaseDuration:    cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
