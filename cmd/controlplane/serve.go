@@ -19,6 +19,7 @@ import (
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/healthcheck"
+	"poise.dev/poise/pkg/kubereplica"
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/source/files"
@@ -99,12 +100,12 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.StringVar(&cfg.ClusterName, "cluster-name", kube.DefaultClusterName, "with --source=kubernetes, the home cluster's name: the name spec.endpointsFrom.clusters and explain give it (docs/multicluster.md)")
 	fs.DurationVar(&cfg.RemoteStaleAfter, "remote-stale-after", kube.DefaultRemoteStaleAfter,
 		"with --source=kubernetes, how long an unreachable remote cluster's last-known endpoints keep serving before they are Unavailable (5s to 1h)")
-	fs.StringVar(&cfg.LeaderElectionID, "leader-election-id", kube.DefaultLeaderElectionID, "name of the Lease that elects the status writer: installs sharing a namespace need different names")
-	fs.Float64Var(&cfg.KubeQPS, "kube-api-qps", kube.DefaultClientQPS, "with --source=kubernetes, requests per second to the apiserver, all clients of the process together")
-	fs.IntVar(&cfg.KubeBurst, "kube-api-burst", kube.DefaultClientBurst, "with --source=kubernetes, requests the apiserver client may send at once above --kube-api-qps")
-	fs.Float64Var(&cfg.StatusShare, "status-write-share", kube.DefaultStatusShare,
+	fs.StringVar(&cfg.LeaderElectionID, "leader-election-id", kubereplica.DefaultLeaderElectionID, "name of the Lease that elects the status writer: installs sharing a namespace need different names")
+	fs.Float64Var(&cfg.KubeQPS, "kube-api-qps", kubereplica.DefaultClientQPS, "with --source=kubernetes, requests per second to the apiserver, all clients of the process together")
+	fs.IntVar(&cfg.KubeBurst, "kube-api-burst", kubereplica.DefaultClientBurst, "with --source=kubernetes, requests the apiserver client may send at once above --kube-api-qps")
+	fs.Float64Var(&cfg.StatusShare, "status-write-share", kubereplica.DefaultStatusShare,
 		"the part (0 to 1] of --kube-api-qps and --kube-api-burst that status writes may take; the rest is kept for the Lease and the informers")
-	fs.IntVar(&cfg.StatusWriters, "status-writers", kube.DefaultStatusWorkers, "status writes in flight at once, at most (the status writer's share of the apiserver's concurrency)")
+	fs.IntVar(&cfg.StatusWriters, "status-writers", kubereplica.DefaultStatusWorkers, "status writes in flight at once, at most (the status writer's share of the apiserver's concurrency)")
 	fs.IntVar(&cfg.MaxClientClasses, "max-client-classes", xdscache.DefaultMaxZones,
 		"client-locality classes (region/zone) rendered at once for upstreams with localityAffinity; a client of another zone beyond it receives its region's class, and beyond as many region classes the split of clients with no locality (/debug/clients says which)")
 	fs.BoolVar(&f.localityGauges, "metrics-locality-gauges", true,

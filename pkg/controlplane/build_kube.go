@@ -12,7 +12,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"poise.dev/poise/pkg/admin"
-	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/kubereplica"
 )
 
 // buildKube starts the Kubernetes replica, which fills the Directory from
@@ -30,7 +30,7 @@ func buildKube(ctx context.Context, cfg Config, p *parts) (mode, error) {
 		p.log.Info("kubernetes client configuration", "from", kc.from, "server", kc.config.Host)
 		rc, contextNamespace = kc.config, kc.namespace
 	}
-	replica, err := kube.NewReplica(rc, p.dir, kube.Options{
+	replica, err := kubereplica.NewReplica(rc, p.dir, kubereplica.Options{
 		Namespace: cfg.Namespace, LeaderElectionNamespace: cfg.LeaderElectionNamespace, LeaderElectionID: cfg.LeaderElectionID,
 		ContextNamespace: contextNamespace,
 		LeaseDuration:    cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,

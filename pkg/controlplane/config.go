@@ -66,7 +66,7 @@ type Config struct {
 	// (xdscache.WithMaxZones); 0 is xdscache.DefaultMaxZones.
 	MaxClientClasses int
 	// ClusterName is the home cluster's name and RemoteStaleAfter how long
-	// an unreachable remote cluster's endpoints serve (kube.Options).
+	// an unreachable remote cluster's endpoints serve (kubereplica.Options).
 	ClusterName      string
 	RemoteStaleAfter time.Duration
 	// NoRemoteClusters: read no Secret, import from the home cluster only

@@ -5,9 +5,9 @@ import (
 	"log/slog"
 	"time"
 
+	"poise.dev/poise/pkg/kubestatus"
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/outlier"
-	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/translate"
 )
@@ -17,7 +17,7 @@ import (
 // clients' load reports of every upstream with spec.outlierDetection and
 // writes the aggregates where the leader reads them. With no such upstream
 // it shares nothing, and on its way out it deletes its share.
-func shareLoads(ctx context.Context, dir *topology.Directory, loads *loadreport.Store, shares *kube.Shares, period time.Duration, log *slog.Logger) error {
+func shareLoads(ctx context.Context, dir *topology.Directory, loads *loadreport.Store, shares *kubestatus.Shares, period time.Duration, log *slog.Logger) error {
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	shared := false
@@ -77,7 +77,7 @@ func summarizeAll(snap *topology.Snapshot, loads *loadreport.Store, now time.Tim
 func encodeShare(aggs map[string]outlier.Aggregate) ([]byte, error) {
 	for limit := outlier.MaxSharedEndpoints; ; limit /= 2 {
 		b, err := outlier.Compact(aggs, limit).Encode()
-		if err != nil || len(b) <= kube.MaxSharePayload || limit <= 1 {
+		if err != nil || len(b) <= kubestatus.MaxSharePayload || limit <= 1 {
 			return b, err
 		}
 	}

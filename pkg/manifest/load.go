@@ -308,7 +308,7 @@ func isEmptyDocument(raw []byte) bool {
 
 // decodeDocument decodes one document into its object, or says everything
 // wrong with it. Whether the object is defined elsewhere too is for the caller.
-// The fast path (fast.go) takes the documents it can; the others, and every
+// The fast path (fastdecode.go) takes the documents it can; the others, and every
 // document with a problem, take the general path.
 func decodeDocument(fast *fastParser, file string, doc int, raw []byte) (Document, Errors) {
 	if d, ok := fast.fastDecode(file, doc, raw); ok {

@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/kubereplica"
 	"poise.dev/poise/pkg/partitionmap"
-	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 )
 
@@ -28,7 +28,7 @@ func TestSpatialSource(t *testing.T) {
 	}
 
 	dir := topology.NewDirectory()
-	r, err := kube.NewReplica(restConfig, dir, kube.Options{
+	r, err := kubereplica.NewReplica(restConfig, dir, kubereplica.Options{
 		Namespace: ns, LeaderElectionNamespace: ns,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond,
 		Debounce: 20 * time.Millisecond,

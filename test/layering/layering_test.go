@@ -26,9 +26,11 @@ var layers = []struct {
 	packages []string
 }{
 	// Standard library and third-party code only: the share math, the API
-	// types, the spatial cell map and the Prometheus collectors.
+	// types, the spatial cell map, the Lease election and the Prometheus
+	// collectors.
 	{"leaves", []string{
 		"api/v1alpha1",
+		"pkg/leader",
 		"pkg/metrics",
 		"pkg/partitionmap",
 		"pkg/partitionmap/luatest",
@@ -62,6 +64,15 @@ var layers = []struct {
 		"pkg/source/files",
 		"pkg/source/kube",
 		"pkg/trafficmap",
+	}},
+	// What the Kubernetes leader writes back: status, Events, the check and
+	// outlier decisions, from what the reader publishes.
+	{"writing back", []string{
+		"pkg/kubestatus",
+	}},
+	// One Kubernetes replica: the reader, the writer and the election.
+	{"kubernetes replica", []string{
+		"pkg/kubereplica",
 	}},
 	{"admin port", []string{
 		"pkg/admin",

@@ -39,7 +39,7 @@ func BenchmarkEditOneFile(b *testing.B) {
 	if n := src.Dir.Current().NumUpstreams(); n != files*perFile {
 		b.Fatalf("%d upstreams, want %d", n, files*perFile)
 	}
-	watch := src.watchSet()
+	watch := src.newWatchSet()
 	flipped := make([]int, files) // the version each file is at
 	// edit writes the other version of the given files and returns the
 	// changes their events say.
@@ -52,7 +52,7 @@ func BenchmarkEditOneFile(b *testing.B) {
 			if err := os.WriteFile(name(i), versions[i][flipped[i]], 0o644); err != nil {
 				b.Fatal(err)
 			}
-			watch.note(ch, fsnotify.Event{Name: name(i), Op: fsnotify.Write})
+			watch.noteEvent(ch, fsnotify.Event{Name: name(i), Op: fsnotify.Write})
 		}
 		return ch
 	}

@@ -53,14 +53,14 @@ func newHarnessIn(t tester, dir string, files map[string]string) *harness {
 	if _, err := h.src.Load(); err != nil {
 		t.Fatal(err)
 	}
-	h.watch = h.src.watchSet()
+	h.watch = h.src.newWatchSet()
 	return h
 }
 
 func (h *harness) path(name string) string { return filepath.Join(h.dir, name) }
 
 func (h *harness) event(op fsnotify.Op, name string) {
-	h.watch.note(h.ch, fsnotify.Event{Name: h.path(name), Op: op})
+	h.watch.noteEvent(h.ch, fsnotify.Event{Name: h.path(name), Op: op})
 }
 
 // write writes a file in place, as `echo > file` does.

@@ -167,7 +167,7 @@ func TestIncremental(t *testing.T) {
 				if r.out.decoded != 0 {
 					t.Errorf("decoded %d documents, want none", r.out.decoded)
 				}
-				if got := h.src.where(setRef(4, 2)); got != filepath.Join(h.dir, "f4.yaml")+" document 1" {
+				if got := h.src.definedAt(setRef(4, 2)); got != filepath.Join(h.dir, "f4.yaml")+" document 1" {
 					t.Errorf("where = %q, want f4.yaml document 1", got)
 				}
 			},
@@ -179,7 +179,7 @@ func TestIncremental(t *testing.T) {
 			},
 			check: func(t *testing.T, h *harness, r result) {
 				unchanged(t, h, r)
-				if got := h.src.where(setRef(0, 0)); !strings.Contains(got, "f1.yaml document 5") {
+				if got := h.src.definedAt(setRef(0, 0)); !strings.Contains(got, "f1.yaml document 5") {
 					t.Errorf("the set is now at %q, want f1.yaml document 5", got)
 				}
 			},
@@ -319,7 +319,7 @@ func TestReleasedDocumentsAreDecodedAgain(t *testing.T) {
 	h.write("f3.yaml", fileOf(3, map[int]bool{3: true}))
 	h.src.mu.Lock()
 	f := h.src.files[h.path("f3.yaml")]
-	h.src.readAll([]*file{f}, true, false)
+	h.src.readFiles([]*file{f}, true, false)
 	f.disk.Release()
 	h.src.mu.Unlock()
 	_, decodes := h.counters()
@@ -343,7 +343,7 @@ func TestRevertAfterRefusalIsLogged(t *testing.T) {
 	burst := func() {
 		ch := h.ch
 		h.ch = newChanges()
-		h.src.apply(ch, log)
+		h.src.applyBurst(ch, log)
 	}
 	before := h.src.Dir.Current()
 	h.write("f2.yaml", strings.Replace(fileOf(2, nil), "weight: 1}", "weight: 0}", 1))

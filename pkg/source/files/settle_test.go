@@ -325,7 +325,7 @@ func TestRefusalLogIsBounded(t *testing.T) {
 	if max := int(time.Hour/refusalEvery) + refusalBurst; logged > max {
 		t.Fatalf("an hour of refusals every 50ms logged %d lines; want at most %d", logged, max)
 	}
-	if long := cut(strings.Repeat("é", maxRefusalText)); len(long) > maxRefusalText+len("…") || !utf8.ValidString(long) {
+	if long := truncateReason(strings.Repeat("é", maxRefusalText)); len(long) > maxRefusalText+len("…") || !utf8.ValidString(long) {
 		t.Fatalf("a long reason is cut to %d bytes (valid UTF-8: %v)", len(long), utf8.ValidString(long))
 	}
 }

@@ -206,7 +206,7 @@ spec: {domain: cadastre, extent: {west: -10, south: 35, east: 30, north: 70}, re
 	for _, o := range set.Objects {
 		kinds[o.Kind] = true
 		var b topology.Batch
-		remove(&b, o.Ref())
+		deleteFromBatch(&b, o.Ref())
 		if b.Len() != 1 {
 			t.Errorf("%s gone from the files: batch touches %d objects, want its deletion", o, b.Len())
 		}

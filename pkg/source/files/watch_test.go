@@ -76,7 +76,7 @@ func TestDelays(t *testing.T) {
 		{100 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}, // the cap is never below the quiet interval
 	} {
 		s := &Source{Debounce: tc.debounce, MaxDelay: tc.most}
-		if q, m := s.delays(); q != tc.wantQuiet || m != tc.wantMaxWait {
+		if q, m := s.burstDelays(); q != tc.wantQuiet || m != tc.wantMaxWait {
 			t.Errorf("Debounce %v, MaxDelay %v: quiet %v, cap %v; want %v, %v", tc.debounce, tc.most, q, m, tc.wantQuiet, tc.wantMaxWait)
 		}
 	}

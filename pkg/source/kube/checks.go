@@ -30,10 +30,10 @@ func listedEndpoints[E any, V any](list []E, of func(E) (address string, port in
 	return out
 }
 
-// checkVerdicts reads the leader's active-check verdicts from an Upstream's
+// CheckVerdicts reads the leader's active-check verdicts from an Upstream's
 // status: each endpoint listed Unhealthy, with its origin. Without
 // spec.healthCheck there are none, whatever status still says.
-func checkVerdicts(u *v1alpha1.Upstream) []topology.CheckVerdict {
+func CheckVerdicts(u *v1alpha1.Upstream) []topology.CheckVerdict {
 	ac := u.Status.ActiveChecks
 	if u.Spec.HealthCheck == nil || ac == nil {
 		return nil

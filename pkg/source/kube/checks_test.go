@@ -28,7 +28,7 @@ func TestVerdictsFromStatus(t *testing.T) {
 			{Address: "10.0.0.4", Port: 70000},
 		}},
 	}}
-	if checkVerdicts(u) != nil || outlierVerdicts(u) != nil {
+	if CheckVerdicts(u) != nil || outlierVerdicts(u) != nil {
 		t.Fatal("verdicts read without spec.healthCheck or spec.outlierDetection")
 	}
 	u.Spec.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckTCP}
@@ -37,7 +37,7 @@ func TestVerdictsFromStatus(t *testing.T) {
 		{Address: "10.0.0.1", Port: 80, Probe: weights.ProbeUnhealthy, Origin: "active check by a: 3 failures"},
 		{Address: "2001:db8::1", Port: 443, Probe: weights.ProbeUnhealthy, Origin: "active check"},
 	}
-	if got := checkVerdicts(u); !reflect.DeepEqual(got, wantChecks) {
+	if got := CheckVerdicts(u); !reflect.DeepEqual(got, wantChecks) {
 		t.Errorf("check verdicts %+v", got)
 	}
 	wantOutliers := []topology.OutlierVerdict{{Address: "10.0.0.3", Port: 8080, Ejected: true, Origin: "load reports: 4 clients"}}

@@ -22,7 +22,7 @@ func TestOldestLocalityWins(t *testing.T) {
 	t1 := metav1.NewTime(t0.Add(time.Minute))
 	locality := func(name string, created metav1.Time, weight int64) *v1alpha1.Locality {
 		return &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, CreationTimestamp: created, Generation: 1},
-			Spec: v1alpha1.LocalitySpec{Upstream: "u", LocalityID: v1alpha1.LocalityID{Zone: "a"}, Weight: ptrTo(weight), Priority: ptrTo(int32(0))}}
+			Spec: v1alpha1.LocalitySpec{Upstream: "u", LocalityID: v1alpha1.LocalityID{Zone: "a"}, Weight: new(weight), Priority: new(int32(0))}}
 	}
 	ref := func(name string) topology.ObjectRef {
 		return topology.ObjectRef{Kind: topology.KindLocality, Key: topology.Key{Namespace: "ns", Name: name}}

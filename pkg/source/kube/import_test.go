@@ -69,16 +69,16 @@ func TestServiceAffinityFromTrafficDistribution(t *testing.T) {
 		want *topology.Affinity
 	}{
 		{nil, nil},
-		{ptrTo(""), nil},
-		{ptrTo(corev1.ServiceTrafficDistributionPreferClose),
+		{new(""), nil},
+		{new(corev1.ServiceTrafficDistributionPreferClose),
 			&topology.Affinity{Mode: affinity.PreferSameZone, Origin: "Service shop/checkout trafficDistribution PreferClose"}},
-		{ptrTo(corev1.ServiceTrafficDistributionPreferSameZone),
+		{new(corev1.ServiceTrafficDistributionPreferSameZone),
 			&topology.Affinity{Mode: affinity.PreferSameZone, Origin: "Service shop/checkout trafficDistribution PreferSameZone"}},
 		// the closest level Poise places endpoints at is the zone
-		{ptrTo(corev1.ServiceTrafficDistributionPreferSameNode),
+		{new(corev1.ServiceTrafficDistributionPreferSameNode),
 			&topology.Affinity{Mode: affinity.PreferSameZone, Origin: "Service shop/checkout trafficDistribution PreferSameNode"}},
 		// a value a newer Kubernetes may add is not followed, and says so
-		{ptrTo("PreferSameRack"), &topology.Affinity{Mode: affinity.None, Origin: "Service shop/checkout trafficDistribution PreferSameRack"}},
+		{new("PreferSameRack"), &topology.Affinity{Mode: affinity.None, Origin: "Service shop/checkout trafficDistribution PreferSameRack"}},
 	} {
 		name := "absent"
 		if tc.td != nil {
@@ -139,8 +139,8 @@ func TestServicePreferenceUnlessTheUpstreamSetsAMode(t *testing.T) {
 	fx.ups[1].Generation++
 	fx.api.update(fx.ups[1])
 	settle(upstreamRef("imp-1"))
-	setTD("svc-0", ptrTo(corev1.ServiceTrafficDistributionPreferClose))
-	setTD("svc-1", ptrTo(corev1.ServiceTrafficDistributionPreferClose))
+	setTD("svc-0", new(corev1.ServiceTrafficDistributionPreferClose))
+	setTD("svc-1", new(corev1.ServiceTrafficDistributionPreferClose))
 	settle(upstreamRef("imp-0"), upstreamRef("imp-1"))
 	rev := fx.s.Dir.Current().Upstream(topology.Key{Namespace: "bench", Name: "imp-0"}).ClusterRevision
 	if got, want := affinityOf("imp-0"), (&topology.Affinity{Mode: affinity.PreferSameZone, Origin: "Service bench/svc-0 trafficDistribution PreferClose"}); !reflect.DeepEqual(got, want) {

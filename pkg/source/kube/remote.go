@@ -382,12 +382,12 @@ func (r *Remotes) newCache(ctx context.Context, c *remote, key string, cfg *rest
 	}); err != nil {
 		return nil, nil, fmt.Errorf("cluster %s: index EndpointSlices: %w", c.name, err)
 	}
-	for _, k := range []kindOf{{&corev1.Service{}, "Service"}, {&discoveryv1.EndpointSlice{}, "EndpointSlice"}, {&corev1.Node{}, "Node"}} {
-		inf, err := ca.GetInformer(ctx, k.obj)
+	for _, k := range []Kind{{&corev1.Service{}, "Service"}, {&discoveryv1.EndpointSlice{}, "EndpointSlice"}, {&corev1.Node{}, "Node"}} {
+		inf, err := ca.GetInformer(ctx, k.Object)
 		if err != nil {
-			return nil, nil, fmt.Errorf("cluster %s: informer for %s: %w", c.name, k.kind, err)
+			return nil, nil, fmt.Errorf("cluster %s: informer for %s: %w", c.name, k.Name, err)
 		}
-		kind := k.kind
+		kind := k.Name
 		mark := func(o any) {
 			if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
 				o = t.Obj
@@ -408,7 +408,7 @@ func (r *Remotes) newCache(ctx context.Context, c *remote, key string, cfg *rest
 				}
 			},
 		}); err != nil {
-			return nil, nil, fmt.Errorf("cluster %s: handler for %s: %w", c.name, k.kind, err)
+			return nil, nil, fmt.Errorf("cluster %s: handler for %s: %w", c.name, k.Name, err)
 		}
 	}
 	return cs, ca, nil

@@ -50,7 +50,7 @@ func newChurnFixture(tb testing.TB, n int) *churnFixture {
 		sl := &discoveryv1.EndpointSlice{
 			ObjectMeta:  metav1.ObjectMeta{Name: svc + "-0", Namespace: ns, Generation: 1, Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
 			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports:       []discoveryv1.EndpointPort{{Name: ptrTo("grpc"), Port: ptrTo(int32(9090))}},
+			Ports:       []discoveryv1.EndpointPort{{Name: new("grpc"), Port: new(int32(9090))}},
 		}
 		plain := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("u-%d", i), Namespace: ns, Generation: 1}}
 		set := &v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("u-%d-a", i), Namespace: ns, Generation: 1}, Spec: v1alpha1.EndpointSetSpec{
@@ -59,8 +59,8 @@ func newChurnFixture(tb testing.TB, n int) *churnFixture {
 		for e := range 7 {
 			sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{
 				Addresses:  []string{fmt.Sprintf("10.%d.%d.%d", i/250, i%250, e+1)},
-				NodeName:   ptrTo(fx.nodes[i%3].Name),
-				Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(true)},
+				NodeName:   new(fx.nodes[i%3].Name),
+				Conditions: discoveryv1.EndpointConditions{Ready: new(true)},
 			})
 			set.Spec.Endpoints = append(set.Spec.Endpoints, v1alpha1.Endpoint{Address: fmt.Sprintf("10.%d.%d.%d", 100+i/250, i%250, e+1), Port: 8080})
 		}
@@ -90,7 +90,7 @@ func BenchmarkSliceEvent(b *testing.B) {
 			ctx := context.Background()
 			sl := fx.slices[n/2]
 			for i := 0; b.Loop(); i++ {
-				sl.Endpoints[0].Conditions.Ready = ptrTo(i%2 == 1)
+				sl.Endpoints[0].Conditions.Ready = new(i%2 == 1)
 				sl.Generation++
 				fx.api.update(sl)
 				<-fx.s.kick

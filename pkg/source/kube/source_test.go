@@ -102,7 +102,7 @@ func TestUpdatesMarkOnlyWhatTheyChange(t *testing.T) {
 			if err := fx.c.Get(ctx, client.ObjectKey{Namespace: "bench", Name: "svc-3"}, svc); err != nil {
 				t.Fatal(err)
 			}
-			svc.Spec.TrafficDistribution = ptrTo(corev1.ServiceTrafficDistributionPreferClose)
+			svc.Spec.TrafficDistribution = new(corev1.ServiceTrafficDistributionPreferClose)
 			fx.api.update(svc)
 		},
 		want: []topology.ObjectRef{upstreamRef("imp-3")},
@@ -113,7 +113,7 @@ func TestUpdatesMarkOnlyWhatTheyChange(t *testing.T) {
 			fx.api.update(fx.slices[0])
 		},
 		changed: func() {
-			fx.slices[1].Endpoints[0].Conditions.Ready = ptrTo(false)
+			fx.slices[1].Endpoints[0].Conditions.Ready = new(false)
 			fx.api.update(fx.slices[1])
 		},
 		want: []topology.ObjectRef{upstreamRef("imp-1")},

@@ -1,4 +1,4 @@
-package kube
+package leader
 
 import (
 	"os"
@@ -26,12 +26,12 @@ func TestElectionNamespace(t *testing.T) {
 		{"", "", pod, "team", "poise-system", "pod's own"},
 		{"", "", absent, "team", "team", "kubeconfig context"},
 	} {
-		ns, why, err := electionNamespace(tc.flag, tc.watched, tc.podFile, tc.context)
+		ns, why, err := LeaseNamespace(tc.flag, tc.watched, tc.podFile, tc.context)
 		if err != nil || ns != tc.want || !strings.Contains(why, tc.why) {
 			t.Errorf("%+v: %q because %q (%v); want %q because …%s…", tc, ns, why, err, tc.want, tc.why)
 		}
 	}
-	if _, _, err := electionNamespace("", "", absent, ""); err == nil || !strings.Contains(err.Error(), "--leader-election-namespace") {
+	if _, _, err := LeaseNamespace("", "", absent, ""); err == nil || !strings.Contains(err.Error(), "--leader-election-namespace") {
 		t.Errorf("nothing to go by: %v, want an error naming the flag", err)
 	}
 }

@@ -1,4 +1,4 @@
-package kube
+package kubestatus
 
 import (
 	"context"
@@ -16,39 +16,22 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/affinity"
+	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 )
 
 // +kubebuilder:rbac:groups=poise.dev,resources=upstreams/status;localities/status;endpointsets/status;spatialdomains/status;partitions/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
-// Condition types and reasons the status writer adds to those of v1alpha1.
+// Condition reasons the status writer adds to those of v1alpha1 and of
+// the source (kube.ConditionResolvedRefs and the like).
 const (
-	// ConditionResolvedRefs says whether an Upstream's endpointsFrom.service resolved.
-	ConditionResolvedRefs = "ResolvedRefs"
-	ReasonResolved        = "Resolved"
-	ReasonServiceNotFound = "ServiceNotFound"
-	ReasonPortNotFound    = "PortNotFound"
 	// ReasonDefaulted: an EndpointSet with no matching Locality object.
 	ReasonDefaulted = "DefaultLocality"
 	// ReasonRejectedByClients: Programmed=False because xDS clients of the
 	// status-writing replica rejected (NACKed) the upstream's resources.
 	ReasonRejectedByClients = "RejectedByClients"
-	// ConditionRemoteClustersSynced says, on an Upstream that imports from
-	// remote clusters (or names clusters), whether each is synced.
-	ConditionRemoteClustersSynced = "RemoteClustersSynced"
-	ReasonClustersSynced          = "Synced"
-	// ReasonRemoteClusterUnreachable: a cluster's apiserver does not answer
-	// (its last-known endpoints serve, then are Unavailable past the bound).
-	ReasonRemoteClusterUnreachable = "RemoteClusterUnreachable"
-	// ReasonRemoteClusterError: a cluster is not registered, its Secret is
-	// unusable, or it has not synced yet.
-	ReasonRemoteClusterError = "RemoteClusterError"
-	// ReasonDuplicateAcrossClusters: an address:port in two clusters; the
-	// cluster first by name keeps it.
-	ReasonDuplicateAcrossClusters = "DuplicateAcrossClusters"
 )
 
 // The status of each kind is a pure function of the object, its own part of
@@ -74,7 +57,7 @@ func groupNote(u *topology.UpstreamState, set topology.Key) string {
 }
 
 // setAccepted sets the Accepted condition of a Locality or EndpointSet.
-func setAccepted(conds *[]metav1.Condition, gen int64, rej *Rejection, upstreamExists bool, note string) {
+func setAccepted(conds *[]metav1.Condition, gen int64, rej *kube.Rejection, upstreamExists bool, note string) {
 	c := metav1.Condition{Type: v1alpha1.ConditionAccepted, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAccepted, ObservedGeneration: gen, Message: "in the topology"}
 	switch {
 	case rej != nil:
@@ -89,7 +72,7 @@ func setAccepted(conds *[]metav1.Condition, gen int64, rej *Rejection, upstreamE
 
 // localityStatus is the status a Locality should have: its conditions and
 // what the group it places receives in the served topology.
-func localityStatus(l *v1alpha1.Locality, snap *topology.Snapshot, rej *Rejection) v1alpha1.LocalityObjectStatus {
+func localityStatus(l *v1alpha1.Locality, snap *topology.Snapshot, rej *kube.Rejection) v1alpha1.LocalityObjectStatus {
 	want := *l.Status.DeepCopy()
 	want.ObservedGeneration = l.Generation
 	u := snap.Upstream(topology.Key{Namespace: l.Namespace, Name: l.Spec.Upstream})
@@ -184,7 +167,7 @@ func endpointSetPending(s *v1alpha1.EndpointSet, snap *topology.Snapshot) bool {
 // endpointSetStatus is the status an EndpointSet should have: its
 // conditions and the counts of its endpoints in the served topology. Its
 // health, written by probers, is kept as it is.
-func endpointSetStatus(s *v1alpha1.EndpointSet, snap *topology.Snapshot, rej *Rejection) v1alpha1.EndpointSetStatus {
+func endpointSetStatus(s *v1alpha1.EndpointSet, snap *topology.Snapshot, rej *kube.Rejection) v1alpha1.EndpointSetStatus {
 	want := *s.Status.DeepCopy()
 	want.ObservedGeneration = s.Generation
 	u := snap.Upstream(topology.Key{Namespace: s.Namespace, Name: s.Spec.Upstream})
@@ -243,7 +226,7 @@ func endpointCounts(u *topology.UpstreamState, set topology.ObjectRef) (total, r
 // revision of state, or one past the stored revision when that is not above
 // it: a new leader counts revisions from its own start, and a revision never
 // goes back.
-func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Rejection, refs *metav1.Condition, programmed bool, rejectedBy string, demand []affinity.Demand, fromLoads bool) v1alpha1.UpstreamStatus {
+func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *kube.Rejection, refs *metav1.Condition, programmed bool, rejectedBy string, demand []affinity.Demand, fromLoads bool) v1alpha1.UpstreamStatus {
 	stored := u.Status
 	want := *stored.DeepCopy()
 	want.ObservedGeneration = u.Generation
@@ -257,7 +240,7 @@ func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *Re
 	if refs != nil {
 		meta.SetStatusCondition(&want.Conditions, *refs)
 	} else {
-		meta.RemoveStatusCondition(&want.Conditions, ConditionResolvedRefs)
+		meta.RemoveStatusCondition(&want.Conditions, kube.ConditionResolvedRefs)
 	}
 
 	if state != nil {
@@ -483,14 +466,14 @@ func withoutCondition(conds []metav1.Condition, typ string) []metav1.Condition {
 // resolved best at the last import.
 func clusterRefs(u *v1alpha1.Upstream, ref string) metav1.Condition {
 	sr := u.Spec.EndpointsFrom.Service
-	c := metav1.Condition{Type: ConditionResolvedRefs, Status: metav1.ConditionTrue, Reason: ReasonResolved, ObservedGeneration: u.Generation,
+	c := metav1.Condition{Type: kube.ConditionResolvedRefs, Status: metav1.ConditionTrue, Reason: kube.ReasonResolved, ObservedGeneration: u.Generation,
 		Message: fmt.Sprintf("endpoints imported from Service %s/%s port %s (RemoteClustersSynced names the clusters)", u.Namespace, sr.Name, sr.Port.String())}
 	switch ref {
-	case ReasonPortNotFound:
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonPortNotFound, fmt.Sprintf("Service %s/%s has no port %s in any cluster it is imported from", u.Namespace, sr.Name, sr.Port.String())
-	case ReasonResolved:
+	case kube.ReasonPortNotFound:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, kube.ReasonPortNotFound, fmt.Sprintf("Service %s/%s has no port %s in any cluster it is imported from", u.Namespace, sr.Name, sr.Port.String())
+	case kube.ReasonResolved:
 	default:
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonServiceNotFound, fmt.Sprintf("Service %s/%s exists in no cluster it is imported from; no endpoints are imported", u.Namespace, sr.Name)
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, kube.ReasonServiceNotFound, fmt.Sprintf("Service %s/%s exists in no cluster it is imported from; no endpoints are imported", u.Namespace, sr.Name)
 	}
 	return c
 }
@@ -498,18 +481,18 @@ func clusterRefs(u *v1alpha1.Upstream, ref string) metav1.Condition {
 // resolvedRefs is an importing Upstream's ResolvedRefs condition, from the
 // Service in the informer cache.
 func resolvedRefs(ctx context.Context, r client.Reader, u *v1alpha1.Upstream) metav1.Condition {
-	c := metav1.Condition{Type: ConditionResolvedRefs, Status: metav1.ConditionTrue, Reason: ReasonResolved, ObservedGeneration: u.Generation}
+	c := metav1.Condition{Type: kube.ConditionResolvedRefs, Status: metav1.ConditionTrue, Reason: kube.ReasonResolved, ObservedGeneration: u.Generation}
 	ref := u.Spec.EndpointsFrom.Service
 	var svc corev1.Service
 	err := r.Get(ctx, types.NamespacedName{Namespace: u.Namespace, Name: ref.Name}, &svc)
 	switch {
 	case apierrors.IsNotFound(err):
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonServiceNotFound, fmt.Sprintf("Service %s/%s does not exist; no endpoints are imported", u.Namespace, ref.Name)
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, kube.ReasonServiceNotFound, fmt.Sprintf("Service %s/%s does not exist; no endpoints are imported", u.Namespace, ref.Name)
 	case err != nil:
-		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, ReasonServiceNotFound, err.Error()
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, kube.ReasonServiceNotFound, err.Error()
 	default:
-		if _, ok := ServicePort(&svc, ref.Port.String()); !ok {
-			c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonPortNotFound, fmt.Sprintf("Service %s/%s has no port %s", u.Namespace, ref.Name, ref.Port.String())
+		if _, ok := kube.ServicePort(&svc, ref.Port.String()); !ok {
+			c.Status, c.Reason, c.Message = metav1.ConditionFalse, kube.ReasonPortNotFound, fmt.Sprintf("Service %s/%s has no port %s", u.Namespace, ref.Name, ref.Port.String())
 		} else {
 			c.Message = fmt.Sprintf("endpoints imported from Service %s/%s port %s", u.Namespace, ref.Name, ref.Port.String())
 		}

@@ -1,4 +1,4 @@
-package kube
+package kubestatus
 
 import (
 	"strings"
@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 )
@@ -170,11 +171,11 @@ func TestProgrammed(t *testing.T) {
 	u := v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "u", Namespace: "n", Generation: 2},
 		Spec: v1alpha1.UpstreamSpec{EndpointsFrom: &v1alpha1.EndpointsFrom{Service: v1alpha1.ServiceReference{Name: "svc"}}}}
 	state := &topology.UpstreamState{Revision: 7, Result: &weights.Result{}}
-	resolved := &metav1.Condition{Type: ConditionResolvedRefs, Status: metav1.ConditionTrue, Reason: ReasonResolved}
-	missing := &metav1.Condition{Type: ConditionResolvedRefs, Status: metav1.ConditionFalse, Reason: ReasonServiceNotFound}
+	resolved := &metav1.Condition{Type: kube.ConditionResolvedRefs, Status: metav1.ConditionTrue, Reason: kube.ReasonResolved}
+	missing := &metav1.Condition{Type: kube.ConditionResolvedRefs, Status: metav1.ConditionFalse, Reason: kube.ReasonServiceNotFound}
 	for _, tc := range []struct {
 		name       string
-		rej        *Rejection
+		rej        *kube.Rejection
 		refs       *metav1.Condition
 		published  bool
 		rejectedBy string
@@ -184,7 +185,7 @@ func TestProgrammed(t *testing.T) {
 	}{
 		{"published", nil, resolved, true, "", metav1.ConditionTrue, v1alpha1.ReasonProgrammed, "published over xDS at revision 7"},
 		{"not yet published", nil, resolved, false, "", metav1.ConditionFalse, v1alpha1.ReasonPending, "not yet published"},
-		{"not accepted", &Rejection{Reason: v1alpha1.ReasonInvalid}, resolved, true, "", metav1.ConditionFalse, v1alpha1.ReasonInvalid, "not accepted"},
+		{"not accepted", &kube.Rejection{Reason: v1alpha1.ReasonInvalid}, resolved, true, "", metav1.ConditionFalse, v1alpha1.ReasonInvalid, "not accepted"},
 		{"the Service is missing", nil, missing, true, "", metav1.ConditionFalse, v1alpha1.ReasonRefsNotResolved, "without the endpoints of Service n/svc"},
 		{"clients reject it", nil, resolved, true, "2 xDS stream(s); resource n/u: bad", metav1.ConditionFalse, ReasonRejectedByClients,
 			"revision 7, but rejected (NACK) by 2 xDS stream(s); resource n/u: bad"},

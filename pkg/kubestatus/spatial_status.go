@@ -1,4 +1,4 @@
-package kube
+package kubestatus
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/partitionmap"
+	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 )
 
@@ -21,7 +22,7 @@ const ReasonDomainNotServing = "DomainNotServing"
 // spatialDomainStatus is the status a SpatialDomain should have: st is its
 // part of the snapshot, programmed whether st is published over xDS. Its
 // revision moves as an Upstream's does (upstreamStatus).
-func spatialDomainStatus(d *v1alpha1.SpatialDomain, st *topology.SpatialState, rej *Rejection, programmed bool) v1alpha1.SpatialDomainStatus {
+func spatialDomainStatus(d *v1alpha1.SpatialDomain, st *topology.SpatialState, rej *kube.Rejection, programmed bool) v1alpha1.SpatialDomainStatus {
 	gen := d.Generation
 	stored := d.Status
 	want := *stored.DeepCopy()
@@ -67,7 +68,7 @@ func spatialDomainStatus(d *v1alpha1.SpatialDomain, st *topology.SpatialState, r
 	if len(missing) > 0 {
 		cond(v1alpha1.ConditionResolvedRefs, false, v1alpha1.ReasonUpstreamNotFound, strings.Join(missing, "; "))
 	} else {
-		cond(v1alpha1.ConditionResolvedRefs, true, ReasonResolved, "every replica's Upstream exists")
+		cond(v1alpha1.ConditionResolvedRefs, true, kube.ReasonResolved, "every replica's Upstream exists")
 	}
 	want.MapVersion = st.Map.DataVersion(st.Health)
 	want.Cells = int32(st.Map.OccupiedCells())
@@ -100,7 +101,7 @@ func sameDomainFigures(a, b v1alpha1.SpatialDomainStatus) bool {
 
 // partitionStatus is the status a Partition should have; st is its domain's
 // part of the snapshot.
-func partitionStatus(p *v1alpha1.Partition, st *topology.SpatialState, rej *Rejection) v1alpha1.PartitionStatus {
+func partitionStatus(p *v1alpha1.Partition, st *topology.SpatialState, rej *kube.Rejection) v1alpha1.PartitionStatus {
 	gen := p.Generation
 	want := *p.Status.DeepCopy()
 	want.ObservedGeneration = gen

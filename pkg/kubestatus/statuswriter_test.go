@@ -1,4 +1,4 @@
-package kube
+package kubestatus
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 )
@@ -63,7 +64,7 @@ func (p *fakePublication) publish(rev uint64) {
 type statusFixture struct {
 	t       *testing.T
 	c       client.Client
-	src     *Source
+	src     *kube.Source
 	dir     *topology.Directory
 	pub     *fakePublication
 	m       *metrics.Metrics
@@ -96,7 +97,7 @@ func statusObjects(n int) []client.Object {
 
 func newStatusFixture(t *testing.T, n int, budget StatusBudget) *statusFixture {
 	t.Helper()
-	scheme, err := Scheme()
+	scheme, err := kube.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,21 +122,10 @@ func newStatusFixture(t *testing.T, n int, budget StatusBudget) *statusFixture {
 		b = b.WithIndex(ix.obj, ix.name, ix.value)
 	}
 	fx.c = b.Build()
-	fx.src = &Source{Reader: fx.c, Dir: fx.dir}
-	fx.src.mu.Lock()
-	fx.src.init()
-	fx.src.mu.Unlock()
-	for _, o := range statusObjects(n) {
-		switch o.(type) {
-		case *v1alpha1.Upstream:
-			fx.src.mark(topology.KindUpstream, o)
-		case *v1alpha1.Locality:
-			fx.src.mark(topology.KindLocality, o)
-		case *v1alpha1.EndpointSet:
-			fx.src.mark(topology.KindEndpointSet, o)
-		}
+	fx.src = &kube.Source{Reader: fx.c, Dir: fx.dir}
+	if err := fx.src.InitialSync(t.Context()); err != nil {
+		t.Fatal(err)
 	}
-	fx.src.sync(t.Context())
 	fx.pub.publish(fx.dir.Current().Revision)
 	w := &StatusWriter{Client: fx.c, Dir: fx.dir, Source: fx.src, Publication: fx.pub, Metrics: fx.m}
 	fx.run = &statusRun{w: w, pub: fx.pub, log: slog.New(slog.DiscardHandler), m: fx.m, grace: time.Hour,
@@ -237,8 +227,10 @@ func (fx *statusFixture) setHealth(i int, probe v1alpha1.ProbeState) {
 	if err := fx.c.Status().Update(context.Background(), &es); err != nil {
 		fx.t.Fatal(err)
 	}
-	fx.src.mark(topology.KindEndpointSet, &es)
-	fx.src.sync(context.Background())
+	// the source reads every object again, this EndpointSet among them
+	if err := fx.src.InitialSync(context.Background()); err != nil {
+		fx.t.Fatal(err)
+	}
 }
 
 func TestStatusWriterWritesEachObjectOnceAndNothingUnchanged(t *testing.T) {
@@ -454,7 +446,7 @@ func TestUpstreamRevisionOnlyGoesUp(t *testing.T) {
 		t.Errorf("same figures under a new leader:\n got %+v\nwant %+v", again, u.Status)
 	}
 	// changed figures go past it, whatever this leader's own count
-	rej := &Rejection{Reason: v1alpha1.ReasonInvalid, Message: "bad"}
+	rej := &kube.Rejection{Reason: v1alpha1.ReasonInvalid, Message: "bad"}
 	if next := upstreamStatus(&u, state, rej, nil, true, "", nil, false); next.Revision != 91 {
 		t.Errorf("changed figures: revision %d; want 91", next.Revision)
 	}
@@ -470,7 +462,7 @@ func TestUpstreamRevisionOnlyGoesUp(t *testing.T) {
 func TestRefusedUpstreamIsNotProgrammed(t *testing.T) {
 	u := v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "u", Namespace: "n", Generation: 2}}
 	state := &topology.UpstreamState{Revision: 7, Result: &weights.Result{}}
-	rej := &Rejection{Reason: v1alpha1.ReasonAddressNotAllowed, Message: "AddressNotAllowed: ..."}
+	rej := &kube.Rejection{Reason: v1alpha1.ReasonAddressNotAllowed, Message: "AddressNotAllowed: ..."}
 	st := upstreamStatus(&u, state, rej, nil, true, "", nil, false)
 	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgrammed)
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonAddressNotAllowed || c.ObservedGeneration != 2 {

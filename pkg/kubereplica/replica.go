@@ -1,4 +1,4 @@
-package kube
+package kubereplica
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -20,7 +18,10 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/healthcheck"
+	"poise.dev/poise/pkg/kubestatus"
+	"poise.dev/poise/pkg/leader"
 	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 )
 
@@ -28,7 +29,7 @@ import (
 // Options.LeaderElectionID is empty.
 const DefaultLeaderElectionID = "poise-status-writer"
 
-// Options configure the Kubernetes source of one replica.
+// Options configure one replica's Kubernetes side.
 type Options struct {
 	// Namespace limits the source to one namespace; "" watches all.
 	Namespace string
@@ -47,7 +48,7 @@ type Options struct {
 	Metrics                                   *metrics.Metrics
 	// Publication tells the status writer what xDS carries (nil: every
 	// snapshot counts as published once it is current).
-	Publication Publication
+	Publication kubestatus.Publication
 	// ClientQPS and ClientBurst bound every request this replica makes to the
 	// apiserver, all clients together (informers, leader election, status
 	// writes); zero means DefaultClientQPS and DefaultClientBurst.
@@ -89,7 +90,7 @@ const (
 )
 
 // StatusBudgetOf is the status writer's budget under the options.
-func (o Options) StatusBudgetOf() StatusBudget {
+func (o Options) StatusBudgetOf() kubestatus.StatusBudget {
 	qps, burst, share, workers := o.ClientQPS, o.ClientBurst, o.StatusShare, o.StatusWorkers
 	if qps <= 0 {
 		qps = DefaultClientQPS
@@ -103,19 +104,7 @@ func (o Options) StatusBudgetOf() StatusBudget {
 	if workers <= 0 {
 		workers = DefaultStatusWorkers
 	}
-	return StatusBudget{QPS: qps * share, Burst: max(1, int(float64(burst)*share)), Workers: workers}
-}
-
-// Scheme holds the kinds the source reads.
-func Scheme() (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	if err := v1alpha1.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return kubestatus.StatusBudget{QPS: qps * share, Burst: max(1, int(float64(burst)*share)), Workers: workers}
 }
 
 // Replica is one control-plane replica's Kubernetes side: a manager whose
@@ -123,55 +112,36 @@ func Scheme() (*runtime.Scheme, error) {
 // runs only on the elected leader.
 type Replica struct {
 	Manager manager.Manager
-	Source  *Source
-	Status  *StatusWriter
+	Source  *kube.Source
+	Status  *kubestatus.StatusWriter
 	// Shares carries this replica's load aggregate to the leader.
-	Shares *Shares
+	Shares *kubestatus.Shares
 	// Watch says which kinds' watches are broken, and since when.
-	Watch *WatchHealth
+	Watch *kube.WatchHealth
 	// Remotes are the remote clusters Services are imported from.
-	Remotes *Remotes
+	Remotes *kube.Remotes
 }
 
 // NewReplica builds the manager, the source and the status writer.
 func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica, error) {
-	scheme, err := Scheme()
+	scheme, err := kube.Scheme()
 	if err != nil {
 		return nil, err
 	}
-	// one token bucket for every client made from cfg, so ClientQPS bounds the replica as a whole
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = float32(o.ClientQPS), o.ClientBurst
-	if cfg.QPS <= 0 {
-		cfg.QPS = DefaultClientQPS
-	}
-	if cfg.Burst <= 0 {
-		cfg.Burst = DefaultClientBurst
-	}
-	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	cfg = clientConfig(cfg, o)
 	log := o.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	health := NewWatchHealth(log)
+	health := kube.NewWatchHealth(log)
 	if o.Metrics != nil {
 		o.Metrics.SetKubeStale(health.StaleSeconds)
-	}
-	copts := cache.Options{
-		// managedFields are large and never read: keep them out of memory
-		DefaultTransform: cache.TransformStripManagedFields(),
-		// lists and watches retried within seconds of an apiserver's return
-		NewInformer: health.NewInformer,
-	}
-	if o.Namespace != "" {
-		copts.DefaultNamespaces = map[string]cache.Config{o.Namespace: {}}
-		copts.ByObject = map[client.Object]cache.ByObject{&corev1.Node{}: {}}
 	}
 	id := o.LeaderElectionID
 	if id == "" {
 		id = DefaultLeaderElectionID
 	}
-	ns, why, err := electionNamespace(o.LeaderElectionNamespace, o.Namespace, podNamespaceFile, o.ContextNamespace)
+	ns, why, err := leader.LeaseNamespace(o.LeaderElectionNamespace, o.Namespace, leader.PodNamespaceFile, o.ContextNamespace)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +150,7 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	// source run always, and the elector below gates only the status writer.
 	mopts := manager.Options{
 		Scheme:                 scheme,
-		Cache:                  copts,
+		Cache:                  cacheOptions(o, health),
 		Logger:                 logr.FromSlogHandler(log.Handler()),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -193,39 +163,17 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes manager: %w", err)
 	}
-	home := o.ClusterName
-	if home == "" {
-		home = DefaultClusterName
+	home, stale, err := homeCluster(o)
+	if err != nil {
+		return nil, err
 	}
-	if why := ValidClusterName(home); why != "" {
-		return nil, fmt.Errorf("--cluster-name: %s", why)
-	}
-	stale := o.RemoteStaleAfter
-	if stale == 0 {
-		stale = DefaultRemoteStaleAfter
-	}
-	if stale < MinRemoteStaleAfter || stale > MaxRemoteStaleAfter {
-		return nil, fmt.Errorf("--remote-stale-after %v: must be within %v..%v", stale, MinRemoteStaleAfter, MaxRemoteStaleAfter)
-	}
-	remotes := &Remotes{Home: cfg, Namespace: ns, HomeName: home, WatchNamespace: o.Namespace, StaleAfter: stale,
+	remotes := &kube.Remotes{Home: cfg, Namespace: ns, HomeName: home, WatchNamespace: o.Namespace, StaleAfter: stale,
 		Scheme: scheme, Log: log.With("component", "remote-clusters")}
-	src := &Source{Reader: m.GetCache(), Dir: dir, Debounce: o.Debounce, Log: log, Metrics: o.Metrics, ClusterName: home, Remotes: remotes}
+	src := &kube.Source{Reader: m.GetCache(), Dir: dir, Debounce: o.Debounce, Log: log, Metrics: o.Metrics, ClusterName: home, Remotes: remotes}
 	events := m.GetEventRecorder("poise-controlplane")
 	var leading atomic.Bool
 	remotes.Mark, remotes.Changed = src.MarkRemote, src.ClusterChanged
-	remotes.Removed = func(cluster, secret string) {
-		// only the leader writes Events; every replica removes the endpoints
-		if !leading.Load() {
-			return
-		}
-		for _, up := range src.importersOf() {
-			var u v1alpha1.Upstream
-			if err := m.GetCache().Get(context.Background(), client.ObjectKey{Namespace: up.Namespace, Name: up.Name}, &u); err == nil {
-				events.Eventf(&u, nil, corev1.EventTypeWarning, "RemoteClusterRemoved", eventAction,
-					"remote cluster %s (Secret %s) is no longer registered: its endpoints are removed from this Upstream", cluster, secret)
-			}
-		}
-	}
+	remotes.Removed = removedClusterEvents(m.GetCache(), src, events, &leading)
 	if o.Metrics != nil {
 		o.Metrics.SetRemoteClusters(remotes.StateValues, remotes.LastSyncSeconds)
 	}
@@ -234,12 +182,12 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 			return nil, err
 		}
 	}
-	sw := &StatusWriter{Client: m.GetClient(), Dir: dir, Source: src, Publication: o.Publication, Log: log, Metrics: o.Metrics,
+	sw := &kubestatus.StatusWriter{Client: m.GetClient(), Dir: dir, Source: src, Publication: o.Publication, Log: log, Metrics: o.Metrics,
 		Budget: o.StatusBudgetOf(), Events: events}
 	if err := m.Add(src); err != nil {
 		return nil, err
 	}
-	cw := &CheckWriter{Client: m.GetClient(), Dir: dir, Config: o.HealthChecks, Log: log, Metrics: o.Metrics}
+	cw := &kubestatus.CheckWriter{Client: m.GetClient(), Dir: dir, Config: o.HealthChecks, Log: log, Metrics: o.Metrics}
 	period, window := o.OutlierPeriod, o.OutlierWindow
 	if period <= 0 {
 		period = 5 * time.Second
@@ -247,11 +195,101 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	if window <= 0 {
 		window = 6 * period
 	}
-	shares := &Shares{Writer: m.GetClient(), Reader: m.GetAPIReader(), Namespace: ns, Lease: id, Replica: o.HealthChecks.Name}
-	ow := &OutlierWriter{Client: m.GetClient(), Dir: dir, Shares: shares, Period: period, Window: window, Log: log, Metrics: o.Metrics, Events: events}
-	lead := func(ctx context.Context) error {
-		// the leader writes every status, runs the active checks and
-		// decides fleet outlier detection
+	shares := &kubestatus.Shares{Writer: m.GetClient(), Reader: m.GetAPIReader(), Namespace: ns, Lease: id, Replica: o.HealthChecks.Name}
+	ow := &kubestatus.OutlierWriter{Client: m.GetClient(), Dir: dir, Shares: shares, Period: period, Window: window, Log: log, Metrics: o.Metrics, Events: events}
+	el := &leader.Elector{Config: cfg, Namespace: ns, Name: id, Identity: leader.NewIdentity(), LeaseDuration: lease, RenewDeadline: renew, RetryPeriod: retry,
+		Lead: leaderWork(sw, cw, ow, log), Log: log, Events: events, Leading: leading.Store}
+	if o.Metrics != nil {
+		o.Metrics.InitStatus()
+		el.Leading = func(l bool) {
+			leading.Store(l)
+			v := 0.0
+			if l {
+				v = 1
+			}
+			o.Metrics.Leader.Set(v)
+		}
+	}
+	if err := m.Add(el); err != nil {
+		return nil, err
+	}
+	return &Replica{Manager: m, Source: src, Status: sw, Watch: health, Shares: shares, Remotes: remotes}, nil
+}
+
+// clientConfig is cfg with one token bucket for every client made from it,
+// so ClientQPS bounds the replica as a whole.
+func clientConfig(cfg *rest.Config, o Options) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = float32(o.ClientQPS), o.ClientBurst
+	if cfg.QPS <= 0 {
+		cfg.QPS = DefaultClientQPS
+	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = DefaultClientBurst
+	}
+	cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cfg.QPS, cfg.Burst)
+	return cfg
+}
+
+// cacheOptions are the informer cache's options: in the watched namespace
+// (Nodes are cluster-wide), without managedFields, and with lists and
+// watches that health follows.
+func cacheOptions(o Options, health *kube.WatchHealth) cache.Options {
+	copts := cache.Options{
+		// managedFields are large and never read: keep them out of memory
+		DefaultTransform: cache.TransformStripManagedFields(),
+		// lists and watches retried within seconds of an apiserver's return
+		NewInformer: health.NewInformer,
+	}
+	if o.Namespace != "" {
+		copts.DefaultNamespaces = map[string]cache.Config{o.Namespace: {}}
+		copts.ByObject = map[client.Object]cache.ByObject{&corev1.Node{}: {}}
+	}
+	return copts
+}
+
+// homeCluster is the home cluster's name and how long an unreachable remote
+// cluster's endpoints serve, defaulted and checked.
+func homeCluster(o Options) (home string, stale time.Duration, err error) {
+	home = o.ClusterName
+	if home == "" {
+		home = kube.DefaultClusterName
+	}
+	if why := kube.ValidClusterName(home); why != "" {
+		return "", 0, fmt.Errorf("--cluster-name: %s", why)
+	}
+	stale = o.RemoteStaleAfter
+	if stale == 0 {
+		stale = kube.DefaultRemoteStaleAfter
+	}
+	if stale < kube.MinRemoteStaleAfter || stale > kube.MaxRemoteStaleAfter {
+		return "", 0, fmt.Errorf("--remote-stale-after %v: must be within %v..%v", stale, kube.MinRemoteStaleAfter, kube.MaxRemoteStaleAfter)
+	}
+	return home, stale, nil
+}
+
+// removedClusterEvents is what a remote cluster's removal does on top of
+// removing its endpoints, which every replica does: the leader puts an
+// Event on each importing Upstream.
+func removedClusterEvents(r client.Reader, src *kube.Source, events kubestatus.EventRecorder, leading *atomic.Bool) func(cluster, secret string) {
+	return func(cluster, secret string) {
+		if !leading.Load() {
+			return
+		}
+		for _, up := range src.Importers() {
+			var u v1alpha1.Upstream
+			if err := r.Get(context.Background(), client.ObjectKey{Namespace: up.Namespace, Name: up.Name}, &u); err == nil {
+				events.Eventf(&u, nil, corev1.EventTypeWarning, "RemoteClusterRemoved", kubestatus.EventAction,
+					"remote cluster %s (Secret %s) is no longer registered: its endpoints are removed from this Upstream", cluster, secret)
+			}
+		}
+	}
+}
+
+// leaderWork is what the leader runs while it holds the Lease: it writes
+// every status, runs the active checks and decides fleet outlier detection.
+func leaderWork(sw *kubestatus.StatusWriter, cw *kubestatus.CheckWriter, ow *kubestatus.OutlierWriter, log *slog.Logger) func(context.Context) error {
+	return func(ctx context.Context) error {
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 2)
 		go func() { done <- cw.Run(cctx) }()
@@ -265,24 +303,6 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 		}
 		return err
 	}
-	el := &elector{cfg: cfg, namespace: ns, name: id, identity: newIdentity(), lease: lease, renew: renew, retry: retry, run: lead, log: log, events: events}
-	if o.Metrics != nil {
-		o.Metrics.InitStatus()
-		el.leading = func(l bool) {
-			leading.Store(l)
-			v := 0.0
-			if l {
-				v = 1
-			}
-			o.Metrics.Leader.Set(v)
-		}
-	} else {
-		el.leading = leading.Store
-	}
-	if err := m.Add(el); err != nil {
-		return nil, err
-	}
-	return &Replica{Manager: m, Source: src, Status: sw, Watch: health, Shares: shares, Remotes: remotes}, nil
 }
 
 // Start registers the informers, starts the manager, and returns once the
@@ -309,35 +329,4 @@ func (r *Replica) Start(ctx context.Context) (<-chan error, error) {
 		return nil, err
 	}
 	return errc, nil
-}
-
-// InitialSync applies every object that exists as one batch.
-func (s *Source) InitialSync(ctx context.Context) error {
-	var ups v1alpha1.UpstreamList
-	var locs v1alpha1.LocalityList
-	var sets v1alpha1.EndpointSetList
-	var domains v1alpha1.SpatialDomainList
-	var parts v1alpha1.PartitionList
-	for _, l := range []client.ObjectList{&ups, &locs, &sets, &domains, &parts} {
-		if err := s.Reader.List(ctx, l); err != nil {
-			return fmt.Errorf("initial list: %w", err)
-		}
-	}
-	for i := range ups.Items {
-		s.mark(topology.KindUpstream, &ups.Items[i])
-	}
-	for i := range locs.Items {
-		s.mark(topology.KindLocality, &locs.Items[i])
-	}
-	for i := range sets.Items {
-		s.mark(topology.KindEndpointSet, &sets.Items[i])
-	}
-	for i := range domains.Items {
-		s.mark(topology.KindSpatialDomain, &domains.Items[i])
-	}
-	for i := range parts.Items {
-		s.mark(topology.KindPartition, &parts.Items[i])
-	}
-	s.sync(ctx)
-	return nil
 }

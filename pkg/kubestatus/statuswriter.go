@@ -1,11 +1,10 @@
-package kube
+package kubestatus
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -13,9 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -24,6 +21,7 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 )
 
@@ -70,6 +68,13 @@ type StatusBudget struct {
 	Workers int
 }
 
+// DefaultBudget is the budget of a replica's default options: 80% of a
+// client of 1,000 requests per second and a burst of 2,000, and 16 writes in
+// flight (kubereplica.Options.StatusBudgetOf, which a test holds equal).
+func DefaultBudget() StatusBudget {
+	return StatusBudget{QPS: 800, Burst: 1600, Workers: 16}
+}
+
 const (
 	// defaultPublishGrace is how long a change waits for the publication of
 	// its revision before its status says Pending.
@@ -106,13 +111,13 @@ type StatusWriter struct {
 	// Client reads from the informer cache and writes the status subresource.
 	Client client.Client
 	Dir    *topology.Directory
-	Source *Source
+	Source *kube.Source
 	// Publication says what xDS carries; nil counts every snapshot of Dir as
 	// published once it is current (a replica that serves no xDS).
 	Publication Publication
 	Log         *slog.Logger
 	Metrics     *metrics.Metrics
-	// Budget: the zero value means that of the default Options.
+	// Budget: the zero value means DefaultBudget.
 	Budget StatusBudget
 	// PublishGrace: 0 means 2s.
 	PublishGrace time.Duration
@@ -147,21 +152,6 @@ var statusIndexes = []struct {
 	{&v1alpha1.Partition{}, partitionDomainIndex, func(o client.Object) []string { return []string{o.(*v1alpha1.Partition).Spec.Domain} }},
 }
 
-// kindOf pairs an object of a kind with the kind's name.
-type kindOf struct {
-	obj  client.Object
-	kind string
-}
-
-// statusKinds are the kinds whose status the writer writes.
-var statusKinds = []kindOf{
-	{&v1alpha1.Upstream{}, topology.KindUpstream},
-	{&v1alpha1.Locality{}, topology.KindLocality},
-	{&v1alpha1.EndpointSet{}, topology.KindEndpointSet},
-	{&v1alpha1.SpatialDomain{}, topology.KindSpatialDomain},
-	{&v1alpha1.Partition{}, topology.KindPartition},
-}
-
 // Start writes status until ctx is done (the Lease is lost). It first waits
 // for the first publication, then queues every object once (from the
 // informer cache: a new leader catches up without writing what is already
@@ -184,7 +174,7 @@ func (w *StatusWriter) Start(ctx context.Context) error {
 	}
 	budget := w.Budget
 	if budget == (StatusBudget{}) {
-		budget = Options{}.StatusBudgetOf()
+		budget = DefaultBudget()
 	}
 	grace := w.PublishGrace
 	if grace <= 0 {
@@ -247,8 +237,10 @@ func (w *StatusWriter) Start(ctx context.Context) error {
 // directoryPublication counts every current snapshot as published.
 type directoryPublication struct{ d *topology.Directory }
 
-func (p directoryPublication) Published() bool          { return true }
-func (p directoryPublication) LastRevision() uint64     { return p.d.Current().Revision }
+func (p directoryPublication) Published() bool { return true }
+
+func (p directoryPublication) LastRevision() uint64 { return p.d.Current().Revision }
+
 func (p directoryPublication) Changed() <-chan struct{} { return p.d.Changed() }
 
 // statusRun is one term of leadership: its queue, budget and the objects
@@ -270,267 +262,6 @@ type statusRun struct {
 	failed    int
 	lastErr   error
 	lastLogAt time.Time
-}
-
-// watchObjects queues an object on each add and update of the five kinds;
-// adding the handlers to synced informers queues every object that exists.
-func (r *statusRun) watchObjects(ctx context.Context) (func(), error) {
-	var undo []func()
-	unregister := func() {
-		for _, f := range undo {
-			f()
-		}
-	}
-	for _, k := range statusKinds {
-		inf, err := r.w.informers.GetInformer(ctx, k.obj)
-		if err != nil {
-			unregister()
-			return nil, fmt.Errorf("status writer: informer for %s: %w", k.kind, err)
-		}
-		kind := k.kind
-		add := func(obj any) {
-			if o, ok := obj.(client.Object); ok {
-				r.q.Add(topology.ObjectRef{Kind: kind, Key: keyOf(o)})
-			}
-		}
-		reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    add,
-			UpdateFunc: func(_, n any) { add(n) },
-		})
-		if err != nil {
-			unregister()
-			return nil, fmt.Errorf("status writer: event handler for %s: %w", k.kind, err)
-		}
-		undo = append(undo, func() {
-			if err := inf.RemoveEventHandler(reg); err != nil {
-				r.log.Warn("status writer: removing an event handler failed", "kind", kind, "error", err)
-			}
-		})
-	}
-	return unregister, nil
-}
-
-// followDirectory queues, for each new snapshot, the upstreams and spatial
-// domains whose part of the topology changed, with their objects.
-func (r *statusRun) followDirectory(ctx context.Context, last *topology.Snapshot) {
-	for {
-		changed := r.w.Dir.Changed()
-		cur := r.w.Dir.Current()
-		if cur == last {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-				continue
-			}
-		}
-		keys, ok := cur.ChangedSince(last.Revision)
-		if !ok {
-			keys = changedUpstreams(last, cur)
-		}
-		for _, k := range keys {
-			r.queueUpstream(ctx, k)
-		}
-		for _, k := range changedDomains(last, cur) {
-			r.queueDomain(ctx, k)
-		}
-		last = cur
-	}
-}
-
-// changedUpstreams lists the upstreams whose state differs between two
-// snapshots (unchanged states are shared between snapshots).
-func changedUpstreams(a, b *topology.Snapshot) []topology.Key {
-	x, y := a.Upstreams(), b.Upstreams()
-	var out []topology.Key
-	for len(x) > 0 || len(y) > 0 {
-		switch {
-		case len(y) == 0 || (len(x) > 0 && x[0].Upstream.Key.Compare(y[0].Upstream.Key) < 0):
-			out, x = append(out, x[0].Upstream.Key), x[1:]
-		case len(x) == 0 || x[0].Upstream.Key.Compare(y[0].Upstream.Key) > 0:
-			out, y = append(out, y[0].Upstream.Key), y[1:]
-		default:
-			if x[0] != y[0] {
-				out = append(out, y[0].Upstream.Key)
-			}
-			x, y = x[1:], y[1:]
-		}
-	}
-	return out
-}
-
-// changedDomains lists the spatial domains whose state differs between two snapshots.
-func changedDomains(a, b *topology.Snapshot) []topology.Key {
-	var out []topology.Key
-	for _, s := range b.Spatial() {
-		if a.SpatialDomain(s.Domain.Key) != s {
-			out = append(out, s.Domain.Key)
-		}
-	}
-	for _, s := range a.Spatial() {
-		if b.SpatialDomain(s.Domain.Key) == nil {
-			out = append(out, s.Domain.Key)
-		}
-	}
-	return out
-}
-
-// queueUpstream queues an Upstream and the Localities and EndpointSets that name it.
-func (r *statusRun) queueUpstream(ctx context.Context, k topology.Key) {
-	r.q.Add(topology.ObjectRef{Kind: topology.KindUpstream, Key: k})
-	r.queueIndexed(ctx, &v1alpha1.LocalityList{}, topology.KindLocality, localityUpstreamIndex, k)
-	r.queueIndexed(ctx, &v1alpha1.EndpointSetList{}, topology.KindEndpointSet, endpointSetUpstreamIndex, k)
-}
-
-// queueDomain queues a SpatialDomain and its Partitions.
-func (r *statusRun) queueDomain(ctx context.Context, k topology.Key) {
-	r.q.Add(topology.ObjectRef{Kind: topology.KindSpatialDomain, Key: k})
-	r.queueIndexed(ctx, &v1alpha1.PartitionList{}, topology.KindPartition, partitionDomainIndex, k)
-}
-
-// queueIndexed queues the objects of a kind in k's namespace whose index
-// value is k's name, from the informer cache.
-func (r *statusRun) queueIndexed(ctx context.Context, list client.ObjectList, kind, index string, k topology.Key) {
-	if err := r.w.Client.List(ctx, list, client.InNamespace(k.Namespace), client.MatchingFields{index: k.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		if ctx.Err() == nil {
-			r.log.Error("status writer: listing from the cache", "kind", kind, "naming", k.String(), "error", err)
-		}
-		return
-	}
-	_ = meta.EachListItem(list, func(o runtime.Object) error {
-		if co, ok := o.(client.Object); ok {
-			r.q.Add(topology.ObjectRef{Kind: kind, Key: keyOf(co)})
-		}
-		return nil
-	})
-}
-
-// followPublication queues the objects that wait for a publication each time
-// one happens after revision seen.
-func (r *statusRun) followPublication(ctx context.Context, seen uint64) {
-	for {
-		// the channel is taken before the revision is read, so a publication
-		// between two waits is seen by its revision
-		changed := r.pub.Changed()
-		if rev := r.pub.LastRevision(); rev != seen {
-			seen = rev
-			r.mu.Lock()
-			for ref := range r.deferred {
-				r.q.Add(ref)
-			}
-			r.mu.Unlock()
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed:
-		}
-	}
-}
-
-// followDemand queues the Balanced upstreams whose applied demand changed:
-// their status.clientZones follow it. Demand moves at most every
-// publish.DemandQuiet per upstream, so this writes no more often.
-func (r *statusRun) followDemand(ctx context.Context, cd ClassDemand) {
-	type applied struct {
-		demand    []affinity.Demand
-		fromLoads bool
-	}
-	seen := map[topology.Key]applied{}
-	for {
-		changed := cd.DemandChanged()
-		for _, u := range r.w.Dir.Current().Upstreams() {
-			if u.Upstream.ModeOf() != affinity.Balanced {
-				delete(seen, u.Upstream.Key)
-				continue
-			}
-			var d applied
-			d.demand, d.fromLoads = cd.AppliedDemand(u.Upstream.Key)
-			if old, ok := seen[u.Upstream.Key]; !ok || !slices.Equal(old.demand, d.demand) || old.fromLoads != d.fromLoads {
-				seen[u.Upstream.Key] = d
-				if ok {
-					r.queueUpstream(ctx, u.Upstream.Key)
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed:
-		}
-	}
-}
-
-// followClientRejections queues the Upstreams whose resources this
-// replica's clients start or stop rejecting: their Programmed follows it.
-func (r *statusRun) followClientRejections(ctx context.Context, cr ClientRejections) {
-	seen := map[topology.Key]string{}
-	for {
-		changed := cr.RejectedChanged()
-		for _, u := range r.w.Dir.Current().Upstreams() {
-			k := u.Upstream.Key
-			if why := cr.RejectedBy(k); why != seen[k] {
-				if why == "" {
-					delete(seen, k)
-				} else {
-					seen[k] = why
-				}
-				r.q.Add(topology.ObjectRef{Kind: topology.KindUpstream, Key: k})
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed:
-		}
-	}
-}
-
-// followRejections queues the objects whose rejection changed, and the
-// Upstreams whose Service reference resolves differently.
-func (r *statusRun) followRejections(ctx context.Context, rejected map[topology.ObjectRef]Rejection, refs map[topology.Key]string) {
-	conds := r.w.Source.ClusterConditions()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.w.Source.RejectionsChanged():
-		}
-		nowRejected, nowRefs := r.w.Source.Rejections(), r.w.Source.ServiceRefs()
-		for ref, rej := range nowRejected {
-			if old, was := rejected[ref]; (!was || old != rej) && ref.Kind != KindService {
-				r.q.Add(ref)
-			}
-		}
-		for ref := range rejected {
-			if _, still := nowRejected[ref]; !still && ref.Kind != KindService {
-				r.q.Add(ref)
-			}
-		}
-		for k, v := range nowRefs {
-			if refs[k] != v {
-				r.q.Add(topology.ObjectRef{Kind: topology.KindUpstream, Key: k})
-			}
-		}
-		for k := range refs {
-			if _, still := nowRefs[k]; !still {
-				r.q.Add(topology.ObjectRef{Kind: topology.KindUpstream, Key: k})
-			}
-		}
-		nowConds := r.w.Source.ClusterConditions()
-		for k, c := range nowConds {
-			if !condEqual(conds[k], &c) {
-				r.q.Add(topology.ObjectRef{Kind: topology.KindUpstream, Key: k})
-			}
-		}
-		for k := range conds {
-			if _, still := nowConds[k]; !still {
-				r.q.Add(topology.ObjectRef{Kind: topology.KindUpstream, Key: k})
-			}
-		}
-		rejected, refs, conds = nowRejected, nowRefs, nowConds
-	}
 }
 
 // work processes queued objects until the queue shuts down.
@@ -589,7 +320,7 @@ func (r *statusRun) failedWrite(ref topology.ObjectRef, err error) {
 func (r *statusRun) process(ctx context.Context, ref topology.ObjectRef) error {
 	snap := r.w.Dir.Current()
 	published := r.pub.LastRevision()
-	var rej *Rejection
+	var rej *kube.Rejection
 	if v, ok := r.w.Source.Rejection(ref); ok {
 		rej = &v
 	}
@@ -629,7 +360,7 @@ func (r *statusRun) process(ctx context.Context, ref topology.ObjectRef) error {
 			c.ObservedGeneration = u.Generation
 			meta.SetStatusCondition(&want.Conditions, c)
 		} else {
-			meta.RemoveStatusCondition(&want.Conditions, ConditionRemoteClustersSynced)
+			meta.RemoveStatusCondition(&want.Conditions, kube.ConditionRemoteClustersSynced)
 		}
 		return writeStatus(ctx, r, ref, &u, &u.Status, want)
 	case topology.KindLocality:
@@ -751,21 +482,27 @@ func writeStatus[S any](ctx context.Context, r *statusRun, ref topology.ObjectRe
 type queueMetrics struct{ m *metrics.Metrics }
 
 func (q queueMetrics) NewDepthMetric(string) workqueue.GaugeMetric { return q.m.StatusQueueDepth }
+
 func (q queueMetrics) NewAddsMetric(string) workqueue.CounterMetric {
 	return q.m.StatusQueueAdds
 }
+
 func (q queueMetrics) NewLatencyMetric(string) workqueue.HistogramMetric {
 	return q.m.StatusQueueLatency
 }
+
 func (q queueMetrics) NewWorkDurationMetric(string) workqueue.HistogramMetric {
 	return q.m.StatusWorkDuration
 }
+
 func (q queueMetrics) NewUnfinishedWorkSecondsMetric(string) workqueue.SettableGaugeMetric {
 	return discardGauge{}
 }
+
 func (q queueMetrics) NewLongestRunningProcessorSecondsMetric(string) workqueue.SettableGaugeMetric {
 	return discardGauge{}
 }
+
 func (q queueMetrics) NewRetriesMetric(string) workqueue.CounterMetric { return q.m.StatusRetries }
 
 // discardGauge is a queue metric the control plane does not export.

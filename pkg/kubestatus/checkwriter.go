@@ -1,4 +1,4 @@
-package kube
+package kubestatus
 
 import (
 	"cmp"
@@ -19,6 +19,7 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/healthcheck"
 	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 )
@@ -124,7 +125,7 @@ func (r *checkRun) seed(ctx context.Context) error {
 		}
 		var targets []healthcheck.Target
 		m := map[healthcheck.Target]unhealthyEndpoint{}
-		for _, v := range checkVerdicts(u) {
+		for _, v := range kube.CheckVerdicts(u) {
 			t := healthcheck.Target{Address: v.Address, Port: v.Port}
 			targets = append(targets, t)
 			m[t] = unhealthyEndpoint{origin: v.Origin, since: sinceOf(ac, v)}

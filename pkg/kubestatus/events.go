@@ -1,4 +1,4 @@
-package kube
+package kubestatus
 
 import (
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/source/kube"
 )
 
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -16,20 +17,17 @@ type EventRecorder interface {
 	Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...any)
 }
 
-// Event reasons of their own (the others are the conditions' reasons).
-const (
-	// ReasonLeaderElected: a replica took the status-writer Lease.
-	ReasonLeaderElected = "LeaderElected"
-	// ReasonRecovered: a condition is good again (Accepted, Programmed or
-	// ResolvedRefs True after False; Degraded False after True).
-	ReasonRecovered = "Recovered"
-)
+// ReasonRecovered is an Event reason of its own (the others are the
+// conditions' reasons, and leader.ReasonLeaderElected): a condition is good
+// again (Accepted, Programmed or ResolvedRefs True after False; Degraded
+// False after True).
+const ReasonRecovered = "Recovered"
 
 // maxEventNote bounds an Event's note (the API takes 1 KiB).
 const maxEventNote = 1000
 
-// eventAction is the action of every status Event.
-const eventAction = "WriteStatus"
+// EventAction is the action of every status Event.
+const EventAction = "WriteStatus"
 
 // conditionEvent is the Event one condition's change calls for, if any:
 // only transitions into or out of a bad state, never a first good state
@@ -68,14 +66,14 @@ func statusEvents(rec EventRecorder, obj runtime.Object, old, cur []metav1.Condi
 	}
 	for _, c := range cur {
 		if c.Type != v1alpha1.ConditionAccepted && c.Type != v1alpha1.ConditionProgrammed &&
-			c.Type != v1alpha1.ConditionDegraded && c.Type != ConditionResolvedRefs && c.Type != ConditionRemoteClustersSynced {
+			c.Type != v1alpha1.ConditionDegraded && c.Type != kube.ConditionResolvedRefs && c.Type != kube.ConditionRemoteClustersSynced {
 			continue
 		}
 		eventtype, reason, ok := conditionEvent(meta.FindStatusCondition(old, c.Type), c)
 		if !ok {
 			continue
 		}
-		rec.Eventf(obj, nil, eventtype, reason, eventAction, "%s", clip(c.Type+"="+string(c.Status)+": "+c.Message, maxEventNote))
+		rec.Eventf(obj, nil, eventtype, reason, EventAction, "%s", clip(c.Type+"="+string(c.Status)+": "+c.Message, maxEventNote))
 	}
 }
 
