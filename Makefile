@@ -103,7 +103,7 @@ churn: ## The Kubernetes churn benchmark (1,000 writes/s for 60 s by default; CH
 	POISE_CHURN_RATE=$(or $(CHURN_RATE),1000) POISE_CHURN_SECONDS=$(or $(CHURN_SECONDS),60) KUBEBUILDER_ASSETS="$$assets" \
 	$(GO) test -count=1 -timeout 30m -run '^TestChurn$$' -v ./test/kube/
 
-# The status writer at the scale of issue 11 (docs/kubernetes.md, "Status at
+# The status writer at scale (docs/kubernetes.md, "Status at
 # scale"): 5,000 Upstreams × (3 Localities + 3 EndpointSets) on a real
 # apiserver; time from the start to every status, writes per flip, writes of
 # a leader handover, then FLIP_RATE flips/s for FLIP_SECONDS. CI runs the same

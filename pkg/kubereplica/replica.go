@@ -145,7 +145,7 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	if err != nil {
 		return nil, err
 	}
-	log.Info("status-writer Lease", "namespace", ns, "name", id, "chosen because", why)
+	log.Info("status-writer Lease", "namespace", ns, "name", id, "chosenBecause", why)
 	// The manager runs no election of its own: every replica's informers and
 	// source run always, and the elector below gates only the status writer.
 	mopts := manager.Options{

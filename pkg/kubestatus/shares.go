@@ -42,7 +42,7 @@ const (
 var ErrShareTooLarge = errors.New("shared aggregate over 512 KiB")
 
 // Shares carries each replica's compact aggregate of its own clients' load
-// reports to the leader (specs/signals.md, "Who decides, across replicas"):
+// reports to the leader (docs/health.md, "Who decides"):
 // one ConfigMap per replica in the Lease's namespace, written by that
 // replica, read by the leader. It reads the apiserver directly (no informer:
 // only the leader reads, once an evaluation), so replicas do not cache every

@@ -75,7 +75,7 @@ type zoneClient struct {
 	conn       *grpc.ClientConn
 }
 
-// TestGRPCClientsInThreeZonesCarryOutTheirClassSplit is issue 13's
+// TestGRPCClientsInThreeZonesCarryOutTheirClassSplit is the
 // end-to-end proof of localityAffinity: real grpc-go xDS clients whose
 // bootstrap sets node.locality in three zones, each zone's observed split
 // within 4.5 σ (per backend) of what explain computes for clients there,

@@ -23,7 +23,7 @@ import (
 // faithful one fails by chance with probability about 2·10⁻⁵ per policy.
 const lbPolicyRPCs = 4_000
 
-// TestGRPCClientsCarryOutEveryLoadBalancingPolicy is issue 12, item 9: one
+// TestGRPCClientsCarryOutEveryLoadBalancingPolicy: one
 // Upstream per loadBalancing policy over the same three backends — localities
 // 3:1, endpoint weights 1 and 3 in the first — each dialled by its own
 // grpc-go xDS client. Every policy must reach the client without a NACK and

@@ -32,7 +32,7 @@ const (
 	resumeBound = 10 * time.Second
 )
 
-// TestAPIServerRestart is issue 12, item 14: after the apiserver comes back,
+// TestAPIServerRestart: after the apiserver comes back,
 // a change made then reaches the topology within resumeBound (not after
 // client-go's 40 to 70 s); while it is away /readyz stays ready with a
 // warning naming the broken watch, and poise_kube_source_stale_seconds

@@ -154,7 +154,7 @@ func (h replicaHealth) shows(upstreams []string) func(explain.Report) (bool, str
 
 // ---- figures: what a ClusterLoadAssignment carries, compared as text ----
 
-// explainedCLA is the ClusterLoadAssignment that specs/xds-publishing.md
+// explainedCLA is the ClusterLoadAssignment that docs/design/xds-publishing.md
 // (ControlPlane mode, Envoy's rendering) derives from an explained
 // upstream, as sorted figure lines: priority 0 holds every locality with
 // traffic, weighted by it, with its selectable endpoints; the standby

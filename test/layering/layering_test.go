@@ -100,6 +100,7 @@ var layers = []struct {
 		"test/kind",
 		"test/kube",
 		"test/layering",
+		"test/logkeys",
 		"test/scale/cmd/benchscale",
 		"test/soak",
 	}},

@@ -26,7 +26,7 @@ func (s *Source) applyBurst(ch *changes, log *slog.Logger) time.Duration {
 	case len(out.held) > 0:
 		if more, ok := s.refusalLog.take(start); ok {
 			log.Warn("manifest change held back: a file would take most of its objects away; the last topology keeps serving until the files have stayed so for the settle time",
-				"files", truncateReason(heldText(out.held)), "settle", s.settleTime(), "looked at again in", out.wait.Round(time.Millisecond), "revision", revision, "refusedMeanwhile", more)
+				"files", truncateReason(heldText(out.held)), "settle", s.settleTime(), "recheckIn", out.wait.Round(time.Millisecond), "revision", revision, "refusedMeanwhile", more)
 		}
 	case out.snap != nil:
 		log.Info("manifest change applied", "revision", out.snap.Revision, "files", out.files, "decoded", out.decoded,

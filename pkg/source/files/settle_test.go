@@ -75,7 +75,7 @@ func subscribe(t *testing.T, d *topology.Directory, ok func(*topology.Snapshot) 
 	return sub
 }
 
-// TestTruncateThenWriteNeverPublishesAPartialState is issue 12, item 6: a
+// TestTruncateThenWriteNeverPublishesAPartialState: a
 // writer that truncates a file and then writes its new content leaves it
 // empty for a moment; read then, it said "delete everything", and a client
 // lost clusters that both the old and the new content have. Random

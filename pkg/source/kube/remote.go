@@ -524,7 +524,7 @@ func (r *Remotes) observe(c *remote, err error) {
 					c.unreachable = b
 				}
 			}
-			r.Log.Warn("remote cluster unreachable; its last-known endpoints keep serving", "cluster", c.name, "for at most", r.staleAfter(), "error", err)
+			r.Log.Warn("remote cluster unreachable; its last-known endpoints keep serving", "cluster", c.name, "servedFor", r.staleAfter(), "error", err)
 		}
 		if !c.stale && now.Sub(c.unreachable) >= r.staleAfter() {
 			c.stale, changed = true, true
@@ -532,7 +532,7 @@ func (r *Remotes) observe(c *remote, err error) {
 		}
 	} else {
 		if !c.unreachable.IsZero() {
-			r.Log.Info("remote cluster reachable again", "cluster", c.name, "unreachable for", now.Sub(c.unreachable).Round(time.Millisecond))
+			r.Log.Info("remote cluster reachable again", "cluster", c.name, "unreachableFor", now.Sub(c.unreachable).Round(time.Millisecond))
 			changed = c.stale
 		}
 		c.unreachable, c.stale, c.lastErr = time.Time{}, false, ""

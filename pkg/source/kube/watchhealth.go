@@ -72,7 +72,7 @@ func (h *WatchHealth) working(kind string) {
 	if st.since.IsZero() {
 		return
 	}
-	h.Log.Info("kubernetes watch restored", "kind", kind, "broken for", h.now().Sub(st.since).Round(time.Millisecond))
+	h.Log.Info("kubernetes watch restored", "kind", kind, "brokenFor", h.now().Sub(st.since).Round(time.Millisecond))
 	st.since, st.err = time.Time{}, ""
 }
 

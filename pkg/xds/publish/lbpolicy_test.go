@@ -30,7 +30,7 @@ func clusterIn(t *testing.T, c *xdscache.Cache, v translate.Rendering, name stri
 }
 
 // TestClustersArePublishedPerRendering: Envoy's view gets the configured
-// policy, the gRPC view ROUND_ROBIN (issue 12, item 9); an upstream whose
+// policy, the gRPC view ROUND_ROBIN; an upstream whose
 // two renderings are the same bytes keeps one entry for both views, and a
 // change of policy re-sends both.
 func TestClustersArePublishedPerRendering(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"poise.dev/poise/pkg/loadreport"
 )
 
-// The load_reporting_interval LRS asks for (specs/signals.md).
+// The load_reporting_interval LRS asks for (docs/design/signals.md, "Load reports (LRS)").
 const (
 	DefaultLoadReportInterval = 10 * time.Second
 	MinLoadReportInterval     = time.Second
