@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"poise.dev/poise/pkg/admin"
+	"poise.dev/poise/pkg/xds/xdstype"
 )
 
 func newProxyConfigCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -89,7 +90,7 @@ func writeProxyConfigText(w io.Writer, replicas []replicaConfig) error {
 		for _, st := range r.Streams {
 			fmt.Fprintf(w, "NODE %s on %s (%s stream %d, %s, rendering %s, class %s)\n", st.NodeID, r.Replica, st.Protocol, st.Stream,
 				st.Kind, st.Rendering, orDash(st.Class))
-			if cds, ok := st.Types["CDS"]; ok {
+			if cds, ok := st.Types[xdstype.At(xdstype.Clusters).Short]; ok {
 				fmt.Fprintf(w, "\nCLUSTERS (version %s)\n", cds.Version)
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "  NAME\tLB POLICY\tDISCOVERY")
@@ -105,7 +106,7 @@ func writeProxyConfigText(w io.Writer, replicas []replicaConfig) error {
 				}
 				more(w, cds.More)
 			}
-			if eds, ok := st.Types["EDS"]; ok {
+			if eds, ok := st.Types[xdstype.At(xdstype.Endpoints).Short]; ok {
 				fmt.Fprintf(w, "\nENDPOINTS (version %s)\n", eds.Version)
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "  CLUSTER\tPRIORITY\tLOCALITY\tLOCALITY WEIGHT\tENDPOINT\tHEALTH\tWEIGHT")

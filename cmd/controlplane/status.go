@@ -15,13 +15,11 @@ import (
 
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/xds/server"
+	"poise.dev/poise/pkg/xds/xdstype"
 )
 
 // maxAdminResponse bounds what is read of one replica's admin answer.
 const maxAdminResponse = 32 << 20
-
-// statusTypes are the columns of status, in xDS order.
-var statusTypes = []string{"CDS", "EDS", "LDS", "RDS"}
 
 func newStatusCmd(stdout, stderr io.Writer) *cobra.Command {
 	var o statusOptions
@@ -157,7 +155,8 @@ func writeStatusText(w io.Writer, rows []replicaClient, clusters []replicaCluste
 
 func writeClientsText(w io.Writer, rows []replicaClient) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tREPLICA\tKIND\tCLASS\t"+strings.Join(statusTypes, "\t")+"\tLAST NACK")
+	types := xdstype.Shorts() // a column each, in the order they are sent
+	fmt.Fprintln(tw, "NODE\tREPLICA\tKIND\tCLASS\t"+strings.Join(types, "\t")+"\tLAST NACK")
 	for _, r := range rows {
 		c := r.Client
 		class := c.Class
@@ -167,7 +166,7 @@ func writeClientsText(w io.Writer, rows []replicaClient) error {
 		cols := []string{orDash(c.NodeID), r.Replica, c.Kind, class}
 		var last *server.NACK
 		var lastType string
-		for _, t := range statusTypes {
+		for _, t := range types {
 			ts := c.Types[t]
 			if ts == nil {
 				cols = append(cols, "-")

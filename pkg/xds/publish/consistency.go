@@ -11,6 +11,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xds/xdstype"
 )
 
 // InconsistencyError lists references that point at nothing.
@@ -63,7 +64,7 @@ func consistent(has func(typeURL, name string) bool, clusters []*cluster.Cluster
 	var missing []string
 	need := func(typeURL, name, from string) {
 		if !has(typeURL, name) {
-			missing = append(missing, fmt.Sprintf("%s needs %s %q", from, xdscache.ShortType(typeURL), name))
+			missing = append(missing, fmt.Sprintf("%s needs %s %q", from, xdstype.Short(typeURL), name))
 		}
 	}
 	for _, c := range clusters {

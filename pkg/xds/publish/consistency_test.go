@@ -21,6 +21,7 @@ import (
 	"poise.dev/poise/pkg/xds/publish"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xds/xdstype"
 )
 
 // snapshot loads the examples and every translate golden input together.
@@ -84,7 +85,7 @@ func without(t *testing.T, res map[string][]*xdscache.Entry, typeURL, name strin
 		}
 	}
 	if !found {
-		t.Fatalf("no %s %q to remove", xdscache.ShortType(typeURL), name)
+		t.Fatalf("no %s %q to remove", xdstype.Short(typeURL), name)
 	}
 	return out
 }

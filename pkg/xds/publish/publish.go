@@ -19,6 +19,7 @@ import (
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xds/xdstype"
 )
 
 // NewInstanceID returns a random identifier for this process; versions are
@@ -49,19 +50,19 @@ type Stats struct {
 	Snapshot *topology.Snapshot
 }
 
-// Counts is a number for each published type, in xdscache.TypeOrder.
-type Counts [4]int
+// Counts is a number for each published type, by xdstype index.
+type Counts [xdstype.Count]int
 
 // Of is the count of one type URL.
 func (c *Counts) Of(typeURL string) int {
-	if t := xdscache.TypeIndex(typeURL); t >= 0 {
+	if t := xdstype.Index(typeURL); t >= 0 {
 		return c[t]
 	}
 	return 0
 }
 
 func (c *Counts) add(typeURL string) {
-	if t := xdscache.TypeIndex(typeURL); t >= 0 {
+	if t := xdstype.Index(typeURL); t >= 0 {
 		c[t]++
 	}
 }
@@ -281,7 +282,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 		put(int(translate.PerEndpoint), resource.ListenerType, was.listener, pub.listener)
 		n := len(changes)
 		changes = appendVariantChanges(changes, &was, pub.variants)
-		st.Changes[xdscache.TypeIndex(resource.EndpointType)] += len(changes) - n
+		st.Changes[xdstype.Endpoints] += len(changes) - n
 	}
 	var spatial spatialSet
 	if err == nil {

@@ -17,6 +17,7 @@ import (
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xds/xdstype"
 )
 
 // Client kinds.
@@ -67,9 +68,9 @@ type Client struct {
 	Connected    time.Time             `json:"connected"`
 	Types        map[string]*TypeState `json:"types"`
 	// requested is when the stream last asked for each type (by
-	// xdscache.TypeIndex): a response to a new subscription converges from
+	// xdstype index): a response to a new subscription converges from
 	// the request, not from the publication of a version it predates.
-	requested [4]time.Time
+	requested [xdstype.Count]time.Time
 }
 
 // TypeState is what one client was sent and answered for one xDS type.
@@ -141,9 +142,9 @@ type NACK struct {
 // Clients is the registry of connected clients, fed by the xDS server.
 type Clients struct {
 	mu sync.Mutex
-	// byType are the metrics of each type (by xdscache.TypeIndex), looked
+	// byType are the metrics of each type (by xdstype index), looked
 	// up once: a label lookup per response would hash the label each time.
-	byType [4]typeMetrics
+	byType [xdstype.Count]typeMetrics
 	// SotW and Delta streams are numbered independently, each from 1, so a
 	// stream is known by its protocol and id.
 	streams map[streamKey]*Client
@@ -175,8 +176,8 @@ func NewClients(m *metrics.Metrics, log *slog.Logger) *Clients {
 	c := &Clients{streams: map[streamKey]*Client{}, metrics: m, log: log, now: time.Now,
 		rejected: map[string]map[streamKey]string{}, rejectedChanged: make(chan struct{})}
 	if m != nil {
-		for t, url := range xdscache.TypeOrder {
-			short := xdscache.ShortType(url)
+		for t, typ := range xdstype.All() {
+			short := typ.Short
 			c.byType[t] = typeMetrics{pushes: m.Pushes.WithLabelValues(short), nacks: m.NACKs.WithLabelValues(short),
 				convergence: m.Convergence.WithLabelValues(short), pushTime: m.PushDuration.WithLabelValues(short),
 				sendTime: m.SendDuration.WithLabelValues(short)}
@@ -188,7 +189,7 @@ func NewClients(m *metrics.Metrics, log *slog.Logger) *Clients {
 // sent records the time a response took: push from the stream's wake-up
 // to the response handed to gRPC, send the handing alone.
 func (c *Clients) sent(typeURL string, push, send time.Duration) {
-	if t := xdscache.TypeIndex(typeURL); c.metrics != nil && t >= 0 {
+	if t := xdstype.Index(typeURL); c.metrics != nil && t >= 0 {
 		c.byType[t].pushTime.Observe(push.Seconds())
 		c.byType[t].sendTime.Observe(send.Seconds())
 	}
@@ -241,7 +242,7 @@ func (c *Clients) NACKCount(typeURL string) uint64 {
 	defer c.mu.Unlock()
 	var n uint64
 	for _, cl := range c.streams {
-		if ts := cl.Types[xdscache.ShortType(typeURL)]; ts != nil {
+		if ts := cl.Types[xdstype.Short(typeURL)]; ts != nil {
 			n += ts.NACKs
 		}
 	}
@@ -363,7 +364,7 @@ func (c *Clients) identify(cl *Client, n *core.Node) {
 }
 
 func (cl *Client) typeState(typeURL string) *TypeState {
-	t := xdscache.ShortType(typeURL)
+	t := xdstype.Short(typeURL)
 	ts := cl.Types[t]
 	if ts == nil {
 		ts = &TypeState{}
@@ -383,7 +384,7 @@ func (c *Clients) sotwRequest(k streamKey, n *core.Node, typeURL string, version
 		return string(version)
 	}
 	var v string
-	if ts := cl.Types[xdscache.ShortType(typeURL)]; ts != nil && string(version) == ts.LastSentVersion {
+	if ts := cl.Types[xdstype.Short(typeURL)]; ts != nil && string(version) == ts.LastSentVersion {
 		v = ts.LastSentVersion
 	} else {
 		v = string(version)
@@ -413,14 +414,14 @@ func (c *Clients) deltaRequest(k streamKey, n *core.Node, typeURL, nonce, errDet
 // the server never sent.
 func (c *Clients) record(cl *Client, n *core.Node, typeURL, nonce, errDetail string, isNACK bool) {
 	c.identify(cl, n)
-	t := xdscache.TypeIndex(typeURL)
+	t := xdstype.Index(typeURL)
 	if t >= 0 {
 		cl.requested[t] = c.now()
 	}
 	if nonce == "" {
 		return // a first request: neither ACK nor NACK
 	}
-	short := xdscache.ShortType(typeURL)
+	short := xdstype.Short(typeURL)
 	ts := cl.Types[short]
 	if ts == nil || nonce != ts.LastSentNonce {
 		return
@@ -515,7 +516,7 @@ func (c *Clients) response(k streamKey, typeURL, version, nonce string, entries 
 		return
 	}
 	ts := cl.typeState(typeURL)
-	t := xdscache.TypeIndex(typeURL)
+	t := xdstype.Index(typeURL)
 	if c.metrics != nil && t >= 0 && !published.IsZero() && version != ts.LastSentVersion && version != ts.LastAckedVersion {
 		began := published
 		if r := cl.requested[t]; r.After(began) {
@@ -568,7 +569,7 @@ func (c *Clients) Serving(node string, limit int, match func(name string) bool) 
 		served := st.Serving(limit, match)
 		out[i].Types = map[string]xdscache.ServingType{}
 		for url, t := range served {
-			out[i].Types[xdscache.ShortType(url)] = t
+			out[i].Types[xdstype.Short(url)] = t
 		}
 	}
 	slices.SortFunc(out, func(a, b ClientServing) int {

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xds/xdstype"
 )
 
 // codec is gRPC's proto codec, except that a SotW DiscoveryRequest is read
@@ -112,7 +112,7 @@ type sotwRequest struct {
 	// type; a request that repeats them is recognised by comparing their
 	// bytes with the block (or by one hash over them when there is none),
 	// without walking them.
-	known  [4]namesSpan
+	known  [xdstype.Count]namesSpan
 	blocks *nameBlocks // where known's blocks come from; nil keeps none
 }
 
@@ -308,9 +308,9 @@ func (r *sotwRequest) resourceNames() []string {
 
 // typeURLString returns the type URL, without allocating for the published types.
 func (r *sotwRequest) typeURLString() string {
-	for _, t := range xdscache.TypeOrder {
-		if string(r.typeURL) == t {
-			return t
+	for i := range xdstype.Count {
+		if u := xdstype.At(i).URL; string(r.typeURL) == u {
+			return u
 		}
 	}
 	return string(r.typeURL)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xds/xdstype"
 )
 
 // FuzzSotwRequest reads arbitrary bytes, in arbitrary pieces, after a
@@ -30,7 +31,7 @@ func FuzzSotwRequest(f *testing.F) {
 		if err := newCodec().Unmarshal(framesOf(known, 5), r); err != nil {
 			t.Fatal(err)
 		}
-		r.remember(xdscache.TypeIndex(resource.EndpointType))
+		r.remember(xdstype.Endpoints)
 		r.release()
 		err := newCodec().Unmarshal(framesOf(b, int(size)+1), r)
 		defer r.release()

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xds/xdstype"
 )
 
 func names(n int, prefix string) []string {
@@ -90,7 +91,7 @@ func testRequestNamesHash(t *testing.T, blocks *nameBlocks) {
 				t.Fatalf("case %d, pieces of %d: fields read wrongly", i, size)
 			}
 			if size == 7 {
-				r.remember(xdscache.TypeIndex(tc.req.GetTypeUrl()))
+				r.remember(xdstype.Index(tc.req.GetTypeUrl()))
 			}
 			r.release()
 		}
@@ -218,13 +219,13 @@ func TestNameBlocksShared(t *testing.T) {
 				subscription = eds[1:]
 			}
 			decodeInto(t, r, req(subscription))
-			r.remember(xdscache.TypeIndex(resource.EndpointType))
+			r.remember(xdstype.Endpoints)
 			r.release()
 			decodeInto(t, r, req(subscription)) // its ACK
 			if r.span.block == nil || r.namesHash != c.HashNames(subscription) {
 				t.Fatal("an ACK was not recognised by its block")
 			}
-			r.remember(xdscache.TypeIndex(resource.EndpointType))
+			r.remember(xdstype.Endpoints)
 			r.release()
 			streams = append(streams, r)
 		}
@@ -233,7 +234,7 @@ func TestNameBlocksShared(t *testing.T) {
 		}
 		// one stream changes its subscription: its old block stays for the others
 		decodeInto(t, streams[0], req(eds[:500]))
-		streams[0].remember(xdscache.TypeIndex(resource.EndpointType))
+		streams[0].remember(xdstype.Endpoints)
 		if n, _ := blocks.size(); n != 3 {
 			t.Fatalf("%d blocks after a change, want 3", n)
 		}
@@ -249,7 +250,7 @@ func TestNameBlocksShared(t *testing.T) {
 		for _, sub := range [][]string{eds, eds[1:], eds[2:]} {
 			r := &sotwRequest{seed: c.Seed(), blocks: blocks}
 			decodeInto(t, r, req(sub))
-			r.remember(xdscache.TypeIndex(resource.EndpointType))
+			r.remember(xdstype.Endpoints)
 			r.release()
 			decodeInto(t, r, req(sub))
 			if r.namesHash != c.HashNames(sub) {
@@ -308,7 +309,7 @@ func TestRequestReadAsDecoded(t *testing.T) {
 				t.Fatalf("stream %d request %d (pieces of %d): read %d names, version %q, nonce %q, type %q; want %d, %q, %q, %q",
 					stream, i, size, r.names, r.version, r.nonce, r.typeURL, len(want.ResourceNames), want.VersionInfo, want.ResponseNonce, want.TypeUrl)
 			}
-			r.remember(xdscache.TypeIndex(typ))
+			r.remember(xdstype.Index(typ))
 			r.release()
 		}
 		r.forget()

@@ -29,6 +29,7 @@ import (
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xds/xdstype"
 	"poise.dev/poise/test/testkit"
 )
 
@@ -277,7 +278,7 @@ func portOf(t testing.TB, a *anypb.Any) uint32 {
 	return c.GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue()
 }
 
-func short(typeURL string) string { return xdscache.ShortType(typeURL) }
+func short(typeURL string) string { return xdstype.Short(typeURL) }
 
 // sotwClient is a hand-written SotW ADS client.
 type sotwClient struct {

@@ -9,12 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
-	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
-	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -23,6 +18,7 @@ import (
 
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xds/xdstype"
 )
 
 // xdsServer serves the xDS services from the cache. Each stream has two
@@ -49,22 +45,20 @@ type xdsServer struct {
 	loadInterval time.Duration
 }
 
-// register adds ADS and the four per-type services to g. It reuses the
-// generated service descriptions (names, methods, metadata) with this
+// register adds ADS and each type's own service (xdstype) to g. It reuses
+// the generated service descriptions (names, methods, metadata) with this
 // server's handlers, so the services are the standard ones on the wire.
 func (x *xdsServer) register(g *grpc.Server) {
-	services := []struct {
-		desc    grpc.ServiceDesc
+	type service struct {
+		desc    *grpc.ServiceDesc
 		typeURL string // "" for ADS: any type on one stream
-	}{
-		{discovery.AggregatedDiscoveryService_ServiceDesc, ""},
-		{clusterservice.ClusterDiscoveryService_ServiceDesc, resource.ClusterType},
-		{endpointservice.EndpointDiscoveryService_ServiceDesc, resource.EndpointType},
-		{listenerservice.ListenerDiscoveryService_ServiceDesc, resource.ListenerType},
-		{routeservice.RouteDiscoveryService_ServiceDesc, resource.RouteType},
+	}
+	services := []service{{&discovery.AggregatedDiscoveryService_ServiceDesc, ""}}
+	for _, t := range xdstype.All() {
+		services = append(services, service{t.Service, t.URL})
 	}
 	for _, svc := range services {
-		desc := svc.desc
+		desc := *svc.desc
 		desc.HandlerType = (*any)(nil)
 		desc.Streams = nil
 		for _, sd := range svc.desc.Streams {
@@ -98,13 +92,13 @@ func typeFor(got, only string) (string, error) {
 		return got, nil
 	}
 	if got != "" && got != only {
-		return "", status.Errorf(codes.InvalidArgument, "type %q on the %s service", got, xdscache.ShortType(only))
+		return "", status.Errorf(codes.InvalidArgument, "type %q on the %s service", got, xdstype.Short(only))
 	}
 	return only, nil
 }
 
 func unknownType(typeURL string) error {
-	return status.Errorf(codes.InvalidArgument, "type %q is not served (served: CDS, EDS, LDS, RDS)", typeURL)
+	return status.Errorf(codes.InvalidArgument, "type %q is not served (served: %s)", typeURL, strings.Join(xdstype.Shorts(), ", "))
 }
 
 // requestError is the status a stream ends with when the cache refuses a request.
@@ -113,7 +107,7 @@ func requestError(typeURL string, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, xdscache.ErrTooManyNames):
-		return status.Errorf(codes.ResourceExhausted, "%s: %v", xdscache.ShortType(typeURL), err)
+		return status.Errorf(codes.ResourceExhausted, "%s: %v", xdstype.Short(typeURL), err)
 	}
 	return unknownType(typeURL)
 }
@@ -345,7 +339,7 @@ func (x *xdsServer) handleSotw(st *xdscache.Stream, key streamKey, only string, 
 	if err != nil {
 		return err
 	}
-	t := xdscache.TypeIndex(typeURL)
+	t := xdstype.Index(typeURL)
 	if t < 0 {
 		return unknownType(typeURL)
 	}
@@ -403,7 +397,7 @@ func (x *xdsServer) handleDelta(st *xdscache.Stream, key streamKey, only string,
 	if err != nil {
 		return err
 	}
-	if xdscache.TypeIndex(typeURL) < 0 {
+	if xdstype.Index(typeURL) < 0 {
 		return unknownType(typeURL)
 	}
 	st.SetNode(req.GetNode())

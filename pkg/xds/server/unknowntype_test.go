@@ -79,3 +79,20 @@ func TestUnknownTypesLeaveNoState(t *testing.T) {
 		t.Errorf("the heap grew by %d KiB over %d refused streams", grown>>10, streams)
 	}
 }
+
+// The refusal names the types that are served, as clients have seen it.
+func TestUnknownTypeNamesTheServedTypes(t *testing.T) {
+	h := newHarness(t)
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(h.conn).StreamAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: "type.googleapis.com/bogus.Thing", Node: envoyNode("bad")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Recv()
+	const want = `type "type.googleapis.com/bogus.Thing" is not served (served: CDS, EDS, LDS, RDS)`
+	if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument || st.Message() != want {
+		t.Fatalf("got %v, want InvalidArgument %q", err, want)
+	}
+}

@@ -11,9 +11,10 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"poise.dev/poise/pkg/xds/xdstype"
 )
 
 // Publisher is what the control plane writes published resources to.
@@ -24,31 +25,12 @@ type Publisher interface {
 	Resources(view int) map[string][]*Entry
 }
 
-// TypeOrder is the order in which changes reach a client: clusters before
-// their endpoints, listeners before their routes (make before break).
-var TypeOrder = []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType}
+// TypeOrder is the served type URLs in the order in which changes reach a
+// client (xdstype's order); a type's index there is its TypeIndex.
+var TypeOrder = xdstype.URLs()
 
-// numTypes is the number of types the cache publishes; a type's index is its
-// place in TypeOrder.
-const numTypes = 4
-
-// endpointsIndex is TypeIndex(resource.EndpointType).
-const endpointsIndex = 1
-
-// TypeIndex is the index of a published type URL in TypeOrder, or -1.
-func TypeIndex(typeURL string) int {
-	switch typeURL {
-	case resource.ClusterType:
-		return 0
-	case resource.EndpointType:
-		return 1
-	case resource.ListenerType:
-		return 2
-	case resource.RouteType:
-		return 3
-	}
-	return -1
-}
+// TypeIndex is the index of a served type URL (see xdstype), or -1.
+func TypeIndex(typeURL string) int { return xdstype.Index(typeURL) }
 
 // ErrUnknownType is returned for a request of a type the cache does not
 // publish; the cache keeps no state for it.
@@ -62,11 +44,6 @@ const MaxSubscribedNames = 1 << 18
 // ErrTooManyNames is returned for a request that would subscribe one stream
 // to more than MaxSubscribedNames names of a type; nothing of it is applied.
 var ErrTooManyNames = fmt.Errorf("more than %d resource names subscribed", MaxSubscribedNames)
-
-// fullState types are sent whole in SotW: a resource missing from a
-// response is deleted on the client. They also allow the legacy wildcard
-// (an empty first request).
-func fullState(t int) bool { return t == 0 || t == 2 }
 
 // Entry is one resource at one version, marshalled once and shared by every
 // view and every client it is sent to. Only its bytes are kept; Decode
@@ -101,7 +78,7 @@ func NewEntryBytes(name, version, typeURL string, b []byte) *Entry {
 // Decode unmarshals the entry into m.
 func (e *Entry) Decode(m proto.Message) error {
 	if err := proto.Unmarshal(e.Any.GetValue(), m); err != nil {
-		return fmt.Errorf("%s %s: %w", ShortType(e.Any.GetTypeUrl()), e.Name, err)
+		return fmt.Errorf("%s %s: %w", xdstype.Short(e.Any.GetTypeUrl()), e.Name, err)
 	}
 	return nil
 }
@@ -153,7 +130,7 @@ type Cache struct {
 }
 
 type view struct {
-	types [numTypes]*typeState
+	types [xdstype.Count]*typeState
 }
 
 // typeState is one type in one view.
@@ -222,8 +199,8 @@ func New(n int, viewFor func(*core.Node) int, opts ...Option) *Cache {
 	}
 	for range n {
 		v := &view{}
-		for t, url := range TypeOrder {
-			v.types[t] = &typeState{typ: t, typeURL: url, resources: map[string]*Entry{},
+		for t, typ := range xdstype.All() {
+			v.types[t] = &typeState{typ: t, typeURL: typ.URL, resources: map[string]*Entry{},
 				variants: map[string]map[string]variant{}, perZone: map[string]int{},
 				base: newGroup(""), zones: map[string]*group{}}
 		}
@@ -249,7 +226,7 @@ func (c *Cache) Apply(u Update) {
 	c.mu.Lock()
 	c.epoch++
 	for _, ch := range u.Changes {
-		t := TypeIndex(ch.TypeURL)
+		t := xdstype.Index(ch.TypeURL)
 		if t < 0 || ch.View < 0 || ch.View >= len(c.views) {
 			continue
 		}
@@ -598,7 +575,7 @@ func (c *Cache) VariantZones(view int) []string {
 // of a type: those named, or all of them. It returns no entries and
 // ok=false when nothing is published yet or the client holds the current version.
 func (c *Cache) Fetch(_ context.Context, node *core.Node, typeURL, version string, names []string) (entries []*Entry, current string, ok bool, err error) {
-	t := TypeIndex(typeURL)
+	t := xdstype.Index(typeURL)
 	if t < 0 {
 		return nil, "", false, ErrUnknownType
 	}
@@ -621,17 +598,6 @@ func (c *Cache) Fetch(_ context.Context, node *core.Node, typeURL, version strin
 	return slices.CompactFunc(entries, func(a, b *Entry) bool { return a == b }), ts.version, true, nil
 }
 
-// ShortType names a type URL for people and metric labels: CDS, EDS, LDS, RDS.
-func ShortType(typeURL string) string {
-	switch typeURL {
-	case resource.ClusterType:
-		return "CDS"
-	case resource.EndpointType:
-		return "EDS"
-	case resource.ListenerType:
-		return "LDS"
-	case resource.RouteType:
-		return "RDS"
-	}
-	return typeURL
-}
+// ShortType names a type URL for people and metric labels: its xdstype
+// short name (CDS, EDS, LDS, RDS), or the URL itself when it is not served.
+func ShortType(typeURL string) string { return xdstype.Short(typeURL) }

@@ -16,6 +16,7 @@ import (
 
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xds/xdstype"
 )
 
 var (
@@ -94,12 +95,12 @@ func (sc *sotwClient) expect(typeURL, version string, names ...string) xdscache.
 	sc.t.Helper()
 	rs := sc.next()
 	if len(rs) != 1 {
-		sc.t.Fatalf("%d responses ready, want one %s %s %v", len(rs), xdscache.ShortType(typeURL), version, names)
+		sc.t.Fatalf("%d responses ready, want one %s %s %v", len(rs), xdstype.Short(typeURL), version, names)
 	}
 	r := rs[0]
 	if r.TypeURL != typeURL || r.Version != version || !slices.Equal(entryNames(r.Entries), names) {
-		sc.t.Fatalf("got %s %s %v, want %s %s %v", xdscache.ShortType(r.TypeURL), r.Version, entryNames(r.Entries),
-			xdscache.ShortType(typeURL), version, names)
+		sc.t.Fatalf("got %s %s %v, want %s %s %v", xdstype.Short(r.TypeURL), r.Version, entryNames(r.Entries),
+			xdstype.Short(typeURL), version, names)
 	}
 	return r
 }
@@ -107,7 +108,7 @@ func (sc *sotwClient) expect(typeURL, version string, names ...string) xdscache.
 func (sc *sotwClient) silent() {
 	sc.t.Helper()
 	if rs := sc.next(); len(rs) != 0 {
-		sc.t.Fatalf("unexpected %s %s %v", xdscache.ShortType(rs[0].TypeURL), rs[0].Version, entryNames(rs[0].Entries))
+		sc.t.Fatalf("unexpected %s %s %v", xdstype.Short(rs[0].TypeURL), rs[0].Version, entryNames(rs[0].Entries))
 	}
 }
 
@@ -314,7 +315,7 @@ func (d *deltaClient) expect(typeURL string, updated, removed []string) xdscache
 	}
 	r := d.out[0]
 	if r.TypeURL != typeURL || !slices.Equal(entryNames(r.Entries), append([]string{}, updated...)) || !slices.Equal(r.Removed, removed) {
-		d.t.Fatalf("got %s %v removed %v, want %v removed %v", xdscache.ShortType(r.TypeURL), entryNames(r.Entries), r.Removed, updated, removed)
+		d.t.Fatalf("got %s %v removed %v, want %v removed %v", xdstype.Short(r.TypeURL), entryNames(r.Entries), r.Removed, updated, removed)
 	}
 	return r
 }
@@ -322,7 +323,7 @@ func (d *deltaClient) expect(typeURL string, updated, removed []string) xdscache
 func (d *deltaClient) silent() {
 	d.t.Helper()
 	if d.out = d.s.Next(d.out[:0]); len(d.out) != 0 {
-		d.t.Fatalf("unexpected %s %v removed %v", xdscache.ShortType(d.out[0].TypeURL), entryNames(d.out[0].Entries), d.out[0].Removed)
+		d.t.Fatalf("unexpected %s %v removed %v", xdstype.Short(d.out[0].TypeURL), entryNames(d.out[0].Entries), d.out[0].Removed)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"poise.dev/poise/pkg/xds/xdstype"
 )
 
 // Stream is the cache's side of one client stream (SotW or Delta): one
@@ -29,7 +31,7 @@ type Stream struct {
 	zone     string
 	admitted Admission
 	demand   uint64 // DemandWeight of the node: what the stream counts for in Demand
-	watches  [numTypes]*Watch
+	watches  [xdstype.Count]*Watch
 	wakeCh   chan struct{}
 	epoch    uint64 // the Apply that last queued this stream for waking
 	nonce    uint64
@@ -104,7 +106,7 @@ func (s *Stream) SetNode(n *core.Node) {
 	}
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	if !s.viewSet && !s.closed && s.watches == [numTypes]*Watch{} {
+	if !s.viewSet && !s.closed && s.watches == [xdstype.Count]*Watch{} {
 		s.view, s.viewSet = s.c.viewOf(n), true
 		s.demand, _ = DemandWeight(n)
 		s.zone, s.admitted = s.c.zones.admit(s.view, ZoneKey(n))
@@ -284,7 +286,7 @@ type SotwRequest struct {
 // lock takes the cache lock for a request of typeURL on an open stream;
 // ok is false (and the lock not held) otherwise.
 func (s *Stream) lock(typeURL string) (t int, c *Cache, ok bool, err error) {
-	if t = TypeIndex(typeURL); t < 0 {
+	if t = xdstype.Index(typeURL); t < 0 {
 		return t, nil, false, ErrUnknownType
 	}
 	c = s.c
@@ -313,7 +315,7 @@ func (s *Stream) Sotw(r SotwRequest) error {
 		}
 		w = s.newWatch(t)
 		w.first, w.pendingAll = true, true
-		w.reqVersion, w.reqNACK, w.reqHash, w.legacy = r.Version, r.NACK, r.NamesHash, fullState(t) && len(names) == 0
+		w.reqVersion, w.reqNACK, w.reqHash, w.legacy = r.Version, r.NACK, r.NamesHash, xdstype.At(t).FullState && len(names) == 0
 		c.setSotwScope(w, names)
 		signal = true
 	} else if r.Nonce == "" || r.Nonce == w.nonce {
@@ -328,7 +330,7 @@ func (s *Stream) Sotw(r SotwRequest) error {
 			added, changed := c.setSotwScope(w, names)
 			switch {
 			case !changed:
-			case fullState(t) || w.wildcard:
+			case xdstype.At(t).FullState || w.wildcard:
 				w.pendingAll = true // SotW full state: the response is the whole new scope
 			default:
 				for _, n := range added {
@@ -575,7 +577,7 @@ func (w *Watch) keepLeft(left []string) {
 }
 
 func (w *Watch) buildSotw() (Response, bool, []string) {
-	if fullState(w.ts.typ) {
+	if xdstype.At(w.ts.typ).FullState {
 		entries := w.inScopeEntries()
 		// A client that holds nothing and for which nothing exists still
 		// needs an (empty) answer to finish starting, unless it already

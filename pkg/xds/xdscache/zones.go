@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"poise.dev/poise/pkg/affinity"
+	"poise.dev/poise/pkg/xds/xdstype"
 )
 
 // DefaultMaxZones is how many distinct zones the cache keeps streams of
@@ -212,7 +213,7 @@ func (c *Cache) ZoneFallback() int {
 // over every view. Region-level classes and streams with no class are not
 // counted: the Balanced mode gives them the None split.
 func (c *Cache) Demand(typeURL, name string) map[string]uint64 {
-	t := TypeIndex(typeURL)
+	t := xdstype.Index(typeURL)
 	if t < 0 {
 		return nil
 	}
@@ -242,7 +243,7 @@ func (c *Cache) Demand(typeURL, name string) map[string]uint64 {
 // demandMoved notes that a watch of g changed what it subscribes to; for
 // the endpoints of a zone class this is a change of Demand.
 func (c *Cache) demandMoved(w *Watch) {
-	if w.ts.typ == endpointsIndex && w.g.zone != "" && !IsRegionKey(w.g.zone) {
+	if w.ts.typ == xdstype.Endpoints && w.g.zone != "" && !IsRegionKey(w.g.zone) {
 		c.zones.notify()
 	}
 }
