@@ -46,6 +46,10 @@ type Watch struct {
 	subset   *subset // the names subscribed, shared with other watches; nil when wildcard
 	reqHash  uint64  // SotW: hash of the last request's names, in order
 
+	// named is what a wildcard Delta watch also subscribes to by name: the
+	// names stay subscribed when the client unsubscribes from "*".
+	named []string
+
 	pending    []string // names changed since the last response; may repeat until compacted
 	compacted  int
 	pendingAll bool
@@ -201,6 +205,26 @@ func (w *Watch) scopeNames() []string {
 		return nil
 	}
 	return w.subset.names
+}
+
+// deltaNames is what a Delta watch subscribes to by name, wildcard or not.
+func (w *Watch) deltaNames() []string {
+	if w.wildcard {
+		return w.named
+	}
+	return w.scopeNames()
+}
+
+// setDeltaScope is setScope for Delta, which keeps the names of a wildcard
+// watch: subscribing to "*" and then unsubscribing from it leaves the
+// client subscribed to what it named.
+func (c *Cache) setDeltaScope(w *Watch, wildcard bool, names []string) (added []string, changed bool) {
+	added, changed = c.setScope(w, wildcard, names)
+	w.named = nil
+	if w.wildcard {
+		w.named = names
+	}
+	return added, changed
 }
 
 // setScope makes w wildcard or subscribe to names (sorted, unique, without
@@ -379,7 +403,7 @@ func (s *Stream) Delta(r DeltaRequest) error {
 	if w == nil {
 		w = s.newWatch(t)
 		sorted, star := canonical(r.Subscribe)
-		c.setScope(w, star || len(r.Subscribe) == 0, sorted)
+		c.setDeltaScope(w, star || len(r.Subscribe) == 0, sorted)
 		if len(r.Initial) == 0 {
 			w.pendingAll, w.first = true, true
 		} else {
@@ -415,13 +439,13 @@ func (s *Stream) Delta(r DeltaRequest) error {
 			sub, starOn := canonical(r.Subscribe)
 			unsub, starOff := canonical(r.Unsubscribe)
 			wildcard := (w.wildcard || starOn) && !starOff
-			names := mergeNames(w.scopeNames(), sub, unsub)
+			names := mergeNames(w.deltaNames(), sub, unsub)
 			if len(names) > MaxSubscribedNames {
 				c.mu.Unlock()
 				return ErrTooManyNames
 			}
 			was := w.wildcard
-			added, _ := c.setScope(w, wildcard, names)
+			added, _ := c.setDeltaScope(w, wildcard, names)
 			if wildcard && !was {
 				w.pendingAll = true
 			}
