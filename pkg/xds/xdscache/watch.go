@@ -174,8 +174,8 @@ func (w *Watch) get(name string) *Entry { return w.ts.get(name, w.g.zone) }
 
 // mark adds name to what w must be sent.
 func (w *Watch) mark(name string) {
-	if w.pendingAll {
-		return
+	if w.pendingAll && !w.stream.delta {
+		return // the whole scope goes; a Delta one still needs the removals
 	}
 	w.pending = append(w.pending, name)
 	if n := len(w.pending); n > 64 && n > 2*w.compacted {
@@ -628,6 +628,15 @@ func (w *Watch) buildSotw() (Response, bool, []string) {
 
 func (w *Watch) buildDelta() (Response, bool, []string) {
 	var r Response
+	if w.pendingAll {
+		// The whole scope says nothing of what was deleted meanwhile (the
+		// chunk below reuses the pending names' array: read them first).
+		for _, n := range w.sortedPending() {
+			if w.inScope(n) && w.get(n) == nil {
+				r.Removed = append(r.Removed, n)
+			}
+		}
+	}
 	c := w.newChunk()
 	if w.pendingAll {
 		c.fromScope(w)
