@@ -123,7 +123,7 @@ soak: ## Hostile manifests and xDS clients against the real binary for 5 minutes
 # Each target runs for FUZZTIME; a failing input is minimised for at most
 # FUZZMINIMIZETIME, so a slow target does not spend its time minimising.
 FUZZ = $(GO) test -run='^$$' -fuzztime=$(or $(FUZZTIME),30s) -fuzzminimizetime=$(or $(FUZZMINIMIZETIME),5s)
-fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
+fuzz: ## Run each fuzz target, and the xDS protocol model test, for FUZZTIME (default 30s).
 	$(FUZZ) -fuzz=FuzzCompute ./pkg/weights
 	$(FUZZ) -fuzz=FuzzDecode ./pkg/manifest
 	$(FUZZ) -fuzz=FuzzSplit ./pkg/manifest
@@ -133,6 +133,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	$(FUZZ) -fuzz=FuzzDecide ./pkg/partitionmap
 	$(FUZZ) -fuzz=FuzzSotwRequest ./pkg/xds/server
 	$(FUZZ) -fuzz=FuzzFileSource ./pkg/source/files
+	POISE_MODEL_TIME=$(or $(FUZZTIME),30s) $(GO) test -count=1 -timeout=0 -run='^TestProtocolModel$$' -v ./pkg/xds/server -rapid.checks=1000
 
 .PHONY: clean
 clean:

@@ -48,6 +48,10 @@ type Watch struct {
 	subset   *subset // the names subscribed, shared with other watches; nil when wildcard
 	reqHash  uint64  // SotW: hash of the last request's names, in order
 
+	// named is what a wildcard Delta watch also subscribes to by name: the
+	// names stay subscribed when the client unsubscribes from "*".
+	named []string
+
 	pending    []string // names changed since the last response; may repeat until compacted
 	compacted  int
 	pendingAll bool
@@ -172,8 +176,8 @@ func (w *Watch) get(name string) *Entry { return w.ts.get(name, w.g.zone) }
 
 // mark adds name to what w must be sent.
 func (w *Watch) mark(name string) {
-	if w.pendingAll {
-		return
+	if w.pendingAll && !w.stream.delta {
+		return // the whole scope goes; a Delta one still needs the removals
 	}
 	w.pending = append(w.pending, name)
 	if n := len(w.pending); n > 64 && n > 2*w.compacted {
@@ -203,6 +207,26 @@ func (w *Watch) scopeNames() []string {
 		return nil
 	}
 	return w.subset.names
+}
+
+// deltaNames is what a Delta watch subscribes to by name, wildcard or not.
+func (w *Watch) deltaNames() []string {
+	if w.wildcard {
+		return w.named
+	}
+	return w.scopeNames()
+}
+
+// setDeltaScope is setScope for Delta, which keeps the names of a wildcard
+// watch: subscribing to "*" and then unsubscribing from it leaves the
+// client subscribed to what it named.
+func (c *Cache) setDeltaScope(w *Watch, wildcard bool, names []string) (added []string, changed bool) {
+	added, changed = c.setScope(w, wildcard, names)
+	w.named = nil
+	if w.wildcard {
+		w.named = names
+	}
+	return added, changed
 }
 
 // setScope makes w wildcard or subscribe to names (sorted, unique, without
@@ -381,7 +405,7 @@ func (s *Stream) Delta(r DeltaRequest) error {
 	if w == nil {
 		w = s.newWatch(t)
 		sorted, star := canonical(r.Subscribe)
-		c.setScope(w, star || len(r.Subscribe) == 0, sorted)
+		c.setDeltaScope(w, star || len(r.Subscribe) == 0, sorted)
 		if len(r.Initial) == 0 {
 			w.pendingAll, w.first = true, true
 		} else {
@@ -417,13 +441,13 @@ func (s *Stream) Delta(r DeltaRequest) error {
 			sub, starOn := canonical(r.Subscribe)
 			unsub, starOff := canonical(r.Unsubscribe)
 			wildcard := (w.wildcard || starOn) && !starOff
-			names := mergeNames(w.scopeNames(), sub, unsub)
+			names := mergeNames(w.deltaNames(), sub, unsub)
 			if len(names) > MaxSubscribedNames {
 				c.mu.Unlock()
 				return ErrTooManyNames
 			}
 			was := w.wildcard
-			added, _ := c.setScope(w, wildcard, names)
+			added, _ := c.setDeltaScope(w, wildcard, names)
 			if wildcard && !was {
 				w.pendingAll = true
 			}
@@ -606,6 +630,15 @@ func (w *Watch) buildSotw() (Response, bool, []string) {
 
 func (w *Watch) buildDelta() (Response, bool, []string) {
 	var r Response
+	if w.pendingAll {
+		// The whole scope says nothing of what was deleted meanwhile (the
+		// chunk below reuses the pending names' array: read them first).
+		for _, n := range w.sortedPending() {
+			if w.inScope(n) && w.get(n) == nil {
+				r.Removed = append(r.Removed, n)
+			}
+		}
+	}
 	c := w.newChunk()
 	if w.pendingAll {
 		c.fromScope(w)

@@ -1,0 +1,996 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"pgregory.net/rapid"
+
+	"poise.dev/poise/pkg/xds/server"
+	"poise.dev/poise/pkg/xds/xdscache"
+)
+
+// The protocol model: random publications (clusters and their endpoints
+// put, changed, deleted; publications that change nothing), subscriptions
+// (SotW: the whole name list; Delta: subscribe and unsubscribe; clusters by
+// name, legacy wildcard or "*", which a client may take and leave), ACKs,
+// NACKs, responses held unanswered while changes pile up, and reconnections
+// (SotW with the versions it holds, Delta with initial_resource_versions)
+// of one to three SotW or Delta clients against the real server over gRPC
+// on loopback. modelserver_test.go's modelWatch is the server's side of a
+// stream as the protocol and the cache promise it, in plain maps;
+// modelClient is what a client sends and holds.
+//
+// A step is one action followed by a settle: the model says which
+// responses the server owes each client now, the test waits (modelWait at
+// most) for exactly those, answers them as the client's mode says, then
+// checks that what each client holds is what it must. A response the model
+// does not expect fails the test when it arrives, and each check ends with
+// a barrier (every client swaps its endpoints ping, see modelPings) so
+// nothing sent late goes unseen.
+//
+// What is held, besides the exact responses:
+//   - each client converges: SotW holds the whole subscribed CDS and the
+//     requested EDS names at their latest content; Delta holds exactly the
+//     subscribed resources that exist and is told of those deleted; after a
+//     NACK it may keep what it had until the resource changes again;
+//   - versions never go backwards; a resource a response carries is the
+//     one published at the response's version (so a version is never
+//     reused for other content); a SotW CDS response is the whole
+//     subscribed state of its version;
+//   - a NACKed version (SotW) or content (Delta) is not sent again on the
+//     stream unless the client subscribes to it again;
+//   - Delta never re-sends what the client holds at that version, except
+//     when it subscribes to "*" (the server then sends its whole scope);
+//   - nothing is sent, resource or removal, for a name the client does not
+//     subscribe to (or no longer does), except to a wildcard subscription.
+
+// modelStepsPerCheck is how many actions one rapid check runs.
+const modelStepsPerCheck = 75
+
+// modelWait bounds how long a response the model expects may take.
+const modelWait = 5 * time.Second
+
+// modelTimeEnv, when set to a duration, runs the model test again and
+// again with new seeds for that long (make fuzz).
+const modelTimeEnv = "POISE_MODEL_TIME"
+
+// TestProtocolModel runs the model for SotW and for Delta clients.
+func TestProtocolModel(t *testing.T) {
+	var budget time.Duration
+	if v := os.Getenv(modelTimeEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", modelTimeEnv, v, err)
+		}
+		budget = d
+	}
+	start := time.Now()
+	var total [2]modelStats
+	for {
+		for i, protocol := range []string{"SotW", "Delta"} {
+			t.Run(protocol, func(t *testing.T) {
+				rapid.Check(t, func(rt *rapid.T) {
+					total[i].add(runModel(rt, i == 1))
+				})
+			})
+		}
+		if t.Failed() || time.Since(start) >= budget {
+			break
+		}
+	}
+	t.Logf("protocol model: %d steps in %d checks in %v", total[0].steps+total[1].steps, total[0].checks+total[1].checks,
+		time.Since(start).Round(time.Millisecond))
+	for i, protocol := range []string{"SotW", "Delta"} {
+		t.Logf("%s: %v", protocol, total[i])
+	}
+}
+
+// modelStats counts what the checks did.
+type modelStats struct {
+	checks, steps, publications, changes, responses, resources, removals int
+	acks, nacks, heldBack, reconnects                                    int
+}
+
+func (s *modelStats) add(o modelStats) {
+	s.checks++
+	s.steps += o.steps
+	s.publications += o.publications
+	s.changes += o.changes
+	s.responses += o.responses
+	s.resources += o.resources
+	s.removals += o.removals
+	s.acks += o.acks
+	s.nacks += o.nacks
+	s.heldBack += o.heldBack
+	s.reconnects += o.reconnects
+}
+
+func (s modelStats) String() string {
+	return fmt.Sprintf("%d steps in %d checks: %d publications of %d changes; %d responses of %d resources and %d removals; "+
+		"%d ACKs, %d NACKs, %d responses held before their answer, %d reconnections",
+		s.steps, s.checks, s.publications, s.changes, s.responses, s.resources, s.removals, s.acks, s.nacks, s.heldBack, s.reconnects)
+}
+
+// runModel runs one check and returns what it did.
+func runModel(t *rapid.T, delta bool) modelStats {
+	w := newModelWorld(t)
+	defer w.stop()
+	w.publishInitial()
+	n := rapid.IntRange(1, 3).Draw(t, "clients")
+	for i := range n {
+		w.clients = append(w.clients, w.newClient(t, i, delta))
+	}
+	w.settle()
+	for range modelStepsPerCheck {
+		w.step(t)
+		w.stats.steps++
+		w.settle()
+	}
+	w.barrier()
+	return w.stats
+}
+
+// The model's two types: clusters (SotW full state) and their endpoints.
+const (
+	mCDS = 0
+	mEDS = 1
+)
+
+var modelTypeURLs = [2]string{CDS, EDS}
+
+// modelNames are the clusters (and assignments) that come and go;
+// modelPings always exist and never change: a client subscribes to one of
+// each type and swaps it with every change of its subscription, so the
+// server always answers the change and the test knows it was processed
+// before the next action.
+var (
+	modelNames = []string{"a", "b", "c", "d"}
+	modelPings = [2]string{"ping-0", "ping-1"}
+)
+
+// modelWorld is the server under test and the model of what it publishes.
+type modelWorld struct {
+	t       *rapid.T
+	cache   *xdscache.Cache
+	conn    *grpc.ClientConn
+	stopped func()
+
+	seq     int
+	ids     int
+	cur     [2]map[string]*xdscache.Entry
+	version [2]string
+	// at holds each type's resources as they were at each version of it.
+	at      [2]map[string]map[string]*xdscache.Entry
+	byBytes map[string]*xdscache.Entry
+	clients []*modelClient
+	stats   modelStats
+}
+
+func newModelWorld(t *rapid.T) *modelWorld {
+	w := &modelWorld{t: t, byBytes: map[string]*xdscache.Entry{}}
+	for i := range 2 {
+		w.cur[i] = map[string]*xdscache.Entry{}
+		w.at[i] = map[string]map[string]*xdscache.Entry{}
+	}
+	w.cache = xdscache.New(1, func(*core.Node) int { return 0 })
+	g, err := server.New(w.cache, server.NewClients(nil, nil), server.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- server.Serve(ctx, g, lis) }()
+	w.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	w.stopped = func() {
+		_ = w.conn.Close()
+		cancel()
+		select {
+		case err := <-served:
+			if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(modelWait):
+			t.Error("server did not stop")
+		}
+	}
+	return w
+}
+
+func (w *modelWorld) stop() {
+	for _, c := range w.clients {
+		c.close()
+	}
+	w.stopped()
+}
+
+// newEntry makes a new content of a resource, never published before.
+func (w *modelWorld) newEntry(typ int, name, version string) *xdscache.Entry {
+	w.ids++
+	var m proto.Message
+	if typ == mCDS {
+		m = cluster(name, int64(w.ids))
+	} else {
+		m = cla(name, uint32(w.ids))
+	}
+	e, err := xdscache.NewEntry(name, version, m)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.byBytes[bytesKey(typ, e.Any.GetValue())] = e
+	return e
+}
+
+func bytesKey(typ int, b []byte) string { return strconv.Itoa(typ) + "/" + string(b) }
+
+// modelChange is one change of a publication: a new content, or a
+// deletion (e nil).
+type modelChange struct {
+	typ  int
+	name string
+	e    *xdscache.Entry
+}
+
+// publish applies changes to the cache at a new version and to the model.
+func (w *modelWorld) publish(changes []modelChange) {
+	w.seq++
+	v := fmt.Sprintf("v%d", w.seq)
+	u := xdscache.Update{Version: v}
+	var changed [2][]string
+	for _, ch := range changes {
+		u.Changes = append(u.Changes, xdscache.Change{TypeURL: modelTypeURLs[ch.typ], Name: ch.name, Entry: ch.e})
+		old, had := w.cur[ch.typ][ch.name]
+		switch {
+		case ch.e == nil && !had, ch.e != nil && old == ch.e:
+			continue // no change: the version does not move
+		case ch.e == nil:
+			delete(w.cur[ch.typ], ch.name)
+		default:
+			w.cur[ch.typ][ch.name] = ch.e
+		}
+		changed[ch.typ] = append(changed[ch.typ], ch.name)
+	}
+	for typ := range 2 {
+		if len(changed[typ]) > 0 || w.version[typ] == "" {
+			w.version[typ] = v
+			w.at[typ][v] = maps.Clone(w.cur[typ])
+		}
+	}
+	w.cache.Apply(u)
+	w.stats.publications++
+	w.stats.changes += len(changed[mCDS]) + len(changed[mEDS])
+	for _, c := range w.clients {
+		c.published(changed)
+	}
+}
+
+// publishInitial publishes the pings and some of the names.
+func (w *modelWorld) publishInitial() {
+	v := fmt.Sprintf("v%d", w.seq+1)
+	var changes []modelChange
+	for typ := range 2 {
+		for _, p := range modelPings {
+			changes = append(changes, modelChange{typ, p, w.newEntry(typ, p, v)})
+		}
+	}
+	for _, n := range rapid.SliceOfDistinct(rapid.SampledFrom(modelNames), rapid.ID).Draw(w.t, "initial") {
+		changes = append(changes, modelChange{mCDS, n, w.newEntry(mCDS, n, v)}, modelChange{mEDS, n, w.newEntry(mEDS, n, v)})
+	}
+	w.publish(changes)
+}
+
+// step draws and runs one action.
+func (w *modelWorld) step(t *rapid.T) {
+	c := w.clients[rapid.IntRange(0, len(w.clients)-1).Draw(t, "client")]
+	typ := rapid.IntRange(0, 1).Draw(t, "type")
+	switch rapid.IntRange(0, 9).Draw(t, "action") {
+	case 0: // a publication that changes nothing: nothing is sent
+		var changes []modelChange
+		for _, n := range rapid.SliceOfN(rapid.SampledFrom(modelNames), 1, 2).Draw(t, "same") {
+			changes = append(changes, modelChange{typ, n, w.cur[typ][n]})
+		}
+		w.publish(changes)
+	case 1, 2, 3:
+		w.publish(w.drawChanges(t))
+	case 4, 5:
+		name := rapid.SampledFrom(modelNames).Draw(t, "name")
+		switch {
+		case typ == mCDS && c.legacy && !c.delta:
+			typ = mEDS // naming a cluster would end a SotW legacy wildcard
+		case typ == mCDS && !c.legacy && rapid.IntRange(0, 3).Draw(t, "star") == 0:
+			name = "*"
+		}
+		c.toggle(typ, name)
+	case 6:
+		c.hold[typ] = true
+	case 7:
+		c.hold[typ] = false
+		c.answer(typ, false)
+	case 8: // NACK what is held, or else the next response
+		c.hold[typ] = false
+		if c.unanswered[typ] == nil {
+			c.nackNext[typ] = true
+		}
+		c.answer(typ, true)
+	case 9:
+		c.reconnect()
+	}
+}
+
+// drawChanges draws a publication: clusters with their endpoints put,
+// changed or deleted, or endpoints or a cluster alone.
+func (w *modelWorld) drawChanges(t *rapid.T) []modelChange {
+	v := fmt.Sprintf("v%d", w.seq+1)
+	var out []modelChange
+	for range rapid.IntRange(1, 3).Draw(t, "changes") {
+		n := rapid.SampledFrom(modelNames).Draw(t, "name")
+		switch rapid.IntRange(0, 3).Draw(t, "op") {
+		case 0:
+			out = append(out, modelChange{mCDS, n, w.newEntry(mCDS, n, v)}, modelChange{mEDS, n, w.newEntry(mEDS, n, v)})
+		case 1:
+			out = append(out, modelChange{mEDS, n, w.newEntry(mEDS, n, v)})
+		case 2:
+			out = append(out, modelChange{mCDS, n, w.newEntry(mCDS, n, v)})
+		case 3:
+			out = append(out, modelChange{mCDS, n, nil}, modelChange{mEDS, n, nil})
+		}
+	}
+	return out
+}
+
+// settle waits for every response the model expects, answering each as
+// its client's mode says, then checks what each client holds.
+func (w *modelWorld) settle() {
+	for _, c := range w.clients {
+		c.settle()
+	}
+	for _, c := range w.clients {
+		for typ := range 2 {
+			if err := c.converged(typ); err != nil {
+				w.t.Fatalf("client %d %s: %v", c.id, short(modelTypeURLs[typ]), err)
+			}
+		}
+	}
+}
+
+// barrier answers everything held and makes every client swap its
+// endpoints ping: the response to it comes after anything the server had
+// yet to send, which the settle would then find unexpected.
+func (w *modelWorld) barrier() {
+	for _, c := range w.clients {
+		for typ := range 2 {
+			c.hold[typ] = false
+			c.answer(typ, false)
+		}
+	}
+	w.settle()
+	for _, c := range w.clients {
+		c.swapPing(mEDS)
+	}
+	w.settle()
+}
+
+// modelResponse is a response, decoded or expected.
+type modelResponse struct {
+	typ     int
+	version string
+	nonce   string
+	entries []*xdscache.Entry // by name
+	removed []string          // sorted
+}
+
+func (r *modelResponse) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s [", short(modelTypeURLs[r.typ]), r.version)
+	for i, e := range r.entries {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s@%s", e.Name, e.Version)
+	}
+	b.WriteString("]")
+	if len(r.removed) > 0 {
+		fmt.Fprintf(&b, " removed %v", r.removed)
+	}
+	return b.String()
+}
+
+func sameResponse(a, b *modelResponse) bool {
+	return a.typ == b.typ && a.version == b.version && slices.Equal(a.entries, b.entries) && slices.Equal(a.removed, b.removed)
+}
+
+// modelClient is one client: its stream, what it subscribes to, holds and
+// answered, and the model of the server's side of its stream.
+type modelClient struct {
+	w     *modelWorld
+	id    int
+	delta bool
+	node  *core.Node
+
+	cancel   context.CancelFunc
+	sotw     discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	dstream  discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+	in       chan proto.Message
+	done     chan struct{}
+	nodeSent bool
+
+	// What it subscribes to: CDS may be wildcard, legacy (an empty first
+	// request) or "*"; names are explicit, with one ping each.
+	wildcard [2]bool
+	legacy   bool
+	names    [2]map[string]bool
+	ping     [2]int
+
+	// held is what it accepted; accepted is the version of the last
+	// response it accepted (SotW sends it back).
+	held     [2]map[string]*xdscache.Entry
+	accepted [2]string
+	// hold keeps the next response unanswered until an ACK or NACK action;
+	// nackNext NACKs the next response when it comes.
+	hold       [2]bool
+	nackNext   [2]bool
+	nonce      [2]string
+	unanswered [2]*modelResponse
+	// lastNACKed: the last response answered was NACKed; stale are the
+	// names whose NACKed content the server rightly does not re-send;
+	// nackedVersion is the version NACKed on this stream, which SotW must
+	// not send again until the subscription changes; nacked is the content
+	// NACKed on this stream, which Delta must not send again unless it is
+	// subscribed to again (a response answered after a subscription change
+	// may rightly be followed by one of the same version).
+	lastNACKed    [2]bool
+	stale         [2]map[string]bool
+	nackedVersion [2]string
+	nacked        [2]map[string]*xdscache.Entry
+	// newest is the highest version received of each type, over streams.
+	newest [2]int
+	// resubscribed are the names subscribed to again since they were last
+	// received: a Delta server rightly sends them again.
+	resubscribed [2]map[string]bool
+
+	srv    [2]*modelWatch
+	expect [2][]*modelResponse
+}
+
+func (w *modelWorld) newClient(t *rapid.T, id int, delta bool) *modelClient {
+	c := &modelClient{w: w, id: id, delta: delta, node: &core.Node{Id: fmt.Sprintf("model-%d", id), Cluster: "test"}}
+	for typ := range 2 {
+		c.held[typ] = map[string]*xdscache.Entry{}
+		c.names[typ] = map[string]bool{}
+		c.resubscribed[typ] = map[string]bool{}
+		for _, n := range rapid.SliceOfDistinct(rapid.SampledFrom(modelNames), rapid.ID).Draw(t, "names") {
+			c.names[typ][n] = true
+		}
+		c.ping[typ] = rapid.IntRange(0, 1).Draw(t, "ping")
+		c.names[typ][modelPings[c.ping[typ]]] = true
+	}
+	if rapid.Bool().Draw(t, "wildcard CDS") {
+		c.wildcard[mCDS] = true
+		if c.legacy = rapid.Bool().Draw(t, "legacy wildcard"); c.legacy {
+			clear(c.names[mCDS]) // its first request names nothing
+		}
+	}
+	c.connect()
+	return c
+}
+
+// scope is whether the client subscribes to name of typ.
+func (c *modelClient) scope(typ int, name string) bool { return c.wildcard[typ] || c.names[typ][name] }
+
+// connect opens a stream and sends its first requests as a reconnecting
+// client does: SotW with the versions it holds, Delta with
+// initial_resource_versions.
+func (c *modelClient) connect() {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	in, done := make(chan proto.Message, 16), make(chan struct{})
+	c.in, c.done = in, done
+	ads := discovery.NewAggregatedDiscoveryServiceClient(c.w.conn)
+	forward := func(recv func() (proto.Message, error)) {
+		defer close(done)
+		defer close(in)
+		for {
+			m, err := recv()
+			if err != nil {
+				return
+			}
+			select {
+			case in <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+	var err error
+	if c.delta {
+		c.dstream, err = ads.DeltaAggregatedResources(ctx)
+		if err == nil {
+			s := c.dstream
+			go forward(func() (proto.Message, error) { return s.Recv() })
+		}
+	} else {
+		c.sotw, err = ads.StreamAggregatedResources(ctx)
+		if err == nil {
+			s := c.sotw
+			go forward(func() (proto.Message, error) { return s.Recv() })
+		}
+	}
+	if err != nil {
+		c.w.t.Fatal(err)
+	}
+	c.nodeSent = false
+	for typ := range 2 {
+		c.nonce[typ], c.unanswered[typ], c.srv[typ], c.expect[typ] = "", nil, nil, nil
+		c.lastNACKed[typ], c.nackedVersion[typ] = false, ""
+		c.stale[typ] = map[string]bool{}
+		c.nacked[typ] = map[string]*xdscache.Entry{}
+	}
+	for typ := range 2 {
+		if c.delta {
+			initial := map[string]string{}
+			for n, e := range c.held[typ] {
+				initial[n] = e.Version
+			}
+			sub := c.sortedNames(typ)
+			if c.wildcard[typ] && (!c.legacy || len(sub) > 0) {
+				sub = append(sub, "*")
+			}
+			c.sendDelta(&discovery.DeltaDiscoveryRequest{TypeUrl: modelTypeURLs[typ], ResourceNamesSubscribe: sub, InitialResourceVersions: initial})
+			c.serverDelta(typ, sub, nil, initial, "")
+		} else {
+			c.sendSotw(typ, c.accepted[typ], "", "")
+		}
+	}
+}
+
+func (c *modelClient) close() {
+	c.cancel()
+	select {
+	case <-c.done:
+	case <-time.After(modelWait):
+		c.w.t.Errorf("client %d: the stream's reader did not stop", c.id)
+	}
+}
+
+// reconnect closes the stream and opens another. A Delta client that
+// holds everything it subscribes to at the current version is owed
+// nothing on its new stream, so it swaps its endpoints ping too: the
+// response to that says the server has read its first requests, before a
+// publication could race them (a name put and deleted meanwhile would be
+// removed or not depending on which came first).
+func (c *modelClient) reconnect() {
+	c.w.stats.reconnects++
+	c.close()
+	if c.delta {
+		old := modelPings[c.ping[mEDS]]
+		c.ping[mEDS] = 1 - c.ping[mEDS]
+		delete(c.names[mEDS], old)
+		c.drop(mEDS, old)
+		c.names[mEDS][modelPings[c.ping[mEDS]]] = true
+	}
+	c.connect()
+}
+
+func (c *modelClient) sortedNames(typ int) []string {
+	return slices.Sorted(maps.Keys(c.names[typ]))
+}
+
+// sotwNames is the resource_names of a SotW request.
+func (c *modelClient) sotwNames(typ int) []string {
+	switch {
+	case c.wildcard[typ] && c.legacy:
+		return nil
+	case c.wildcard[typ]:
+		return append(c.sortedNames(typ), "*")
+	}
+	return c.sortedNames(typ)
+}
+
+// sendSotw sends a SotW request with the client's names and feeds it to
+// the model of the server.
+func (c *modelClient) sendSotw(typ int, version, nonce, errMsg string) {
+	req := &discovery.DiscoveryRequest{TypeUrl: modelTypeURLs[typ], ResourceNames: c.sotwNames(typ), VersionInfo: version, ResponseNonce: nonce}
+	if !c.nodeSent {
+		req.Node, c.nodeSent = c.node, true
+	}
+	if errMsg != "" {
+		req.ErrorDetail = &status.Status{Code: 3, Message: errMsg}
+	}
+	if err := c.sotw.Send(req); err != nil {
+		c.w.t.Fatalf("client %d: send: %v", c.id, err)
+	}
+	c.serverSotw(typ, req.GetResourceNames(), version, nonce)
+}
+
+func (c *modelClient) sendDelta(req *discovery.DeltaDiscoveryRequest) {
+	if !c.nodeSent {
+		req.Node, c.nodeSent = c.node, true
+	}
+	if err := c.dstream.Send(req); err != nil {
+		c.w.t.Fatalf("client %d: send: %v", c.id, err)
+	}
+}
+
+// toggle subscribes to name or unsubscribes from it, and swaps the ping.
+// The request carries the last nonce, so it also accepts a response left
+// unanswered: the server then answers the change at once (the ping), and
+// the test knows it was read before the next action. (A Delta change the
+// server could not answer yet might race a publication: a name subscribed
+// and then deleted is removed, or not, depending on which came first.)
+func (c *modelClient) toggle(typ int, name string) {
+	nonce := c.acceptUnanswered(typ)
+	switch {
+	case name == "*" && c.wildcard[typ]:
+		c.wildcard[typ] = false
+		c.change(typ, nil, []string{name}, nonce)
+	case name == "*":
+		// The server sends the whole scope again, what the client holds
+		// or NACKed too.
+		for n := range c.w.cur[typ] {
+			c.resubscribed[typ][n] = true
+		}
+		c.wildcard[typ] = true
+		c.change(typ, []string{name}, nil, nonce)
+	case c.names[typ][name]:
+		delete(c.names[typ], name)
+		c.change(typ, nil, []string{name}, nonce)
+	default:
+		c.names[typ][name] = true
+		c.resubscribed[typ][name] = true
+		c.change(typ, []string{name}, nil, nonce)
+	}
+	if len(c.expect[typ]) == 0 {
+		// Nothing to answer (a wildcard client's ping is in its scope
+		// already): the endpoints ping, asked for after it, says the server
+		// has read the change.
+		c.swapPing(mEDS)
+	}
+}
+
+func (c *modelClient) swapPing(typ int) {
+	c.change(typ, nil, nil, c.acceptUnanswered(typ))
+}
+
+// acceptUnanswered accepts the response left unanswered, if any, and
+// returns the nonce of the last response for a request to carry.
+func (c *modelClient) acceptUnanswered(typ int) string {
+	r := c.unanswered[typ]
+	if r == nil {
+		if c.delta {
+			return "" // a Delta request repeats no ACK
+		}
+		return c.nonce[typ]
+	}
+	c.unanswered[typ] = nil
+	c.accept(r)
+	return r.nonce
+}
+
+// change sends a subscription change: sub and unsub, and the ping swapped;
+// the client forgets what it no longer subscribes to.
+func (c *modelClient) change(typ int, sub, unsub []string, nonce string) {
+	old := modelPings[c.ping[typ]]
+	c.ping[typ] = 1 - c.ping[typ]
+	ping := modelPings[c.ping[typ]]
+	delete(c.names[typ], old)
+	c.names[typ][ping] = true
+	c.resubscribed[typ][ping] = true
+	for n := range c.held[typ] {
+		c.drop(typ, n)
+	}
+	sub, unsub = append(sub, ping), append(unsub, old)
+	c.nackedVersion[typ] = ""
+	if c.delta {
+		c.sendDelta(&discovery.DeltaDiscoveryRequest{TypeUrl: modelTypeURLs[typ], ResponseNonce: nonce,
+			ResourceNamesSubscribe: sub, ResourceNamesUnsubscribe: unsub})
+		c.serverDelta(typ, sub, unsub, nil, nonce)
+		return
+	}
+	c.sendSotw(typ, c.accepted[typ], nonce, "")
+}
+
+// drop forgets a resource the client no longer subscribes to.
+func (c *modelClient) drop(typ int, name string) {
+	if !c.scope(typ, name) {
+		delete(c.held[typ], name)
+		delete(c.stale[typ], name)
+	}
+}
+
+// answer ACKs or NACKs the response left unanswered, if any.
+func (c *modelClient) answer(typ int, nack bool) {
+	r := c.unanswered[typ]
+	if r == nil {
+		return
+	}
+	c.unanswered[typ] = nil
+	msg := ""
+	if nack {
+		c.w.stats.nacks++
+		msg = "rejected by the model"
+		c.lastNACKed[typ], c.nackedVersion[typ] = true, r.version
+		for _, e := range r.entries {
+			c.stale[typ][e.Name] = true
+			c.nacked[typ][e.Name] = e
+		}
+		for _, n := range r.removed {
+			c.stale[typ][n] = true
+		}
+	} else {
+		c.w.stats.acks++
+		c.accept(r)
+	}
+	if c.delta {
+		req := &discovery.DeltaDiscoveryRequest{TypeUrl: modelTypeURLs[typ], ResponseNonce: r.nonce}
+		if nack {
+			req.ErrorDetail = &status.Status{Code: 3, Message: msg}
+		}
+		c.sendDelta(req)
+		c.serverDelta(typ, nil, nil, nil, r.nonce)
+		return
+	}
+	c.sendSotw(typ, c.accepted[typ], r.nonce, msg)
+}
+
+// accept applies a response to what the client holds.
+func (c *modelClient) accept(r *modelResponse) {
+	typ := r.typ
+	c.lastNACKed[typ] = false
+	c.accepted[typ] = r.version
+	if !c.delta && typ == mCDS {
+		clear(c.held[typ])
+	}
+	for _, e := range r.entries {
+		if c.scope(typ, e.Name) { // not unsubscribed since it was received
+			c.held[typ][e.Name] = e
+		}
+		delete(c.stale[typ], e.Name)
+	}
+	for _, n := range r.removed {
+		delete(c.held[typ], n)
+		delete(c.stale[typ], n)
+	}
+}
+
+// settle receives the responses the model expects of the client's stream.
+func (c *modelClient) settle() {
+	deadline := time.NewTimer(modelWait)
+	defer deadline.Stop()
+	for len(c.expect[mCDS])+len(c.expect[mEDS]) > 0 {
+		var m proto.Message
+		select {
+		case got, ok := <-c.in:
+			if !ok {
+				c.w.t.Fatalf("client %d: the stream ended while expecting %v %v", c.id, c.expect[mCDS], c.expect[mEDS])
+			}
+			m = got
+		case <-deadline.C:
+			c.w.t.Fatalf("client %d: no response in %v; expected %v %v", c.id, modelWait, c.expect[mCDS], c.expect[mEDS])
+		}
+		r := c.decode(m)
+		if err := c.check(r); err != nil {
+			c.w.t.Fatalf("client %d: %v: %v", c.id, r, err)
+		}
+		want := c.expect[r.typ]
+		if len(want) == 0 {
+			c.w.t.Fatalf("client %d: unexpected response %v (the model expects none of this type)", c.id, r)
+		}
+		if !sameResponse(r, want[0]) {
+			c.w.t.Fatalf("client %d: got %v, the model expects %v", c.id, r, want[0])
+		}
+		c.expect[r.typ] = want[1:]
+		c.w.stats.responses++
+		c.w.stats.resources += len(r.entries)
+		c.w.stats.removals += len(r.removed)
+		if c.hold[r.typ] {
+			c.w.stats.heldBack++ // held: what changes meanwhile is merged into the next
+		}
+		c.nonce[r.typ] = r.nonce
+		c.unanswered[r.typ] = r
+		for _, e := range r.entries {
+			delete(c.resubscribed[r.typ], e.Name)
+		}
+		if !c.hold[r.typ] {
+			c.answer(r.typ, c.nackNext[r.typ])
+			c.nackNext[r.typ] = false
+		}
+	}
+}
+
+// decode reads a response into the entries the model published.
+func (c *modelClient) decode(m proto.Message) *modelResponse {
+	t := c.w.t
+	r := &modelResponse{typ: -1}
+	typeOf := func(url string) int {
+		i := slices.Index(modelTypeURLs[:], url)
+		if i < 0 {
+			t.Fatalf("client %d: a response of type %q", c.id, url)
+		}
+		return i
+	}
+	lookup := func(typeURL string, b []byte) *xdscache.Entry {
+		if typeURL != modelTypeURLs[r.typ] {
+			t.Fatalf("client %d: a resource of type %q in a %s response", c.id, typeURL, short(modelTypeURLs[r.typ]))
+		}
+		e := c.w.byBytes[bytesKey(r.typ, b)]
+		if e == nil {
+			t.Fatalf("client %d: a %s resource that was never published", c.id, short(typeURL))
+		}
+		return e
+	}
+	switch m := m.(type) {
+	case *discovery.DiscoveryResponse:
+		r.typ, r.version, r.nonce = typeOf(m.GetTypeUrl()), m.GetVersionInfo(), m.GetNonce()
+		for _, a := range m.GetResources() {
+			r.entries = append(r.entries, lookup(a.GetTypeUrl(), a.GetValue()))
+		}
+	case *discovery.DeltaDiscoveryResponse:
+		r.typ, r.version, r.nonce = typeOf(m.GetTypeUrl()), m.GetSystemVersionInfo(), m.GetNonce()
+		for _, res := range m.GetResources() {
+			e := lookup(res.GetResource().GetTypeUrl(), res.GetResource().GetValue())
+			if res.GetName() != e.Name || res.GetVersion() != e.Version {
+				t.Fatalf("client %d: %s resource %s@%s carries %s@%s", c.id, short(m.GetTypeUrl()), res.GetName(), res.GetVersion(), e.Name, e.Version)
+			}
+			r.entries = append(r.entries, e)
+		}
+		r.removed = slices.Sorted(slices.Values(m.GetRemovedResources()))
+	}
+	slices.SortFunc(r.entries, func(a, b *xdscache.Entry) int { return strings.Compare(a.Name, b.Name) })
+	return r
+}
+
+func versionNumber(v string) int {
+	n, err := strconv.Atoi(strings.TrimPrefix(v, "v"))
+	if err != nil || !strings.HasPrefix(v, "v") {
+		return -1
+	}
+	return n
+}
+
+// check holds a response to the invariants that need no model of the
+// server's stream.
+func (c *modelClient) check(r *modelResponse) error {
+	typ := r.typ
+	then, ok := c.w.at[typ][r.version]
+	if !ok {
+		return fmt.Errorf("version %q is not one at which %s changed", r.version, short(modelTypeURLs[typ]))
+	}
+	if n := versionNumber(r.version); n < c.newest[typ] {
+		return fmt.Errorf("the version went backwards: v%d was received before", c.newest[typ])
+	} else {
+		c.newest[typ] = n
+	}
+	if !c.delta && r.version == c.nackedVersion[typ] {
+		return fmt.Errorf("the NACKed version %s was sent again with no change of subscription", r.version)
+	}
+	for _, e := range r.entries {
+		if then[e.Name] != e {
+			return fmt.Errorf("%s@%s is not what %s published as %s", e.Name, e.Version, r.version, e.Name)
+		}
+		if !c.scope(typ, e.Name) {
+			return fmt.Errorf("%s was sent though the client does not subscribe to it", e.Name)
+		}
+		if c.delta && c.held[typ][e.Name] == e && !c.resubscribed[typ][e.Name] {
+			return fmt.Errorf("%s@%s was sent again though the client holds it", e.Name, e.Version)
+		}
+		if c.delta && c.nacked[typ][e.Name] == e && !c.resubscribed[typ][e.Name] {
+			return fmt.Errorf("%s@%s was sent again though the client NACKed it", e.Name, e.Version)
+		}
+	}
+	for _, n := range r.removed {
+		if !c.scope(typ, n) {
+			return fmt.Errorf("the removal of %s was sent though the client does not subscribe to it", n)
+		}
+		if then[n] != nil {
+			return fmt.Errorf("%s was removed though it exists at %s", n, r.version)
+		}
+	}
+	if !c.delta && typ == mCDS {
+		var want []string
+		for n := range then {
+			if c.scope(typ, n) {
+				want = append(want, n)
+			}
+		}
+		slices.Sort(want)
+		var got []string
+		for _, e := range r.entries {
+			got = append(got, e.Name)
+		}
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("a SotW CDS response must hold the whole subscribed state of its version: %v", want)
+		}
+	}
+	return nil
+}
+
+// converged checks that what the client holds of typ is what the model
+// says it must, unless the server is waiting for the client's answer.
+func (c *modelClient) converged(typ int) error {
+	if c.srv[typ] == nil || c.hold[typ] || c.unanswered[typ] != nil {
+		return nil
+	}
+	cur, held := c.w.cur[typ], c.held[typ]
+	for n := range held {
+		if !c.scope(typ, n) {
+			return fmt.Errorf("holds %s, not subscribed to", n)
+		}
+	}
+	if !c.delta && typ == mCDS {
+		if c.lastNACKed[typ] {
+			return nil // it keeps what it had until clusters change again
+		}
+		want := map[string]*xdscache.Entry{}
+		for n, e := range cur {
+			if c.scope(typ, n) {
+				want[n] = e
+			}
+		}
+		if !maps.Equal(held, want) {
+			return fmt.Errorf("holds %v, want the whole subscribed state %v", entryNames(held), entryNames(want))
+		}
+		return nil
+	}
+	names := maps.Clone(c.names[typ])
+	if c.wildcard[typ] {
+		for n := range cur {
+			names[n] = true
+		}
+	}
+	for n := range held {
+		names[n] = true
+	}
+	for n := range names {
+		if c.stale[typ][n] {
+			continue // NACKed: kept as it was until it changes
+		}
+		e, exists := cur[n]
+		h, has := held[n]
+		switch {
+		case exists && h != e:
+			return fmt.Errorf("holds %s at %v, want %s", n, entryVersion(h), e.Version)
+		case !exists && has && c.delta:
+			return fmt.Errorf("holds %s, deleted", n)
+		}
+	}
+	return nil
+}
+
+func entryVersion(e *xdscache.Entry) string {
+	if e == nil {
+		return "nothing"
+	}
+	return e.Version
+}
+
+func entryNames(m map[string]*xdscache.Entry) []string {
+	var out []string
+	for n, e := range m {
+		out = append(out, n+"@"+e.Version)
+	}
+	slices.Sort(out)
+	return out
+}
