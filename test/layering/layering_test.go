@@ -26,8 +26,8 @@ var layers = []struct {
 	packages []string
 }{
 	// Standard library and third-party code only: the share math, the API
-	// types, the spatial cell map, the Lease election and the Prometheus
-	// collectors.
+	// types, the spatial cell map, the Lease election, the table of xDS types
+	// and the Prometheus collectors.
 	{"leaves", []string{
 		"api/v1alpha1",
 		"pkg/leader",
@@ -35,6 +35,7 @@ var layers = []struct {
 		"pkg/partitionmap",
 		"pkg/partitionmap/luatest",
 		"pkg/weights",
+		"pkg/xds/xdstype",
 	}},
 	// The share math run again per client locality.
 	{"affinity", []string{
