@@ -33,6 +33,7 @@ import (
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // ---- the topology ----
@@ -270,7 +271,7 @@ func waitExplained(t *testing.T, planes []*plane, what string, ready func(explai
 			}
 			figs := map[string]string{}
 			for _, u := range rep.Upstreams {
-				figs[translate.ClusterName(topology.Key{Namespace: u.Namespace, Name: u.Name})] = explainedCLA(u)
+				figs[xdsname.Cluster(topology.Key{Namespace: u.Namespace, Name: u.Name})] = explainedCLA(u)
 			}
 			if st.figures == nil {
 				st.figures, st.report = figs, rep

@@ -1,9 +1,12 @@
 package translate
 
-import "poise.dev/poise/pkg/topology"
+import (
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/xdsname"
+)
 
-// ClusterName is the CDS and EDS name of an upstream: "namespace/name".
-func ClusterName(k topology.Key) string { return k.Namespace + "/" + k.Name }
+// ClusterName is the CDS and EDS name of an upstream (xdsname.Cluster).
+func ClusterName(k topology.Key) string { return xdsname.Cluster(k) }
 
 // RouteName is the RDS name of an upstream's route configuration.
 func RouteName(k topology.Key) string { return k.Namespace + "/" + k.Name }
@@ -20,5 +23,5 @@ func ListenerName(k topology.Key) string { return k.Name + "." + k.Namespace }
 const PrioritySuffix = "~p"
 
 // EndpointSuffix separates a sub_zone from the endpoint address in the
-// per-endpoint rendering: "<subZone>~ep~<address>:<port>".
-const EndpointSuffix = "~ep~"
+// per-endpoint rendering (xdsname.EndpointSuffix).
+const EndpointSuffix = xdsname.EndpointSuffix

@@ -24,6 +24,7 @@ import (
 
 	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // Names of the spatial routing resources and headers (docs/spatial.md).
@@ -46,16 +47,14 @@ type SpatialOptions struct {
 	Port    uint32 // default DefaultSpatialPort
 }
 
-// ReplicaClusterName is the cluster of one replica of a domain. Kubernetes names never
-// contain ':', so the parts cannot run into each other, and every character is one the
-// generated Lua may carry.
+// ReplicaClusterName is the cluster of one replica of a domain (xdsname.ReplicaCluster).
 func ReplicaClusterName(domain topology.Key, replica string) string {
-	return "spatial:" + domain.Namespace + ":" + domain.Name + ":" + replica
+	return xdsname.ReplicaCluster(domain, replica)
 }
 
-// PoolClusterName is the fallback pool of one product of a domain.
+// PoolClusterName is the fallback pool of one product of a domain (xdsname.PoolCluster).
 func PoolClusterName(domain topology.Key, product string) string {
-	return "spatial-pool:" + domain.Namespace + ":" + domain.Name + ":" + product
+	return xdsname.PoolCluster(domain, product)
 }
 
 // SpatialDomainResources are the Envoy resources of one serving domain: a cluster and
