@@ -21,9 +21,9 @@ import (
 	"poise.dev/poise/pkg/healthcheck"
 	"poise.dev/poise/pkg/kubereplica"
 	"poise.dev/poise/pkg/loadreport"
-	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/source/files"
 	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/upstreamgauges"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
@@ -110,7 +110,7 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 		"client-locality classes (region/zone) rendered at once for upstreams with localityAffinity; a client of another zone beyond it receives its region's class, and beyond as many region classes the split of clients with no locality (/debug/clients says which)")
 	fs.BoolVar(&f.localityGauges, "metrics-locality-gauges", true,
 		"export poise_upstream_locality_traffic, a series per (upstream, priority, locality): the most numerous of the per-upstream gauges")
-	fs.IntVar(&cfg.MetricsMaxUpstreams, "metrics-max-upstreams", metrics.DefaultMaxUpstreams,
+	fs.IntVar(&cfg.MetricsMaxUpstreams, "metrics-max-upstreams", upstreamgauges.DefaultMaxUpstreams,
 		"upstreams with per-upstream gauges, at most (the first seen; 0: none); the others are logged once and have their figures in status and /debug/explain")
 	fs.IntVar(&cfg.LoadReportMaxCells, "load-report-max-cells", loadreport.DefaultMaxCells,
 		fmt.Sprintf("hard cap of the load-report store, in cells (one client's counts for one endpoint, %d bytes each); past it the clients that reported least recently are dropped, counted and logged", loadreport.CellBytes))

@@ -9,11 +9,11 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/loadreport"
-	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/outlier"
 	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
@@ -48,7 +48,8 @@ type Sources struct {
 	// Clusters, when set, lists the remote clusters and their sync state
 	// (/debug/clusters).
 	Clusters func() any
-	Metrics  *metrics.Metrics
+	// Metrics, when set, is what /metrics serves.
+	Metrics prometheus.Gatherer
 }
 
 // HealthHandler serves what probes and scrapers need and nothing else:
@@ -87,7 +88,7 @@ func addHealth(mux *http.ServeMux, s Sources) {
 		}
 	})
 	if s.Metrics != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Metrics.Gatherer(), promhttp.HandlerOpts{}))
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Metrics, promhttp.HandlerOpts{}))
 	}
 }
 

@@ -29,8 +29,8 @@ func TestAdminEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready := false
-	m := metrics.New()
-	m.Revision.Set(1)
+	m := metrics.New(metrics.Options{})
+	m.Source.Revision.Set(1)
 	srv := httptest.NewServer(Handler(Sources{
 		Ready: func() (bool, string) {
 			if !ready {
@@ -40,7 +40,7 @@ func TestAdminEndpoints(t *testing.T) {
 		},
 		Snapshot: d.Current,
 		Clients:  func() []server.Client { return []server.Client{{Stream: 1, NodeID: "n1", Kind: server.KindGRPC}} },
-		Metrics:  m,
+		Metrics:  m.Gatherer(),
 	}))
 	defer srv.Close()
 
@@ -123,13 +123,13 @@ func TestExplainRouteEndpoint(t *testing.T) {
 // The health handler serves probes and scrapers and none of the debug
 // endpoints, which show every endpoint address and profiles.
 func TestHealthHandlerServesNoDebug(t *testing.T) {
-	m := metrics.New()
-	m.Revision.Set(7)
+	m := metrics.New(metrics.Options{})
+	m.Source.Revision.Set(7)
 	srv := httptest.NewServer(HealthHandler(Sources{
 		Ready:    func() (bool, string) { return true, "" },
 		Snapshot: topology.NewDirectory().Current,
 		Clients:  func() []server.Client { return nil },
-		Metrics:  m,
+		Metrics:  m.Gatherer(),
 	}))
 	defer srv.Close()
 	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 200,

@@ -8,7 +8,7 @@ import (
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/outlier"
 	"poise.dev/poise/pkg/topology"
-	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // /debug/loads bounds: an upstream may have thousands of endpoints and its
@@ -64,7 +64,7 @@ func addLoads(mux *http.ServeMux, s Sources) {
 			writeJSONError(w, http.StatusNotFound, "this server keeps no load reports")
 			return
 		}
-		name := translate.ClusterName(k)
+		name := xdsname.Cluster(k)
 		eps := s.Loads.Cluster(name, time.Now())
 		if eps == nil {
 			writeJSONError(w, http.StatusNotFound, fmt.Sprintf("cluster %s is not published with loadReporting", name))

@@ -14,17 +14,16 @@ import (
 // files mode runs: the source watching them, and, this replica being
 // alone, the active health checks and fleet outlier detection.
 func buildFiles(cfg Config, p *parts) (mode, error) {
-	src := &files.Source{Paths: cfg.Paths, Dir: p.dir, Debounce: cfg.Debounce, MaxDelay: cfg.DebounceMax, Settle: cfg.Settle, Log: p.log, Metrics: p.m}
+	src := &files.Source{Paths: cfg.Paths, Dir: p.dir, Debounce: cfg.Debounce, MaxDelay: cfg.DebounceMax, Settle: cfg.Settle, Log: p.log, Metrics: p.m.Source}
 	if _, err := src.Load(); err != nil {
 		return mode{}, fmt.Errorf("initial manifests are invalid; nothing to serve:\n%s", "  "+strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
 	// Alone in files mode, this replica checks every upstream with
 	// spec.healthCheck; an idle Checker costs a goroutine and a timer.
 	checker := healthcheck.New(p.checks)
-	p.m.SetActiveCheckEndpoints(checker.States)
+	p.m.Checks.SetEndpoints(checker.States)
 	// and decides fleet outlier detection, once a bucket
-	detector := newOutliers(p.dir, p.loads, p.m, p.log)
-	p.m.InitSource("files")
+	detector := newOutliers(p.dir, p.loads, p.m.Outliers, p.log)
 	return mode{
 		tasks: []task{
 			{cfg.Source + " source", src.Run},

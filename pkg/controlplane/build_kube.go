@@ -34,7 +34,8 @@ func buildKube(ctx context.Context, cfg Config, p *parts) (mode, error) {
 		Namespace: cfg.Namespace, LeaderElectionNamespace: cfg.LeaderElectionNamespace, LeaderElectionID: cfg.LeaderElectionID,
 		ContextNamespace: contextNamespace,
 		LeaseDuration:    cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
-		Debounce: cfg.Debounce, Log: p.log, Metrics: p.m,
+		Debounce: cfg.Debounce, Log: p.log,
+		Metrics:     kubereplica.Metrics{Source: p.m.Source, Status: p.m.Status, Checks: p.m.Checks, Outliers: p.m.Outliers},
 		Publication: rejectingPublication{p.pub, p.clients}, ClientQPS: cfg.KubeQPS, ClientBurst: cfg.KubeBurst, StatusShare: cfg.StatusShare,
 		StatusWorkers: cfg.StatusWriters, HealthChecks: p.checks,
 		OutlierPeriod: p.outlierPeriod(), OutlierWindow: p.loads.Window(),
@@ -47,8 +48,7 @@ func buildKube(ctx context.Context, cfg Config, p *parts) (mode, error) {
 	if err != nil {
 		return mode{}, err
 	}
-	p.m.InitSource("kubernetes")
-	p.m.SetInvalidObjects(func() map[string]float64 {
+	p.m.Source.SetInvalidObjects(func() map[string]float64 {
 		out := map[string]float64{}
 		for ref := range replica.Source.Rejections() {
 			out[ref.Kind]++

@@ -74,8 +74,8 @@ type Config struct {
 	NoRemoteClusters bool
 	// MetricsNoLocalityGauges leaves out poise_upstream_locality_traffic
 	// (the zero value exports it); MetricsMaxUpstreams bounds the upstreams
-	// with per-upstream gauges (0: metrics.DefaultMaxUpstreams; negative:
-	// none). See metrics.Upstreams.
+	// with per-upstream gauges (0: upstreamgauges.DefaultMaxUpstreams;
+	// negative: none). See upstreamgauges.Gauges.
 	MetricsNoLocalityGauges bool
 	MetricsMaxUpstreams     int
 	// Spatial says where Envoy's spatial routing listener binds (zero: 0.0.0.0:10080).

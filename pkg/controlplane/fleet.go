@@ -9,7 +9,7 @@ import (
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/outlier"
 	"poise.dev/poise/pkg/topology"
-	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // shareLoads is a Kubernetes replica's part of fleet outlier detection
@@ -66,7 +66,7 @@ func summarizeAll(snap *topology.Snapshot, loads *loadreport.Store, now time.Tim
 			continue
 		}
 		// an upstream not yet in the store's catalog has no reports
-		reports, _ := loads.Reports(translate.ClusterName(u.Upstream.Key), now)
+		reports, _ := loads.Reports(xdsname.Cluster(u.Upstream.Key), now)
 		aggs[u.Upstream.Key.String()] = outlier.Summarize(reports, od.ErrorPercent)
 	}
 	return aggs

@@ -7,6 +7,7 @@ import (
 	"poise.dev/poise/pkg/xds/publish"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // rejectingPublication is the publication the status writer reads: the
@@ -22,7 +23,7 @@ type rejectingPublication struct {
 // upstream's resources (its cluster and endpoints, or a gRPC client's
 // listener and route), with the reason of one of them.
 func (p rejectingPublication) RejectedBy(k topology.Key) string {
-	for _, name := range []string{translate.ClusterName(k), translate.ListenerName(k)} {
+	for _, name := range []string{xdsname.Cluster(k), translate.ListenerName(k)} {
 		if r := p.clients.Rejected(name); r.Streams > 0 {
 			return fmt.Sprintf("%d xDS stream(s) of this replica, which keep their last accepted version; resource %s: %s", r.Streams, name, r.Reason)
 		}

@@ -11,7 +11,7 @@ import (
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/outlier"
 	"poise.dev/poise/pkg/topology"
-	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // outliers runs fleet outlier detection (spec.outlierDetection) in files
@@ -23,7 +23,7 @@ type outliers struct {
 	dir     *topology.Directory
 	loads   *loadreport.Store
 	decider *outlier.Decider
-	m       *metrics.Metrics
+	m       *metrics.Outliers
 	log     *slog.Logger
 	// published is the ejections the Directory holds, by upstream: what
 	// the next Apply is computed against, so a refused Apply is retried.
@@ -33,7 +33,7 @@ type outliers struct {
 	status map[topology.Key]outlier.Status // the last evaluation's, by upstream with a detection
 }
 
-func newOutliers(dir *topology.Directory, loads *loadreport.Store, m *metrics.Metrics, log *slog.Logger) *outliers {
+func newOutliers(dir *topology.Directory, loads *loadreport.Store, m *metrics.Outliers, log *slog.Logger) *outliers {
 	return &outliers{dir: dir, loads: loads, decider: outlier.NewDecider(loads.Window()), m: m, log: log,
 		published: map[topology.Key]map[outlier.Endpoint]string{}, status: map[topology.Key]outlier.Status{}}
 }
@@ -66,16 +66,16 @@ func (o *outliers) evaluate(now time.Time) {
 		}
 		k := u.Upstream.Key
 		if _, known := o.published[k]; !known {
-			o.m.InitOutlier(k.String())
+			o.m.Init(k.String())
 			o.published[k] = map[outlier.Endpoint]string{}
 		}
 		// an upstream not yet in the store's catalog has no reports
-		reports, _ := o.loads.Reports(translate.ClusterName(k), now)
+		reports, _ := o.loads.Reports(xdsname.Cluster(k), now)
 		agg := outlier.Summarize(reports, od.ErrorPercent)
 		label := k.String()
 		for _, v := range o.decider.Decide(k, *od, agg, outlier.EndpointsOf(u), now) {
 			if v.Ejected {
-				o.m.OutlierEjections.WithLabelValues(label).Inc()
+				o.m.Ejections.WithLabelValues(label).Inc()
 			}
 			v.Log(o.log, label)
 		}
@@ -86,13 +86,13 @@ func (o *outliers) evaluate(now time.Time) {
 		}
 		status[k] = outlier.Status{EvaluatedAt: now, Reporters: agg.Reporters, Untrusted: agg.Untrusted, Ejections: ejections}
 		want[k] = cur
-		o.m.OutlierEjected.WithLabelValues(label).Set(float64(len(cur)))
+		o.m.Ejected.WithLabelValues(label).Set(float64(len(cur)))
 		o.m.UntrustedReporters.WithLabelValues(label).Set(float64(agg.Untrusted))
 	}
 	for k := range o.published {
 		if _, ok := want[k]; !ok {
 			o.decider.Forget(k)
-			o.m.ForgetOutlier(k.String())
+			o.m.Forget(k.String())
 		}
 	}
 	o.mu.Lock()

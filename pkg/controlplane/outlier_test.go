@@ -70,8 +70,8 @@ func TestOutlierLoopInFilesMode(t *testing.T) {
 	}
 	loads := loadreport.NewStore(loadreport.Config{Bucket: time.Second})
 	loads.SetCatalog(loadreport.NewCatalog(nil, snap, reportsLoad))
-	m := metrics.New()
-	o := newOutliers(dir, loads, m, slog.New(slog.DiscardHandler))
+	m := metrics.New(metrics.Options{})
+	o := newOutliers(dir, loads, m.Outliers, slog.New(slog.DiscardHandler))
 	now := time.Unix(1_800_000_000, 0)
 	for i := range 3 {
 		st := loads.Open(loadreport.Reporter{ID: fmt.Sprintf("client-%d", i)}, now)
@@ -86,13 +86,13 @@ func TestOutlierLoopInFilesMode(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("ejected %v, want %v", got, want)
 	}
-	if v := testutil.ToFloat64(m.OutlierEjected.WithLabelValues("shop/api")); v != 1 {
+	if v := testutil.ToFloat64(m.Outliers.Ejected.WithLabelValues("shop/api")); v != 1 {
 		t.Errorf("ejected gauge %v", v)
 	}
-	if v := testutil.ToFloat64(m.OutlierEjections.WithLabelValues("shop/api")); v != 1 {
+	if v := testutil.ToFloat64(m.Outliers.Ejections.WithLabelValues("shop/api")); v != 1 {
 		t.Errorf("ejections counter %v", v)
 	}
-	if v := testutil.ToFloat64(m.UntrustedReporters.WithLabelValues("shop/api")); v != 1 {
+	if v := testutil.ToFloat64(m.Outliers.UntrustedReporters.WithLabelValues("shop/api")); v != 1 {
 		t.Errorf("untrusted gauge %v", v)
 	}
 	if st, ok := o.Status(topology.Key{Namespace: "shop", Name: "api"}); !ok || st.Reporters != 3 || st.Untrusted != 1 ||
@@ -110,7 +110,7 @@ func TestOutlierLoopInFilesMode(t *testing.T) {
 	if got := ejectedIn(t, dir.Current()); len(got) != 0 {
 		t.Fatalf("after the ejection time: %v", got)
 	}
-	if v := testutil.ToFloat64(m.OutlierEjected.WithLabelValues("shop/api")); v != 0 {
+	if v := testutil.ToFloat64(m.Outliers.Ejected.WithLabelValues("shop/api")); v != 0 {
 		t.Errorf("ejected gauge %v after the return", v)
 	}
 

@@ -21,10 +21,12 @@ import (
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/upstreamgauges"
 	"poise.dev/poise/pkg/xds/publish"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xds/xdstype"
 )
 
 // Addrs are where a running control plane listens.
@@ -119,6 +121,7 @@ type mode struct {
 type parts struct {
 	log      *slog.Logger
 	m        *metrics.Metrics
+	gauges   *upstreamgauges.Gauges // the per-upstream gauges, following the publications
 	dir      *topology.Directory
 	instance string
 	cache    *xdscache.Cache
@@ -129,8 +132,7 @@ type parts struct {
 }
 
 func newParts(cfg Config, log *slog.Logger) *parts {
-	m := metrics.New()
-	m.SetBuildInfo(cfg.Version)
+	m := metrics.New(metricsOptions(cfg))
 	// controller-runtime's registry holds client-go's REST client metrics
 	// (requests by code, latency, rate-limiter wait, retries), its work
 	// queues' and the leader election's; /metrics serves it beside ours,
@@ -146,7 +148,7 @@ func newParts(cfg Config, log *slog.Logger) *parts {
 	}
 	p.cache = xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) },
 		xdscache.WithMaxZones(maxClasses))
-	m.SetClientClasses(func() map[string]float64 {
+	m.Classes.Set(func() map[string]float64 {
 		out := make(map[string]float64, translate.NumRenderings)
 		for v := range translate.NumRenderings {
 			out[v.String()] = float64(len(p.cache.Zones(int(v))))
@@ -158,29 +160,42 @@ func newParts(cfg Config, log *slog.Logger) *parts {
 	p.pub.SetSpatialOptions(cfg.Spatial)
 	maxUpstreams := cfg.MetricsMaxUpstreams
 	if maxUpstreams == 0 {
-		maxUpstreams = metrics.DefaultMaxUpstreams
+		maxUpstreams = upstreamgauges.DefaultMaxUpstreams
 	}
-	m.Upstreams.SetLimits(!cfg.MetricsNoLocalityGauges, maxUpstreams, log)
+	p.gauges = upstreamgauges.New(upstreamgauges.Options{Localities: !cfg.MetricsNoLocalityGauges, MaxUpstreams: maxUpstreams, Log: log})
 	// Clients of upstreams with spec.loadReporting report their load over
 	// LRS into loads, which keeps only what its catalog publishes.
 	p.loads = loadreport.NewStore(loadreport.Config{MaxCells: cfg.LoadReportMaxCells, Bucket: cfg.LoadReportBucket})
 	p.pub.SetLoadDemand(loadDemand(p.loads)) // a Balanced upstream's demand, where its clients report
-	m.SetSpatialLoads(p.loads)
+	m.Registry.MustRegister(p.gauges, loadreport.NewSpatialMetrics(p.loads))
 	p.observePublications()
-	p.clients = server.NewClients(m, log)
+	p.clients = server.NewClients(m.XDS, log)
 	replicaName := cfg.ReplicaName
 	if replicaName == "" {
 		replicaName = checkerName()
 	}
 	p.checks = healthcheck.Config{Name: replicaName, Concurrency: cfg.HealthCheckConcurrency, MaxEndpoints: cfg.HealthCheckMaxEndpoints,
-		Observe: m.ObserveActiveCheck}
+		Observe: m.Checks.Observe}
 	return p
+}
+
+// metricsOptions are what the metrics are made with: the label values of
+// the xDS types and of the object kinds, and the source configured, whose
+// series exist at 0 (the Kubernetes source's status writer's with them).
+func metricsOptions(cfg Config) metrics.Options {
+	kube := cfg.Source == "kubernetes"
+	source := "files"
+	if kube {
+		source = "kubernetes"
+	}
+	return metrics.Options{Version: cfg.Version, Types: xdstype.Shorts(), Source: source, WritesStatus: kube,
+		Kinds: []string{topology.KindUpstream, topology.KindLocality, topology.KindEndpointSet, topology.KindSpatialDomain, topology.KindPartition}}
 }
 
 // observePublications keeps the load-report catalog and the publication
 // metrics following what the publisher publishes or refuses.
 func (p *parts) observePublications() {
-	m, loads := p.m, p.loads
+	m, loads, gauges := p.m.Publication, p.loads, p.gauges
 	p.pub.OnPublish = func(st publish.Stats) {
 		if len(st.Changed) > 0 || loads.Catalog().SpatialChanged(st.Snapshot) {
 			// the catalog follows every upstream change before clients
@@ -191,19 +206,19 @@ func (p *parts) observePublications() {
 		// only queued here, under the publisher's lock; the gauges are set
 		// on their own goroutine
 		for _, c := range st.Changed {
-			m.Upstreams.Queue(c.Old, c.Cur)
+			gauges.Queue(c.Old, c.Cur)
 		}
-		m.SnapshotBuilds.WithLabelValues("published").Inc()
-		m.SnapshotDuration.Observe(st.Duration.Seconds())
+		m.Builds.WithLabelValues("published").Inc()
+		m.BuildDuration.Observe(st.Duration.Seconds())
 		m.PublishedRevision.Set(float64(st.Revision))
 		for t, n := range st.Changes {
 			if n > 0 {
-				m.ResourceChanges.WithLabelValues(xdscache.ShortType(xdscache.TypeOrder[t])).Add(float64(n))
+				m.ResourceChanges.WithLabelValues(xdstype.At(t).Short).Add(float64(n))
 			}
 		}
 	}
 	p.pub.OnReject = func(rev uint64, err error) {
-		m.SnapshotBuilds.WithLabelValues("rejected").Inc()
+		m.Builds.WithLabelValues("rejected").Inc()
 		p.log.Error("translation refused; the last good snapshot keeps serving", "revision", rev, "error", err)
 	}
 }
@@ -220,7 +235,7 @@ func (p *parts) tasks() []task {
 	return []task{
 		{"publisher", func(ctx context.Context) error { return p.pub.Run(ctx, p.dir) }},
 		{"client classes", p.pub.RunClasses},
-		{"upstream gauges", p.m.Upstreams.Run},
+		{"upstream gauges", p.gauges.Run},
 	}
 }
 
@@ -287,7 +302,7 @@ func (p *parts) adminSources(md mode) admin.Sources {
 	}
 	s.Snapshot = p.dir.Current
 	s.Clients = p.clients.List
-	s.Metrics = p.m
+	s.Metrics = p.m.Gatherer()
 	s.Demand = appliedDemand(p.pub)
 	s.Serving = p.clients.Serving
 	s.Loads = p.loads

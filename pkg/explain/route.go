@@ -8,7 +8,7 @@ import (
 
 	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
-	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // RouteReport explains one spatial routing decision step by step: the same Go reference
@@ -111,9 +111,9 @@ func ExplainRoute(s *topology.SpatialState, req partitionmap.Request) (*RouteRep
 	}
 	switch {
 	case dec.Pool:
-		r.Result.Cluster = translate.PoolClusterName(k, req.Product)
+		r.Result.Cluster = xdsname.PoolCluster(k, req.Product)
 	case dec.Replica != "":
-		r.Result.Cluster = translate.ReplicaClusterName(k, dec.Replica)
+		r.Result.Cluster = xdsname.ReplicaCluster(k, dec.Replica)
 	}
 	step := func(format string, args ...any) { r.Steps = append(r.Steps, fmt.Sprintf(format, args...)) }
 

@@ -45,7 +45,7 @@ type Options struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	Debounce                                  time.Duration
 	Log                                       *slog.Logger
-	Metrics                                   *metrics.Metrics
+	Metrics                                   Metrics
 	// Publication tells the status writer what xDS carries (nil: every
 	// snapshot counts as published once it is current).
 	Publication kubestatus.Publication
@@ -122,6 +122,16 @@ type Replica struct {
 	Remotes *kube.Remotes
 }
 
+// Metrics are the metrics the replica hands to what it assembles: the
+// source's, the status writer's (with the leader gauge), the active
+// checks' and fleet outlier detection's. A nil group is not recorded.
+type Metrics struct {
+	Source   *metrics.Source
+	Status   *metrics.Status
+	Checks   *metrics.Checks
+	Outliers *metrics.Outliers
+}
+
 // NewReplica builds the manager, the source and the status writer.
 func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica, error) {
 	scheme, err := kube.Scheme()
@@ -134,8 +144,8 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 		log = slog.New(slog.DiscardHandler)
 	}
 	health := kube.NewWatchHealth(log)
-	if o.Metrics != nil {
-		o.Metrics.SetKubeStale(health.StaleSeconds)
+	if o.Metrics.Source != nil {
+		o.Metrics.Source.SetKubeStale(health.StaleSeconds)
 	}
 	id := o.LeaderElectionID
 	if id == "" {
@@ -169,25 +179,25 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	}
 	remotes := &kube.Remotes{Home: cfg, Namespace: ns, HomeName: home, WatchNamespace: o.Namespace, StaleAfter: stale,
 		Scheme: scheme, Log: log.With("component", "remote-clusters")}
-	src := &kube.Source{Reader: m.GetCache(), Dir: dir, Debounce: o.Debounce, Log: log, Metrics: o.Metrics, ClusterName: home, Remotes: remotes}
+	src := &kube.Source{Reader: m.GetCache(), Dir: dir, Debounce: o.Debounce, Log: log, Metrics: o.Metrics.Source, ClusterName: home, Remotes: remotes}
 	events := m.GetEventRecorder("poise-controlplane")
 	var leading atomic.Bool
 	remotes.Mark, remotes.Changed = src.MarkRemote, src.ClusterChanged
 	remotes.Removed = removedClusterEvents(m.GetCache(), src, events, &leading)
-	if o.Metrics != nil {
-		o.Metrics.SetRemoteClusters(remotes.StateValues, remotes.LastSyncSeconds)
+	if o.Metrics.Source != nil {
+		o.Metrics.Source.SetRemoteClusters(remotes.StateValues, remotes.LastSyncSeconds)
 	}
 	if !o.NoRemoteClusters {
 		if err := m.Add(remotes); err != nil {
 			return nil, err
 		}
 	}
-	sw := &kubestatus.StatusWriter{Client: m.GetClient(), Dir: dir, Source: src, Publication: o.Publication, Log: log, Metrics: o.Metrics,
+	sw := &kubestatus.StatusWriter{Client: m.GetClient(), Dir: dir, Source: src, Publication: o.Publication, Log: log, Metrics: o.Metrics.Status,
 		Budget: o.StatusBudgetOf(), Events: events}
 	if err := m.Add(src); err != nil {
 		return nil, err
 	}
-	cw := &kubestatus.CheckWriter{Client: m.GetClient(), Dir: dir, Config: o.HealthChecks, Log: log, Metrics: o.Metrics}
+	cw := &kubestatus.CheckWriter{Client: m.GetClient(), Dir: dir, Config: o.HealthChecks, Log: log, Metrics: o.Metrics.Checks}
 	period, window := o.OutlierPeriod, o.OutlierWindow
 	if period <= 0 {
 		period = 5 * time.Second
@@ -196,18 +206,17 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 		window = 6 * period
 	}
 	shares := &kubestatus.Shares{Writer: m.GetClient(), Reader: m.GetAPIReader(), Namespace: ns, Lease: id, Replica: o.HealthChecks.Name}
-	ow := &kubestatus.OutlierWriter{Client: m.GetClient(), Dir: dir, Shares: shares, Period: period, Window: window, Log: log, Metrics: o.Metrics, Events: events}
+	ow := &kubestatus.OutlierWriter{Client: m.GetClient(), Dir: dir, Shares: shares, Period: period, Window: window, Log: log, Metrics: o.Metrics.Outliers, Events: events}
 	el := &leader.Elector{Config: cfg, Namespace: ns, Name: id, Identity: leader.NewIdentity(), LeaseDuration: lease, RenewDeadline: renew, RetryPeriod: retry,
 		Lead: leaderWork(sw, cw, ow, log), Log: log, Events: events, Leading: leading.Store}
-	if o.Metrics != nil {
-		o.Metrics.InitStatus()
+	if o.Metrics.Status != nil {
 		el.Leading = func(l bool) {
 			leading.Store(l)
 			v := 0.0
 			if l {
 				v = 1
 			}
-			o.Metrics.Leader.Set(v)
+			o.Metrics.Status.Leader.Set(v)
 		}
 	}
 	if err := m.Add(el); err != nil {

@@ -49,7 +49,7 @@ type CheckWriter struct {
 	Log    *slog.Logger
 	// Metrics, when set, reads this term's checker for
 	// poise_active_check_endpoints (Config.Observe counts the checks).
-	Metrics *metrics.Metrics
+	Metrics *metrics.Checks
 }
 
 // unhealthyEndpoint is one endpoint the checker holds Unhealthy.
@@ -83,8 +83,8 @@ func (w *CheckWriter) Run(ctx context.Context) error {
 	}
 	defer r.limiter.Stop()
 	if w.Metrics != nil {
-		w.Metrics.SetActiveCheckEndpoints(r.checker.States)
-		defer w.Metrics.SetActiveCheckEndpoints(nil)
+		w.Metrics.SetEndpoints(r.checker.States)
+		defer w.Metrics.SetEndpoints(nil)
 	}
 	if err := r.seed(ctx); err != nil {
 		return err

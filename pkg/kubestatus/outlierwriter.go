@@ -35,8 +35,8 @@ type OutlierWriter struct {
 	// Period is how often it decides; Window the load reports' window.
 	Period, Window time.Duration
 	Log            *slog.Logger
-	Metrics        *metrics.Metrics // optional
-	Events         EventRecorder    // optional
+	Metrics        *metrics.Outliers // optional
+	Events         EventRecorder     // optional
 }
 
 // Run decides until ctx ends.
@@ -115,7 +115,7 @@ func (w *OutlierWriter) evaluate(ctx context.Context, d *outlier.Decider, limite
 		seen[k] = true
 		label := k.String()
 		if !known[k] && w.Metrics != nil {
-			w.Metrics.InitOutlier(label)
+			w.Metrics.Init(label)
 		}
 		known[k] = true
 		merged := outlier.Merge(aggs[label]...)
@@ -124,7 +124,7 @@ func (w *OutlierWriter) evaluate(ctx context.Context, d *outlier.Decider, limite
 		}
 		ejections := d.Ejections(k)
 		if w.Metrics != nil {
-			w.Metrics.OutlierEjected.WithLabelValues(label).Set(float64(len(ejections)))
+			w.Metrics.Ejected.WithLabelValues(label).Set(float64(len(ejections)))
 			w.Metrics.UntrustedReporters.WithLabelValues(label).Set(float64(merged.Untrusted))
 		}
 		if err := w.write(ctx, limiter, k, ejections); err != nil {
@@ -150,7 +150,7 @@ func (w *OutlierWriter) evaluate(ctx context.Context, d *outlier.Decider, limite
 
 func (w *OutlierWriter) forgetMetrics(k topology.Key) {
 	if w.Metrics != nil {
-		w.Metrics.ForgetOutlier(k.String())
+		w.Metrics.Forget(k.String())
 	}
 }
 
@@ -162,7 +162,7 @@ func (w *OutlierWriter) record(k topology.Key, v outlier.Verdict) {
 	v.Log(w.Log, label)
 	if v.Ejected {
 		if w.Metrics != nil {
-			w.Metrics.OutlierEjections.WithLabelValues(label).Inc()
+			w.Metrics.Ejections.WithLabelValues(label).Inc()
 		}
 		if w.Events != nil {
 			w.Events.Eventf(obj, nil, "Warning", ReasonOutlierEjected, "Eject", "%s", clip(fmt.Sprintf("%s:%d ejected (%s)", v.Address, v.Port, v.Origin), maxEventNote))

@@ -80,8 +80,8 @@ func localityStatus(l *v1alpha1.Locality, snap *topology.Snapshot, rej *kube.Rej
 	want.Traffic, want.Availability, want.EffectiveWeight, want.ShareInPriority = nil, nil, nil, nil
 	want.TrafficPercent, want.AvailabilityPercent = "", ""
 	if lr, ok := localityShares(u, keyOf(l)); ok {
-		want.Traffic, want.Availability = ptrTo(int64(lr.Traffic)), ptrTo(int64(lr.Availability))
-		want.EffectiveWeight, want.ShareInPriority = ptrTo(int64(lr.EffectiveWeight)), ptrTo(int64(lr.ShareInPriority))
+		want.Traffic, want.Availability = new(int64(lr.Traffic)), new(int64(lr.Availability))
+		want.EffectiveWeight, want.ShareInPriority = new(int64(lr.EffectiveWeight)), new(int64(lr.ShareInPriority))
 		want.TrafficPercent, want.AvailabilityPercent = percent(lr.Traffic), percent(lr.Availability)
 	}
 	return want
@@ -119,8 +119,6 @@ func percent(m uint64) string {
 	}
 	return fmt.Sprintf("%d.%d%%", tenths/10, tenths%10)
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // localityPending reports whether the topology does not yet hold what a
 // Locality's spec says (an accepted, valid one: its upstream exists): no

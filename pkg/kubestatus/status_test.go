@@ -219,8 +219,8 @@ func TestPendingGenerations(t *testing.T) {
 		want bool
 	}{
 		{"as applied", func(*v1alpha1.Locality, *v1alpha1.EndpointSet) {}, false},
-		{"another weight", func(l *v1alpha1.Locality, _ *v1alpha1.EndpointSet) { l.Spec.Weight = ptrTo(int64(5)) }, true},
-		{"another priority", func(l *v1alpha1.Locality, _ *v1alpha1.EndpointSet) { l.Spec.Priority = ptrTo(int32(1)) }, true},
+		{"another weight", func(l *v1alpha1.Locality, _ *v1alpha1.EndpointSet) { l.Spec.Weight = new(int64(5)) }, true},
+		{"another priority", func(l *v1alpha1.Locality, _ *v1alpha1.EndpointSet) { l.Spec.Priority = new(int32(1)) }, true},
 		{"another upstream that does not exist", func(l *v1alpha1.Locality, s *v1alpha1.EndpointSet) { l.Spec.Upstream, s.Spec.Upstream = "nope", "nope" }, false},
 		{"a new name", func(l *v1alpha1.Locality, s *v1alpha1.EndpointSet) { l.Name, s.Name = "new", "new" }, true},
 		{"an endpoint more", func(_ *v1alpha1.Locality, s *v1alpha1.EndpointSet) {

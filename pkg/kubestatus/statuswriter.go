@@ -116,7 +116,7 @@ type StatusWriter struct {
 	// published once it is current (a replica that serves no xDS).
 	Publication Publication
 	Log         *slog.Logger
-	Metrics     *metrics.Metrics
+	Metrics     *metrics.Status
 	// Budget: the zero value means DefaultBudget.
 	Budget StatusBudget
 	// PublishGrace: 0 means 2s.
@@ -170,7 +170,7 @@ func (w *StatusWriter) Start(ctx context.Context) error {
 	}
 	m := w.Metrics
 	if m == nil {
-		m = metrics.New()
+		m = metrics.NewStatus()
 	}
 	budget := w.Budget
 	if budget == (StatusBudget{}) {
@@ -202,7 +202,7 @@ func (w *StatusWriter) Start(ctx context.Context) error {
 		budget:   flowcontrol.NewTokenBucketRateLimiter(float32(budget.QPS), max(budget.Burst, 1)),
 		deferred: map[topology.ObjectRef]time.Time{},
 	}
-	defer m.StatusQueueDepth.Set(0)
+	defer m.QueueDepth.Set(0)
 
 	// what the followers compare with is taken before the handlers queue
 	// every object, so no change falls between the two
@@ -249,7 +249,7 @@ type statusRun struct {
 	w      *StatusWriter
 	pub    Publication
 	log    *slog.Logger
-	m      *metrics.Metrics
+	m      *metrics.Status
 	grace  time.Duration
 	q      workqueue.TypedRateLimitingInterface[topology.ObjectRef]
 	budget flowcontrol.RateLimiter
@@ -301,7 +301,7 @@ func (r *statusRun) failedWrite(ref topology.ObjectRef, err error) {
 	case apierrors.IsInvalid(err):
 		reason = "invalid"
 	}
-	r.m.StatusWriteErrors.WithLabelValues(ref.Kind, reason).Inc()
+	r.m.WriteErrors.WithLabelValues(ref.Kind, reason).Inc()
 	if reason == "conflict" {
 		return // the cache was behind our own last write; the retry reads it again
 	}
@@ -455,7 +455,7 @@ func (r *statusRun) publishedMeanwhile(ref topology.ObjectRef, rev uint64) {
 // and a retry, never an overwrite.
 func writeStatus[S any](ctx context.Context, r *statusRun, ref topology.ObjectRef, obj client.Object, status *S, want S) error {
 	if equality.Semantic.DeepEqual(want, *status) {
-		r.m.StatusUnchanged.WithLabelValues(ref.Kind).Inc()
+		r.m.Unchanged.WithLabelValues(ref.Kind).Inc()
 		return nil
 	}
 	if err := r.budget.Wait(ctx); err != nil {
@@ -472,27 +472,27 @@ func writeStatus[S any](ctx context.Context, r *statusRun, ref topology.ObjectRe
 		}
 		return fmt.Errorf("status of %s: %w", ref, err)
 	}
-	r.m.StatusWrites.WithLabelValues(ref.Kind).Inc()
+	r.m.Writes.WithLabelValues(ref.Kind).Inc()
 	statusEvents(r.w.Events, obj, old, conditionsOf(want))
 	return nil
 }
 
 // queueMetrics hands the work queue's depth, adds, latency, work duration
 // and retries to the control plane's registry.
-type queueMetrics struct{ m *metrics.Metrics }
+type queueMetrics struct{ m *metrics.Status }
 
-func (q queueMetrics) NewDepthMetric(string) workqueue.GaugeMetric { return q.m.StatusQueueDepth }
+func (q queueMetrics) NewDepthMetric(string) workqueue.GaugeMetric { return q.m.QueueDepth }
 
 func (q queueMetrics) NewAddsMetric(string) workqueue.CounterMetric {
-	return q.m.StatusQueueAdds
+	return q.m.QueueAdds
 }
 
 func (q queueMetrics) NewLatencyMetric(string) workqueue.HistogramMetric {
-	return q.m.StatusQueueLatency
+	return q.m.QueueLatency
 }
 
 func (q queueMetrics) NewWorkDurationMetric(string) workqueue.HistogramMetric {
-	return q.m.StatusWorkDuration
+	return q.m.WorkDuration
 }
 
 func (q queueMetrics) NewUnfinishedWorkSecondsMetric(string) workqueue.SettableGaugeMetric {
@@ -503,7 +503,7 @@ func (q queueMetrics) NewLongestRunningProcessorSecondsMetric(string) workqueue.
 	return discardGauge{}
 }
 
-func (q queueMetrics) NewRetriesMetric(string) workqueue.CounterMetric { return q.m.StatusRetries }
+func (q queueMetrics) NewRetriesMetric(string) workqueue.CounterMetric { return q.m.Retries }
 
 // discardGauge is a queue metric the control plane does not export.
 type discardGauge struct{}

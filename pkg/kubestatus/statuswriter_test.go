@@ -67,7 +67,7 @@ type statusFixture struct {
 	src     *kube.Source
 	dir     *topology.Directory
 	pub     *fakePublication
-	m       *metrics.Metrics
+	m       *metrics.Status
 	run     *statusRun
 	patches atomic.Int64
 	// conflicts: how many of the next patches answer 409 Conflict
@@ -86,7 +86,7 @@ func statusObjects(n int) []client.Object {
 		for z, zone := range []string{"a", "b"} {
 			id := v1alpha1.LocalityID{Region: "eu", Zone: zone}
 			objs = append(objs, &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-" + zone, Generation: 1},
-				Spec: v1alpha1.LocalitySpec{Upstream: name, LocalityID: id, Weight: ptrTo(int64(1 + z))}})
+				Spec: v1alpha1.LocalitySpec{Upstream: name, LocalityID: id, Weight: new(int64(1 + z))}})
 			objs = append(objs, &v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-" + zone, Generation: 1},
 				Spec: v1alpha1.EndpointSetSpec{Upstream: name, Locality: id, Endpoints: []v1alpha1.Endpoint{
 					{Address: fmt.Sprintf("10.0.%d.%d", i, 2*z+1), Port: 80}, {Address: fmt.Sprintf("10.0.%d.%d", i, 2*z+2), Port: 80}}}})
@@ -101,7 +101,7 @@ func newStatusFixture(t *testing.T, n int, budget StatusBudget) *statusFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx := &statusFixture{t: t, dir: topology.NewDirectory(), pub: newFakePublication(), m: metrics.New(), byObject: map[string]int{}}
+	fx := &statusFixture{t: t, dir: topology.NewDirectory(), pub: newFakePublication(), m: metrics.NewStatus(), byObject: map[string]int{}}
 	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(statusObjects(n)...).
 		WithStatusSubresource(&v1alpha1.Upstream{}, &v1alpha1.Locality{}, &v1alpha1.EndpointSet{}, &v1alpha1.SpatialDomain{}, &v1alpha1.Partition{}).
 		WithInterceptorFuncs(interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
@@ -167,7 +167,7 @@ func (fx *statusFixture) queueAll(n int) {
 // work-duration histogram.
 func (fx *statusFixture) processed() uint64 {
 	var d dto.Metric
-	if err := fx.m.StatusWorkDuration.Write(&d); err != nil {
+	if err := fx.m.WorkDuration.Write(&d); err != nil {
 		fx.t.Fatal(err)
 	}
 	return d.GetHistogram().GetSampleCount()
@@ -257,7 +257,7 @@ func TestStatusWriterWritesEachObjectOnceAndNothingUnchanged(t *testing.T) {
 	if got := fx.patches.Load() - before; got != 0 {
 		t.Errorf("queueing unchanged objects issued %d patches; want 0", got)
 	}
-	if got := testutil.ToFloat64(fx.m.StatusUnchanged.WithLabelValues(topology.KindUpstream)); got != n {
+	if got := testutil.ToFloat64(fx.m.Unchanged.WithLabelValues(topology.KindUpstream)); got != n {
 		t.Errorf("poise_status_unchanged_total{kind=Upstream} = %v; want %d", got, n)
 	}
 
@@ -360,10 +360,10 @@ func TestStatusWriterRetriesConflictsWithBackoff(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if got := testutil.ToFloat64(fx.m.StatusWriteErrors.WithLabelValues(topology.KindUpstream, "conflict")); got != 3 {
+	if got := testutil.ToFloat64(fx.m.WriteErrors.WithLabelValues(topology.KindUpstream, "conflict")); got != 3 {
 		t.Errorf("poise_status_write_errors_total{reason=conflict} = %v; want 3", got)
 	}
-	if got := testutil.ToFloat64(fx.m.StatusRetries); got != 3 {
+	if got := testutil.ToFloat64(fx.m.Retries); got != 3 {
 		t.Errorf("poise_status_retries_total = %v; want 3", got)
 	}
 	if got := fx.patches.Load(); got != 4 {
@@ -390,15 +390,15 @@ func TestStatusWriterBacksOffWhileTheApiserverFails(t *testing.T) {
 	if attempts < 10 || attempts > 150 {
 		t.Errorf("%d patch attempts for 10 objects in 300ms of failures; want about 100 (backoff)", attempts)
 	}
-	if got := testutil.ToFloat64(fx.m.StatusWriteErrors.WithLabelValues(topology.KindUpstream, "error")); got == 0 {
+	if got := testutil.ToFloat64(fx.m.WriteErrors.WithLabelValues(topology.KindUpstream, "error")); got == 0 {
 		t.Error("failed writes were not counted")
 	}
 	// the apiserver recovers: every object is written, once
 	fx.down.Store(false)
 	deadline := time.Now().Add(5 * time.Second)
-	for sumOf(fx.m.StatusWrites) < 5*n {
+	for sumOf(fx.m.Writes) < 5*n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%v of %d objects written after the recovery", sumOf(fx.m.StatusWrites), 5*n)
+			t.Fatalf("%v of %d objects written after the recovery", sumOf(fx.m.Writes), 5*n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -423,7 +423,7 @@ func TestStatusWriterKeepsToItsBudget(t *testing.T) {
 	if took < 280*time.Millisecond {
 		t.Errorf("20 writes at 50/s with a burst of 5 took %v; want at least 300ms", took)
 	}
-	if got := testutil.ToFloat64(fx.m.StatusWrites.WithLabelValues(topology.KindUpstream)); got != n {
+	if got := testutil.ToFloat64(fx.m.Writes.WithLabelValues(topology.KindUpstream)); got != n {
 		t.Errorf("poise_status_writes_total{kind=Upstream} = %v; want %d", got, n)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 
 	"poise.dev/poise/pkg/topology"
-	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // Catalog is what reports may be about: the published clusters whose load
@@ -55,7 +55,7 @@ func NewCatalog(prev *Catalog, snap *topology.Snapshot, include func(*topology.U
 		if include != nil && !include(u) {
 			continue
 		}
-		name := translate.ClusterName(u.Upstream.Key)
+		name := xdsname.Cluster(u.Upstream.Key)
 		if prev != nil {
 			if old, ok := prev.clusters[name]; ok && old.upstream == u {
 				c.clusters[name] = old
@@ -138,11 +138,11 @@ func (c *Catalog) Published(names []string, req *lrs.LoadStatsRequest) ([]string
 // names: Poise renders one locality per endpoint for gRPC clients with the
 // sub_zone "<subZone>~ep~<address>:<port>" (an IPv6 address in brackets).
 func endpointOfSubZone(subZone string) (endpointKey, bool) {
-	i := strings.LastIndex(subZone, translate.EndpointSuffix)
+	i := strings.LastIndex(subZone, xdsname.EndpointSuffix)
 	if i < 0 {
 		return endpointKey{}, false
 	}
-	hp := subZone[i+len(translate.EndpointSuffix):]
+	hp := subZone[i+len(xdsname.EndpointSuffix):]
 	colon := strings.LastIndexByte(hp, ':')
 	if colon <= 0 {
 		return endpointKey{}, false

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"poise.dev/poise/pkg/topology"
-	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // The spatial cross-region metric (docs/spatial.md, "Cross-region
@@ -59,7 +59,7 @@ func (c *Catalog) addSpatial(prev *Catalog, snap *topology.Snapshot) {
 		}
 		for i, r := range st.Replicas {
 			if ups[i] != nil {
-				c.addSpatialCluster(prev, translate.ReplicaClusterName(k, r.Name), st, ups, []int{i})
+				c.addSpatialCluster(prev, xdsname.ReplicaCluster(k, r.Name), st, ups, []int{i})
 			}
 		}
 		for _, p := range st.Map.Domain().Products {
@@ -69,7 +69,7 @@ func (c *Catalog) addSpatial(prev *Catalog, snap *topology.Snapshot) {
 					held = append(held, i)
 				}
 			}
-			c.addSpatialCluster(prev, translate.PoolClusterName(k, p.Name), st, ups, held)
+			c.addSpatialCluster(prev, xdsname.PoolCluster(k, p.Name), st, ups, held)
 		}
 	}
 }

@@ -10,23 +10,29 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
+// The label values the domain defines, as the control plane passes them
+// (the xDS types served, the kinds of topology object).
+var (
+	types = []string{"CDS", "EDS", "LDS", "RDS"}
+	kinds = []string{"Upstream", "Locality", "EndpointSet", "SpatialDomain", "Partition"}
+)
+
 // Alerts on rate() or absent() need series before the first event: every
 // labelled series whose values are known up front is there at 0.
 func TestSeriesExistAtZeroBeforeAnyEvent(t *testing.T) {
-	m := New()
-	m.InitSource("files")
+	m := New(Options{Types: types, Kinds: kinds, Source: "files"})
 	for name, want := range map[string]int{
-		"poise_xds_pushes_total":                    len(Types),
-		"poise_xds_nacks_total":                     len(Types),
-		"poise_xds_resource_changes_total":          len(Types),
-		"poise_xds_convergence_seconds":             len(Types),
-		"poise_xds_push_duration_seconds":           len(Types),
-		"poise_xds_send_duration_seconds":           len(Types),
+		"poise_xds_pushes_total":                    len(types),
+		"poise_xds_nacks_total":                     len(types),
+		"poise_xds_resource_changes_total":          len(types),
+		"poise_xds_convergence_seconds":             len(types),
+		"poise_xds_push_duration_seconds":           len(types),
+		"poise_xds_send_duration_seconds":           len(types),
 		"poise_xds_connected_clients":               len(ClientKinds),
 		"poise_xds_snapshot_builds_total":           len(BuildResults),
 		"poise_source_batches_total":                len(SourceResults),
 		"poise_source_refusing":                     1,
-		"poise_source_invalid_objects":              len(Kinds),
+		"poise_source_invalid_objects":              len(kinds),
 		"poise_status_leader":                       1,
 		"poise_build_info":                          1,
 		"poise_status_writes_total":                 0, // the files source writes no status
@@ -36,20 +42,20 @@ func TestSeriesExistAtZeroBeforeAnyEvent(t *testing.T) {
 			t.Errorf("%s: %d series, want %d", name, got, want)
 		}
 	}
-	for _, typ := range Types {
-		if v := testutil.ToFloat64(m.NACKs.WithLabelValues(typ)); v != 0 {
+	for _, typ := range types {
+		if v := testutil.ToFloat64(m.XDS.NACKs.WithLabelValues(typ)); v != 0 {
 			t.Errorf("NACKs{type=%s} = %v", typ, v)
 		}
 	}
-	m.InitStatus()
-	if got, want := testutil.CollectAndCount(m.Registry, "poise_status_write_errors_total"), len(Kinds)*len(StatusErrorReasons); got != want {
+	m = New(Options{Types: types, Kinds: kinds, Source: "kubernetes", WritesStatus: true})
+	if got, want := testutil.CollectAndCount(m.Registry, "poise_status_write_errors_total"), len(kinds)*len(StatusErrorReasons); got != want {
 		t.Errorf("status write errors: %d series, want %d", got, want)
 	}
 }
 
 func TestInvalidObjectsReportEveryKind(t *testing.T) {
-	m := New()
-	m.SetInvalidObjects(func() map[string]float64 { return map[string]float64{"EndpointSet": 2} })
+	m := New(Options{Kinds: kinds})
+	m.Source.SetInvalidObjects(func() map[string]float64 { return map[string]float64{"EndpointSet": 2} })
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(`
 # HELP poise_source_invalid_objects Objects the source sets aside because they are invalid (each has a status condition saying why; the rest of the topology serves), by kind. The files source refuses a whole change instead (poise_source_refusing), so it reports 0.
 # TYPE poise_source_invalid_objects gauge
@@ -64,10 +70,9 @@ poise_source_invalid_objects{kind="Upstream"} 0
 }
 
 func TestBuildInfo(t *testing.T) {
-	m := New()
-	m.SetBuildInfo("v1.2.3")
+	m := New(Options{Version: "v1.2.3"})
 	if got := testutil.CollectAndCount(m.BuildInfo); got != 1 {
-		t.Fatalf("%d build info series, want 1 (the one set last)", got)
+		t.Fatalf("%d build info series, want 1", got)
 	}
 	if v := testutil.ToFloat64(m.BuildInfo.WithLabelValues("v1.2.3", runtime.Version(), "unknown")); v != 1 {
 		// a test binary records no VCS revision
@@ -78,7 +83,7 @@ func TestBuildInfo(t *testing.T) {
 // A library registry with Go and process collectors of its own is served
 // beside ours without repeating them, which would fail the whole scrape.
 func TestIncludedRegistryWithoutItsGoCollector(t *testing.T) {
-	m := New()
+	m := New(Options{})
 	lib := prometheus.NewRegistry()
 	lib.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewCounter(prometheus.CounterOpts{Name: "rest_client_requests_total", Help: "h"}))
@@ -86,7 +91,7 @@ func TestIncludedRegistryWithoutItsGoCollector(t *testing.T) {
 	if _, err := m.Gatherer().Gather(); err == nil {
 		t.Fatal("repeated Go collector gathered without error; the filter below proves nothing")
 	}
-	m = New()
+	m = New(Options{})
 	m.Include(Without(lib, "go_", "process_"))
 	mfs, err := m.Gatherer().Gather()
 	if err != nil {
@@ -104,7 +109,7 @@ func TestIncludedRegistryWithoutItsGoCollector(t *testing.T) {
 // TestOutlierSeriesFollowTheDetection: an upstream's outlier series exist
 // at 0 from InitOutlier and go with ForgetOutlier.
 func TestOutlierSeriesFollowTheDetection(t *testing.T) {
-	m := New()
+	m := New(Options{})
 	names := []string{"poise_outlier_ejections_total", "poise_outlier_ejected_endpoints", "poise_loadreport_untrusted_reporters"}
 	count := func() (n int) {
 		for _, name := range names {
@@ -115,13 +120,13 @@ func TestOutlierSeriesFollowTheDetection(t *testing.T) {
 	if n := count(); n != 0 {
 		t.Fatalf("%d series before any detection", n)
 	}
-	m.InitOutlier("ns/a")
-	m.InitOutlier("ns/b")
-	m.OutlierEjections.WithLabelValues("ns/a").Inc()
+	m.Outliers.Init("ns/a")
+	m.Outliers.Init("ns/b")
+	m.Outliers.Ejections.WithLabelValues("ns/a").Inc()
 	if n := count(); n != 6 {
 		t.Fatalf("%d series for two upstreams, want 6", n)
 	}
-	m.ForgetOutlier("ns/a")
+	m.Outliers.Forget("ns/a")
 	if n := count(); n != 3 {
 		t.Fatalf("%d series after forgetting one, want 3", n)
 	}

@@ -32,7 +32,7 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/topology"
-	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xdsname"
 	"poise.dev/poise/test/testkit"
 )
 
@@ -216,9 +216,9 @@ func (s *suite) spatialCheck(t *testing.T, ref spatialRef, c spatialCase) {
 	switch {
 	case rep.Result.Status != http.StatusOK:
 	case rep.Result.Replica != "":
-		wantCluster = translate.ReplicaClusterName(key, rep.Result.Replica)
+		wantCluster = xdsname.ReplicaCluster(key, rep.Result.Replica)
 	default:
-		wantCluster = translate.PoolClusterName(key, c.product)
+		wantCluster = xdsname.PoolCluster(key, c.product)
 		for _, h := range rep.Health {
 			if h.Healthy && slices.Contains(rep.Residency.Lawful, h.Name) {
 				predicted.pool = append(predicted.pool, h.Name)

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/test/testkit"
 )
 
 // TestAddressRefusals: the apiserver turns away a DNS name and the cloud
@@ -38,7 +39,7 @@ func TestAddressRefusals(t *testing.T) {
 	}
 	published := func(phase string, want ...string) {
 		t.Helper()
-		eventually(t, 10*time.Second, phase, func() (bool, string) {
+		testkit.Eventually(t, 10*time.Second, phase, func() (bool, string) {
 			got := addressesOf(fetchCLA(t, p.addrs.XDS, cluster))
 			return slices.Equal(got, want), fmt.Sprintf("published %v, want %v", got, want)
 		})
@@ -67,7 +68,7 @@ func TestAddressRefusals(t *testing.T) {
 		set   *v1alpha1.EndpointSet
 		field string
 	}{{local, "spec.endpoints[0].address"}, {a, "spec.endpoints[1].address"}} {
-		eventually(t, 15*time.Second, tc.set.Name+" AddressNotAllowed", func() (bool, string) {
+		testkit.Eventually(t, 15*time.Second, tc.set.Name+" AddressNotAllowed", func() (bool, string) {
 			c := accepted(t, tc.set)
 			ok := c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonAddressNotAllowed &&
 				strings.Contains(c.Message, tc.field) && strings.Contains(c.Message, "spec.addressPolicy.allowLoopback") &&
@@ -85,13 +86,13 @@ func TestAddressRefusals(t *testing.T) {
 	updateLatest(t, up, func() { up.Spec.AddressPolicy = &v1alpha1.AddressPolicy{AllowLoopback: true} })
 	published("loopback allowed", "127.0.0.1:8080", "198.51.100.10:9090", "[::1]:8080")
 	for _, s := range []*v1alpha1.EndpointSet{a, local} {
-		eventually(t, 15*time.Second, s.Name+" accepted", func() (bool, string) {
+		testkit.Eventually(t, 15*time.Second, s.Name+" accepted", func() (bool, string) {
 			c := accepted(t, s)
 			return c != nil && c.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", c)
 		})
 	}
 	updateLatest(t, up, func() { up.Spec.AddressPolicy = nil })
-	eventually(t, 15*time.Second, "the Upstream without the opt-in is refused and not Programmed", func() (bool, string) {
+	testkit.Eventually(t, 15*time.Second, "the Upstream without the opt-in is refused and not Programmed", func() (bool, string) {
 		c := accepted(t, up)
 		prog := meta.FindStatusCondition(up.Status.Conditions, v1alpha1.ConditionProgrammed)
 		ok := c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonAddressNotAllowed && c.ObservedGeneration == up.Generation &&

@@ -20,6 +20,7 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/test/testkit"
 )
 
 // affinityState is what a running plane serves for one importing Upstream:
@@ -161,7 +162,7 @@ func TestServiceTrafficDistribution(t *testing.T) {
 // waitClientZones waits until Upstream ns/name's status.clientZones is want.
 func waitClientZones(t *testing.T, ns, name, phase string, want []v1alpha1.ClientZoneStatus) {
 	t.Helper()
-	eventually(t, 30*time.Second, phase+": status.clientZones of "+name, func() (bool, string) {
+	testkit.Eventually(t, 30*time.Second, phase+": status.clientZones of "+name, func() (bool, string) {
 		var u v1alpha1.Upstream
 		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &u); err != nil {
 			return false, err.Error()
@@ -239,7 +240,7 @@ func matchesExplain(p *plane, ns, name, from string, p0 map[string]uint32) (bool
 		url += "&from=" + from
 	}
 	var rep explain.Report
-	if err := getJSON(url, &rep); err != nil {
+	if err := testkit.GetJSON(url, &rep); err != nil {
 		return false, err.Error()
 	}
 	if len(rep.Upstreams) != 1 {

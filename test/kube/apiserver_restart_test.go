@@ -21,6 +21,7 @@ import (
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/test/testkit"
 )
 
 // outage is how long the apiserver stays down: long enough for client-go's
@@ -82,7 +83,7 @@ func TestAPIServerRestart(t *testing.T) {
 	create := func(i int) {
 		t.Helper()
 		for _, o := range replicaObjects(ns, i) {
-			eventually(t, 30*time.Second, "create "+o.GetName(), func() (bool, string) {
+			testkit.Eventually(t, 30*time.Second, "create "+o.GetName(), func() (bool, string) {
 				if err := c.Create(ctx, o); err != nil {
 					return false, err.Error()
 				}
@@ -114,7 +115,7 @@ func TestAPIServerRestart(t *testing.T) {
 		t.Fatalf("stop the apiserver: %v", err)
 	}
 	down := time.Now()
-	eventually(t, 10*time.Second, "a warning on /readyz", func() (bool, string) {
+	testkit.Eventually(t, 10*time.Second, "a warning on /readyz", func() (bool, string) {
 		w := readyz(t, p)
 		return strings.Contains(w, "warning: kubernetes: the watch of") && strings.Contains(w, "Upstream") &&
 			strings.Contains(w, "the topology last seen keeps serving"), w
@@ -141,7 +142,7 @@ func TestAPIServerRestart(t *testing.T) {
 	} else {
 		t.Logf("svc-1 served %v after the apiserver was back (%v after it was created)", since.Round(time.Millisecond), took.Round(time.Millisecond))
 	}
-	eventually(t, resumeBound, "every watch working again", func() (bool, string) {
+	testkit.Eventually(t, resumeBound, "every watch working again", func() (bool, string) {
 		s := staleSeconds(t, p)
 		for kind, v := range s {
 			if v > 0 {

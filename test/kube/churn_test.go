@@ -44,6 +44,7 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/test/testkit"
 )
 
 // TestChurn measures how the Kubernetes source keeps up with endpoint churn
@@ -449,7 +450,7 @@ func (fx *churnFixture) connect(t *testing.T, addr string, n int) []*churnClient
 			c.mu.Unlock()
 		})
 	}
-	eventually(t, 60*time.Second, fmt.Sprintf("%d clients hold every cluster's endpoints", n), func() (bool, string) {
+	testkit.Eventually(t, 60*time.Second, fmt.Sprintf("%d clients hold every cluster's endpoints", n), func() (bool, string) {
 		for _, c := range clients {
 			c.mu.Lock()
 			seen, err := len(c.seen), c.err

@@ -26,6 +26,7 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/kubestatus"
+	"poise.dev/poise/test/testkit"
 )
 
 // table reads a list of one kind through the apiserver's Table rendering
@@ -88,7 +89,7 @@ func cellsMatch(rows map[string]map[string]any, name string, want map[string]any
 func waitEvents(t *testing.T, ns string, want ...string) []string {
 	t.Helper()
 	var got []string
-	took := eventually(t, 15*time.Second, "Events", func() (bool, string) {
+	took := testkit.Eventually(t, 15*time.Second, "Events", func() (bool, string) {
 		var l eventsv1.EventList
 		if err := k8s.List(t.Context(), &l, client.InNamespace(ns)); err != nil {
 			return false, err.Error()
@@ -155,7 +156,7 @@ func TestStatusColumnsAndDegraded(t *testing.T) {
 	// the columns, healthy: a and b share priority 0, c is standby
 	columns := func(phase string, loc, eps, ups map[string]map[string]any) {
 		t.Helper()
-		took := eventually(t, 15*time.Second, phase+": kubectl get columns", func() (bool, string) {
+		took := testkit.Eventually(t, 15*time.Second, phase+": kubectl get columns", func() (bool, string) {
 			for _, x := range []struct {
 				resource string
 				want     map[string]map[string]any
@@ -200,7 +201,7 @@ func TestStatusColumnsAndDegraded(t *testing.T) {
 	// the Degraded condition, as kubectl wait reads it
 	degraded := func(phase, status, reason, message string) {
 		t.Helper()
-		took := eventually(t, 15*time.Second, phase+": Degraded", func() (bool, string) {
+		took := testkit.Eventually(t, 15*time.Second, phase+": Degraded", func() (bool, string) {
 			var u v1alpha1.Upstream
 			if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "web"}, &u); err != nil {
 				return false, err.Error()
@@ -269,7 +270,7 @@ func TestConflictedLocality(t *testing.T) {
 		}
 	}
 	startPlane(t, ns, "one")
-	eventually(t, 15*time.Second, "Locality z-first places the group", func() (bool, string) {
+	testkit.Eventually(t, 15*time.Second, "Locality z-first places the group", func() (bool, string) {
 		var l v1alpha1.Locality
 		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "z-first"}, &l); err != nil {
 			return false, err.Error()
@@ -282,7 +283,7 @@ func TestConflictedLocality(t *testing.T) {
 	if err := k8s.Create(t.Context(), newer); err != nil {
 		t.Fatal(err)
 	}
-	took := eventually(t, 15*time.Second, "only the newer Locality is Conflicted", func() (bool, string) {
+	took := testkit.Eventually(t, 15*time.Second, "only the newer Locality is Conflicted", func() (bool, string) {
 		var a, z v1alpha1.Locality
 		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "a-second"}, &a); err != nil {
 			return false, err.Error()
@@ -327,7 +328,7 @@ func TestProgrammedFollowsNACKs(t *testing.T) {
 	programmed := func(what, status, reason, message string) v1alpha1.Upstream {
 		t.Helper()
 		var u v1alpha1.Upstream
-		took := eventually(t, 15*time.Second, what, func() (bool, string) {
+		took := testkit.Eventually(t, 15*time.Second, what, func() (bool, string) {
 			if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "web"}, &u); err != nil {
 				return false, err.Error()
 			}

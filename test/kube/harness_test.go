@@ -102,7 +102,7 @@ func startPlaneWith(t *testing.T, ns, name string, tune func(*controlplane.Confi
 		t.Fatalf("plane %s did not listen within 60s\n%s", name, p.logs.tail(60))
 	}
 	p.adminURL = "http://" + p.addrs.Admin
-	eventually(t, 30*time.Second, "plane "+name+" ready", func() (bool, string) {
+	testkit.Eventually(t, 30*time.Second, "plane "+name+" ready", func() (bool, string) {
 		resp, err := http.Get(p.adminURL + "/readyz")
 		if err != nil {
 			return false, err.Error()
@@ -164,13 +164,10 @@ func (l *logSink) tail(n int) string {
 
 // ---- admin endpoints ----
 
-// getJSON is testkit.GetJSON, under the name this suite's tests call.
-func getJSON(url string, v any) error { return testkit.GetJSON(url, v) }
-
 // explainOf is GET /debug/explain?upstream=ns/name.
 func (p *plane) explainOf(ns, name string) (explain.Report, error) {
 	var rep explain.Report
-	err := getJSON(p.adminURL+"/debug/explain?upstream="+ns+"/"+name, &rep)
+	err := testkit.GetJSON(p.adminURL+"/debug/explain?upstream="+ns+"/"+name, &rep)
 	if err == nil && len(rep.Upstreams) != 1 {
 		err = fmt.Errorf("explain %s/%s: %d upstreams in the report", ns, name, len(rep.Upstreams))
 	}
@@ -181,7 +178,7 @@ func (p *plane) explainOf(ns, name string) (explain.Report, error) {
 func (p *plane) waitExplain(t *testing.T, ns, name, what string, cond func(explain.Upstream) (bool, string)) (explain.Report, time.Duration) {
 	t.Helper()
 	var rep explain.Report
-	took := eventually(t, 15*time.Second, what, func() (bool, string) {
+	took := testkit.Eventually(t, 15*time.Second, what, func() (bool, string) {
 		var err error
 		if rep, err = p.explainOf(ns, name); err != nil {
 			return false, err.Error()
@@ -196,7 +193,7 @@ func (p *plane) clients() ([]server.Client, error) {
 	var v struct {
 		Clients []server.Client `json:"clients"`
 	}
-	err := getJSON(p.adminURL+"/debug/clients", &v)
+	err := testkit.GetJSON(p.adminURL+"/debug/clients", &v)
 	return v.Clients, err
 }
 
@@ -232,7 +229,7 @@ func (p *plane) ackedEDS(node string) (uint64, string, error) {
 // waitAcked waits until the node ACKed an EDS version of at least revision.
 func (p *plane) waitAcked(t *testing.T, node string, revision uint64) time.Duration {
 	t.Helper()
-	return eventually(t, 15*time.Second, fmt.Sprintf("node %s ACKs EDS revision %d from plane %s", node, revision, p.name), func() (bool, string) {
+	return testkit.Eventually(t, 15*time.Second, fmt.Sprintf("node %s ACKs EDS revision %d from plane %s", node, revision, p.name), func() (bool, string) {
 		rev, ver, err := p.ackedEDS(node)
 		if err != nil {
 			return false, err.Error()
@@ -389,7 +386,7 @@ func (w *edsStream) received() int {
 func (w *edsStream) waitFor(t *testing.T, timeout time.Duration, what, cluster string, cond func(*endpointv3.ClusterLoadAssignment) (bool, string)) *endpointv3.ClusterLoadAssignment {
 	t.Helper()
 	var cla *endpointv3.ClusterLoadAssignment
-	eventually(t, timeout, "node "+w.node.GetId()+": "+what, func() (bool, string) {
+	testkit.Eventually(t, timeout, "node "+w.node.GetId()+": "+what, func() (bool, string) {
 		w.mu.Lock()
 		cla = w.clas[cluster]
 		n, version, err := w.responses, w.version, w.err

@@ -17,6 +17,7 @@ import (
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/splitcheck"
+	"poise.dev/poise/test/testkit"
 )
 
 // activeCheckOf reads an Upstream's status.activeChecks.
@@ -64,9 +65,9 @@ func TestActiveChecksAcrossReplicas(t *testing.T) {
 		return func(c *controlplane.Config) { c.ReplicaName = name }
 	}
 	one := startPlaneWith(t, ns, "one", named("one"))
-	eventually(t, 10*time.Second, "plane one leads", func() (bool, string) { return one.leads(), one.logs.tail(5) })
+	testkit.Eventually(t, 10*time.Second, "plane one leads", func() (bool, string) { return one.leads(), one.logs.tail(5) })
 	two := startPlaneWith(t, ns, "two", named("two"))
-	eventually(t, 15*time.Second, "the leader finds the three endpoints healthy", func() (bool, string) {
+	testkit.Eventually(t, 15*time.Second, "the leader finds the three endpoints healthy", func() (bool, string) {
 		v := metricValue(t, one, `poise_active_check_endpoints{state="healthy"}`)
 		return v == 3, fmt.Sprintf("healthy %v", v)
 	})
@@ -158,7 +159,7 @@ func TestActiveChecksAcrossReplicas(t *testing.T) {
 	})
 	t.Logf("plane two: eligible again %v after SERVING", time.Since(recovered).Round(time.Millisecond))
 	measure(t, "clients of plane two after recovery", conns[two], splitcheck.ExpectationOf(t, rep))
-	eventually(t, 10*time.Second, "status.activeChecks gone with the last Unhealthy endpoint", func() (bool, string) {
+	testkit.Eventually(t, 10*time.Second, "status.activeChecks gone with the last Unhealthy endpoint", func() (bool, string) {
 		ac := activeCheckOf(t, ns, "echo")
 		return ac == nil, fmt.Sprintf("%+v", ac)
 	})
@@ -182,7 +183,7 @@ func TestActiveChecksAcrossReplicas(t *testing.T) {
 		ep, _ := endpointOf(u, b[2])
 		return ep.Eligible, fmt.Sprintf("%+v", ep)
 	})
-	eventually(t, 10*time.Second, "status.activeChecks removed with the check", func() (bool, string) {
+	testkit.Eventually(t, 10*time.Second, "status.activeChecks removed with the check", func() (bool, string) {
 		ac := activeCheckOf(t, ns, "echo")
 		return ac == nil, fmt.Sprintf("%+v", ac)
 	})

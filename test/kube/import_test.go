@@ -24,6 +24,7 @@ import (
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/test/splitcheck"
+	"poise.dev/poise/test/testkit"
 )
 
 // importedBackends are addresses an EndpointSlice may carry (the apiserver
@@ -171,7 +172,7 @@ func TestImportedService(t *testing.T) {
 	}
 	prev := splitcheck.ExpectationOf(t, rep)
 	waitPublished(t, p.addrs.XDS, ns+"/echo", "5a imported, all ready", prev)
-	eventually(t, 10*time.Second, "ResolvedRefs=True on echo", func() (bool, string) {
+	testkit.Eventually(t, 10*time.Second, "ResolvedRefs=True on echo", func() (bool, string) {
 		c := resolvedRefs(t, ns, "echo")
 		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == kube.ReasonResolved, fmt.Sprintf("%+v", c)
 	})
@@ -212,7 +213,7 @@ func TestImportedService(t *testing.T) {
 	if err := k8s.Create(t.Context(), ghost); err != nil {
 		t.Fatal(err)
 	}
-	took = eventually(t, 10*time.Second, "ResolvedRefs=False ServiceNotFound on ghost", func() (bool, string) {
+	took = testkit.Eventually(t, 10*time.Second, "ResolvedRefs=False ServiceNotFound on ghost", func() (bool, string) {
 		c := resolvedRefs(t, ns, "ghost")
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == kube.ReasonServiceNotFound, fmt.Sprintf("%+v", c)
 	})
@@ -224,7 +225,7 @@ func TestImportedService(t *testing.T) {
 	if err := k8s.Create(t.Context(), svc); err != nil {
 		t.Fatal(err)
 	}
-	took = eventually(t, 5*time.Second, "ResolvedRefs=False PortNotFound on ghost", func() (bool, string) {
+	took = testkit.Eventually(t, 5*time.Second, "ResolvedRefs=False PortNotFound on ghost", func() (bool, string) {
 		c := resolvedRefs(t, ns, "ghost")
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == kube.ReasonPortNotFound, fmt.Sprintf("%+v", c)
 	})
@@ -233,7 +234,7 @@ func TestImportedService(t *testing.T) {
 	if err := k8s.Update(t.Context(), svc); err != nil {
 		t.Fatal(err)
 	}
-	took = eventually(t, 5*time.Second, "ResolvedRefs=True on ghost", func() (bool, string) {
+	took = testkit.Eventually(t, 5*time.Second, "ResolvedRefs=True on ghost", func() (bool, string) {
 		c := resolvedRefs(t, ns, "ghost")
 		return c != nil && c.Status == metav1.ConditionTrue, fmt.Sprintf("%+v", c)
 	})
@@ -252,7 +253,7 @@ func waitPublished(t *testing.T, xdsAddr, cluster, phase string, want splitcheck
 		}
 	}
 	var got map[string]uint32
-	eventually(t, 10*time.Second, phase+": published EDS carries the computed shares", func() (bool, string) {
+	testkit.Eventually(t, 10*time.Second, phase+": published EDS carries the computed shares", func() (bool, string) {
 		got = fetchCLA(t, xdsAddr, cluster)
 		return maps.Equal(got, wantWeights), fmt.Sprintf("published %v, computed %v", got, wantWeights)
 	})

@@ -18,6 +18,7 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/splitcheck"
+	"poise.dev/poise/test/testkit"
 )
 
 // pinger sends RPCs one after another until halted, and counts every
@@ -103,7 +104,7 @@ func TestLeaderHandover(t *testing.T) {
 	}
 
 	one := startPlane(t, ns, "one")
-	eventually(t, 10*time.Second, "plane one leads", func() (bool, string) { return one.leads(), one.logs.tail(5) })
+	testkit.Eventually(t, 10*time.Second, "plane one leads", func() (bool, string) { return one.leads(), one.logs.tail(5) })
 	two := startPlane(t, ns, "two")
 	leader, follower := one, two
 	time.Sleep(time.Second) // two is well inside its retry loop
@@ -142,7 +143,7 @@ func TestLeaderHandover(t *testing.T) {
 	cancelled := time.Now()
 	leader.stop(t)
 	stopped := time.Since(cancelled)
-	handover := eventually(t, 10*time.Second, "plane "+follower.name+" takes over", func() (bool, string) {
+	handover := testkit.Eventually(t, 10*time.Second, "plane "+follower.name+" takes over", func() (bool, string) {
 		return follower.leads(), follower.logs.tail(5)
 	})
 	newHolder := leaseHolder(t, ns)
@@ -168,7 +169,7 @@ func TestLeaderHandover(t *testing.T) {
 	})
 	follower.waitAcked(t, node, rep.Revision)
 	t.Logf("6d change under the new leader: client ACKed revision %d %v after the Locality update", rep.Revision, time.Since(changed).Round(time.Millisecond))
-	took := eventually(t, 10*time.Second, "the new leader writes status for the change", func() (bool, string) {
+	took := testkit.Eventually(t, 10*time.Second, "the new leader writes status for the change", func() (bool, string) {
 		var u v1alpha1.Upstream
 		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "echo"}, &u); err != nil {
 			return false, err.Error()

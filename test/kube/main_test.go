@@ -18,7 +18,6 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/source/kube"
-	"poise.dev/poise/test/testkit"
 )
 
 // One apiserver and etcd for the whole binary: they take seconds to start.
@@ -142,10 +141,4 @@ func namespace(t *testing.T) string {
 		t.Fatalf("create namespace %s: %v", name, err)
 	}
 	return name
-}
-
-// eventually is testkit.Eventually, under the name this suite's tests call.
-func eventually(t *testing.T, within time.Duration, what string, f func() (bool, string)) time.Duration {
-	t.Helper()
-	return testkit.Eventually(t, within, what, f)
 }

@@ -28,6 +28,7 @@ import (
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/test/splitcheck"
+	"poise.dev/poise/test/testkit"
 )
 
 // remoteCluster is one more real kube-apiserver and etcd, reached through a
@@ -304,7 +305,7 @@ func TestMultiCluster(t *testing.T) {
 	p2 := startPlaneWith(t, ns, "mc-2", func(c *controlplane.Config) { c.RemoteStaleAfter = staleAfter })
 	sameAs := func(phase string, want splitcheck.Expectation) {
 		t.Helper()
-		eventually(t, 20*time.Second, phase+": replica mc-2 publishes the same split", func() (bool, string) {
+		testkit.Eventually(t, 20*time.Second, phase+": replica mc-2 publishes the same split", func() (bool, string) {
 			r, err := p2.explainOf(ns, "echo")
 			if err != nil {
 				return false, err.Error()
@@ -337,7 +338,7 @@ func TestMultiCluster(t *testing.T) {
 	p.waitAcked(t, node, rep.Revision)
 	measure(t, "1 split across clusters", conn, want)
 	sameAs("1", want)
-	eventually(t, 15*time.Second, "RemoteClustersSynced=True and ResolvedRefs=True on echo", func() (bool, string) {
+	testkit.Eventually(t, 15*time.Second, "RemoteClustersSynced=True and ResolvedRefs=True on echo", func() (bool, string) {
 		c := upstreamCondition(t, ns, "echo", kube.ConditionRemoteClustersSynced)
 		r := upstreamCondition(t, ns, "echo", kube.ConditionResolvedRefs)
 		return c != nil && c.Status == metav1.ConditionTrue && r != nil && r.Status == metav1.ConditionTrue, fmt.Sprintf("%+v %+v", c, r)
@@ -346,7 +347,7 @@ func TestMultiCluster(t *testing.T) {
 		var cs struct {
 			Clusters []kube.ClusterStatus `json:"clusters"`
 		}
-		if err := getJSON(pl.adminURL+"/debug/clusters", &cs); err != nil {
+		if err := testkit.GetJSON(pl.adminURL+"/debug/clusters", &cs); err != nil {
 			t.Fatal(err)
 		}
 		if len(cs.Clusters) != 2 || cs.Clusters[0].Name != "eu-1" || cs.Clusters[0].State != kube.ClusterSynced || cs.Clusters[1].State != kube.ClusterSynced {
@@ -374,7 +375,7 @@ func TestMultiCluster(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("2 stop: %v after eu-2's apiserver stopped its endpoints still serve (revision %d)", time.Since(cut).Round(time.Millisecond), before)
-	eventually(t, 10*time.Second, "readyz says eu-2 is unreachable, and stays 200", func() (bool, string) {
+	testkit.Eventually(t, 10*time.Second, "readyz says eu-2 is unreachable, and stays 200", func() (bool, string) {
 		code, body := getBody(t, p.adminURL+"/readyz")
 		return code == http.StatusOK && strings.Contains(body, "remote cluster eu-2"), fmt.Sprintf("%d %s", code, body)
 	})
@@ -404,7 +405,7 @@ func TestMultiCluster(t *testing.T) {
 	if v := metricValue(t, p, `poise_remote_cluster_state{cluster="eu-2",state="Stale"}`); v != 1 {
 		t.Errorf("poise_remote_cluster_state{cluster=eu-2,state=Stale} = %v, want 1", v)
 	}
-	eventually(t, 15*time.Second, "RemoteClustersSynced=False RemoteClusterUnreachable on echo", func() (bool, string) {
+	testkit.Eventually(t, 15*time.Second, "RemoteClustersSynced=False RemoteClusterUnreachable on echo", func() (bool, string) {
 		c := upstreamCondition(t, ns, "echo", kube.ConditionRemoteClustersSynced)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == kube.ReasonRemoteClusterUnreachable, fmt.Sprintf("%+v", c)
 	})
@@ -442,7 +443,7 @@ func TestMultiCluster(t *testing.T) {
 	if err := k8s.Update(t.Context(), &sec); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the rotated credential synced", func() (bool, string) {
+	testkit.Eventually(t, 20*time.Second, "the rotated credential synced", func() (bool, string) {
 		return strings.Count(p.logs.tail(100000), "remote cluster synced") >= 3, "waiting for a second sync of eu-1"
 	})
 	if err := eu1.k8s.Delete(t.Context(), &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "poise-reader-1"}}); err != nil {
@@ -472,7 +473,7 @@ func TestMultiCluster(t *testing.T) {
 	})
 	t.Logf("5 delete: eu-1's endpoints removed %v after its Secret was deleted", took.Round(time.Millisecond))
 	sameAs("5", splitcheck.ExpectationOf(t, rep))
-	eventually(t, 15*time.Second, "a RemoteClusterRemoved Event on echo", func() (bool, string) {
+	testkit.Eventually(t, 15*time.Second, "a RemoteClusterRemoved Event on echo", func() (bool, string) {
 		var evs corev1.EventList
 		if err := k8s.List(t.Context(), &evs, client.InNamespace(ns)); err != nil {
 			return false, err.Error()
@@ -517,7 +518,7 @@ current-context: x
 		t.Fatal(err)
 	}
 	for _, pl := range []*plane{p, p2} {
-		eventually(t, 15*time.Second, pl.name+": readyz names the refused Secret and stays 200", func() (bool, string) {
+		testkit.Eventually(t, 15*time.Second, pl.name+": readyz names the refused Secret and stays 200", func() (bool, string) {
 			code, body := getBody(t, pl.adminURL+"/readyz")
 			return code == http.StatusOK && strings.Contains(body, "remote cluster eu-3 (Secret "+ns+"/remote-bad): Error") &&
 				strings.Contains(body, "has an exec plugin (/bin/sh); Poise runs no command"), fmt.Sprintf("%d %s", code, body)
@@ -572,7 +573,7 @@ func TestRemoteClustersOff(t *testing.T) {
 	var cs struct {
 		Clusters []kube.ClusterStatus `json:"clusters"`
 	}
-	if err := getJSON(p.adminURL+"/debug/clusters", &cs); err != nil {
+	if err := testkit.GetJSON(p.adminURL+"/debug/clusters", &cs); err != nil {
 		t.Fatal(err)
 	}
 	if len(cs.Clusters) != 0 {

@@ -13,6 +13,7 @@ import (
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/splitcheck"
+	"poise.dev/poise/test/testkit"
 )
 
 // brokenPath is the header the clients of plane two send: the backend that
@@ -71,7 +72,7 @@ func TestFleetOutlierDetectionAcrossReplicas(t *testing.T) {
 		return func(c *controlplane.Config) { c.ReplicaName, c.LoadReportBucket = name, bucket }
 	}
 	one := startPlaneWith(t, ns, "one", tune("one"))
-	eventually(t, 10*time.Second, "plane one leads", func() (bool, string) { return one.leads(), one.logs.tail(5) })
+	testkit.Eventually(t, 10*time.Second, "plane one leads", func() (bool, string) { return one.leads(), one.logs.tail(5) })
 	two := startPlaneWith(t, ns, "two", tune("two"))
 
 	listener := "echo." + ns
@@ -82,7 +83,7 @@ func TestFleetOutlierDetectionAcrossReplicas(t *testing.T) {
 		node = fmt.Sprintf("client-of-two-%d", i)
 		loads[two] = append(loads[two], splitcheck.StartLoad(t, splitcheck.NewXDSClient(t, two.addrs.XDS, node, listener), node, brokenPath, "1"))
 	}
-	eventually(t, 20*time.Second, "every client reaches every backend", func() (bool, string) {
+	testkit.Eventually(t, 20*time.Second, "every client reaches every backend", func() (bool, string) {
 		for _, ls := range loads {
 			for _, l := range ls {
 				ok, _ := l.Take()
@@ -178,7 +179,7 @@ func TestFleetOutlierDetectionAcrossReplicas(t *testing.T) {
 	if late > 2*time.Second {
 		t.Errorf("returned %v after the ejection's end", late)
 	}
-	eventually(t, 10*time.Second, "status.outlierEjections gone", func() (bool, string) {
+	testkit.Eventually(t, 10*time.Second, "status.outlierEjections gone", func() (bool, string) {
 		st := outlierStatusOf(t, ns, "echo")
 		return st == nil, fmt.Sprintf("%+v", st)
 	})

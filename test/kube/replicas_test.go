@@ -33,6 +33,8 @@ import (
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/test/testkit"
 )
 
 // ---- the topology ----
@@ -258,11 +260,11 @@ type explainedState struct {
 func waitExplained(t *testing.T, planes []*plane, what string, ready func(explain.Report) (bool, string)) explainedState {
 	t.Helper()
 	var st explainedState
-	eventually(t, 30*time.Second, what, func() (bool, string) {
+	testkit.Eventually(t, 30*time.Second, what, func() (bool, string) {
 		st = explainedState{}
 		for _, p := range planes {
 			var rep explain.Report
-			if err := getJSON(p.adminURL+"/debug/explain", &rep); err != nil {
+			if err := testkit.GetJSON(p.adminURL+"/debug/explain", &rep); err != nil {
 				return false, err.Error()
 			}
 			if ok, why := ready(rep); !ok {
@@ -270,7 +272,7 @@ func waitExplained(t *testing.T, planes []*plane, what string, ready func(explai
 			}
 			figs := map[string]string{}
 			for _, u := range rep.Upstreams {
-				figs[translate.ClusterName(topology.Key{Namespace: u.Namespace, Name: u.Name})] = explainedCLA(u)
+				figs[xdsname.Cluster(topology.Key{Namespace: u.Namespace, Name: u.Name})] = explainedCLA(u)
 			}
 			if st.figures == nil {
 				st.figures, st.report = figs, rep
@@ -683,7 +685,7 @@ func (f *fleet) diverges(c *adsClient, want map[string]string) string {
 // figures, and returns when the last of them last changed what it held.
 func (f *fleet) waitConverged(t *testing.T, what string, cs []*adsClient, want map[string]string) time.Time {
 	t.Helper()
-	eventually(t, 30*time.Second, what, func() (bool, string) {
+	testkit.Eventually(t, 30*time.Second, what, func() (bool, string) {
 		var bad []string
 		for _, c := range cs {
 			if d := f.diverges(c, want); d != "" {
@@ -730,7 +732,7 @@ func (f *fleet) except(away ...*adsClient) []*adsClient {
 // the ACK of the versions the client holds, with no NACK.
 func (f *fleet) checkAcked(t *testing.T, planes []*plane) {
 	t.Helper()
-	eventually(t, 15*time.Second, "every replica recorded the ACK of what its clients hold", func() (bool, string) {
+	testkit.Eventually(t, 15*time.Second, "every replica recorded the ACK of what its clients hold", func() (bool, string) {
 		seen := map[string]int{}
 		var bad []string
 		for _, p := range planes {

@@ -14,6 +14,7 @@ import (
 	"poise.dev/poise/pkg/kubereplica"
 	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/test/testkit"
 )
 
 // TestSpatialSource: the Kubernetes source puts SpatialDomains and Partitions into
@@ -67,7 +68,7 @@ func TestSpatialSource(t *testing.T) {
 
 	wait := func(what string, cond func(*topology.SpatialState) (bool, string)) {
 		t.Helper()
-		eventually(t, 15*time.Second, what, func() (bool, string) { return cond(dir.Current().SpatialDomain(key)) })
+		testkit.Eventually(t, 15*time.Second, what, func() (bool, string) { return cond(dir.Current().SpatialDomain(key)) })
 	}
 	partitions := func(st *topology.SpatialState) string {
 		if st == nil {

@@ -22,6 +22,7 @@ import (
 	"poise.dev/poise/pkg/partitionmap/luatest"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/test/kubemanifests"
+	"poise.dev/poise/test/testkit"
 )
 
 // fetchEnvoy asks the xDS server for resources of one type as an Envoy would (names
@@ -73,7 +74,7 @@ func TestSpatialPublishing(t *testing.T) {
 
 	// The listener and the routes reach an Envoy.
 	var lua string
-	took := eventually(t, 15*time.Second, "spatial routes published", func() (bool, string) {
+	took := testkit.Eventually(t, 15*time.Second, "spatial routes published", func() (bool, string) {
 		var ok bool
 		lua, ok = spatialLua(t, xds, vhost)
 		return ok, "no virtual host " + vhost
@@ -104,7 +105,7 @@ func TestSpatialPublishing(t *testing.T) {
 
 	// The status says the same version.
 	var dom v1alpha1.SpatialDomain
-	eventually(t, 10*time.Second, "SpatialDomain status", func() (bool, string) {
+	testkit.Eventually(t, 10*time.Second, "SpatialDomain status", func() (bool, string) {
 		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "cadastre"}, &dom); err != nil {
 			return false, err.Error()
 		}
@@ -122,7 +123,7 @@ func TestSpatialPublishing(t *testing.T) {
 	setHealth(t, ns, "cadastre-eu-central",
 		v1alpha1.EndpointHealth{Address: "10.3.2.10", Port: 8080, Probe: v1alpha1.ProbeUnhealthy},
 		v1alpha1.EndpointHealth{Address: "10.3.2.11", Port: 8080, Probe: v1alpha1.ProbeUnhealthy})
-	eventually(t, 10*time.Second, "RDS republished with eu-central unhealthy", func() (bool, string) {
+	testkit.Eventually(t, 10*time.Second, "RDS republished with eu-central unhealthy", func() (bool, string) {
 		lua, _ = spatialLua(t, xds, vhost)
 		m = dataVersion.FindStringSubmatch(lua)
 		return m != nil && strings.HasSuffix(m[1], "-h0011"), fmt.Sprint(m)
@@ -136,7 +137,7 @@ func TestSpatialPublishing(t *testing.T) {
 	}
 	// The live explain-route decides the same on the same data version.
 	var live explain.RouteReport
-	if err := getJSON(p.adminURL+"/debug/explain-route?domain=cadastre&product=parcels&bbox=8,48,9,49", &live); err != nil {
+	if err := testkit.GetJSON(p.adminURL+"/debug/explain-route?domain=cadastre&product=parcels&bbox=8,48,9,49", &live); err != nil {
 		t.Fatal(err)
 	}
 	if live.Result.Replica != "eu-west" || live.DataVersion != m[1] {
@@ -150,7 +151,7 @@ func TestSpatialPublishing(t *testing.T) {
 	if err := k8s.Create(t.Context(), bad); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the invalid Partition reported", func() (bool, string) {
+	testkit.Eventually(t, 10*time.Second, "the invalid Partition reported", func() (bool, string) {
 		var got v1alpha1.Partition
 		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(bad), &got); err != nil {
 			return false, err.Error()

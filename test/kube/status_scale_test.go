@@ -32,6 +32,7 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/controlplane"
+	"poise.dev/poise/test/testkit"
 )
 
 // statusWrites counts the status writes of one plane by object, as a
@@ -276,7 +277,7 @@ func TestStatusAtScale(t *testing.T) {
 	one, w1 := startCountedPlane(t, ns, "one")
 	ready := time.Since(start)
 	// the assertion below is the 60s; the wait is longer so that a slow machine reports its figure
-	eventually(t, time.Minute+time.Duration(objects)*10*time.Millisecond, "every object has its status", func() (bool, string) {
+	testkit.Eventually(t, time.Minute+time.Duration(objects)*10*time.Millisecond, "every object has its status", func() (bool, string) {
 		w1.mu.Lock()
 		defer w1.mu.Unlock()
 		return w1.written >= objects, fmt.Sprintf("%d of %d objects written (%d PATCHes issued)", w1.written, objects, w1.issued)
@@ -330,7 +331,7 @@ func TestStatusAtScale(t *testing.T) {
 	if err := k8s.Update(t.Context(), &es); err != nil {
 		t.Fatal(err)
 	}
-	lag = eventually(t, 15*time.Second, "EndpointSet u-1-b observes its generation", func() (bool, string) {
+	lag = testkit.Eventually(t, 15*time.Second, "EndpointSet u-1-b observes its generation", func() (bool, string) {
 		var s v1alpha1.EndpointSet
 		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "u-1-b"}, &s); err != nil {
 			return false, err.Error()
@@ -383,8 +384,8 @@ func TestStatusAtScale(t *testing.T) {
 		t.Fatal("both planes lead")
 	}
 	one.stop(t)
-	eventually(t, 15*time.Second, "plane two leads", func() (bool, string) { return two.leads(), two.logs.tail(5) })
-	caughtUp := eventually(t, 60*time.Second, "plane two checked every object", func() (bool, string) {
+	testkit.Eventually(t, 15*time.Second, "plane two leads", func() (bool, string) { return two.leads(), two.logs.tail(5) })
+	caughtUp := testkit.Eventually(t, 60*time.Second, "plane two checked every object", func() (bool, string) {
 		checked := statusMetric(two, "poise_status_unchanged_total")
 		depth := statusMetric(two, "poise_status_queue_depth")
 		return checked >= float64(objects) && depth == 0, fmt.Sprintf("%.0f of %d checked, queue depth %.0f", checked, objects, depth)
@@ -723,7 +724,7 @@ func sameCounts(a, b map[string]int) bool {
 // waitUpstream polls an Upstream until cond holds and returns how long that took.
 func waitUpstream(t *testing.T, ns, name string, cond func(*v1alpha1.Upstream) bool) time.Duration {
 	t.Helper()
-	return eventually(t, 15*time.Second, "Upstream "+name+" status", func() (bool, string) {
+	return testkit.Eventually(t, 15*time.Second, "Upstream "+name+" status", func() (bool, string) {
 		var u v1alpha1.Upstream
 		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &u); err != nil {
 			return false, err.Error()
@@ -809,7 +810,7 @@ func connectFlipClients(ctx context.Context, t *testing.T, addr string, n int, n
 			}
 		}()
 	}
-	eventually(t, time.Minute, fmt.Sprintf("%d xDS clients hold all %d clusters' endpoints", n, len(names)), func() (bool, string) {
+	testkit.Eventually(t, time.Minute, fmt.Sprintf("%d xDS clients hold all %d clusters' endpoints", n, len(names)), func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		for i := range n {

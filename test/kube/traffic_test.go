@@ -14,6 +14,7 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/splitcheck"
+	"poise.dev/poise/test/testkit"
 )
 
 // echoTopology creates Upstream echo over five backends: priority 0 is
@@ -132,7 +133,7 @@ func figuresMatch(u *v1alpha1.Upstream, rep explain.Report) (bool, string) {
 func waitStatus(t *testing.T, p *plane, ns, name string) (v1alpha1.Upstream, time.Duration) {
 	t.Helper()
 	var u v1alpha1.Upstream
-	took := eventually(t, 15*time.Second, "Upstream "+name+" status agrees with explain", func() (bool, string) {
+	took := testkit.Eventually(t, 15*time.Second, "Upstream "+name+" status agrees with explain", func() (bool, string) {
 		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &u); err != nil {
 			return false, err.Error()
 		}
@@ -213,7 +214,7 @@ func TestTraffic(t *testing.T) {
 		for _, obj := range []client.Object{&v1alpha1.Locality{}, &v1alpha1.EndpointSet{}} {
 			obj.SetNamespace(ns)
 			obj.SetName(name)
-			eventually(t, 10*time.Second, fmt.Sprintf("%T %s Accepted", obj, name), func() (bool, string) {
+			testkit.Eventually(t, 10*time.Second, fmt.Sprintf("%T %s Accepted", obj, name), func() (bool, string) {
 				c := accepted(t, obj)
 				return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == obj.GetGeneration(), fmt.Sprintf("%+v", c)
 			})
@@ -251,7 +252,7 @@ func TestTraffic(t *testing.T) {
 	echoRevision := u.Status.Revision
 	// the prober's write never touched the spec, and the status writer's
 	// conditions never clobbered the prober's health
-	eventually(t, 10*time.Second, "EndpointSet eu-west-a keeps its spec and health", func() (bool, string) {
+	testkit.Eventually(t, 10*time.Second, "EndpointSet eu-west-a keeps its spec and health", func() (bool, string) {
 		var after v1alpha1.EndpointSet
 		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "eu-west-a"}, &after); err != nil {
 			return false, err.Error()
@@ -293,7 +294,7 @@ func TestTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	orig := &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "eu-west-a", Namespace: ns}}
-	took = eventually(t, 15*time.Second, "only the newer Locality Conflicted, naming the older", func() (bool, string) {
+	took = testkit.Eventually(t, 15*time.Second, "only the newer Locality Conflicted, naming the older", func() (bool, string) {
 		c, o := accepted(t, dup), accepted(t, orig)
 		ok := c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonConflicted &&
 			strings.Contains(c.Message, "Locality "+ns+"/eu-west-a ") && strings.Contains(c.Message, ns+"/eu-west-a is older") &&
@@ -338,7 +339,7 @@ func TestTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleted := time.Now()
-	eventually(t, 15*time.Second, "Locality eu-west-a Accepted again", func() (bool, string) {
+	testkit.Eventually(t, 15*time.Second, "Locality eu-west-a Accepted again", func() (bool, string) {
 		c := accepted(t, orig)
 		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonAccepted, fmt.Sprintf("%+v", c)
 	})

@@ -103,7 +103,7 @@ func (s *Source) setRefusal(err error, out outcome, revision uint64) {
 		refusing = 1
 	}
 	if s.Metrics != nil {
-		s.Metrics.SourceRefusing.WithLabelValues(sourceName).Set(refusing)
+		s.Metrics.Refusing.WithLabelValues(sourceName).Set(refusing)
 	}
 }
 

@@ -229,7 +229,7 @@ func TestAFileLosingMostObjectsIsAppliedAfterSettle(t *testing.T) {
 func checkHeldThenApplied(t *testing.T, dir string, change func(), want func(*topology.Snapshot) bool) string {
 	t.Helper()
 	const settle = 600 * time.Millisecond
-	m := metrics.New()
+	m := metrics.New(metrics.Options{Source: "files"}).Source
 	d := topology.NewDirectory()
 	src := &Source{Paths: []string{dir}, Dir: d, Debounce: 5 * time.Millisecond, Settle: settle, Metrics: m}
 	before, err := src.Load()
@@ -237,7 +237,7 @@ func checkHeldThenApplied(t *testing.T, dir string, change func(), want func(*to
 		t.Fatal(err)
 	}
 	run(t, src)
-	refusing := func() float64 { return testutil.ToFloat64(m.SourceRefusing.WithLabelValues("files")) }
+	refusing := func() float64 { return testutil.ToFloat64(m.Refusing.WithLabelValues("files")) }
 	start := time.Now()
 	change()
 	var held string

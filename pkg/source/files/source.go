@@ -61,7 +61,7 @@ type Source struct {
 	// means DefaultSettle; negative applies such changes at once.
 	Settle  time.Duration
 	Log     *slog.Logger
-	Metrics *metrics.Metrics
+	Metrics *metrics.Source
 
 	mu    sync.Mutex
 	roots []root

@@ -78,11 +78,11 @@ func endpointWeight(s *topology.Snapshot) uint64 {
 
 // watched runs a source on dir, holding an upstream and a set "a" of weight
 // 1, until the test ends.
-func watched(t *testing.T, dir string) (*Source, *topology.Directory, *metrics.Metrics) {
+func watched(t *testing.T, dir string) (*Source, *topology.Directory, *metrics.Source) {
 	t.Helper()
 	write(t, filepath.Join(dir, "upstream.yaml"), upstreamYAML)
 	write(t, filepath.Join(dir, "a.yaml"), setYAML("a", "1"))
-	m := metrics.New()
+	m := metrics.New(metrics.Options{Source: "files"}).Source
 	d := topology.NewDirectory()
 	src := &Source{Paths: []string{dir}, Dir: d, Debounce: 10 * time.Millisecond, Metrics: m}
 	if _, err := src.Load(); err != nil {
@@ -109,7 +109,7 @@ func TestWatchAppliesChangesAndRefusesBadOnes(t *testing.T) {
 
 	// a new file is seen; a conflicting one is refused
 	sub := dir
-	before := testutil.ToFloat64(m.SourceBatches.WithLabelValues("files", "rejected"))
+	before := testutil.ToFloat64(m.Batches.WithLabelValues("files", "rejected"))
 	write(t, filepath.Join(dir, "a.yaml"), setYAML("a", "7"))
 	write(t, filepath.Join(sub, "b.yaml"), setYAML("b", "2")) // same address as a: DuplicateEndpoint
 	waitRefused(t, m, before, "duplicate endpoint")
@@ -132,10 +132,10 @@ func TestWatchAppliesChangesAndRefusesBadOnes(t *testing.T) {
 }
 
 // waitRefused waits until the source has refused more batches than before.
-func waitRefused(t *testing.T, m *metrics.Metrics, before float64, what string) {
+func waitRefused(t *testing.T, m *metrics.Source, before float64, what string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(m.SourceBatches.WithLabelValues("files", "rejected")) == before {
+	for testutil.ToFloat64(m.Batches.WithLabelValues("files", "rejected")) == before {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s was not refused", what)
 		}
@@ -155,7 +155,7 @@ func TestWatchRefusesAddresses(t *testing.T) {
 	}
 	refused := func(good *topology.Snapshot, address string) {
 		t.Helper()
-		before := testutil.ToFloat64(m.SourceBatches.WithLabelValues("files", "rejected"))
+		before := testutil.ToFloat64(m.Batches.WithLabelValues("files", "rejected"))
 		setWith(address)
 		waitRefused(t, m, before, address)
 		if d.Current() != good {
@@ -292,7 +292,7 @@ func TestUnreadablePathsAreRefusedAndShown(t *testing.T) {
 	dir := t.TempDir()
 	src, d, m := watched(t, dir)
 	good := d.Current()
-	refusing := func() float64 { return testutil.ToFloat64(m.SourceRefusing.WithLabelValues("files")) }
+	refusing := func() float64 { return testutil.ToFloat64(m.Refusing.WithLabelValues("files")) }
 
 	for _, bad := range []struct {
 		name   string

@@ -226,6 +226,6 @@ func (s *Source) warnSpatial(snap *topology.Snapshot) {
 
 func (s *Source) countBatch(result string) {
 	if s.Metrics != nil {
-		s.Metrics.SourceBatches.WithLabelValues(sourceName, result).Inc()
+		s.Metrics.Batches.WithLabelValues(sourceName, result).Inc()
 	}
 }

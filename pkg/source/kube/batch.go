@@ -80,13 +80,13 @@ func (s *Source) sync(ctx context.Context) {
 		if err == nil {
 			// a batch that changed nothing (a resync, a write of what is there) is not counted
 			if s.Metrics != nil && snap != current {
-				s.Metrics.SourceBatches.WithLabelValues(sourceName, "applied").Inc()
+				s.Metrics.Batches.WithLabelValues(sourceName, "applied").Inc()
 				s.Metrics.Revision.Set(float64(snap.Revision))
 			}
 			break
 		}
 		if s.Metrics != nil {
-			s.Metrics.SourceBatches.WithLabelValues(sourceName, "rejected").Inc()
+			s.Metrics.Batches.WithLabelValues(sourceName, "rejected").Inc()
 		}
 		var be *topology.BatchError
 		if !errors.As(err, &be) {

@@ -36,7 +36,7 @@ type Source struct {
 	// of it, and at the latest Debounce after its first event.
 	Debounce time.Duration
 	Log      *slog.Logger
-	Metrics  *metrics.Metrics
+	Metrics  *metrics.Source
 	// ClusterName is the home cluster's name ("" is DefaultClusterName);
 	// Remotes, when set, are the remote clusters a Service is imported from.
 	ClusterName string

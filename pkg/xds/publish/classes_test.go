@@ -17,6 +17,7 @@ import (
 	"poise.dev/poise/pkg/weights"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 var web = topology.Key{Namespace: "shop", Name: "web"}
@@ -56,7 +57,7 @@ func client(t *testing.T, c *xdscache.Cache, region, zone string, demand float64
 	}
 	s := c.NewStream(false)
 	s.SetNode(n)
-	names := []string{translate.ClusterName(web)}
+	names := []string{xdsname.Cluster(web)}
 	if err := s.Sotw(xdscache.SotwRequest{TypeURL: resource.EndpointType, NamesHash: c.HashNames(names), Names: func() []string { return names }}); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func client(t *testing.T, c *xdscache.Cache, region, zone string, demand float64
 func trafficOf(t *testing.T, c *xdscache.Cache, class string) map[string]uint32 {
 	t.Helper()
 	for _, e := range c.ZoneResources(int(translate.Weighted), class)[resource.EndpointType] {
-		if e.Name != translate.ClusterName(web) {
+		if e.Name != xdsname.Cluster(web) {
 			continue
 		}
 		var cla endpoint.ClusterLoadAssignment

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"poise.dev/poise/pkg/affinity"
-	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 func demandIn(pairs ...any) []affinity.Demand {
@@ -117,7 +117,7 @@ func (f *fakeLoads) demand() LoadDemand {
 	return LoadDemand{Bucket: 5 * time.Second, Window: 30 * time.Second,
 		Requests: func(cluster string, _ time.Time) (map[string]uint64, bool) {
 			f.reads++
-			return maps.Clone(f.requests), cluster == translate.ClusterName(web)
+			return maps.Clone(f.requests), cluster == xdsname.Cluster(web)
 		}}
 }
 

@@ -11,6 +11,7 @@ import (
 	"poise.dev/poise/pkg/xds/publish"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // clusterIn is the cluster named name in one view, decoded.
@@ -49,13 +50,13 @@ func TestClustersArePublishedPerRendering(t *testing.T) {
 			t.Fatalf("view %s: %v", v, err)
 		}
 	}
-	rrName := translate.ClusterName(topologytest.Upstream(0).Key)
+	rrName := xdsname.Cluster(topologytest.Upstream(0).Key)
 	envoyRR, _ := clusterIn(t, c, translate.Weighted, rrName)
 	grpcRR, _ := clusterIn(t, c, translate.PerEndpoint, rrName)
 	if envoyRR != grpcRR {
 		t.Error("a RoundRobin upstream's cluster is two entries; its renderings are the same bytes")
 	}
-	name := translate.ClusterName(maglev.Key)
+	name := xdsname.Cluster(maglev.Key)
 	_, envoy := clusterIn(t, c, translate.Weighted, name)
 	_, grpc := clusterIn(t, c, translate.PerEndpoint, name)
 	if envoy.GetLbPolicy() != cluster.Cluster_MAGLEV || envoy.GetMaglevLbConfig().GetTableSize().GetValue() != translate.MaglevTableSize {

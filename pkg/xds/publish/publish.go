@@ -20,6 +20,7 @@ import (
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
 	"poise.dev/poise/pkg/xds/xdstype"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // NewInstanceID returns a random identifier for this process; versions are
@@ -455,7 +456,7 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, vers
 	if prev != nil {
 		pub.name = prev.name
 	} else {
-		pub.name = translate.ClusterName(cur.Upstream.Key)
+		pub.name = xdsname.Cluster(cur.Upstream.Key)
 	}
 	clusterChanged := prev == nil || prev.state.ClusterRevision != cur.ClusterRevision
 	if clusterChanged {
@@ -533,12 +534,12 @@ func (p *published) references(k topology.Key) error {
 		if e := p.endpoints[v]; e == nil || e.Name != p.clusters[v].Name {
 			missing = append(missing, fmt.Sprintf("cluster %s needs EDS %q (%s)", p.clusters[v].Name, p.clusters[v].Name, v))
 		}
-		if p.clusters[v].Name != translate.ClusterName(k) {
-			missing = append(missing, fmt.Sprintf("route %s needs CDS %q (%s)", p.route.Name, translate.ClusterName(k), v))
+		if p.clusters[v].Name != xdsname.Cluster(k) {
+			missing = append(missing, fmt.Sprintf("route %s needs CDS %q (%s)", p.route.Name, xdsname.Cluster(k), v))
 		}
 	}
 	if p.route.Name != translate.RouteName(k) {
-		missing = append(missing, fmt.Sprintf("route %s needs CDS %q", p.route.Name, translate.ClusterName(k)))
+		missing = append(missing, fmt.Sprintf("route %s needs CDS %q", p.route.Name, xdsname.Cluster(k)))
 	}
 	if p.listener.Name != translate.ListenerName(k) {
 		missing = append(missing, fmt.Sprintf("listener %s needs RDS %q", p.listener.Name, translate.RouteName(k)))

@@ -10,6 +10,7 @@ import (
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // spatialView is the view Envoys read: spatial routing is for Envoy only.
@@ -143,7 +144,7 @@ func renderDomain(s *topology.Snapshot, st *topology.SpatialState, old *spatialP
 	sameLrs := old != nil && old.state.Domain.LoadReportInterval == st.Domain.LoadReportInterval
 	unchanged := func(i int) bool {
 		return sameLrs && i < len(was.upstreams) && was.upstreams[i] == ups[i] &&
-			was.clusters[translate.ReplicaClusterName(k, st.Replicas[i].Name)] != nil
+			was.clusters[xdsname.ReplicaCluster(k, st.Replicas[i].Name)] != nil
 	}
 	res, err := translate.SpatialDomain(st, s.Upstream, unchanged)
 	if err != nil {
@@ -152,7 +153,7 @@ func renderDomain(s *topology.Snapshot, st *topology.SpatialState, old *spatialP
 	pub = &spatialPublished{state: st, upstreams: ups, clusters: map[string]*xdscache.Entry{}, endpoints: map[string]*xdscache.Entry{}}
 	for i, r := range st.Replicas {
 		if unchanged(i) {
-			name := translate.ReplicaClusterName(k, r.Name)
+			name := xdsname.ReplicaCluster(k, r.Name)
 			pub.clusters[name], pub.endpoints[name] = was.clusters[name], was.endpoints[name]
 		}
 	}

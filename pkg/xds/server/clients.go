@@ -148,7 +148,7 @@ type Clients struct {
 	// SotW and Delta streams are numbered independently, each from 1, so a
 	// stream is known by its protocol and id.
 	streams map[streamKey]*Client
-	metrics *metrics.Metrics
+	metrics *metrics.XDS
 	log     *slog.Logger
 	now     func() time.Time
 	// rejected indexes the streams whose last response with a resource
@@ -169,7 +169,7 @@ type typeMetrics struct {
 }
 
 // NewClients returns an empty registry recording into m (which may be nil).
-func NewClients(m *metrics.Metrics, log *slog.Logger) *Clients {
+func NewClients(m *metrics.XDS, log *slog.Logger) *Clients {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

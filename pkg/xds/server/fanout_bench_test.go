@@ -21,6 +21,7 @@ import (
 	"poise.dev/poise/pkg/xds/publish"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // fixture is F100k as clients see it: the 5,000 ClusterLoadAssignments of
@@ -53,7 +54,7 @@ func newFixture(tb testing.TB) *fixture {
 		f.names = append(f.names, e.Name)
 		f.clas = append(f.clas, decodeCLA(tb, e))
 	}
-	flipped := translate.ClusterName(topology.Key{Namespace: "bench", Name: topologytest.UpstreamName(2500)})
+	flipped := xdsname.Cluster(topology.Key{Namespace: "bench", Name: topologytest.UpstreamName(2500)})
 	for i := range 2 {
 		publishBatch(topologytest.Flip(2500, 1-i))
 		for _, e := range c.Resources(int(translate.Weighted))[resource.EndpointType] {

@@ -52,7 +52,7 @@ type harness struct {
 	t       *testing.T
 	cache   *xdscache.Cache
 	clients *server.Clients
-	metrics *metrics.Metrics
+	metrics *metrics.XDS
 	conn    *grpc.ClientConn
 	addr    string
 }
@@ -66,7 +66,7 @@ func newHarnessWith(t *testing.T, cfg server.Config, log *slog.Logger) *harness 
 	h := &harness{
 		t:       t,
 		cache:   xdscache.New(2, func(n *core.Node) int { return int(translate.RenderingFor(n)) }),
-		metrics: metrics.New(),
+		metrics: metrics.New(metrics.Options{Types: servedTypes()}).XDS,
 	}
 	h.clients = server.NewClients(h.metrics, log)
 	g, err := server.New(h.cache, h.clients, cfg)

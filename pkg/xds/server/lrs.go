@@ -18,6 +18,14 @@ const (
 	MaxLoadReportInterval     = time.Minute
 )
 
+// LoadReports are where the load reports of clients go (a
+// loadreport.Store): a stream opened per client, and the catalog of the
+// clusters whose load is kept.
+type LoadReports interface {
+	Open(id loadreport.Reporter, now time.Time) *loadreport.Stream
+	Catalog() *loadreport.Catalog
+}
+
 // maxLoadStatsBytes bounds one LoadStatsRequest, before it is decoded:
 // gRPC's own default, said here so it holds whatever gRPC's becomes.
 const maxLoadStatsBytes = 4 << 20

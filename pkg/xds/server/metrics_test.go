@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/xdstype"
 )
 
@@ -24,10 +25,14 @@ func (h *harness) histogram(v *prometheus.HistogramVec, short string) (uint64, f
 	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
 
-// The labels the server records with are the ones created at 0 up front.
-func TestMetricTypesAreTheServedTypes(t *testing.T) {
-	if served := xdstype.Shorts(); !slices.Equal(served, metrics.Types) {
-		t.Errorf("served %v, metrics create %v", served, metrics.Types)
+// servedTypes are the short names of the served types, which the metrics
+// are made with, as the control plane makes them.
+func servedTypes() []string { return xdstype.Shorts() }
+
+// The client kinds the server records with are the ones created at 0 up front.
+func TestMetricClientKindsAreTheServers(t *testing.T) {
+	if want := []string{server.KindEnvoy, server.KindGRPC, server.KindUnknown}; !slices.Equal(metrics.ClientKinds, want) {
+		t.Errorf("metrics create client kinds %v, the server records %v", metrics.ClientKinds, want)
 	}
 }
 
@@ -36,12 +41,12 @@ func TestMetricTypesAreTheServedTypes(t *testing.T) {
 // converges with the next one the client accepts.
 func TestConvergenceObservedOnACK(t *testing.T) {
 	h := newHarness(t)
-	for _, typ := range metrics.Types {
+	for _, typ := range servedTypes() {
 		if n, _ := h.histogram(h.metrics.Convergence, typ); n != 0 {
 			t.Fatalf("%s: %d observations before any client", typ, n)
 		}
 	}
-	if got := testutil.CollectAndCount(h.metrics.Convergence); got != len(metrics.Types) {
+	if got := testutil.CollectAndCount(h.metrics.Convergence); got != len(servedTypes()) {
 		t.Fatalf("%d convergence series before any client, want one per type at 0", got)
 	}
 	publishV1(t, h)

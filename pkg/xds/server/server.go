@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
-	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/xds/xdscache"
 )
 
@@ -48,7 +47,7 @@ type Config struct {
 	// LoadReports, when set, is where the load reports of clients go:
 	// the server then also serves LRS (envoy.service.load_stats.v3) on the
 	// same port, within the same stream bounds. nil serves no LRS.
-	LoadReports *loadreport.Store
+	LoadReports LoadReports
 	// LoadReportInterval is the load_reporting_interval LRS asks clients
 	// for, within MinLoadReportInterval..MaxLoadReportInterval; zero
 	// means DefaultLoadReportInterval.

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/xds/xdscache"
 	"poise.dev/poise/pkg/xds/xdstype"
 )
@@ -41,7 +40,7 @@ type xdsServer struct {
 	// SotW and Delta streams are numbered independently, each from 1.
 	sotwIDs, deltaIDs atomic.Int64
 	// loads receives LRS reports (nil: LRS is not served), asked for every loadInterval.
-	loads        *loadreport.Store
+	loads        LoadReports
 	loadInterval time.Duration
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // An endpoint flip rebuilds one upstream's ClusterLoadAssignments, so they
@@ -42,7 +43,7 @@ type locModel struct {
 	loc      weights.Locality
 	weight   uint32
 	priority uint32
-	// perEndpoint: the sub_zone is loc.SubZone + EndpointSuffix + the host
+	// perEndpoint: the sub_zone is loc.SubZone + xdsname.EndpointSuffix + the host
 	// and port of its one endpoint (written without building the string).
 	perEndpoint  bool
 	first, count int
@@ -91,7 +92,7 @@ func Endpoints(u *topology.UpstreamState, r Rendering) (*endpoint.ClusterLoadAss
 // AppendEndpoints appends the deterministic wire encoding of Endpoints(u, r)
 // to b, checked by the same rules as the message's generated validation.
 func AppendEndpoints(b []byte, u *topology.UpstreamState, r Rendering) ([]byte, error) {
-	return AppendEndpointsNamed(b, ClusterName(u.Upstream.Key), u, r)
+	return AppendEndpointsNamed(b, xdsname.Cluster(u.Upstream.Key), u, r)
 }
 
 // AppendEndpointsNamed is AppendEndpoints for a caller that keeps the
@@ -108,7 +109,7 @@ func AppendEndpointsNamed(b []byte, name string, u *topology.UpstreamState, r Re
 }
 
 func (m *claModel) build(u *topology.UpstreamState, r Rendering) {
-	m.name = ClusterName(u.Upstream.Key)
+	m.name = xdsname.Cluster(u.Upstream.Key)
 	m.fill(u, r)
 }
 
@@ -284,7 +285,7 @@ func (m *claModel) subZone(l *locModel) string {
 		return l.loc.SubZone
 	}
 	e := m.eps[l.first]
-	return l.loc.SubZone + EndpointSuffix + hostPort(e.addr, e.port)
+	return l.loc.SubZone + xdsname.EndpointSuffix + hostPort(e.addr, e.port)
 }
 
 func hostPort(addr string, port uint32) string { return string(appendHostPort(nil, addr, port)) }
@@ -504,7 +505,7 @@ func (m *claModel) subZoneLen(l *locModel) int {
 		return len(l.loc.SubZone)
 	}
 	e := m.eps[l.first]
-	return len(l.loc.SubZone) + len(EndpointSuffix) + hostPortLen(e.addr, e.port)
+	return len(l.loc.SubZone) + len(xdsname.EndpointSuffix) + hostPortLen(e.addr, e.port)
 }
 
 // measure computes every nested message's size once, bottom up, and returns
@@ -562,7 +563,7 @@ func (m *claModel) appendWire(b []byte) []byte {
 			b = append(b, l.loc.SubZone...)
 			if l.perEndpoint {
 				e := m.eps[l.first]
-				b = append(b, EndpointSuffix...)
+				b = append(b, xdsname.EndpointSuffix...)
 				b = appendHostPort(b, e.addr, e.port)
 			}
 		}

@@ -1,9 +1,8 @@
 package translate
 
-import "poise.dev/poise/pkg/topology"
+// The names of clusters are in pkg/xdsname, which the load reports share.
 
-// ClusterName is the CDS and EDS name of an upstream: "namespace/name".
-func ClusterName(k topology.Key) string { return k.Namespace + "/" + k.Name }
+import "poise.dev/poise/pkg/topology"
 
 // RouteName is the RDS name of an upstream's route configuration.
 func RouteName(k topology.Key) string { return k.Namespace + "/" + k.Name }
@@ -18,7 +17,3 @@ func ListenerName(k topology.Key) string { return k.Name + "." + k.Namespace }
 // free (a source sub_zone may itself end in "~p1"). Envoy would merge equal
 // entries and gRPC would reject them; the suffix keeps them distinct.
 const PrioritySuffix = "~p"
-
-// EndpointSuffix separates a sub_zone from the endpoint address in the
-// per-endpoint rendering: "<subZone>~ep~<address>:<port>".
-const EndpointSuffix = "~ep~"

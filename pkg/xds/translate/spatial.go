@@ -24,6 +24,7 @@ import (
 
 	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // Names of the spatial routing resources and headers (docs/spatial.md).
@@ -44,18 +45,6 @@ const (
 type SpatialOptions struct {
 	Address string // default 0.0.0.0
 	Port    uint32 // default DefaultSpatialPort
-}
-
-// ReplicaClusterName is the cluster of one replica of a domain. Kubernetes names never
-// contain ':', so the parts cannot run into each other, and every character is one the
-// generated Lua may carry.
-func ReplicaClusterName(domain topology.Key, replica string) string {
-	return "spatial:" + domain.Namespace + ":" + domain.Name + ":" + replica
-}
-
-// PoolClusterName is the fallback pool of one product of a domain.
-func PoolClusterName(domain topology.Key, product string) string {
-	return "spatial-pool:" + domain.Namespace + ":" + domain.Name + ":" + product
 }
 
 // SpatialDomainResources are the Envoy resources of one serving domain: a cluster and
@@ -114,7 +103,7 @@ func SpatialDomain(s *topology.SpatialState, upstream func(topology.Key) *topolo
 			cl.Replicas = append(cl.Replicas, "")
 			continue
 		}
-		name := ReplicaClusterName(k, r.Name)
+		name := xdsname.ReplicaCluster(k, r.Name)
 		cl.Replicas = append(cl.Replicas, name)
 		if unchanged != nil && unchanged(i) {
 			continue
@@ -136,7 +125,7 @@ func SpatialDomain(s *topology.SpatialState, upstream func(topology.Key) *topolo
 	}
 	dom := s.Map.Domain()
 	for _, p := range dom.Products {
-		name := PoolClusterName(k, p.Name)
+		name := xdsname.PoolCluster(k, p.Name)
 		c, cla := pool(name, s, states, s.Map.Lawful(p.Name))
 		if err := c.ValidateAll(); err != nil {
 			return fail(fmt.Errorf("generated pool cluster %s is invalid: %w", name, err))

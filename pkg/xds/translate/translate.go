@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // Resources are everything published for one upstream.
@@ -103,7 +104,7 @@ func mustAny(m proto.Message) *anypb.Any {
 // endpoints are published, all HEALTHY, so it has nothing to panic about.
 func Cluster(u *topology.UpstreamState, r Rendering) (*cluster.Cluster, error) {
 	up := u.Upstream
-	name := ClusterName(up.Key)
+	name := xdsname.Cluster(up.Key)
 	lb := LbPolicyOf(up, r)
 	panicThreshold := 0.0
 	if up.HealthAdjustment == topology.Proxy {
@@ -203,7 +204,7 @@ func Route(u *topology.UpstreamState) (*route.RouteConfiguration, error) {
 			Routes: []*route.Route{{
 				Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
 				Action: &route.Route_Route{Route: &route.RouteAction{
-					ClusterSpecifier: &route.RouteAction_Cluster{Cluster: ClusterName(k)},
+					ClusterSpecifier: &route.RouteAction_Cluster{Cluster: xdsname.Cluster(k)},
 				}},
 			}},
 		}},

@@ -21,6 +21,7 @@ import (
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // tester is what both *testing.T and *rapid.T provide.
@@ -162,7 +163,7 @@ func expectedExact(u *topology.UpstreamState, r translate.Rendering) []published
 			if r == translate.PerEndpoint {
 				if er.Share > 0 {
 					loc := l.Locality
-					loc.SubZone += translate.EndpointSuffix + hp
+					loc.SubZone += xdsname.EndpointSuffix + hp
 					out = append(out, published{locality: loc, weight: er.Share, source: l.Priority,
 						endpoints: []publishedEndpoint{{hp, 1, core.HealthStatus_HEALTHY}}})
 				}
@@ -193,7 +194,7 @@ func expectedExact(u *topology.UpstreamState, r translate.Rendering) []published
 				hp := hostPort(e.Address, e.Port)
 				if r == translate.PerEndpoint {
 					loc := l.Locality
-					loc.SubZone += translate.EndpointSuffix + hp
+					loc.SubZone += xdsname.EndpointSuffix + hp
 					standby = append(standby, published{priority: next, locality: loc,
 						endpoints: []publishedEndpoint{{hp, 1, core.HealthStatus_HEALTHY}}})
 					products = append(products, l.LocalityWeight*e.Weight)
@@ -298,7 +299,7 @@ func splitEndpoint(l weights.Locality, r translate.Rendering) (weights.Locality,
 	if r != translate.PerEndpoint {
 		return l, ""
 	}
-	i := strings.LastIndex(l.SubZone, translate.EndpointSuffix)
+	i := strings.LastIndex(l.SubZone, xdsname.EndpointSuffix)
 	if i < 0 {
 		return l, ""
 	}
@@ -408,10 +409,10 @@ func checkLbPolicy(t tester, u *topology.UpstreamState, r translate.Rendering, c
 func checkCluster(t tester, u *topology.UpstreamState, r translate.Rendering, c *cluster.Cluster) {
 	t.Helper()
 	k := u.Upstream.Key
-	if c.GetName() != translate.ClusterName(k) || c.GetType() != cluster.Cluster_EDS ||
+	if c.GetName() != xdsname.Cluster(k) || c.GetType() != cluster.Cluster_EDS ||
 		c.GetEdsClusterConfig().GetEdsConfig().GetAds() == nil ||
-		c.GetEdsClusterConfig().GetServiceName() != translate.ClusterName(k) {
-		t.Errorf("%s %s: cluster is not EDS over ADS named %q: %v", k, r, translate.ClusterName(k), c)
+		c.GetEdsClusterConfig().GetServiceName() != xdsname.Cluster(k) {
+		t.Errorf("%s %s: cluster is not EDS over ADS named %q: %v", k, r, xdsname.Cluster(k), c)
 	}
 	checkLbPolicy(t, u, r, c)
 	if c.GetCommonLbConfig().GetLocalityWeightedLbConfig() == nil {
@@ -460,7 +461,7 @@ func checkUpstream(t tester, u *topology.UpstreamState) *translate.Resources {
 	for r := translate.Rendering(0); r < translate.NumRenderings; r++ {
 		cla := res.Endpoints[r]
 		what := fmt.Sprintf("%s %s", k, r)
-		if cla.GetClusterName() != translate.ClusterName(k) {
+		if cla.GetClusterName() != xdsname.Cluster(k) {
 			t.Errorf("%s: cluster_name %q", what, cla.GetClusterName())
 		}
 		// exact mode never publishes a factor below 100: the loads carry it already
@@ -493,8 +494,8 @@ func checkUpstream(t tester, u *topology.UpstreamState) *translate.Resources {
 		t.Errorf("%s: router is not the last HTTP filter: %v", k, f)
 	}
 	if res.Route.GetName() != translate.RouteName(k) ||
-		res.Route.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster() != translate.ClusterName(k) {
-		t.Errorf("%s: route %v does not send everything to %q", k, res.Route, translate.ClusterName(k))
+		res.Route.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster() != xdsname.Cluster(k) {
+		t.Errorf("%s: route %v does not send everything to %q", k, res.Route, xdsname.Cluster(k))
 	}
 	return res
 }

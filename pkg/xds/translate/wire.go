@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/xdsname"
 )
 
 // Encoder writes an upstream's Cluster, Listener and RouteConfiguration
@@ -111,7 +112,7 @@ func (e *Encoder) AppendCluster(b []byte, u *topology.UpstreamState, r Rendering
 		return marshalled(e, b, u, func(u *topology.UpstreamState) (*cluster.Cluster, error) { return Cluster(u, r) })
 	}
 	lb := LbPolicyOf(up, r)
-	name := ClusterName(up.Key)
+	name := xdsname.Cluster(up.Key)
 	b = appendString(b, clusterName, name)
 	b = appendMessage(b, clusterEDS, len(e.edsConfig)+sizeString(edsServiceName, name))
 	b = append(b, e.edsConfig...)
@@ -198,7 +199,7 @@ func (e *Encoder) AppendRoute(b []byte, u *topology.UpstreamState) ([]byte, erro
 	if !e.plain(k) {
 		return marshalled(e, b, u, Route)
 	}
-	name, target := RouteName(k), ClusterName(k)
+	name, target := RouteName(k), xdsname.Cluster(k)
 	match := sizeString(matchPrefix, "/")
 	action := sizeString(actionCluster, target)
 	r := sizeMessage(routeMatch, match) + sizeMessage(routeAction, action)

@@ -1,4 +1,4 @@
-package metrics_test
+package upstreamgauges_test
 
 import (
 	"bytes"
@@ -7,11 +7,12 @@ import (
 	"testing"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/topology/topologytest"
+	"poise.dev/poise/pkg/upstreamgauges"
 	"poise.dev/poise/pkg/xds/publish"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
@@ -21,18 +22,20 @@ import (
 // controlplane.Run wires them.
 type fixture struct {
 	t   *testing.T
-	m   *metrics.Metrics
+	up  *upstreamgauges.Gauges
+	reg *prometheus.Registry
 	dir *topology.Directory
 	pub *publish.Publisher
 }
 
-func newFixture(t *testing.T) *fixture {
-	f := &fixture{t: t, m: metrics.New(), dir: topology.NewDirectory()}
+func newFixture(t *testing.T, o upstreamgauges.Options) *fixture {
+	f := &fixture{t: t, up: upstreamgauges.New(o), reg: prometheus.NewRegistry(), dir: topology.NewDirectory()}
+	f.reg.MustRegister(f.up)
 	cache := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
 	f.pub = publish.New(cache, "test", nil)
 	f.pub.OnPublish = func(st publish.Stats) {
 		for _, c := range st.Changed {
-			f.m.Upstreams.Queue(c.Old, c.Cur)
+			f.up.Queue(c.Old, c.Cur)
 		}
 	}
 	return f
@@ -47,12 +50,12 @@ func (f *fixture) publish(b topology.Batch) {
 	if _, err := f.pub.Publish(s); err != nil {
 		f.t.Fatal(err)
 	}
-	f.m.Upstreams.Flush()
+	f.up.Flush()
 }
 
 func (f *fixture) count(name string) int {
 	f.t.Helper()
-	return testutil.CollectAndCount(f.m.Registry, name)
+	return testutil.CollectAndCount(f.reg, name)
 }
 
 func unhealthy(u, r int) topology.EndpointSet {
@@ -62,14 +65,14 @@ func unhealthy(u, r int) topology.EndpointSet {
 // The gauges follow each publication, and go with the upstreams and
 // localities that go.
 func TestUpstreamGaugesFollowPublications(t *testing.T) {
-	f := newFixture(t)
+	f := newFixture(t, upstreamgauges.Options{Localities: true, MaxUpstreams: upstreamgauges.DefaultMaxUpstreams})
 	for _, name := range []string{"poise_upstream_priority_load", "poise_upstream_locality_traffic", "poise_upstream_dropped_fraction"} {
 		if n := f.count(name); n != 0 {
 			t.Fatalf("%s: %d series before any publication", name, n)
 		}
 	}
 	f.publish(topologytest.Batch(3))
-	up := f.m.Upstreams
+	up := f.up
 	if n := f.count("poise_upstream_locality_traffic"); n != 9 {
 		t.Fatalf("%d locality series, want 3 upstreams × 3 localities", n)
 	}
@@ -120,9 +123,8 @@ func TestUpstreamGaugesFollowPublications(t *testing.T) {
 
 // --metrics-locality-gauges=false and --metrics-max-upstreams bound the series.
 func TestUpstreamGaugesBounded(t *testing.T) {
-	f := newFixture(t)
 	var log bytes.Buffer
-	f.m.Upstreams.SetLimits(false, 2, slog.New(slog.NewTextHandler(&log, nil)))
+	f := newFixture(t, upstreamgauges.Options{Localities: false, MaxUpstreams: 2, Log: slog.New(slog.NewTextHandler(&log, nil))})
 	f.publish(topologytest.Batch(4))
 	if n := f.count("poise_upstream_locality_traffic"); n != 0 {
 		t.Errorf("%d locality series with the locality gauges off", n)
@@ -130,7 +132,7 @@ func TestUpstreamGaugesBounded(t *testing.T) {
 	if n := f.count("poise_upstream_priority_load"); n != 2 {
 		t.Errorf("%d upstreams exported, want the bound, 2", n)
 	}
-	if v := testutil.ToFloat64(f.m.Upstreams.PriorityLoad.WithLabelValues("bench", "svc-0001", "0")); v != 1 {
+	if v := testutil.ToFloat64(f.up.PriorityLoad.WithLabelValues("bench", "svc-0001", "0")); v != 1 {
 		t.Errorf("the first upstreams in key order are exported; svc-0001 load %v", v)
 	}
 	f.publish(topologytest.Flip(3, 1)) // a left-out upstream changes again: no second line
@@ -145,7 +147,7 @@ func TestUpstreamGaugesBounded(t *testing.T) {
 	}
 	f.publish(b)
 	f.publish(topologytest.Flip(3, 0))
-	if v := testutil.ToFloat64(f.m.Upstreams.PriorityLoad.WithLabelValues("bench", "svc-0003", "0")); v != 1 {
+	if v := testutil.ToFloat64(f.up.PriorityLoad.WithLabelValues("bench", "svc-0003", "0")); v != 1 {
 		t.Errorf("svc-0003 not exported once a slot freed: load %v", v)
 	}
 	if n := f.count("poise_upstream_priority_load"); n != 2 {

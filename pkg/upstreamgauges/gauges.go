@@ -1,4 +1,4 @@
-package metrics
+package upstreamgauges
 
 import (
 	"context"
@@ -14,10 +14,22 @@ import (
 )
 
 // DefaultMaxUpstreams is how many upstreams have per-upstream gauges
-// unless SetLimits says otherwise.
+// unless the Options say otherwise.
 const DefaultMaxUpstreams = 1000
 
-// Upstreams are the gauges of each upstream's computed figures: priority
+// Options bound the gauges' cardinality.
+type Options struct {
+	// Localities: the locality gauges (poise_upstream_locality_traffic),
+	// the most numerous, are exported.
+	Localities bool
+	// MaxUpstreams is how many upstreams at most have gauges (0 or less:
+	// none).
+	MaxUpstreams int
+	// Log receives the one line saying upstreams go unexported (nil: nowhere).
+	Log *slog.Logger
+}
+
+// Gauges are the gauges of each upstream's computed figures: priority
 // loads, locality traffic, dropped fraction and panic state. They follow
 // the publications: Queue takes the upstreams a publication changed (cheap,
 // under the publisher's lock), Run applies them on its own goroutine, so
@@ -25,7 +37,7 @@ const DefaultMaxUpstreams = 1000
 // bounded: at most max upstreams are exported (the first seen; a slot
 // frees when one is removed) and the locality gauges, the most numerous,
 // can be turned off.
-type Upstreams struct {
+type Gauges struct {
 	PriorityLoad    *prometheus.GaugeVec // namespace, upstream, priority
 	PriorityPanic   *prometheus.GaugeVec // namespace, upstream, priority
 	TotalPanic      *prometheus.GaugeVec // namespace, upstream
@@ -52,10 +64,16 @@ type series struct {
 	localities [][4]string // priority, region, zone, subzone
 }
 
-func newUpstreams() *Upstreams {
+// New returns the gauges, bounded by o; register them (they are one
+// prometheus.Collector) and Run them.
+func New(o Options) *Gauges {
 	up := []string{"namespace", "upstream"}
 	pri := append(slices.Clone(up), "priority")
-	return &Upstreams{
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Gauges{
 		PriorityLoad: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "poise_upstream_priority_load", Help: "Fraction (0 to 1) of an upstream's traffic its priority receives, as published.",
 		}, pri),
@@ -72,30 +90,30 @@ func newUpstreams() *Upstreams {
 			Name: "poise_upstream_locality_traffic", Help: "Fraction (0 to 1) of all of an upstream's traffic a (priority, locality) group receives. Off with --metrics-locality-gauges=false.",
 		}, append(slices.Clone(pri), "region", "zone", "subzone")),
 		pending: map[topology.Key]*topology.UpstreamState{}, kick: make(chan struct{}, 1),
-		localities: true, max: DefaultMaxUpstreams, log: slog.New(slog.DiscardHandler),
+		localities: o.Localities, max: max(o.MaxUpstreams, 0), log: log,
 		exported: map[topology.Key]*series{},
 	}
 }
 
-func (u *Upstreams) collectors() []prometheus.Collector {
-	return []prometheus.Collector{u.PriorityLoad, u.PriorityPanic, u.TotalPanic, u.Dropped, u.LocalityTraffic}
+func (u *Gauges) vecs() []*prometheus.GaugeVec {
+	return []*prometheus.GaugeVec{u.PriorityLoad, u.PriorityPanic, u.TotalPanic, u.Dropped, u.LocalityTraffic}
 }
 
-// SetLimits says whether the locality gauges are exported and how many
-// upstreams at most (0: none); log receives the one line saying upstreams
-// go unexported. Call it before the first Queue.
-func (u *Upstreams) SetLimits(localities bool, maxUpstreams int, log *slog.Logger) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.localities, u.max = localities, max(maxUpstreams, 0)
-	if log != nil {
-		u.log = log
+func (u *Gauges) Describe(ch chan<- *prometheus.Desc) {
+	for _, v := range u.vecs() {
+		v.Describe(ch)
+	}
+}
+
+func (u *Gauges) Collect(ch chan<- prometheus.Metric) {
+	for _, v := range u.vecs() {
+		v.Collect(ch)
 	}
 }
 
 // Queue takes the upstreams a publication changed: a map insert each, the
 // latest state of an upstream replacing one not yet applied.
-func (u *Upstreams) Queue(old, cur *topology.UpstreamState) {
+func (u *Gauges) Queue(old, cur *topology.UpstreamState) {
 	k := cur
 	if k == nil {
 		k = old
@@ -113,7 +131,7 @@ func (u *Upstreams) Queue(old, cur *topology.UpstreamState) {
 }
 
 // Run applies what is queued until ctx is done.
-func (u *Upstreams) Run(ctx context.Context) error {
+func (u *Gauges) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -126,7 +144,7 @@ func (u *Upstreams) Run(ctx context.Context) error {
 
 // Flush applies what is queued now, in key order (so which upstreams fit
 // under the bound does not depend on map order).
-func (u *Upstreams) Flush() {
+func (u *Gauges) Flush() {
 	u.flush.Lock()
 	defer u.flush.Unlock()
 	u.mu.Lock()
@@ -153,7 +171,7 @@ func (u *Upstreams) Flush() {
 			if !u.capped {
 				u.capped = true
 				log.Warn("per-upstream gauges are exported for at most --metrics-max-upstreams upstreams; the others have none (their figures are in /debug/explain and status)",
-					"max", maxUpstreams, "first left out", k.String())
+					"max", maxUpstreams, "firstLeftOut", k.String())
 			}
 			continue
 		}
@@ -166,7 +184,7 @@ func (u *Upstreams) Flush() {
 }
 
 // set sets an upstream's gauges and returns their label values.
-func (u *Upstreams) set(k topology.Key, r *weights.Result, localities bool) *series {
+func (u *Gauges) set(k topology.Key, r *weights.Result, localities bool) *series {
 	s := &series{priorities: make([]string, 0, len(r.Priorities))}
 	ns, name := k.Namespace, k.Name
 	u.TotalPanic.WithLabelValues(ns, name).Set(flag(r.TotalPanic))
@@ -189,7 +207,7 @@ func (u *Upstreams) set(k topology.Key, r *weights.Result, localities bool) *ser
 
 // delete deletes the series of was that now does not have (all of them
 // when now is nil).
-func (u *Upstreams) delete(k topology.Key, was, now *series) {
+func (u *Gauges) delete(k topology.Key, was, now *series) {
 	ns, name := k.Namespace, k.Name
 	if now == nil {
 		u.TotalPanic.DeleteLabelValues(ns, name)

@@ -1,4 +1,4 @@
-package metrics
+package loadreport_test
 
 import (
 	"path/filepath"
@@ -9,6 +9,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"poise.dev/poise/pkg/loadreport"
@@ -25,15 +26,11 @@ func issued(cluster, addr string, n uint64) *lrs.LoadStatsRequest {
 }
 
 // TestSpatialMetrics: the counters and the share read the store at each
-// scrape; without a store, or before any report, there are no series.
+// scrape; before any report there are no series.
 func TestSpatialMetrics(t *testing.T) {
-	m := New()
 	names := []string{"poise_spatial_requests_total", "poise_spatial_cross_region_share"}
-	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(""), names...); err != nil {
-		t.Fatal(err)
-	}
 	// the domain the load-report store's own tests use
-	set, err := manifest.Load(filepath.Join("..", "loadreport", "testdata", "spatial.yaml"))
+	set, err := manifest.Load(filepath.Join("testdata", "spatial.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,14 +40,18 @@ func TestSpatialMetrics(t *testing.T) {
 	}
 	store := loadreport.NewStore(loadreport.Config{})
 	store.SetCatalog(loadreport.NewCatalog(nil, snap, nil))
-	m.SetSpatialLoads(store)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(loadreport.NewSpatialMetrics(store))
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(""), names...); err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now()
 	eu := store.Open(loadreport.Reporter{ID: "envoy-eu", Region: "eu-west"}, now)
 	us := store.Open(loadreport.Reporter{ID: "envoy-us", Region: "us-east"}, now)
 	eu.Report(issued("spatial:geo:maps:eu", "10.20.0.1", 30), now)
 	eu.Report(issued("spatial-pool:geo:maps:tiles", "10.30.0.1", 10), now)
 	us.Report(issued("spatial:geo:maps:us", "10.30.0.1", 60), now)
-	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP poise_spatial_cross_region_share Share (0 to 1) of a SpatialDomain's reported requests over the load-report window (30 s) that a replica outside the client's region served, of the requests of clients with a known region; absent while there are none.
 # TYPE poise_spatial_cross_region_share gauge
 poise_spatial_cross_region_share{domain="geo/maps"} 0.1
