@@ -30,6 +30,7 @@ var layers = []struct {
 	// and the Prometheus collectors.
 	{"leaves", []string{
 		"api/v1alpha1",
+		"pkg/identity",
 		"pkg/leader",
 		"pkg/metrics",
 		"pkg/partitionmap",
