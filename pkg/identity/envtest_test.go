@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"poise.dev/poise/pkg/identity"
+	"poise.dev/poise/test/testkit"
 )
 
 // One apiserver and etcd for the package's tests, as test/kube starts them:
@@ -34,23 +34,14 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	assets, skip, err := testkit.EnvtestAssets("pkg/identity")
 	switch {
-	case os.Getenv("POISE_SKIP_ENVTEST") == "1":
-		skipReason = "POISE_SKIP_ENVTEST=1: the envtest suites (real kube-apiserver and etcd) are switched off"
-		return m.Run()
-	case assets == "":
-		fmt.Fprintln(os.Stderr, "pkg/identity: KUBEBUILDER_ASSETS is not set. The token tests run a real kube-apiserver and etcd:\n"+
-			"  run `make test`, or\n"+
-			"  KUBEBUILDER_ASSETS=$(bash hack/test-binaries.sh) go test ./pkg/identity\n"+
-			"(POISE_SKIP_ENVTEST=1 skips them on purpose)")
+	case err != nil:
+		fmt.Fprintln(os.Stderr, err)
 		return 1
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			fmt.Fprintf(os.Stderr, "pkg/identity: KUBEBUILDER_ASSETS=%s has no %s (%v): run `bash hack/test-binaries.sh`\n", assets, bin, err)
-			return 1
-		}
+	case skip != "":
+		skipReason = skip
+		return m.Run()
 	}
 	env := &envtest.Environment{BinaryAssetsDirectory: assets}
 	cfg, err := env.Start()

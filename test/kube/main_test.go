@@ -18,6 +18,7 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/test/testkit"
 )
 
 // One apiserver and etcd for the whole binary: they take seconds to start.
@@ -34,23 +35,14 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	assets, skip, err := testkit.EnvtestAssets("test/kube")
 	switch {
-	case os.Getenv("POISE_SKIP_ENVTEST") == "1":
-		skipReason = "POISE_SKIP_ENVTEST=1: the envtest suites (real kube-apiserver and etcd) are switched off"
-		return m.Run()
-	case assets == "":
-		fmt.Fprintln(os.Stderr, "test/kube: KUBEBUILDER_ASSETS is not set. These suites run a real kube-apiserver and etcd:\n"+
-			"  run `make test`, or\n"+
-			"  KUBEBUILDER_ASSETS=$(bash hack/test-binaries.sh) go test ./test/kube\n"+
-			"(hack/test-binaries.sh builds them once per machine; POISE_SKIP_ENVTEST=1 skips these suites on purpose)")
+	case err != nil:
+		fmt.Fprintln(os.Stderr, err)
 		return 1
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			fmt.Fprintf(os.Stderr, "test/kube: KUBEBUILDER_ASSETS=%s has no %s (%v): run `bash hack/test-binaries.sh`\n", assets, bin, err)
-			return 1
-		}
+	case skip != "":
+		skipReason = skip
+		return m.Run()
 	}
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd")},
