@@ -71,10 +71,19 @@ func TestValidateBounds(t *testing.T) {
 		{"source", func(c *controlplane.Config) { c.Source, c.Paths = "kubernetes", nil }, func(c *controlplane.Config) { c.Source = "" }, "--source"},
 		{"paths with kubernetes", func(c *controlplane.Config) { c.Source, c.Paths = "kubernetes", nil }, func(c *controlplane.Config) { c.Source = "kubernetes" }, "-f"},
 		{"paths with files", func(c *controlplane.Config) { c.Paths = []string{"a", "b"} }, func(c *controlplane.Config) { c.Paths = nil }, "-f"},
-		{"xds-auth", func(c *controlplane.Config) { c.XDSAuth = []string{"token", "mtls"}; c.TLS = &server.TLS{CertFile: "c", KeyFile: "k", ClientCAFile: "ca"} },
+		{"xds-auth", func(c *controlplane.Config) {
+			c.XDSAuth = []string{"token", "mtls"}
+			c.TLS = &server.TLS{CertFile: "c", KeyFile: "k", ClientCAFile: "ca"}
+		},
 			func(c *controlplane.Config) { c.XDSAuth = []string{"token", "none"} }, "--xds-auth"},
-		{"xds-auth=mtls without a client CA", func(c *controlplane.Config) { c.XDSAuth = []string{"mtls"}; c.TLS = &server.TLS{CertFile: "c", KeyFile: "k", ClientCAFile: "ca"} },
-			func(c *controlplane.Config) { c.XDSAuth = []string{"mtls"}; c.TLS = &server.TLS{CertFile: "c", KeyFile: "k"} }, "--tls-client-ca"},
+		{"xds-auth=mtls without a client CA", func(c *controlplane.Config) {
+			c.XDSAuth = []string{"mtls"}
+			c.TLS = &server.TLS{CertFile: "c", KeyFile: "k", ClientCAFile: "ca"}
+		},
+			func(c *controlplane.Config) {
+				c.XDSAuth = []string{"mtls"}
+				c.TLS = &server.TLS{CertFile: "c", KeyFile: "k"}
+			}, "--tls-client-ca"},
 		{"xds-token-audience", func(c *controlplane.Config) { c.XDSAuth = []string{"token"} },
 			func(c *controlplane.Config) { c.XDSAuth, c.XDSTokenAudience = []string{"token"}, "" }, "--xds-token-audience"},
 		{"anonymous on loopback only", func(c *controlplane.Config) { c.XDSAddress = "[::1]:18000" },
