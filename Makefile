@@ -164,7 +164,7 @@ generate: ## Regenerate api/v1alpha1/zz_generated.deepcopy.go, config/crd/*.yaml
 		output:crd:artifacts:config=$(CRD_DIR)
 	$(CONTROLLER_GEN) \
 		rbac:roleName=poise-controlplane \
-		paths="{./pkg/source/kube/...,./pkg/kubestatus/...,./pkg/leader/...}" \
+		paths="{./pkg/source/kube/...,./pkg/kubestatus/...,./pkg/leader/...,./pkg/identity/...}" \
 		output:rbac:artifacts:config=$(RBAC_DIR)
 	cp $(CRD_DIR)/poise.dev_*.yaml $(CHART_CRD_DIR)/
 

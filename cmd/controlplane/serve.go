@@ -19,6 +19,7 @@ import (
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/healthcheck"
+	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/kubereplica"
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/source/files"
@@ -80,6 +81,12 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.StringVar(&f.tls.CertFile, "tls-cert", "", "serve xDS over TLS with this certificate (PEM)")
 	fs.StringVar(&f.tls.KeyFile, "tls-key", "", "private key of --tls-cert (PEM)")
 	fs.StringVar(&f.tls.ClientCAFile, "tls-client-ca", "", "require client certificates signed by this CA (mTLS)")
+	fs.StringSliceVar(&cfg.XDSAuth, "xds-auth", []string{controlplane.AuthNone},
+		"how xDS and LRS clients prove who they are: none, mtls (the SPIFFE ID spiffe://TRUST-DOMAIN/ns/NS/sa/SA of a client certificate; needs --tls-cert, --tls-key, --tls-client-ca), token (a Kubernetes service-account token as \"authorization: Bearer TOKEN\", checked with TokenReview), or mtls,token; a node claiming another namespace or service account than proven is refused")
+	fs.StringVar(&cfg.XDSTokenAudience, "xds-token-audience", identity.DefaultAudience, "with --xds-auth=token, the audience a client's token must be minted for")
+	fs.StringVar(&cfg.XDSTrustDomain, "xds-trust-domain", "", "with --xds-auth=mtls, the only SPIFFE trust domain accepted (empty: any the CA signs)")
+	fs.BoolVar(&cfg.XDSAllowAnonymousNonLoopback, "xds-allow-anonymous-non-loopback", false,
+		"with --xds-auth=none, serve xDS on an --xds-address that is not loopback anyway (logged as a warning): any process that reaches it reads every upstream and steers the fleet")
 	fs.IntVar(&cfg.MaxStreams, "xds-max-streams", server.DefaultMaxStreams, "xDS streams served at once; beyond, a new stream ends with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&cfg.DrainPeriod, "drain-period", 5*time.Second, "on SIGTERM, stop accepting xDS connections and end the open streams spread over this long, so clients move to other replicas gradually (keep it below the pod's terminationGracePeriodSeconds)")
 	fs.IntVar(&cfg.MaxStreamsPerConnection, "xds-max-streams-per-connection", server.DefaultMaxStreamsPerConnection, "xDS streams one client connection may open at once")
@@ -135,12 +142,12 @@ func (f *serveFlags) config(stdout, stderr io.Writer) (controlplane.Config, erro
 		spatialErr = fmt.Errorf("--spatial-listener %q: %w", f.spatialListener, spatialErr)
 	}
 	cfg := f.cfg
-	if err := errors.Join(logErr, cfg.Validate(), spatialErr); err != nil {
-		return controlplane.Config{}, err
-	}
 	if f.tls != (server.TLS{}) {
 		tls := f.tls
 		cfg.TLS = &tls
+	}
+	if err := errors.Join(logErr, cfg.Validate(), spatialErr); err != nil {
+		return controlplane.Config{}, err
 	}
 	cfg.Spatial = spatial
 	cfg.NoRemoteClusters = !f.remoteClusters

@@ -21,7 +21,12 @@ func TestServeFlags(t *testing.T) {
 		kubeClient  = "--kube-api-qps and --kube-api-burst must be positive"
 		badCluster  = `cluster name %q must be a DNS label (lowercase letters, digits and '-', at most 63 characters)`
 		statusShare = "--status-write-share %s: want a part of the client's budget, above 0 and at most 1"
+		mtlsNeeds   = "--xds-auth=mtls needs --tls-cert, --tls-key and --tls-client-ca: the client certificates it reads are those the TLS handshake verifies"
 	)
+	anonymous := func(addr string) string {
+		return "--xds-auth=none on --xds-address " + addr + ", which is not a loopback address: any process that reaches it could read and steer the fleet's config; " +
+			"set --xds-auth=mtls or token, or pass --xds-allow-anonymous-non-loopback to serve it so on purpose"
+	}
 	for _, tc := range []struct {
 		name string
 		args []string // after base, unless they start with "serve"
@@ -78,6 +83,15 @@ func TestServeFlags(t *testing.T) {
 			[]string{"-f is for --source=files; with --source=kubernetes the topology comes from the cluster"}},
 		{"log-level", []string{"--log-level", "loud"}, []string{`--log-level "loud": want debug, info, warn or error`}},
 		{"log-format", []string{"--log-format", "yaml"}, []string{`--log-format "yaml": want text or json`}},
+		{"xds-auth unknown", []string{"--xds-auth", "password"}, []string{`--xds-auth "password": want none, mtls, token, or mtls,token`}},
+		{"xds-auth none with another", []string{"--xds-auth", "none,token"}, []string{`--xds-auth "none,token": none stands alone, and each of mtls and token once`}},
+		{"xds-auth twice", []string{"--xds-auth", "token,token"}, []string{`--xds-auth "token,token": none stands alone, and each of mtls and token once`}},
+		{"xds-auth=mtls without TLS", []string{"--xds-auth", "mtls"}, []string{mtlsNeeds}},
+		{"xds-auth=mtls without a client CA", []string{"--xds-auth", "mtls", "--tls-cert", "c.pem", "--tls-key", "k.pem"}, []string{mtlsNeeds}},
+		{"xds-token-audience empty", []string{"--xds-auth", "token", "--xds-token-audience", ""}, []string{"--xds-token-audience must not be empty with --xds-auth=token"}},
+		{"anonymous on every interface", []string{"serve", "-f", missing, "--xds-address", "0.0.0.0:0", "--admin-address", "127.0.0.1:0"}, []string{anonymous("0.0.0.0:0")}},
+		{"anonymous on a host name", []string{"serve", "-f", missing, "--xds-address", "poise.example:18000"}, []string{anonymous("poise.example:18000")}},
+		{"anonymous on all, said explicitly", []string{"serve", "-f", missing, "--xds-address", ":0", "--xds-auth", "none"}, []string{anonymous(":0")}},
 		{"spatial-listener no port", []string{"--spatial-listener", "0.0.0.0"}, []string{`--spatial-listener "0.0.0.0": address 0.0.0.0: missing port in address`}},
 		{"spatial-listener port 0", []string{"--spatial-listener", "0.0.0.0:0"}, []string{`--spatial-listener "0.0.0.0:0": port "0": want 1..65535`}},
 		{"spatial-listener port over", []string{"--spatial-listener", "0.0.0.0:65536"}, []string{`--spatial-listener "0.0.0.0:65536": port "65536": want 1..65535`}},
@@ -126,6 +140,10 @@ func TestServeFlagsAtTheirBounds(t *testing.T) {
 		{"--max-client-classes", "4096", "--load-report-max-cells", "100000000", "--health-check-concurrency", "1024", "--health-check-max-endpoints", "100000"},
 		{"--load-report-bucket", "100ms", "--metrics-max-upstreams", "0"},
 		{"--load-report-bucket", "10s", "--spatial-listener", "[::1]:65535", "--log-level", "error", "--log-format", "json"},
+		{"--xds-auth", "none", "--xds-address", "0.0.0.0:0", "--xds-allow-anonymous-non-loopback"},
+		{"--xds-auth", "token", "--xds-address", "0.0.0.0:0", "--xds-token-audience", "mesh", "--xds-trust-domain", "example.org"},
+		{"--xds-auth", "mtls,token", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-client-ca", "ca.pem", "--xds-address", "[::]:0"},
+		{"--xds-address", "localhost:0"},
 	} {
 		args := append([]string{"serve", "-f", missing, "--xds-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"}, flags...)
 		code, _, stderr := runCLI(args...)

@@ -14,7 +14,7 @@ import (
 func writeBanner(out io.Writer, cfg Config, a Addrs) {
 	if cfg.BannerFormat == "json" {
 		attrs := []any{"version", cfg.Version, "instance", a.Instance, "xds", a.XDS,
-			"transport", strings.Trim(tlsNote(cfg.TLS), " ()"), "admin", a.Admin}
+			"transport", strings.Trim(tlsNote(cfg.TLS), " ()"), "authentication", strings.Join(cfg.authModes(), ","), "admin", a.Admin}
 		if a.Metrics != "" {
 			attrs = append(attrs, "metrics", a.Metrics)
 		}
@@ -27,7 +27,7 @@ func writeBanner(out io.Writer, cfg Config, a Addrs) {
 		return
 	}
 	fmt.Fprintf(out, "poise control plane %s (instance %s)\n", cfg.Version, a.Instance)
-	fmt.Fprintf(out, "  xDS (ADS, SotW and Delta): %s%s\n", a.XDS, tlsNote(cfg.TLS))
+	fmt.Fprintf(out, "  xDS (ADS, SotW and Delta): %s%s, %s\n", a.XDS, tlsNote(cfg.TLS), cfg.authNote())
 	fmt.Fprintf(out, "  admin:                     http://%s (/readyz /metrics /debug/explain /debug/clients /map)\n", a.Admin)
 	if a.Metrics != "" {
 		fmt.Fprintf(out, "  metrics:                   http://%s (/healthz /readyz /metrics)\n", a.Metrics)

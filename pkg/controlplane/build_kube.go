@@ -73,6 +73,7 @@ func buildKube(ctx context.Context, cfg Config, p *parts) (mode, error) {
 			Warnings: func() []string { return append(replica.Watch.Warnings(), replica.Remotes.Warnings()...) },
 			Clusters: func() any { return replica.Remotes.Status() }, // the remote clusters' states (/debug/clusters)
 		},
+		rest: rc,
 	}, nil
 }
 

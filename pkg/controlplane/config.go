@@ -42,6 +42,18 @@ type Config struct {
 	// the admin port.
 	MetricsAddress string
 	TLS            *server.TLS
+	// XDSAuth is how xDS and LRS clients prove who they are: "none" (nil
+	// reads as none), or "mtls" (the SPIFFE ID of a verified client
+	// certificate), "token" (a Kubernetes service-account token checked
+	// with TokenReview), or both. XDSTokenAudience is the audience a token
+	// must be minted for ("" reads as identity.DefaultAudience);
+	// XDSTrustDomain the only SPIFFE trust domain accepted ("" any).
+	XDSAuth          []string
+	XDSTokenAudience string
+	XDSTrustDomain   string
+	// XDSAllowAnonymousNonLoopback lets XDSAuth none serve on an address
+	// that is not loopback; without it Validate and Run refuse to.
+	XDSAllowAnonymousNonLoopback bool
 	// MaxStreams and MaxStreamsPerConnection bound the xDS streams (zero:
 	// the server's defaults).
 	MaxStreams, MaxStreamsPerConnection int
@@ -132,6 +144,9 @@ const (
 //   - HealthCheckConcurrency: 1 to 1024; HealthCheckMaxEndpoints: 1 to
 //     100,000.
 //   - MetricsMaxUpstreams: not negative (0: none, as serve's flag says).
+//   - XDSAuth: none alone, or mtls and token once each; mtls needs TLS
+//     with a client CA; token a non-empty XDSTokenAudience; none on an
+//     XDSAddress that is not loopback needs XDSAllowAnonymousNonLoopback.
 //
 // A zero is checked as given, not read as Run's default: Validate is for
 // a Config whose every field is set, as serve sets them.
@@ -186,6 +201,7 @@ func (c Config) Validate() error {
 	if !(c.StatusShare > 0 && c.StatusShare <= 1) { // refuses NaN too
 		add("--status-write-share %v: want a part of the client's budget, above 0 and at most 1", c.StatusShare)
 	}
+	errs = append(errs, c.validateAuth()...)
 	switch {
 	case c.Source != "files" && c.Source != "kubernetes":
 		add("--source %q: want files or kubernetes", c.Source)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"poise.dev/poise/pkg/controlplane"
+	"poise.dev/poise/pkg/xds/server"
 )
 
 // complete is a Config as serve fills it from its flags' defaults.
@@ -18,6 +19,7 @@ func complete() controlplane.Config {
 		RemoteStaleAfter: time.Minute, ClusterName: "home", MaxClientClasses: 64,
 		LoadReportMaxCells: 1 << 20, HealthCheckConcurrency: 64, HealthCheckMaxEndpoints: 10000,
 		LoadReportBucket: 10 * time.Second, MetricsMaxUpstreams: 1000, StatusWriters: 16, StatusShare: 0.8,
+		XDSAddress: "127.0.0.1:18000", XDSAuth: []string{"none"}, XDSTokenAudience: "poise",
 	}
 }
 
@@ -69,6 +71,25 @@ func TestValidateBounds(t *testing.T) {
 		{"source", func(c *controlplane.Config) { c.Source, c.Paths = "kubernetes", nil }, func(c *controlplane.Config) { c.Source = "" }, "--source"},
 		{"paths with kubernetes", func(c *controlplane.Config) { c.Source, c.Paths = "kubernetes", nil }, func(c *controlplane.Config) { c.Source = "kubernetes" }, "-f"},
 		{"paths with files", func(c *controlplane.Config) { c.Paths = []string{"a", "b"} }, func(c *controlplane.Config) { c.Paths = nil }, "-f"},
+		{"xds-auth", func(c *controlplane.Config) {
+			c.XDSAuth = []string{"token", "mtls"}
+			c.TLS = &server.TLS{CertFile: "c", KeyFile: "k", ClientCAFile: "ca"}
+		},
+			func(c *controlplane.Config) { c.XDSAuth = []string{"token", "none"} }, "--xds-auth"},
+		{"xds-auth=mtls without a client CA", func(c *controlplane.Config) {
+			c.XDSAuth = []string{"mtls"}
+			c.TLS = &server.TLS{CertFile: "c", KeyFile: "k", ClientCAFile: "ca"}
+		},
+			func(c *controlplane.Config) {
+				c.XDSAuth = []string{"mtls"}
+				c.TLS = &server.TLS{CertFile: "c", KeyFile: "k"}
+			}, "--tls-client-ca"},
+		{"xds-token-audience", func(c *controlplane.Config) { c.XDSAuth = []string{"token"} },
+			func(c *controlplane.Config) { c.XDSAuth, c.XDSTokenAudience = []string{"token"}, "" }, "--xds-token-audience"},
+		{"anonymous on loopback only", func(c *controlplane.Config) { c.XDSAddress = "[::1]:18000" },
+			func(c *controlplane.Config) { c.XDSAddress = "0.0.0.0:18000" }, "--xds-allow-anonymous-non-loopback"},
+		{"anonymous elsewhere on purpose", func(c *controlplane.Config) { c.XDSAddress, c.XDSAllowAnonymousNonLoopback = ":18000", true },
+			func(c *controlplane.Config) { c.XDSAddress = ":18000" }, "--xds-address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, bad := complete(), complete()

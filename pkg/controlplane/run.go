@@ -14,10 +14,12 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"poise.dev/poise/pkg/admin"
 	"poise.dev/poise/pkg/healthcheck"
+	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/topology"
@@ -74,6 +76,10 @@ func Run(ctx context.Context, cfg Config) error {
 	addrs := srv.addrs(p.instance)
 	writeBanner(out, cfg, addrs)
 	log.Info("serving", "xds", addrs.XDS, "admin", addrs.Admin, "instance", p.instance)
+	if cfg.anonymous() && !identity.IsLoopback(cfg.XDSAddress) {
+		log.Warn("serving xDS without authentication on an address that is not loopback: any process that reaches it can read every upstream and steer the fleet",
+			"xds", addrs.XDS, "flag", "--xds-allow-anonymous-non-loopback")
+	}
 	if cfg.Started != nil {
 		cfg.Started(addrs)
 	}
@@ -113,6 +119,9 @@ func (t task) in(ctx context.Context) func() error {
 type mode struct {
 	tasks []task
 	admin admin.Sources
+	// rest is the Kubernetes client configuration of the mode (nil in
+	// files mode), which token authentication reviews tokens with.
+	rest *rest.Config
 }
 
 // parts are what both modes share: the Directory the source fills, the
@@ -188,7 +197,7 @@ func metricsOptions(cfg Config) metrics.Options {
 	if kube {
 		source = "kubernetes"
 	}
-	return metrics.Options{Version: cfg.Version, Types: xdstype.Shorts(), Source: source, WritesStatus: kube,
+	return metrics.Options{Version: cfg.Version, Types: xdstype.Shorts(), RefusalReasons: refusalReasons(), Source: source, WritesStatus: kube,
 		Kinds: []string{topology.KindUpstream, topology.KindLocality, topology.KindEndpointSet, topology.KindSpatialDomain, topology.KindPartition}}
 }
 
@@ -264,8 +273,15 @@ type servers struct {
 // listen builds the xDS server and opens the xDS, admin and (when set)
 // metrics listeners, closing those it opened if a later one fails.
 func listen(cfg Config, p *parts, md mode) (*servers, error) {
+	if err := cfg.checkAnonymous(); err != nil {
+		return nil, err
+	}
+	authn, err := newAuthenticator(cfg, md.rest, p)
+	if err != nil {
+		return nil, err
+	}
 	grpcServer, err := server.New(p.cache, p.clients, server.Config{TLS: cfg.TLS, Log: p.log, MaxStreams: cfg.MaxStreams, MaxStreamsPerConnection: cfg.MaxStreamsPerConnection, DrainPeriod: cfg.DrainPeriod,
-		LoadReports: p.loads})
+		LoadReports: p.loads, Authenticator: authn})
 	if err != nil {
 		return nil, err
 	}

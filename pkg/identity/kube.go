@@ -9,6 +9,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
+// The control plane's ClusterRole, for token authentication.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups="",resources=pods;nodes,verbs=get
+
 // Kube is what the token verifier asks the apiserver. Errors of the pod and
 // node lookups that mean "not found" must satisfy apierrors.IsNotFound.
 // The control plane's service account needs create on tokenreviews and get

@@ -35,6 +35,9 @@ type Options struct {
 	Version string
 	// Types are the short names of the xDS types served (CDS, EDS, ...).
 	Types []string
+	// RefusalReasons are the reasons an xDS client is refused for its
+	// identity (identity.Reasons).
+	RefusalReasons []string
 	// Kinds are the kinds of object a source reads.
 	Kinds []string
 	// Source names the configured source: its batch and refusal series
@@ -72,7 +75,7 @@ func New(o Options) *Metrics {
 		BuildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "poise_build_info", Help: "Always 1; its labels say which build of the control plane runs.",
 		}, []string{"version", "goversion", "revision"}),
-		XDS:         newXDS(o.Types),
+		XDS:         newXDS(o.Types, o.RefusalReasons),
 		Publication: newPublication(o.Types),
 		Source:      newSource(o.Source, o.Kinds),
 		Classes:     newClasses(),

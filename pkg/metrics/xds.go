@@ -14,14 +14,30 @@ type XDS struct {
 	Convergence  *prometheus.HistogramVec
 	PushDuration *prometheus.HistogramVec // type: from a stream's wake-up to its response handed to gRPC
 	SendDuration *prometheus.HistogramVec // type: handing one response to gRPC
+	// Refused counts the streams and calls refused or ended for who their
+	// client is (or is not), by reason: a bounded set, every one at 0.
+	Refused *prometheus.CounterVec // reason
+	// IdentityStreams are the open streams by the principal (namespace/
+	// service account) their client proved: at most MaxPrincipals of
+	// them, the others under OtherPrincipal, anonymous streams under
+	// AnonymousPrincipal.
+	IdentityStreams *prometheus.GaugeVec // principal
 }
+
+// The principal labels of poise_xds_identity_streams that name no
+// principal, and how many principals have a series of their own.
+const (
+	OtherPrincipal     = "~other"
+	AnonymousPrincipal = "~anonymous"
+	MaxPrincipals      = 100
+)
 
 // convergenceBuckets span a change reaching a client at once (a
 // millisecond) to one that takes minutes: an alert on the slow end needs
 // buckets there.
 var convergenceBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
 
-func newXDS(types []string) *XDS {
+func newXDS(types, refusals []string) *XDS {
 	x := &XDS{
 		Pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "poise_xds_pushes_total", Help: "Discovery responses sent to clients, by xDS type.",
@@ -44,8 +60,19 @@ func newXDS(types []string) *XDS {
 			Name: "poise_xds_send_duration_seconds", Help: "Time to hand one response to gRPC (waiting for the large-response budget and the stream's flow control), by xDS type.",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12),
 		}, []string{"type"}),
+		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poise_xds_refused_total", Help: "xDS and LRS streams and calls refused, or ended, for their client's identity: no or bad credentials, expired credentials, or node claims the identity does not back; by reason.",
+		}, []string{"reason"}),
+		IdentityStreams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "poise_xds_identity_streams", Help: "Open xDS and LRS streams by the principal (namespace/service-account) their client proved; at most 100 principals, the others under ~other, anonymous clients under ~anonymous.",
+		}, []string{"principal"}),
 	}
-	x.group = group{x.Pushes, x.NACKs, x.ConnectedClients, x.Convergence, x.PushDuration, x.SendDuration}
+	x.group = group{x.Pushes, x.NACKs, x.ConnectedClients, x.Convergence, x.PushDuration, x.SendDuration, x.Refused, x.IdentityStreams}
+	for _, r := range refusals {
+		x.Refused.WithLabelValues(r)
+	}
+	x.IdentityStreams.WithLabelValues(OtherPrincipal)
+	x.IdentityStreams.WithLabelValues(AnonymousPrincipal)
 	for _, t := range types {
 		x.Pushes.WithLabelValues(t)
 		x.NACKs.WithLabelValues(t)

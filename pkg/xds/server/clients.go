@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"poise.dev/poise/pkg/affinity"
+	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
@@ -62,11 +63,13 @@ type Client struct {
 	// demand (node metadata poise.dev/demand-weight, else 1).
 	DemandWeight uint64 `json:"demandWeight,omitempty"`
 	DemandNote   string `json:"demandNote,omitempty"`
-	classified   bool
-	stream       *xdscache.Stream      // what the cache serves it, for /debug/config
-	Features     []string              `json:"features"`
-	Connected    time.Time             `json:"connected"`
-	Types        map[string]*TypeState `json:"types"`
+	// Identity is who the client proved to be; nil when anonymous.
+	Identity   *ClientIdentity `json:"identity,omitempty"`
+	classified bool
+	stream     *xdscache.Stream      // what the cache serves it, for /debug/config
+	Features   []string              `json:"features"`
+	Connected  time.Time             `json:"connected"`
+	Types      map[string]*TypeState `json:"types"`
 	// requested is when the stream last asked for each type (by
 	// xdstype index): a response to a new subscription converges from
 	// the request, not from the publication of a version it predates.
@@ -156,6 +159,10 @@ type Clients struct {
 	// rejectedChanged is closed when it changes.
 	rejected        map[string]map[streamKey]string
 	rejectedChanged chan struct{}
+	// refusals bound the log of identity refusals, by reason; principals
+	// count the open streams of each principal with a series of its own.
+	refusals   map[identity.Reason]*refusalLog
+	principals map[string]int
 }
 
 type streamKey struct {
@@ -174,7 +181,8 @@ func NewClients(m *metrics.XDS, log *slog.Logger) *Clients {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Clients{streams: map[streamKey]*Client{}, metrics: m, log: log, now: time.Now,
-		rejected: map[string]map[streamKey]string{}, rejectedChanged: make(chan struct{})}
+		rejected: map[string]map[streamKey]string{}, rejectedChanged: make(chan struct{}),
+		refusals: map[identity.Reason]*refusalLog{}, principals: map[string]int{}}
 	if m != nil {
 		for t, typ := range xdstype.All() {
 			short := typ.Short
@@ -212,6 +220,10 @@ func (c *Clients) List() []Client {
 			cp.Types[t] = &s
 		}
 		cp.Features = slices.Clone(cl.Features)
+		if cl.Identity != nil {
+			id := *cl.Identity
+			cp.Identity = &id
+		}
 		out = append(out, cp)
 	}
 	c.mu.Unlock()
@@ -358,6 +370,11 @@ func (c *Clients) identify(cl *Client, n *core.Node) {
 		cl.Features = append(cl.Features, truncate(f, maxNodeField))
 	}
 	cl.Rendering = translate.RenderingFor(n).String()
+	if cl.Identity != nil {
+		if ns := claimedNamespace(n); ns != "" && ns != cl.Identity.namespace {
+			cl.Identity.ClaimedNamespace = truncate(ns, maxNodeField)
+		}
+	}
 	if _, valid := xdscache.DemandWeight(n); !valid {
 		cl.DemandNote = fmt.Sprintf("metadata %s is not an integer 1..%d; counted as 1", xdscache.DemandWeightKey, affinity.MaxDemandWeight)
 	}

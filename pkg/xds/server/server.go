@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/xds/xdscache"
 )
 
@@ -52,6 +53,13 @@ type Config struct {
 	// for, within MinLoadReportInterval..MaxLoadReportInterval; zero
 	// means DefaultLoadReportInterval.
 	LoadReportInterval time.Duration
+	// Authenticator, when set, resolves who the client of every RPC (ADS,
+	// the per-type services, SotW, Delta, Fetch and LRS) is before its
+	// handler runs, refuses those it cannot prove, and binds the node's
+	// namespace and service-account claims to the identity; a stream ends
+	// when its proof expires. The identity is on the RPC's context
+	// (IdentityFrom). nil: every client is anonymous.
+	Authenticator *identity.Authenticator
 }
 
 // Server is an xDS gRPC server; Serve runs it.
@@ -110,10 +118,12 @@ func New(cache *xdscache.Cache, clients *Clients, cfg Config) (*Server, error) {
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(files.serverConfig())))
 	}
-	g := grpc.NewServer(opts...)
-	x := &xdsServer{cache: cache, clients: clients, names: newNameBlocks(maxNameBlockBytes), maxStreams: int64(maxStreams),
+	x := &xdsServer{authn: cfg.Authenticator, cache: cache, clients: clients, names: newNameBlocks(maxNameBlockBytes), maxStreams: int64(maxStreams),
 		leaving: map[chan struct{}]struct{}{}, draining: make(chan struct{}), large: semaphore.NewWeighted(maxLargeInFlight),
 		loads: cfg.LoadReports, loadInterval: loadReportInterval(cfg.LoadReportInterval)}
+	// every RPC passes the identity check first (see authStream)
+	opts = append(opts, grpc.ChainStreamInterceptor(x.authStream), grpc.ChainUnaryInterceptor(x.authUnary))
+	g := grpc.NewServer(opts...)
 	x.register(g)
 	return &Server{g: g, x: x, drain: cfg.DrainPeriod}, nil
 }

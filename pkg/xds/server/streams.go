@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/xds/xdscache"
 	"poise.dev/poise/pkg/xds/xdstype"
 )
@@ -42,6 +43,8 @@ type xdsServer struct {
 	// loads receives LRS reports (nil: LRS is not served), asked for every loadInterval.
 	loads        LoadReports
 	loadInterval time.Duration
+	// authn resolves each RPC's client identity (nil: all are anonymous).
+	authn *identity.Authenticator
 }
 
 // register adds ADS and each type's own service (xdstype) to g. It reuses
@@ -73,8 +76,23 @@ func (x *xdsServer) register(g *grpc.Server) {
 		desc.Methods = nil
 		for _, md := range svc.desc.Methods {
 			only := svc.typeURL
-			md.Handler = func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-				return x.fetch(ctx, dec, only)
+			info := &grpc.UnaryServerInfo{FullMethod: "/" + desc.ServiceName + "/" + md.MethodName}
+			// as generated handlers do: decode, then the interceptors (the
+			// identity check) around the handler
+			md.Handler = func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+				req := &discovery.DiscoveryRequest{}
+				if err := dec(req); err != nil {
+					return nil, err
+				}
+				fetch := func(ctx context.Context, req any) (any, error) {
+					return x.fetch(ctx, req.(*discovery.DiscoveryRequest), only)
+				}
+				if interceptor == nil {
+					return fetch(ctx, req)
+				}
+				info := *info
+				info.Server = srv
+				return interceptor(ctx, req, &info, fetch)
 			}
 			desc.Methods = append(desc.Methods, md)
 		}
@@ -280,6 +298,9 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 	defer st.Close()
 	x.clients.open(key, st)
 	defer x.clients.closed(key)
+	if id, ok := IdentityFrom(ss.Context()); ok {
+		x.clients.setIdentity(key, id)
+	}
 
 	hold := &largeHold{x: x, max: largeHoldMax}
 	defer hold.release()
@@ -407,11 +428,7 @@ func (x *xdsServer) handleDelta(st *xdscache.Stream, key streamKey, only string,
 }
 
 // fetch answers the unary Fetch* methods with the current resources.
-func (x *xdsServer) fetch(ctx context.Context, dec func(any) error, only string) (any, error) {
-	req := &discovery.DiscoveryRequest{}
-	if err := dec(req); err != nil {
-		return nil, err
-	}
+func (x *xdsServer) fetch(ctx context.Context, req *discovery.DiscoveryRequest, only string) (any, error) {
 	typeURL, err := typeFor(req.GetTypeUrl(), only)
 	if err != nil {
 		return nil, err
