@@ -72,6 +72,13 @@ func TestServeFlags(t *testing.T) {
 		{"status-write-share negative", []string{"--status-write-share", "-0.5"}, []string{fmt.Sprintf(statusShare, "-0.5")}},
 		{"status-write-share over", []string{"--status-write-share", "1.5"}, []string{fmt.Sprintf(statusShare, "1.5")}},
 		{"status-write-share NaN", []string{"--status-write-share", "NaN"}, []string{fmt.Sprintf(statusShare, "NaN")}},
+		{"default-export-to empty", []string{"--default-export-to", ""},
+			[]string{`--default-export-to "": Invalid value: []: must hold at least one item: leave it out for the control plane's default`}},
+		{"default-export-to not a namespace", []string{"--default-export-to", "B_x"},
+			[]string{`--default-export-to "B_x": Invalid value: "B_x": must be "*", "." or a namespace name (lowercase RFC 1123 label)`}},
+		{"default-export-to twice", []string{"--default-export-to", "a,a"}, []string{`--default-export-to "a,a": Duplicate value: "a"`}},
+		{"default-export-to star and more", []string{"--default-export-to", "*,a"},
+			[]string{`--default-export-to "*,a": Invalid value: ["*","a"]: '*' (every namespace) stands alone: it already holds every other item`}},
 		{"source unknown", []string{"--source", "etcd"}, []string{`--source "etcd": want files or kubernetes`}},
 		{"no -f", []string{"serve", "--xds-address", "127.0.0.1:0"}, []string{"-f PATH is required (a manifest file or directory)"}},
 		{"-f with kubernetes", []string{"--source", "kubernetes"},
@@ -124,7 +131,8 @@ func TestServeFlagsAtTheirBounds(t *testing.T) {
 		{"--remote-stale-after", "1h", "--cluster-name", strings.Repeat("a", 63)},
 		{"--max-client-classes", "1", "--load-report-max-cells", "1", "--health-check-concurrency", "1", "--health-check-max-endpoints", "1"},
 		{"--max-client-classes", "4096", "--load-report-max-cells", "100000000", "--health-check-concurrency", "1024", "--health-check-max-endpoints", "100000"},
-		{"--load-report-bucket", "100ms", "--metrics-max-upstreams", "0"},
+		{"--load-report-bucket", "100ms", "--metrics-max-upstreams", "0", "--default-export-to", "*"},
+		{"--default-export-to", ".,team-a"},
 		{"--load-report-bucket", "10s", "--spatial-listener", "[::1]:65535", "--log-level", "error", "--log-format", "json"},
 	} {
 		args := append([]string{"serve", "-f", missing, "--xds-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"}, flags...)

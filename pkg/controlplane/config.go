@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
 
+	"poise.dev/poise/pkg/convert"
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
@@ -78,6 +80,11 @@ type Config struct {
 	// negative: none). See upstreamgauges.Gauges.
 	MetricsNoLocalityGauges bool
 	MetricsMaxUpstreams     int
+	// DefaultExportTo is who may read an Upstream or SpatialDomain that sets
+	// no spec.exportTo: "*" (every namespace, and anonymous clients), "."
+	// (the object's own namespace) or namespace names, as spec.exportTo
+	// reads them. nil is "*".
+	DefaultExportTo []string
 	// Spatial says where Envoy's spatial routing listener binds (zero: 0.0.0.0:10080).
 	Spatial translate.SpatialOptions
 	// Debounce: the files source applies a change once the files have been
@@ -132,6 +139,8 @@ const (
 //   - HealthCheckConcurrency: 1 to 1024; HealthCheckMaxEndpoints: 1 to
 //     100,000.
 //   - MetricsMaxUpstreams: not negative (0: none, as serve's flag says).
+//   - DefaultExportTo: a list spec.exportTo accepts (convert.ExportTo);
+//     nil is "*".
 //
 // A zero is checked as given, not read as Run's default: Validate is for
 // a Config whose every field is set, as serve sets them.
@@ -179,6 +188,11 @@ func (c Config) Validate() error {
 	}
 	if c.MetricsMaxUpstreams < 0 {
 		add("--metrics-max-upstreams must not be negative")
+	}
+	if _, problems := convert.ExportTo(nil, c.DefaultExportTo, ""); len(problems) > 0 {
+		for _, p := range problems {
+			add("--default-export-to %q: %s", strings.Join(c.DefaultExportTo, ","), p.ErrorBody())
+		}
 	}
 	if c.StatusWriters <= 0 {
 		add("--status-writers must be positive")

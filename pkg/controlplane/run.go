@@ -17,6 +17,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"poise.dev/poise/pkg/admin"
+	"poise.dev/poise/pkg/convert"
 	"poise.dev/poise/pkg/healthcheck"
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
@@ -47,7 +48,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if out == nil {
 		out = io.Discard
 	}
-	p := newParts(cfg, log)
+	export, problems := convert.ExportTo(nil, cfg.DefaultExportTo, "")
+	if len(problems) > 0 {
+		return fmt.Errorf("--default-export-to: %w", problems.ToAggregate())
+	}
+	p := newParts(cfg, export, log)
 	// The first task to fail ends the others, the Kubernetes replica with
 	// them; so does a failure before the tasks start.
 	ctx, cancel := context.WithCancel(ctx)
@@ -131,7 +136,7 @@ type parts struct {
 	checks   healthcheck.Config
 }
 
-func newParts(cfg Config, log *slog.Logger) *parts {
+func newParts(cfg Config, export topology.Export, log *slog.Logger) *parts {
 	m := metrics.New(metricsOptions(cfg))
 	// controller-runtime's registry holds client-go's REST client metrics
 	// (requests by code, latency, rate-limiter wait, retries), its work
@@ -158,6 +163,7 @@ func newParts(cfg Config, log *slog.Logger) *parts {
 	p.pub = publish.New(p.cache, p.instance, log)
 	p.pub.SetCensus(p.cache)
 	p.pub.SetSpatialOptions(cfg.Spatial)
+	p.pub.SetDefaultExport(export)
 	maxUpstreams := cfg.MetricsMaxUpstreams
 	if maxUpstreams == 0 {
 		maxUpstreams = upstreamgauges.DefaultMaxUpstreams

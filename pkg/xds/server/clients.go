@@ -62,11 +62,14 @@ type Client struct {
 	// demand (node metadata poise.dev/demand-weight, else 1).
 	DemandWeight uint64 `json:"demandWeight,omitempty"`
 	DemandNote   string `json:"demandNote,omitempty"`
-	classified   bool
-	stream       *xdscache.Stream      // what the cache serves it, for /debug/config
-	Features     []string              `json:"features"`
-	Connected    time.Time             `json:"connected"`
-	Types        map[string]*TypeState `json:"types"`
+	// Audience is what the client may read: the namespace its identity
+	// proves, or "anonymous" (only what is exported to every namespace).
+	Audience   string `json:"audience"`
+	classified bool
+	stream     *xdscache.Stream      // what the cache serves it, for /debug/config
+	Features   []string              `json:"features"`
+	Connected  time.Time             `json:"connected"`
+	Types      map[string]*TypeState `json:"types"`
 	// requested is when the stream last asked for each type (by
 	// xdstype index): a response to a new subscription converges from
 	// the request, not from the publication of a version it predates.
@@ -254,7 +257,11 @@ func (c *Clients) NACKCount(typeURL string) uint64 {
 func (c *Clients) open(k streamKey, st *xdscache.Stream) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.streams[k] = &Client{Stream: k.id, Protocol: k.protocol, Kind: KindUnknown, Connected: c.now(), Types: map[string]*TypeState{}, stream: st}
+	cl := &Client{Stream: k.id, Protocol: k.protocol, Kind: KindUnknown, Connected: c.now(), Types: map[string]*TypeState{}, stream: st}
+	if st != nil {
+		cl.Audience = st.Audience().String()
+	}
+	c.streams[k] = cl
 	c.gauge(KindUnknown, 1)
 }
 
