@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +45,10 @@ type Config struct {
 	// the admin port.
 	MetricsAddress string
 	TLS            *server.TLS
+	// Audience resolves who an xDS client is, for what it may read (see
+	// server.Config.Audience); nil: every client is anonymous and reads only
+	// what is exported to every namespace.
+	Audience func(ctx context.Context) (server.Audience, error)
 	// MaxStreams and MaxStreamsPerConnection bound the xDS streams (zero:
 	// the server's defaults).
 	MaxStreams, MaxStreamsPerConnection int

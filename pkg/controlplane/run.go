@@ -271,7 +271,7 @@ type servers struct {
 // metrics listeners, closing those it opened if a later one fails.
 func listen(cfg Config, p *parts, md mode) (*servers, error) {
 	grpcServer, err := server.New(p.cache, p.clients, server.Config{TLS: cfg.TLS, Log: p.log, MaxStreams: cfg.MaxStreams, MaxStreamsPerConnection: cfg.MaxStreamsPerConnection, DrainPeriod: cfg.DrainPeriod,
-		LoadReports: p.loads})
+		LoadReports: p.loads, Audience: cfg.Audience})
 	if err != nil {
 		return nil, err
 	}
