@@ -904,9 +904,15 @@ func versionNumber(v string) int {
 // server's stream.
 func (c *modelClient) check(r *modelResponse) error {
 	typ := r.typ
-	then, ok := c.w.at[typ][r.version]
+	all, ok := c.w.at[typ][r.version]
 	if !ok {
 		return fmt.Errorf("version %q is not one at which %s changed", r.version, short(modelTypeURLs[typ]))
+	}
+	then := map[string]*xdscache.Entry{} // what the client's audience may read of it: nothing else may be sent
+	for n, e := range all {
+		if e.VisibleTo(c.aud) {
+			then[n] = e
+		}
 	}
 	if n := versionNumber(r.version); n < c.newest[typ] {
 		return fmt.Errorf("the version went backwards: v%d was received before", c.newest[typ])
