@@ -549,7 +549,8 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, vers
 		return nil, err
 	}
 	// Who may read them is part of each entry: a change of exportTo alone
-	// re-sends nothing's bytes but moves the resource in or out of clients.
+	// changes no bytes, yet moves the resources in or out of what clients
+	// are sent.
 	pub.stamp(visibility(cur.Upstream.ExportOf(p.export), cur.Upstream.Key.Namespace))
 	return pub, nil
 }

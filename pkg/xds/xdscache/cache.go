@@ -142,10 +142,16 @@ type typeState struct {
 	version   string // the version at which any resource of this type last changed
 	resources map[string]*Entry
 	sorted    []*Entry // every resource by name; nil when stale; never modified once built
-	gen       uint64   // counts the times sorted went stale, so a group knows its own list is
+	gen       uint64   // counts the times sorted went stale: a group's visible list of another gen is stale too
 	// restricted counts the resources some audience may not read: while it
 	// is 0 every group shares sorted.
 	restricted int
+	// lists are the groups' visible lists built at listsGen, by a hash of the
+	// restricted resources each holds, for groups that may read the same
+	// resources to share one (share).
+	lists    map[uint64][][]*Entry
+	listsGen uint64
+	seed     maphash.Seed
 
 	// variants holds the zone variants of a name, by name then zone; a name
 	// is here only while its base is in resources. perZone counts them by zone.
@@ -215,7 +221,7 @@ func New(n int, viewFor func(*core.Node) int, opts ...Option) *Cache {
 		for t, typ := range xdstype.All() {
 			v.types[t] = &typeState{typ: t, typeURL: typ.URL, resources: map[string]*Entry{},
 				variants: map[string]map[string]variant{}, perZone: map[string]int{},
-				zones: map[string]map[Audience]*group{}, gen: 1}
+				zones: map[string]map[Audience]*group{}, gen: 1, seed: c.seed}
 		}
 		c.views = append(c.views, v)
 	}
@@ -503,9 +509,39 @@ func (ts *typeState) visibleTo(aud Audience, g *group) []*Entry {
 		out = all // it may read every one
 	}
 	if g != nil {
-		g.visible, g.visibleGen = out, ts.gen
+		g.visible, g.visibleGen = ts.share(out), ts.gen
 	}
 	return out
+}
+
+// share is list, or an equal list another group built at the same gen:
+// audiences that may read the same resources (an audience class) keep one
+// list between them, so what an audience costs is its groups, not a list
+// per audience.
+func (ts *typeState) share(list []*Entry) []*Entry {
+	if ts.listsGen != ts.gen {
+		clear(ts.lists)
+		ts.listsGen = ts.gen
+	}
+	if ts.lists == nil {
+		ts.lists = map[uint64][][]*Entry{}
+	}
+	var h maphash.Hash
+	h.SetSeed(ts.seed)
+	for _, e := range list {
+		if e.Visible.Restricted() { // what tells the lists of a gen apart
+			_, _ = h.WriteString(e.Name)
+			_ = h.WriteByte(0)
+		}
+	}
+	k := h.Sum64()
+	for _, l := range ts.lists[k] {
+		if slices.Equal(l, list) {
+			return l
+		}
+	}
+	ts.lists[k] = append(ts.lists[k], list)
+	return list
 }
 
 // groupFor is the group of the watches of zone and aud, made when missing.
