@@ -148,6 +148,21 @@ type SpatialDomainSpec struct {
 	// Upstream's cluster, not to the domain's clusters.
 	// +optional
 	LoadReporting *LoadReporting `json:"loadReporting,omitempty"`
+
+	// exportTo lists the namespaces whose xDS clients may read this domain:
+	// its replica and pool clusters and its virtual host of the spatial
+	// route. Items and default are an Upstream's spec.exportTo: "*" for
+	// every namespace, "." for the domain's own, or a namespace name; "*"
+	// stands alone; no item appears twice; without it the control plane's
+	// default applies. Each replica's Upstream keeps its own exportTo.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^(\*|\.|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$`
+	// +kubebuilder:validation:XValidation:rule="!self.exists(x, x == '*') || self.size() == 1",message="'*' (every namespace) stands alone: it already holds every other item"
+	ExportTo []string `json:"exportTo,omitempty"`
 }
 
 // SpatialReplicaStatus is the computed state of one replica of a SpatialDomain.

@@ -190,7 +190,32 @@ type UpstreamSpec struct {
 	// decision is each endpoint's outlier signal, with its origin.
 	// +optional
 	OutlierDetection *OutlierDetection `json:"outlierDetection,omitempty"`
+	// exportTo lists the namespaces whose xDS clients may read this Upstream:
+	// "*" for every namespace, "." for the Upstream's own, or a namespace
+	// name. "*" stands alone; no item appears twice. Without it the control
+	// plane's default applies, which is every namespace unless the platform
+	// team sets another (a default of "." keeps each Upstream in its own
+	// namespace). A client of no namespace sees only what is exported to
+	// "*". For example ["."] or [".", "frontend"].
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^(\*|\.|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$`
+	// +kubebuilder:validation:XValidation:rule="!self.exists(x, x == '*') || self.size() == 1",message="'*' (every namespace) stands alone: it already holds every other item"
+	ExportTo []string `json:"exportTo,omitempty"`
 }
+
+// Limits of spec.exportTo. The markers must repeat them.
+const (
+	// MaxExportTo is the most items spec.exportTo holds.
+	MaxExportTo = 64
+	// ExportToAll exports an Upstream to every namespace.
+	ExportToAll = "*"
+	// ExportToOwn exports an Upstream to its own namespace.
+	ExportToOwn = "."
+)
 
 // Defaults and bounds of OutlierDetection. The kubebuilder markers must repeat them.
 const (

@@ -100,6 +100,8 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.StringVar(&cfg.Source, "source", "files", "where the topology comes from: files (-f) or kubernetes")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig for --source=kubernetes (default: $KUBECONFIG, else the pod's service account, else ~/.kube/config)")
 	fs.StringVar(&cfg.Namespace, "namespace", "", "with --source=kubernetes, watch only this namespace (empty: all)")
+	fs.StringSliceVar(&cfg.DefaultExportTo, "default-export-to", []string{"*"},
+		`who may read an Upstream or SpatialDomain that sets no spec.exportTo: "*" (every namespace, and clients of no proven namespace), "." (its own namespace) or namespace names, comma-separated`)
 	fs.StringVar(&f.spatialListener, "spatial-listener", "0.0.0.0:10080", "address Envoy's spatial routing listener (LDS \"spatial\") binds, when a SpatialDomain exists")
 	fs.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease that elects the status writer (default: --namespace, else the pod's own, else the kubeconfig context's)")
 	fs.BoolVar(&f.remoteClusters, "remote-clusters", true,

@@ -1,14 +1,17 @@
 package controlplane
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
 
+	"poise.dev/poise/pkg/convert"
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
@@ -54,6 +57,10 @@ type Config struct {
 	// XDSAllowAnonymousNonLoopback lets XDSAuth none serve on an address
 	// that is not loopback; without it Validate and Run refuse to.
 	XDSAllowAnonymousNonLoopback bool
+	// Audience resolves who an xDS client is, for what it may read (see
+	// server.Config.Audience); nil: every client is anonymous and reads only
+	// what is exported to every namespace.
+	Audience func(ctx context.Context) (server.Audience, error)
 	// MaxStreams and MaxStreamsPerConnection bound the xDS streams (zero:
 	// the server's defaults).
 	MaxStreams, MaxStreamsPerConnection int
@@ -90,6 +97,11 @@ type Config struct {
 	// negative: none). See upstreamgauges.Gauges.
 	MetricsNoLocalityGauges bool
 	MetricsMaxUpstreams     int
+	// DefaultExportTo is who may read an Upstream or SpatialDomain that sets
+	// no spec.exportTo: "*" (every namespace, and anonymous clients), "."
+	// (the object's own namespace) or namespace names, as spec.exportTo
+	// reads them. nil is "*".
+	DefaultExportTo []string
 	// Spatial says where Envoy's spatial routing listener binds (zero: 0.0.0.0:10080).
 	Spatial translate.SpatialOptions
 	// Debounce: the files source applies a change once the files have been
@@ -147,6 +159,8 @@ const (
 //   - XDSAuth: none alone, or mtls and token once each; mtls needs TLS
 //     with a client CA; token a non-empty XDSTokenAudience; none on an
 //     XDSAddress that is not loopback needs XDSAllowAnonymousNonLoopback.
+//   - DefaultExportTo: a list spec.exportTo accepts (convert.ExportTo);
+//     nil is "*".
 //
 // A zero is checked as given, not read as Run's default: Validate is for
 // a Config whose every field is set, as serve sets them.
@@ -194,6 +208,11 @@ func (c Config) Validate() error {
 	}
 	if c.MetricsMaxUpstreams < 0 {
 		add("--metrics-max-upstreams must not be negative")
+	}
+	if _, problems := convert.ExportTo(nil, c.DefaultExportTo, ""); len(problems) > 0 {
+		for _, p := range problems {
+			add("--default-export-to %q: %s", strings.Join(c.DefaultExportTo, ","), p.ErrorBody())
+		}
 	}
 	if c.StatusWriters <= 0 {
 		add("--status-writers must be positive")

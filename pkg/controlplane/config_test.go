@@ -68,6 +68,8 @@ func TestValidateBounds(t *testing.T) {
 		{"status-writers", func(c *controlplane.Config) { c.StatusWriters = 1 }, func(c *controlplane.Config) { c.StatusWriters = 0 }, "--status-writers"},
 		{"status-write-share low", func(c *controlplane.Config) { c.StatusShare = 0.001 }, func(c *controlplane.Config) { c.StatusShare = 0 }, "--status-write-share"},
 		{"status-write-share high", func(c *controlplane.Config) { c.StatusShare = 1 }, func(c *controlplane.Config) { c.StatusShare = 1.001 }, "--status-write-share"},
+		{"default-export-to", func(c *controlplane.Config) { c.DefaultExportTo = []string{".", "team-a"} },
+			func(c *controlplane.Config) { c.DefaultExportTo = []string{} }, "--default-export-to"},
 		{"source", func(c *controlplane.Config) { c.Source, c.Paths = "kubernetes", nil }, func(c *controlplane.Config) { c.Source = "" }, "--source"},
 		{"paths with kubernetes", func(c *controlplane.Config) { c.Source, c.Paths = "kubernetes", nil }, func(c *controlplane.Config) { c.Source = "kubernetes" }, "-f"},
 		{"paths with files", func(c *controlplane.Config) { c.Paths = []string{"a", "b"} }, func(c *controlplane.Config) { c.Paths = nil }, "-f"},

@@ -18,6 +18,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"poise.dev/poise/pkg/admin"
+	"poise.dev/poise/pkg/convert"
 	"poise.dev/poise/pkg/healthcheck"
 	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/loadreport"
@@ -49,7 +50,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if out == nil {
 		out = io.Discard
 	}
-	p := newParts(cfg, log)
+	export, problems := convert.ExportTo(nil, cfg.DefaultExportTo, "")
+	if len(problems) > 0 {
+		return fmt.Errorf("--default-export-to: %w", problems.ToAggregate())
+	}
+	p := newParts(cfg, export, log)
 	// The first task to fail ends the others, the Kubernetes replica with
 	// them; so does a failure before the tasks start.
 	ctx, cancel := context.WithCancel(ctx)
@@ -144,7 +149,7 @@ type parts struct {
 	checks   healthcheck.Config
 }
 
-func newParts(cfg Config, log *slog.Logger) *parts {
+func newParts(cfg Config, export topology.Export, log *slog.Logger) *parts {
 	m := metrics.New(metricsOptions(cfg))
 	// controller-runtime's registry holds client-go's REST client metrics
 	// (requests by code, latency, rate-limiter wait, retries), its work
@@ -171,6 +176,7 @@ func newParts(cfg Config, log *slog.Logger) *parts {
 	p.pub = publish.New(p.cache, p.instance, log)
 	p.pub.SetCensus(p.cache)
 	p.pub.SetSpatialOptions(cfg.Spatial)
+	p.pub.SetDefaultExport(export)
 	maxUpstreams := cfg.MetricsMaxUpstreams
 	if maxUpstreams == 0 {
 		maxUpstreams = upstreamgauges.DefaultMaxUpstreams
@@ -285,7 +291,7 @@ func listen(cfg Config, p *parts, md mode) (*servers, error) {
 		return nil, err
 	}
 	grpcServer, err := server.New(p.cache, p.clients, server.Config{TLS: cfg.TLS, Log: p.log, MaxStreams: cfg.MaxStreams, MaxStreamsPerConnection: cfg.MaxStreamsPerConnection, DrainPeriod: cfg.DrainPeriod,
-		LoadReports: p.loads, Authenticator: authn})
+		LoadReports: p.loads, Authenticator: authn, Audience: cfg.Audience})
 	if err != nil {
 		return nil, err
 	}

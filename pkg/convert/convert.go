@@ -206,6 +206,8 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		}
 	}
 	od, errs := outlierDetection(errs, sp.Child("outlierDetection"), s.OutlierDetection, s.LoadReporting != nil)
+	exp, expErrs := ExportTo(sp.Child("exportTo"), s.ExportTo, Key(u.Namespace, u.Name).Namespace)
+	errs = append(errs, expErrs...)
 	if len(errs) > 0 {
 		return topology.Upstream{}, errs
 	}
@@ -235,7 +237,50 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		HealthCheck:        hc,
 		LoadReportInterval: lri,
 		OutlierDetection:   od,
+		ExportTo:           exp,
 	}, nil
+}
+
+// ExportTo validates an exportTo list as the CRD's schema and CEL rules do
+// and returns its canonical rule. own is the namespace "." stands for: the
+// object's, or "" for a control plane's default, where "." stays each
+// object's own namespace. nil is not set.
+func ExportTo(p *field.Path, items []string, own string) (topology.Export, field.ErrorList) {
+	if items == nil {
+		return topology.Export{}, nil
+	}
+	var errs field.ErrorList
+	if len(items) == 0 {
+		errs = append(errs, field.Invalid(p, items, "must hold at least one item: leave it out for the control plane's default"))
+	}
+	if len(items) > v1alpha1.MaxExportTo {
+		errs = append(errs, field.TooMany(p, len(items), v1alpha1.MaxExportTo))
+	}
+	all := false
+	seen := make(map[string]bool, len(items))
+	for i, it := range items {
+		switch {
+		case it == v1alpha1.ExportToAll:
+			all = true
+		case it == v1alpha1.ExportToOwn:
+		case len(it) > 63:
+			errs = append(errs, field.TooLong(p.Index(i), it, 63))
+		case !dnsLabel.MatchString(it):
+			errs = append(errs, field.Invalid(p.Index(i), it, `must be "*", "." or a namespace name (lowercase RFC 1123 label)`))
+		}
+		if seen[it] {
+			errs = append(errs, field.Duplicate(p.Index(i), it))
+		}
+		seen[it] = true
+	}
+	// the apiserver runs CEL rules only on an object its schema accepts
+	if all && len(items) > 1 && len(errs) == 0 {
+		errs = append(errs, field.Invalid(p, items, `'*' (every namespace) stands alone: it already holds every other item`))
+	}
+	if len(errs) > 0 {
+		return topology.Export{}, errs
+	}
+	return topology.NewExport(items, own), nil
 }
 
 // outlierDetection validates a defaulted spec.outlierDetection as its CRD

@@ -117,11 +117,13 @@ func SpatialDomain(in *v1alpha1.SpatialDomain) (topology.SpatialDomain, field.Er
 			errs = append(errs, field.Invalid(sp.Child("loadReporting", "interval"), lri.String(), "must be from 1s to 60s"))
 		}
 	}
+	exp, expErrs := ExportTo(sp.Child("exportTo"), s.ExportTo, Key(d.Namespace, d.Name).Namespace)
+	errs = append(errs, expErrs...)
 
 	if len(errs) > 0 {
 		return topology.SpatialDomain{}, errs
 	}
-	return topology.SpatialDomain{Key: Key(d.Namespace, d.Name), Domain: out, LoadReportInterval: lri}, nil
+	return topology.SpatialDomain{Key: Key(d.Namespace, d.Name), Domain: out, LoadReportInterval: lri, ExportTo: exp}, nil
 }
 
 // Partition validates and converts a Partition. Whether its domain and replicas

@@ -43,6 +43,10 @@ type Upstream struct {
 	// when it has one: its verdicts are the probe signals whose origin
 	// starts "active check by".
 	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
+	// Visibility is the upstream's spec.exportTo, when it sets one: the
+	// namespaces whose clients may read it. Absent, the control plane's
+	// default applies.
+	Visibility *Visibility `json:"visibility,omitempty"`
 	// Split is the None split: what every client receives without
 	// localityAffinity. Embedded, its fields are the upstream's own in JSON.
 	Split
@@ -98,6 +102,27 @@ func healthCheckOf(u *topology.Upstream) *HealthCheck {
 	}
 	return &HealthCheck{Type: hc.Type, Target: target, Port: hc.Port, IntervalMs: hc.Interval.Milliseconds(), TimeoutMs: hc.Timeout.Milliseconds(),
 		UnhealthyThreshold: hc.UnhealthyThreshold, HealthyThreshold: hc.HealthyThreshold, JitterPercent: hc.JitterPercent}
+}
+
+// Visibility is an upstream's own exportTo rule.
+type Visibility struct {
+	// All: exported to every namespace ("*"), and to clients of none.
+	All bool `json:"all"`
+	// Namespaces are the namespaces it is exported to, sorted, with "."
+	// resolved to the upstream's own; empty with All.
+	Namespaces []string `json:"namespaces"`
+}
+
+func visibilityOf(u *topology.Upstream) *Visibility {
+	e := u.ExportTo
+	if !e.Set {
+		return nil
+	}
+	ns := e.Namespaces()
+	if ns == nil {
+		ns = []string{}
+	}
+	return &Visibility{All: e.All, Namespaces: ns}
 }
 
 // Affinity is an upstream's client-locality affinity (docs/weights.md,
@@ -226,6 +251,7 @@ func BuildUpstream(u *topology.UpstreamState) Upstream {
 		LoadBalancing: loadBalancing(u),
 		Affinity:      affinityOf(&u.Upstream),
 		HealthCheck:   healthCheckOf(&u.Upstream),
+		Visibility:    visibilityOf(&u.Upstream),
 		Split:         buildSplit(u, nil),
 	}
 	if out.SplitBy == "" {

@@ -80,7 +80,25 @@ func writeUpstream(tw *textWriter, u Upstream) {
 	writeLoadBalancing(tw, u.LoadBalancing)
 	writeAffinity(tw, u.Affinity)
 	writeHealthCheck(tw, u.HealthCheck)
+	writeVisibility(tw, u.Visibility)
 	writeSplit(tw, p, u.Split, nil)
+}
+
+func writeVisibility(tw *textWriter, v *Visibility) {
+	switch {
+	case v == nil:
+	case v.All:
+		tw.printf("  visibility: exported to every namespace (spec.exportTo)\n")
+	default:
+		tw.printf("  visibility: exported to namespace%s %s only (spec.exportTo)\n", plural(len(v.Namespaces)), strings.Join(v.Namespaces, ", "))
+	}
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 // writeSplit prints a derivation; eff, when given, names the configured

@@ -174,6 +174,10 @@ func (g *docGen) doc() *gval {
 				"addressPolicy", f(func() *gval {
 					return g.object("allowLoopback", f(func() *gval { return g.pick("true", "false", "yes", "null") }))
 				}),
+				"exportTo", f(func() *gval {
+					// a plain * is an alias to YAML: "*" must be quoted
+					return g.list(3, func() *gval { return g.pick(`"*"`, "'*'", ".", `"."`, "shop", "default", "n1", "*") })
+				}),
 			)
 		}
 		status = func() *gval { return g.object() }
@@ -513,5 +517,30 @@ func TestFastPathBounds(t *testing.T) {
 	d.DecodeFile("big.yaml", []byte(b.String()[:maxFastDocument/2]+"\n"), nil)
 	if cap(d.fast.nodes) > keptNodes || d.fast.doc != nil {
 		t.Fatalf("the decoder keeps %d nodes and %d bytes after a file", cap(d.fast.nodes), len(d.fast.doc))
+	}
+}
+
+// TestFastPathTakesExportTo: an Upstream's spec.exportTo, block or flow,
+// quoted or plain, decodes by the fast path to what the general path
+// decodes; a plain * (a YAML alias) is left to the general path.
+func TestFastPathTakesExportTo(t *testing.T) {
+	var p fastParser
+	for _, tc := range []struct {
+		doc  string
+		fast bool
+	}{
+		{"spec: {exportTo: [\".\", shop]}\n", true},
+		{"spec: {exportTo: ['*']}\n", true},
+		{"spec:\n  exportTo:\n  - \"*\"\n", true},
+		{"spec:\n  exportTo:\n  - .\n  - b\n  - a\n", true},
+		{"spec: {exportTo: null}\n", true},
+		{"spec: {exportTo: [*]}\n", false},
+		{"spec: {exportTo: [a, a]}\n", false}, // the general path names the duplicate
+		{"spec: {exportTo: []}\n", false},
+	} {
+		raw := []byte("apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u, namespace: shop}\n" + tc.doc)
+		if got := checkFast(t, &p, raw); got != tc.fast {
+			t.Errorf("fast path took it: %v, want %v:\n%s", got, tc.fast, raw)
+		}
 	}
 }

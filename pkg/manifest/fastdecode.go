@@ -99,7 +99,7 @@ var fieldNames = func() map[string]string {
 		"overprovisioningFactor", "panicThreshold", "panicMode", "drainingCapacity", "healthAdjustment", "loadBalancing",
 		"protocol", "connectTimeout", "endpointsFrom", "service", "port", "upstream", "priority", "weight", "region",
 		"zone", "subZone", "locality", "endpoints", "address", "adminState", "observedGeneration", "health", "probe",
-		"circuit", "outlierEjected", "addressPolicy", "allowLoopback"} {
+		"circuit", "outlierEjected", "addressPolicy", "allowLoopback", "exportTo"} {
 		m[k] = k
 	}
 	return m
@@ -228,6 +228,8 @@ func (p *fastParser) upstreamSpec(n int32, s *v1alpha1.UpstreamSpec) bool {
 			return p.endpointsFrom(v, &s.EndpointsFrom)
 		case "addressPolicy":
 			return p.addressPolicy(v, &s.AddressPolicy)
+		case "exportTo":
+			return items(p, v, &s.ExportTo, func(v int32, e *string) bool { return strField(p, v, e) })
 		}
 		return false
 	})

@@ -439,10 +439,14 @@ func skipSpaces(d []byte, i, end int) int {
 
 // plainOK reports whether a plain scalar is one the fast path reads: ASCII
 // letters, digits, '.', '/' and '-', starting with a letter or a digit (or
-// '-' and a digit), so no YAML indicator, space, colon or comment is in it.
+// '-' and a digit), so no YAML indicator, space, colon or comment is in it;
+// or a lone '.' (exportTo's own namespace), which YAML reads as a string.
 func plainOK(s []byte) bool {
 	if len(s) == 0 {
 		return false
+	}
+	if len(s) == 1 && s[0] == '.' {
+		return true
 	}
 	c := s[0]
 	if !(isAlnum(c) || c == '-' && len(s) > 1 && s[1] >= '0' && s[1] <= '9') {

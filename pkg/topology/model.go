@@ -89,6 +89,11 @@ type Upstream struct {
 	// OutlierDetection, when set, is the upstream's fleet outlier detection
 	// (spec.outlierDetection, docs/health.md); it needs LoadReportInterval.
 	OutlierDetection *OutlierDetection
+	// ExportTo is spec.exportTo, the namespaces whose clients may read the
+	// upstream, with "." resolved to Key.Namespace; not Set follows the
+	// control plane's default (VisibleTo). It is comparable, so equal's
+	// comparison of the whole value covers it.
+	ExportTo Export
 }
 
 // OutlierDetection is an upstream's fleet outlier detection, validated and

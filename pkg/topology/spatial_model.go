@@ -21,6 +21,17 @@ type SpatialDomain struct {
 	// LoadReportInterval is spec.loadReporting.interval: when set, the domain's replica
 	// and pool clusters ask Envoy to report their load; 0 when unset.
 	LoadReportInterval time.Duration
+	// ExportTo is spec.exportTo, the namespaces whose clients may read the
+	// domain's resources, with "." resolved to Key.Namespace; not Set
+	// follows the control plane's default (VisibleTo).
+	ExportTo Export
+}
+
+// VisibleTo reports whether a client of namespace ns may read the domain's
+// resources, given the control plane's default rule def, as
+// Upstream.VisibleTo does.
+func (d *SpatialDomain) VisibleTo(ns string, def Export) bool {
+	return exportOf(d.ExportTo, def).allows(ns, d.Key.Namespace)
 }
 
 // Partition is one Partition object of the domain named Domain in Key.Namespace.

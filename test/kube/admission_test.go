@@ -269,6 +269,11 @@ func badObjects(ns string) []badObject {
 			s.LocalityAffinity = &v1alpha1.LocalityAffinity{Mode: v1alpha1.LocalityAffinityBalanced}
 			s.HealthAdjustment = v1alpha1.HealthAdjustmentProxy
 		}), "spec", "Balanced needs healthAdjustment ControlPlane"},
+		{`exportTo "*" with another item`, upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.ExportTo = []string{".", "*"} }), "spec.exportTo", "stands alone"},
+		{"exportTo twice the same", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.ExportTo = []string{"a", "b", "a"} }), "spec.exportTo[2]", "Duplicate value"},
+		{"exportTo an invalid namespace name", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.ExportTo = []string{".", "Tenant_A"} }), "spec.exportTo[1]", "should match"},
+		{"exportTo a namespace name of 64", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.ExportTo = []string{strings.Repeat("n", 64)} }), "spec.exportTo[0]", "63"},
+		{"exportTo 65 items", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.ExportTo = namespaceNames(65) }), "spec.exportTo", "at most 64 items"},
 		{"healthCheck HTTP without http", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
 			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP}
 		}), "spec.healthCheck", "http is required with type HTTP"},
@@ -322,6 +327,10 @@ func badObjects(ns string) []badObject {
 		{"address 239.1.2.3", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "239.1.2.3" }), "spec.endpoints[0].address", "multicast"},
 		{"address ff02::1", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "ff02::1" }), "spec.endpoints[0].address", "multicast"},
 		{"address 255.255.255.255", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "255.255.255.255" }), "spec.endpoints[0].address", "broadcast"},
+		{`domain exportTo "*" with another item`, domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.ExportTo = []string{"*", "ui"} }), "spec.exportTo", "stands alone"},
+		{"domain exportTo twice the same", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.ExportTo = []string{".", "."} }), "spec.exportTo[1]", "Duplicate value"},
+		{"domain exportTo an invalid namespace name", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.ExportTo = []string{"ui.eu"} }), "spec.exportTo[0]", "should match"},
+		{"domain exportTo 65 items", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.ExportTo = namespaceNames(65) }), "spec.exportTo", "at most 64 items"},
 		{"gridDegrees 7", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = new(int32(7)) }), "spec.gridDegrees", "gridDegrees must divide 180"},
 		{"gridDegrees 360", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = new(int32(360)) }), "spec.gridDegrees", "less than or equal to 180"},
 		{"maxCells 0", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.MaxCells = new(int32(0)) }), "spec.maxCells", "greater than or equal to 1"},
@@ -439,6 +448,10 @@ func goodObjects(ns string) []goodObject {
 			s.Endpoints = []v1alpha1.Endpoint{{Address: "127.0.0.1", Port: 80}, {Address: "::1", Port: 80}, {Address: "192.168.1.1", Port: 80}, {Address: "fd00::1", Port: 80}, {Address: "100.64.0.1", Port: 80}}
 		})},
 		{"addressPolicy.allowLoopback", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.AddressPolicy = &v1alpha1.AddressPolicy{AllowLoopback: true} })},
+		{`exportTo "*"`, upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.ExportTo = []string{"*"} })},
+		{`exportTo ".", its own namespace by name and 62 more, one of 63 characters`, upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.ExportTo = append([]string{".", ns, strings.Repeat("n", 63)}, namespaceNames(61)...)
+		})},
 		{"same address on two ports", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
 			s.Endpoints = append(s.Endpoints, v1alpha1.Endpoint{Address: "10.0.0.1", Port: 8081})
 		})},
@@ -453,6 +466,7 @@ func goodObjects(ns string) []goodObject {
 			s.Products[0].PathPrefix = "/aZ09._~!$&'()*+,;=:@/%-"
 			s.Products[0].AllowedRegions = []string{"EU.west_1:a-B"}
 		})},
+		{"domain exportTo its own namespace and another", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.ExportTo = []string{".", "ui"} })},
 		{"antimeridian extent: west 170, east -170", partitionWith(ns, func(s *v1alpha1.PartitionSpec) {
 			s.Extent = v1alpha1.PartitionExtent{West: 170, South: -20, East: -170, North: 10.5}
 		})},
@@ -463,6 +477,15 @@ func goodObjects(ns string) []goodObject {
 			s.Extent = v1alpha1.PartitionExtent{West: 7.5, South: 47.25, East: 7.5, North: 47.25}
 		})},
 	}
+}
+
+// namespaceNames are n distinct namespace names.
+func namespaceNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("tenant-%d", i)
+	}
+	return out
 }
 
 func deref[T any](p *T) T {

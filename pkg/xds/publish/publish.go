@@ -92,8 +92,11 @@ type Publisher struct {
 	spatial  spatialSet
 
 	spatialOptions translate.SpatialOptions
-	enc            *translate.Encoder
-	scratch        []byte // the wire encoding of the CLA being built
+	// export is the default visibility of an object that sets no exportTo
+	// (not set: every namespace).
+	export  topology.Export
+	enc     *translate.Encoder
+	scratch []byte // the wire encoding of the CLA being built
 	// changes and next are reused by every publication
 	changes []xdscache.Change
 	next    map[topology.Key]*published
@@ -142,6 +145,46 @@ func (p *Publisher) SetSpatialOptions(o translate.SpatialOptions) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.spatialOptions = o
+}
+
+// SetDefaultExport sets who may read an Upstream or SpatialDomain that sets
+// no spec.exportTo; call it before the first publication. Without it, every
+// client may.
+func (p *Publisher) SetDefaultExport(def topology.Export) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.export = def
+}
+
+// visibility is who may read what is rendered of an object of namespace
+// own whose rule in force is e (set: ExportOf's).
+func visibility(e topology.Export, own string) xdscache.Visibility {
+	if !e.Set || e.All {
+		return xdscache.Visibility{}
+	}
+	ns := e.Namespaces()
+	if e.Own {
+		ns = append(ns, own)
+	}
+	return xdscache.VisibleToNamespaces(ns...)
+}
+
+// stamp makes every entry of pub say that vis is who may read it; an
+// entry that already says so is kept, and entries shared by renderings
+// stay shared.
+func (pub *published) stamp(vis xdscache.Visibility) {
+	for _, list := range []*[translate.NumRenderings]*xdscache.Entry{&pub.clusters, &pub.endpoints} {
+		first := list[0]
+		for v := range translate.NumRenderings {
+			if v > 0 && list[v] == first {
+				list[v] = list[0]
+				continue
+			}
+			list[v] = list[v].WithVisibility(vis)
+		}
+	}
+	pub.listener = pub.listener.WithVisibility(vis)
+	pub.route = pub.route.WithVisibility(vis)
 }
 
 // Version is the version string of a topology revision.
@@ -505,6 +548,10 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, vers
 	if pub.variants, err = p.renderVariants(pub, cur, version, scratch, clusterChanged); err != nil {
 		return nil, err
 	}
+	// Who may read them is part of each entry: a change of exportTo alone
+	// changes no bytes, yet moves the resources in or out of what clients
+	// are sent.
+	pub.stamp(visibility(cur.Upstream.ExportOf(p.export), cur.Upstream.Key.Namespace))
 	return pub, nil
 }
 

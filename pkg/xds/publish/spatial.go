@@ -62,6 +62,7 @@ func (p *Publisher) spatialUpdate(s *topology.Snapshot, version string, put func
 		if err != nil {
 			return spatialSet{}, err
 		}
+		pub.stamp(visibility(domainExport(st.Domain, p.export), k.Namespace))
 		routesChanged = routesChanged || vhostChanged
 		var was spatialPublished
 		if old != nil {
@@ -127,6 +128,30 @@ func (p *Publisher) spatialUpdate(s *topology.Snapshot, version string, put func
 		put(spatialView, resource.RouteType, prev.route, next.route)
 	}
 	return next, nil
+}
+
+// domainExport is the rule in force for a domain: its own, else def, else
+// every namespace.
+func domainExport(d topology.SpatialDomain, def topology.Export) topology.Export {
+	switch {
+	case d.ExportTo.Set:
+		return d.ExportTo
+	case def.Set:
+		return def
+	}
+	return topology.ExportAll
+}
+
+// stamp makes the domain's clusters and endpoints say that vis is who may
+// read them. The spatial listener and route are every domain's, and stay
+// visible to every client.
+func (pub *spatialPublished) stamp(vis xdscache.Visibility) {
+	for name, e := range pub.clusters {
+		pub.clusters[name] = e.WithVisibility(vis)
+	}
+	for name, e := range pub.endpoints {
+		pub.endpoints[name] = e.WithVisibility(vis)
+	}
 }
 
 // renderDomain renders one serving domain whose state or replica upstreams changed,

@@ -64,7 +64,10 @@ type Client struct {
 	DemandWeight uint64 `json:"demandWeight,omitempty"`
 	DemandNote   string `json:"demandNote,omitempty"`
 	// Identity is who the client proved to be; nil when anonymous.
-	Identity   *ClientIdentity `json:"identity,omitempty"`
+	Identity *ClientIdentity `json:"identity,omitempty"`
+	// Audience is what the client may read: the namespace its identity
+	// proves, or "anonymous" (only what is exported to every namespace).
+	Audience   string `json:"audience"`
 	classified bool
 	stream     *xdscache.Stream      // what the cache serves it, for /debug/config
 	Features   []string              `json:"features"`
@@ -266,7 +269,11 @@ func (c *Clients) NACKCount(typeURL string) uint64 {
 func (c *Clients) open(k streamKey, st *xdscache.Stream) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.streams[k] = &Client{Stream: k.id, Protocol: k.protocol, Kind: KindUnknown, Connected: c.now(), Types: map[string]*TypeState{}, stream: st}
+	cl := &Client{Stream: k.id, Protocol: k.protocol, Kind: KindUnknown, Connected: c.now(), Types: map[string]*TypeState{}, stream: st}
+	if st != nil {
+		cl.Audience = st.Audience().String()
+	}
+	c.streams[k] = cl
 	c.gauge(KindUnknown, 1)
 }
 

@@ -6,5 +6,7 @@
 // keeps a registry of connected clients — kind, features, what was sent,
 // ACKed and NACKed per type — for metrics, logs and /debug/clients. Given a
 // loadreport.Store it also serves LRS on the same port and stream bounds,
-// feeding clients' load reports into the store.
+// feeding clients' load reports into the store. Each stream and Fetch is
+// of the audience Config.Audience resolves from the call, and is sent only
+// what that audience may read.
 package server

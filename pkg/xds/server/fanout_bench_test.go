@@ -2,6 +2,8 @@ package server
 
 import (
 	"fmt"
+	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -112,6 +114,46 @@ func BenchmarkFanOut(b *testing.B) {
 	for _, classes := range []int{8, 64} {
 		b.Run(fmt.Sprintf("poise-sotw-classes=%d/clients=1000", classes), func(b *testing.B) { benchPoiseSotwClasses(b, f, 1000, classes) })
 	}
+	// the same flip when each of 10 namespaces has an upstream only it may
+	// read and the 1,000 clients are of one namespace or spread over ten:
+	// the cache keeps each audience's watches apart, and a flip of what all
+	// may read visits each audience's group
+	for _, audiences := range []int{1, 10} {
+		b.Run(fmt.Sprintf("poise-sotw-audiences=%d/clients=1000", audiences), func(b *testing.B) { benchPoiseSotwAudiences(b, f, 1000, 0, audiences) })
+	}
+}
+
+// restrictedNamespaces is how many namespaces have an upstream of their
+// own in the audience benchmarks.
+const restrictedNamespaces = 10
+
+func audienceOf(i int) xdscache.Audience {
+	return xdscache.Audience{Namespace: fmt.Sprintf("ns-%d", i)}
+}
+
+// restricted is the CLA of namespace i's own upstream, which only that
+// namespace may read.
+func restricted(b *testing.B, f *fixture, i int) *xdscache.Entry {
+	cla := proto.Clone(f.clas[i]).(*endpointv3.ClusterLoadAssignment)
+	cla.ClusterName = fmt.Sprintf("ns-%d/own", i)
+	e, err := xdscache.NewEntry(cla.ClusterName, "v0", cla)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e.WithVisibility(xdscache.VisibleToNamespaces(audienceOf(i).Namespace))
+}
+
+// withRestricted adds each namespace's own upstream to c; it returns their names.
+func withRestricted(b *testing.B, f *fixture, c *xdscache.Cache) []string {
+	u := xdscache.Update{Version: "v0"}
+	var names []string
+	for i := range restrictedNamespaces {
+		e := restricted(b, f, i)
+		names = append(names, e.Name)
+		u.Changes = append(u.Changes, xdscache.Change{TypeURL: resource.EndpointType, Name: e.Name, Entry: e})
+	}
+	c.Apply(u)
+	return names
 }
 
 // flips runs the measured loop: each iteration moves the flipped CLA to
@@ -209,14 +251,27 @@ func classUpdate(b *testing.B, c *xdscache.Cache, k int) func(string, *endpointv
 }
 
 func benchPoiseSotwClasses(b *testing.B, f *fixture, n, k int) {
+	benchPoiseSotwAudiences(b, f, n, k, 0)
+}
+
+// benchPoiseSotwAudiences is benchPoiseSotwClasses with, when audiences is
+// above 0, each namespace's own upstream published and client i of
+// namespace i%audiences, subscribed to every name, its own upstream's and
+// the other namespaces' too (which it is never sent).
+func benchPoiseSotwAudiences(b *testing.B, f *fixture, n, k, audiences int) {
 	c := poiseCache(b, f)
+	subscribed, holds := f.names, len(f.names)
+	if audiences > 0 {
+		subscribed = append(slices.Clone(f.names), withRestricted(b, f, c)...)
+		holds++
+	}
 	x := &xdsServer{cache: c, clients: NewClients(nil, nil), names: newNameBlocks(maxNameBlockBytes)}
-	first, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: f.names, Node: &core.Node{Id: "envoy"}})
+	first, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: subscribed, Node: &core.Node{Id: "envoy"}})
 	// An ACK as it arrives: the version and every name, then the type and
 	// nonce. Clients write it (each the same, as they move in step), and the
 	// server's transport copies it frame by frame into pooled buffers
 	// (transportFrames): only that copy is the server's work.
-	block := ackBytes(f.names, "", "")
+	block := ackBytes(subscribed, "", "")
 	block = block[2 : len(block)-2-len(resource.EndpointType)-2] // the names alone
 	var wire []byte
 	var frames mem.BufferSlice
@@ -263,7 +318,11 @@ func benchPoiseSotwClasses(b *testing.B, f *fixture, n, k int) {
 		update = classUpdate(b, c, k)
 	}
 	fanOut(b, f, n, func(i int) *poiseClient {
-		cl := &poiseClient{st: c.NewStream(false), key: streamKey{"sotw", int64(i + 1)}, req: &sotwRequest{seed: c.Seed(), blocks: x.names}}
+		st := c.NewStream(false)
+		if audiences > 0 {
+			st = c.NewStreamFor(false, audienceOf(i%audiences))
+		}
+		cl := &poiseClient{st: st, key: streamKey{"sotw", int64(i + 1)}, req: &sotwRequest{seed: c.Seed(), blocks: x.names}}
 		x.clients.open(cl.key, cl.st)
 		req := first
 		if k > 0 {
@@ -275,7 +334,7 @@ func benchPoiseSotwClasses(b *testing.B, f *fixture, n, k int) {
 		if err := x.handleSotw(cl.st, cl.key, "", cl.req); err != nil {
 			b.Fatal(err)
 		}
-		takeAll(b, len(f.names), func() int { return answer(cl) })
+		takeAll(b, holds, func() int { return answer(cl) })
 		return cl
 	}, func(cl *poiseClient) { flipOnly(b, answer(cl)) }, update)
 }
@@ -451,4 +510,59 @@ func BenchmarkACK(b *testing.B) {
 		}
 		req.release()
 	}
+}
+
+// BenchmarkAudienceMemory measures what an audience costs the cache: 1,000
+// Delta clients, each subscribed to every CLA (wildcard) and holding them,
+// spread over one audience and then over A, with each of 10 namespaces'
+// own upstream published; the difference of live heap, per audience added,
+// is B/audience: a group of watches per (type, audience) and, for a type
+// with restricted resources, the audience's list of what it may read.
+func BenchmarkAudienceMemory(b *testing.B) {
+	f := newFixture(b)
+	for _, audiences := range []int{10, 100} {
+		b.Run(fmt.Sprintf("audiences=%d/clients=1000", audiences), func(b *testing.B) {
+			var perAudience float64
+			for b.Loop() {
+				one := heapWith(b, f, 1000, 1)
+				many := heapWith(b, f, 1000, audiences)
+				perAudience = float64(int64(many)-int64(one)) / float64(audiences-1)
+			}
+			b.ReportMetric(perAudience, "B/audience")
+		})
+	}
+}
+
+// heapWith is the live heap while n Delta clients of the given audiences
+// hold every CLA of a cache with each namespace's own upstream.
+func heapWith(b *testing.B, f *fixture, n, audiences int) uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	before := ms.HeapAlloc
+	c := poiseCache(b, f)
+	withRestricted(b, f, c)
+	streams := make([]*xdscache.Stream, n)
+	var out []xdscache.Response
+	for i := range streams {
+		st := c.NewStreamFor(true, audienceOf(i%audiences))
+		if err := st.Delta(xdscache.DeltaRequest{TypeURL: resource.EndpointType}); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			out = st.Next(out[:0])
+			if len(out) == 0 {
+				break
+			}
+			if err := st.Delta(xdscache.DeltaRequest{TypeURL: resource.EndpointType, Nonce: out[0].Nonce}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		streams[i] = st
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	runtime.KeepAlive(streams)
+	runtime.KeepAlive(c)
+	return ms.HeapAlloc - before
 }

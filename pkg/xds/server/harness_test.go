@@ -294,7 +294,13 @@ type sotwClient struct {
 
 func (h *harness) sotw(node *core.Node) *sotwClient {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return h.sotwIn(context.Background(), node)
+}
+
+// sotwIn opens the stream in ctx (which may carry call metadata).
+func (h *harness) sotwIn(parent context.Context, node *core.Node) *sotwClient {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(parent, 60*time.Second)
 	s, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(h.conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		cancel()
@@ -416,7 +422,13 @@ type deltaClient struct {
 
 func (h *harness) delta(node *core.Node) *deltaClient {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return h.deltaIn(context.Background(), node)
+}
+
+// deltaIn opens the stream in ctx (which may carry call metadata).
+func (h *harness) deltaIn(parent context.Context, node *core.Node) *deltaClient {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(parent, 60*time.Second)
 	s, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(h.conn).DeltaAggregatedResources(ctx)
 	if err != nil {
 		cancel()

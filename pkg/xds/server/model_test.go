@@ -164,6 +164,15 @@ var (
 	modelPings = [2]string{"ping-0", "ping-1"}
 )
 
+// Each client is of an audience (anonymous, or namespace ns1 or ns2, as
+// the server's Audience hook says from its call), and two of the names
+// are visible to one namespace only: to a client of another audience they
+// do not exist.
+var (
+	modelAudiences  = []string{"", "ns1", "ns2"}
+	modelVisibility = map[string]xdscache.Visibility{"c": xdscache.VisibleToNamespaces("ns1"), "d": xdscache.VisibleToNamespaces("ns2")}
+)
+
 // modelWorld is the server under test and the model of what it publishes.
 type modelWorld struct {
 	t       *rapid.T
@@ -189,7 +198,7 @@ func newModelWorld(t *rapid.T) *modelWorld {
 		w.at[i] = map[string]map[string]*xdscache.Entry{}
 	}
 	w.cache = xdscache.New(1, func(*core.Node) int { return 0 })
-	g, err := server.New(w.cache, server.NewClients(nil, nil), server.Config{})
+	g, err := server.New(w.cache, server.NewClients(nil, nil), server.Config{Audience: testAudience})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,6 +249,7 @@ func (w *modelWorld) newEntry(typ int, name, version string) *xdscache.Entry {
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	e = e.WithVisibility(modelVisibility[name])
 	w.byBytes[bytesKey(typ, e.Any.GetValue())] = e
 	return e
 }
@@ -427,6 +437,7 @@ func sameResponse(a, b *modelResponse) bool {
 type modelClient struct {
 	w     *modelWorld
 	id    int
+	aud   xdscache.Audience
 	delta bool
 	node  *core.Node
 
@@ -477,6 +488,7 @@ type modelClient struct {
 
 func (w *modelWorld) newClient(t *rapid.T, id int, delta bool) *modelClient {
 	c := &modelClient{w: w, id: id, delta: delta, node: &core.Node{Id: fmt.Sprintf("model-%d", id), Cluster: "test"}}
+	c.aud = xdscache.Audience{Namespace: rapid.SampledFrom(modelAudiences).Draw(t, "audience")}
 	for typ := range 2 {
 		c.held[typ] = map[string]*xdscache.Entry{}
 		c.names[typ] = map[string]bool{}
@@ -497,6 +509,20 @@ func (w *modelWorld) newClient(t *rapid.T, id int, delta bool) *modelClient {
 	return c
 }
 
+// cur is what of the published resources of typ the client's audience may read.
+func (c *modelClient) cur(typ int) map[string]*xdscache.Entry {
+	out := make(map[string]*xdscache.Entry, len(c.w.cur[typ]))
+	for n, e := range c.w.cur[typ] {
+		if e.VisibleTo(c.aud) {
+			out[n] = e
+		}
+	}
+	return out
+}
+
+// sees is whether the client's audience may read name.
+func (c *modelClient) sees(name string) bool { return modelVisibility[name].Allows(c.aud) }
+
 // scope is whether the client subscribes to name of typ.
 func (c *modelClient) scope(typ int, name string) bool { return c.wildcard[typ] || c.names[typ][name] }
 
@@ -504,7 +530,11 @@ func (c *modelClient) scope(typ int, name string) bool { return c.wildcard[typ] 
 // client does: SotW with the versions it holds, Delta with
 // initial_resource_versions.
 func (c *modelClient) connect() {
-	ctx, cancel := context.WithCancel(context.Background())
+	parent := context.Background()
+	if !c.aud.IsAnonymous() {
+		parent = as(c.aud.Namespace)
+	}
+	ctx, cancel := context.WithCancel(parent)
 	c.cancel = cancel
 	in, done := make(chan proto.Message, 16), make(chan struct{})
 	c.in, c.done = in, done
@@ -649,7 +679,7 @@ func (c *modelClient) toggle(typ int, name string) {
 	case name == "*":
 		// The server sends the whole scope again, what the client holds
 		// or NACKed too.
-		for n := range c.w.cur[typ] {
+		for n := range c.cur(typ) {
 			c.resubscribed[typ][n] = true
 		}
 		c.wildcard[typ] = true
@@ -874,9 +904,15 @@ func versionNumber(v string) int {
 // server's stream.
 func (c *modelClient) check(r *modelResponse) error {
 	typ := r.typ
-	then, ok := c.w.at[typ][r.version]
+	all, ok := c.w.at[typ][r.version]
 	if !ok {
 		return fmt.Errorf("version %q is not one at which %s changed", r.version, short(modelTypeURLs[typ]))
+	}
+	then := map[string]*xdscache.Entry{} // what the client's audience may read of it: nothing else may be sent
+	for n, e := range all {
+		if e.VisibleTo(c.aud) {
+			then[n] = e
+		}
 	}
 	if n := versionNumber(r.version); n < c.newest[typ] {
 		return fmt.Errorf("the version went backwards: v%d was received before", c.newest[typ])
@@ -933,7 +969,7 @@ func (c *modelClient) converged(typ int) error {
 	if c.srv[typ] == nil || c.hold[typ] || c.unanswered[typ] != nil {
 		return nil
 	}
-	cur, held := c.w.cur[typ], c.held[typ]
+	cur, held := c.cur(typ), c.held[typ]
 	for n := range held {
 		if !c.scope(typ, n) {
 			return fmt.Errorf("holds %s, not subscribed to", n)

@@ -31,7 +31,7 @@ func (c *modelClient) published(changed [2][]string) {
 		s := c.srv[typ]
 		for _, n := range names {
 			delete(c.stale[typ], n) // the server owes the client its new content
-			if s != nil && s.scope(n) {
+			if s != nil && s.scope(n) && c.sees(n) {
 				s.dirty[n] = true
 			}
 		}
@@ -65,7 +65,7 @@ func (c *modelClient) serverNext() {
 // deleted (with the whole scope too, when it sends that), and answers its
 // first request even when it has nothing.
 func (c *modelClient) build(typ int) (*modelResponse, bool) {
-	s, cur := c.srv[typ], c.w.cur[typ]
+	s, cur := c.srv[typ], c.cur(typ)
 	r := &modelResponse{}
 	whole := func() {
 		for _, n := range slices.Sorted(maps.Keys(cur)) {
@@ -124,7 +124,7 @@ func (c *modelClient) serverSotw(typ int, names []string, version, nonce string)
 		s.pendingAll = true // the whole new scope
 	case !s.wildcard:
 		for n := range explicit {
-			if !s.names[n] && c.w.cur[typ][n] != nil {
+			if !s.names[n] && c.cur(typ)[n] != nil {
 				s.dirty[n] = true
 			}
 		}
@@ -137,7 +137,7 @@ func (c *modelClient) serverSotw(typ int, names []string, version, nonce string)
 // one of the stream (with the versions a reconnecting client holds), a
 // subscription change, or an answer (nonce set).
 func (c *modelClient) serverDelta(typ int, sub, unsub []string, initial map[string]string, nonce string) {
-	cur := c.w.cur[typ]
+	cur := c.cur(typ)
 	s := c.srv[typ]
 	if s == nil {
 		s = &modelWatch{names: map[string]bool{}, dirty: map[string]bool{}, wildcard: len(sub) == 0}

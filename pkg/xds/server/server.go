@@ -60,7 +60,18 @@ type Config struct {
 	// when its proof expires. The identity is on the RPC's context
 	// (IdentityFrom). nil: every client is anonymous.
 	Authenticator *identity.Authenticator
+	// Audience resolves who the client of a stream or unary Fetch is, from
+	// its call (the transport's identity, never the node message), before
+	// anything is sent to it: it is sent only what that audience may read.
+	// An error refuses the call, with the error's gRPC status when it has
+	// one, else PermissionDenied. nil makes every client anonymous: it reads
+	// only what is visible to every namespace.
+	Audience func(ctx context.Context) (Audience, error)
 }
+
+// Audience is who a client is for what it may read: the namespace its
+// identity proves, or anonymous (the zero value).
+type Audience = xdscache.Audience
 
 // Server is an xDS gRPC server; Serve runs it.
 type Server struct {
@@ -120,7 +131,7 @@ func New(cache *xdscache.Cache, clients *Clients, cfg Config) (*Server, error) {
 	}
 	x := &xdsServer{authn: cfg.Authenticator, cache: cache, clients: clients, names: newNameBlocks(maxNameBlockBytes), maxStreams: int64(maxStreams),
 		leaving: map[chan struct{}]struct{}{}, draining: make(chan struct{}), large: semaphore.NewWeighted(maxLargeInFlight),
-		loads: cfg.LoadReports, loadInterval: loadReportInterval(cfg.LoadReportInterval)}
+		loads: cfg.LoadReports, loadInterval: loadReportInterval(cfg.LoadReportInterval), audience: cfg.Audience}
 	// every RPC passes the identity check first (see authStream)
 	opts = append(opts, grpc.ChainStreamInterceptor(x.authStream), grpc.ChainUnaryInterceptor(x.authUnary))
 	g := grpc.NewServer(opts...)

@@ -45,6 +45,29 @@ type xdsServer struct {
 	loadInterval time.Duration
 	// authn resolves each RPC's client identity (nil: all are anonymous).
 	authn *identity.Authenticator
+	// audience resolves a call's audience (nil: anonymous).
+	audience func(context.Context) (Audience, error)
+}
+
+// audienceOf is the audience of the client of a call, or the status that
+// refuses it.
+func (x *xdsServer) audienceOf(ctx context.Context) (Audience, error) {
+	if x.audience == nil {
+		// the identity the interceptors proved decides: its namespace, or
+		// anonymous when there is none
+		if id, ok := IdentityFrom(ctx); ok && !id.Anonymous() && id.Namespace != "" {
+			return Audience{Namespace: id.Namespace}, nil
+		}
+		return xdscache.Anonymous, nil
+	}
+	a, err := x.audience(ctx)
+	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return xdscache.Anonymous, err
+		}
+		return xdscache.Anonymous, status.Errorf(codes.PermissionDenied, "who the client is is unknown: %v", err)
+	}
+	return a, nil
 }
 
 // register adds ADS and each type's own service (xdstype) to g. It reuses
@@ -284,6 +307,10 @@ func (x *xdsServer) delta(ss grpc.ServerStream, only string) error {
 // goroutine while this one sends what the cache says is ready.
 func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdscache.Stream, streamKey, *largeHold) error,
 	envelope func(xdscache.Response) any) error {
+	aud, err := x.audienceOf(ss.Context())
+	if err != nil {
+		return err
+	}
 	leave, done, err := x.admit()
 	if err != nil {
 		return err
@@ -294,7 +321,7 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 		ids = &x.deltaIDs
 	}
 	key := streamKey{protocol, ids.Add(1)}
-	st := x.cache.NewStream(protocol == "delta")
+	st := x.cache.NewStreamFor(protocol == "delta", aud)
 	defer st.Close()
 	x.clients.open(key, st)
 	defer x.clients.closed(key)
@@ -433,7 +460,11 @@ func (x *xdsServer) fetch(ctx context.Context, req *discovery.DiscoveryRequest, 
 	if err != nil {
 		return nil, err
 	}
-	entries, version, ok, err := x.cache.Fetch(ctx, req.GetNode(), typeURL, req.GetVersionInfo(), req.GetResourceNames())
+	aud, err := x.audienceOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	entries, version, ok, err := x.cache.Fetch(ctx, aud, req.GetNode(), typeURL, req.GetVersionInfo(), req.GetResourceNames())
 	switch {
 	case err != nil:
 		return nil, unknownType(typeURL)

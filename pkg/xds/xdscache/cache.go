@@ -47,11 +47,13 @@ var ErrTooManyNames = fmt.Errorf("more than %d resource names subscribed", MaxSu
 
 // Entry is one resource at one version, marshalled once and shared by every
 // view and every client it is sent to. Only its bytes are kept; Decode
-// reads them back for the rare reader that needs the message.
+// reads them back for the rare reader that needs the message. Visible says
+// which clients may read it: to every other the resource does not exist.
 type Entry struct {
 	Name    string
 	Version string
 	Any     *anypb.Any
+	Visible Visibility
 }
 
 // NewEntry marshals a resource deterministically.
@@ -140,14 +142,25 @@ type typeState struct {
 	version   string // the version at which any resource of this type last changed
 	resources map[string]*Entry
 	sorted    []*Entry // every resource by name; nil when stale; never modified once built
+	gen       uint64   // counts the times sorted went stale: a group's visible list of another gen is stale too
+	// restricted counts the resources some audience may not read: while it
+	// is 0 every group shares sorted.
+	restricted int
+	// lists are the groups' visible lists built at listsGen, by a hash of the
+	// restricted resources each holds, for groups that may read the same
+	// resources to share one (share).
+	lists    map[uint64][][]*Entry
+	listsGen uint64
+	seed     maphash.Seed
 
 	// variants holds the zone variants of a name, by name then zone; a name
 	// is here only while its base is in resources. perZone counts them by zone.
 	variants map[string]map[string]variant
 	perZone  map[string]int
 
-	base  group             // the watches of streams without a zone
-	zones map[string]*group // the watches of each zone's streams; a group goes with its last watch
+	// zones holds the watches of each zone's streams ("" for streams without
+	// one), a group per audience; a group goes with its last watch.
+	zones map[string]map[Audience]*group
 }
 
 // variant is one zone's variant of a resource: the entry published and the
@@ -156,20 +169,26 @@ type variant struct {
 	src, e *Entry
 }
 
-// group is the watches of one type in one view whose streams share a zone,
-// with their reverse index.
+// group is the watches of one type in one view whose streams share a zone
+// and an audience, with their reverse index. Nothing a group holds or
+// builds is read by a watch of another audience.
 type group struct {
 	zone     string
+	aud      Audience
 	watches  int // how many, wildcard or not
 	wildcard map[*Watch]struct{}
 	// wildcardDemand sums the demand weights of the wildcard watches.
 	wildcardDemand uint64
 	subsets        map[uint64][]*subset // by hash of the sorted names
 	index          map[string][]*subset // name → the subsets that hold it
+	// visible is what of the type's sorted resources the audience may read,
+	// built at visibleGen (the type's gen) while some are restricted.
+	visible    []*Entry
+	visibleGen uint64
 }
 
-func newGroup(zone string) group {
-	return group{zone: zone, wildcard: map[*Watch]struct{}{}, subsets: map[uint64][]*subset{}, index: map[string][]*subset{}}
+func newGroup(zone string, aud Audience) *group {
+	return &group{zone: zone, aud: aud, wildcard: map[*Watch]struct{}{}, subsets: map[uint64][]*subset{}, index: map[string][]*subset{}}
 }
 
 // subset is a subscription set shared by every watch that subscribes to
@@ -202,7 +221,7 @@ func New(n int, viewFor func(*core.Node) int, opts ...Option) *Cache {
 		for t, typ := range xdstype.All() {
 			v.types[t] = &typeState{typ: t, typeURL: typ.URL, resources: map[string]*Entry{},
 				variants: map[string]map[string]variant{}, perZone: map[string]int{},
-				base: newGroup(""), zones: map[string]*group{}}
+				zones: map[string]map[Audience]*group{}, gen: 1, seed: c.seed}
 		}
 		c.views = append(c.views, v)
 	}
@@ -235,21 +254,29 @@ func (c *Cache) Apply(u Update) {
 			c.applyVariant(ts, ch, u.Version)
 			continue
 		}
+		old := ts.resources[ch.Name]
 		if ch.Entry == nil {
-			if _, ok := ts.resources[ch.Name]; !ok {
+			if old == nil {
 				continue
 			}
 			delete(ts.resources, ch.Name)
 			ts.dropVariants(ch.Name)
 		} else {
-			if ts.resources[ch.Name] == ch.Entry {
+			if old == ch.Entry {
 				continue
 			}
 			ts.resources[ch.Name] = ch.Entry
+			if ch.Entry.Visible.Restricted() {
+				ts.restricted++
+			}
+		}
+		if old != nil && old.Visible.Restricted() {
+			ts.restricted--
 		}
 		ts.sorted = nil
+		ts.gen++
 		c.setVersion(ts, u.Version)
-		c.interested(ts, ch.Name)
+		c.interested(ts, ch.Name, old, ch.Entry)
 	}
 	// The first publication publishes every type in every view, if only as
 	// empty: a client waiting for its first answer (Envoy holds its start for
@@ -334,13 +361,20 @@ func (p *publications) at(version string) (time.Time, bool) {
 }
 
 // interested marks a base resource's name pending on every watch that
-// wants it, except in the zones that have their own variant of it.
-func (c *Cache) interested(ts *typeState, name string) {
-	c.interestedIn(&ts.base, name)
+// wants it and whose audience may read it, before (old) or now (cur), except
+// in the zones that have their own variant of it, unless who may read it
+// changed: then those zones' watches are sent the variant, or its removal.
+func (c *Cache) interested(ts *typeState, name string, old, cur *Entry) {
+	revisited := old == nil || cur == nil || old.Visible != cur.Visible
 	vs := ts.variants[name]
-	for zone, g := range ts.zones {
-		if _, ok := vs[zone]; !ok {
-			c.interestedIn(g, name)
+	for zone, auds := range ts.zones {
+		if _, ok := vs[zone]; ok && zone != "" && !revisited {
+			continue
+		}
+		for aud, g := range auds {
+			if (old != nil && old.VisibleTo(aud)) || (cur != nil && cur.VisibleTo(aud)) {
+				c.interestedIn(g, name)
+			}
 		}
 	}
 }
@@ -390,8 +424,11 @@ func (c *Cache) applyVariant(ts *typeState, ch Change, version string) {
 		vs[ch.Zone] = variant{src: e, e: &Entry{Name: e.Name, Version: e.Version + "@" + ch.Zone, Any: e.Any}}
 	}
 	c.setVersion(ts, version)
-	if g := ts.zones[ch.Zone]; g != nil {
-		c.interestedIn(g, ch.Name)
+	base := ts.resources[ch.Name]
+	for aud, g := range ts.zones[ch.Zone] {
+		if base != nil && base.VisibleTo(aud) {
+			c.interestedIn(g, ch.Name)
+		}
 	}
 }
 
@@ -405,20 +442,36 @@ func (ts *typeState) dropVariants(name string) {
 	delete(ts.variants, name)
 }
 
-// get is the resource a stream of zone is sent for name, or nil.
-func (ts *typeState) get(name, zone string) *Entry {
+// get is the resource a stream of zone and audience aud is sent for name,
+// or nil: nil too when aud may not read it. A variant is read by whom its
+// base may be.
+func (ts *typeState) get(name, zone string, aud Audience) *Entry {
+	base := ts.resources[name]
+	if base == nil || !base.VisibleTo(aud) {
+		return nil
+	}
 	if zone != "" {
 		if v, ok := ts.variants[name][zone]; ok {
 			return v.e
 		}
 	}
-	return ts.resources[name]
+	return base
 }
 
-// allFor is every resource a stream of zone is sent, sorted by name; the
-// slice may be shared.
-func (ts *typeState) allFor(zone string) []*Entry {
+// allFor is every resource a stream of zone and audience aud is sent,
+// sorted by name; the slice may be shared, with every group of the same
+// audience, or with every group when aud may read every resource. g, when
+// not nil, is the group of (zone, aud), which keeps the audience's list.
+func (ts *typeState) allFor(zone string, aud Audience, g *group) []*Entry {
 	all := ts.all()
+	if ts.restricted > 0 {
+		all = ts.visibleTo(aud, g)
+	}
+	return ts.withVariants(all, zone)
+}
+
+// withVariants is all with zone's variants in place of their bases.
+func (ts *typeState) withVariants(all []*Entry, zone string) []*Entry {
 	if zone == "" || ts.perZone[zone] == 0 {
 		return all
 	}
@@ -431,16 +484,77 @@ func (ts *typeState) allFor(zone string) []*Entry {
 	return out
 }
 
-// groupFor is the group of zone's watches, made when missing.
-func (ts *typeState) groupFor(zone string) *group {
-	if zone == "" {
-		return &ts.base
+// visibleTo is what of the sorted resources aud may read: the sorted list
+// itself when that is all of them. g, when not nil, keeps it until the
+// resources change.
+func (ts *typeState) visibleTo(aud Audience, g *group) []*Entry {
+	if g != nil && g.visibleGen == ts.gen {
+		return g.visible
 	}
-	g := ts.zones[zone]
+	all := ts.all()
+	var out []*Entry
+	for i, e := range all {
+		if e.VisibleTo(aud) {
+			if out != nil {
+				out = append(out, e)
+			}
+			continue
+		}
+		if out == nil {
+			out = make([]*Entry, i, len(all)-1)
+			copy(out, all[:i])
+		}
+	}
+	if out == nil {
+		out = all // it may read every one
+	}
+	if g != nil {
+		g.visible, g.visibleGen = ts.share(out), ts.gen
+	}
+	return out
+}
+
+// share is list, or an equal list another group built at the same gen:
+// audiences that may read the same resources (an audience class) keep one
+// list between them, so what an audience costs is its groups, not a list
+// per audience.
+func (ts *typeState) share(list []*Entry) []*Entry {
+	if ts.listsGen != ts.gen {
+		clear(ts.lists)
+		ts.listsGen = ts.gen
+	}
+	if ts.lists == nil {
+		ts.lists = map[uint64][][]*Entry{}
+	}
+	var h maphash.Hash
+	h.SetSeed(ts.seed)
+	for _, e := range list {
+		if e.Visible.Restricted() { // what tells the lists of a gen apart
+			_, _ = h.WriteString(e.Name)
+			_ = h.WriteByte(0)
+		}
+	}
+	k := h.Sum64()
+	for _, l := range ts.lists[k] {
+		if slices.Equal(l, list) {
+			return l
+		}
+	}
+	ts.lists[k] = append(ts.lists[k], list)
+	return list
+}
+
+// groupFor is the group of the watches of zone and aud, made when missing.
+func (ts *typeState) groupFor(zone string, aud Audience) *group {
+	auds := ts.zones[zone]
+	if auds == nil {
+		auds = map[Audience]*group{}
+		ts.zones[zone] = auds
+	}
+	g := auds[aud]
 	if g == nil {
-		ng := newGroup(zone)
-		g = &ng
-		ts.zones[zone] = g
+		g = newGroup(zone, aud)
+		auds[aud] = g
 	}
 	return g
 }
@@ -454,9 +568,10 @@ func (c *Cache) wake(w *Watch) {
 }
 
 func (ts *typeState) forEachWatch(f func(*Watch)) {
-	ts.base.forEachWatch(f)
-	for _, g := range ts.zones {
-		g.forEachWatch(f)
+	for _, auds := range ts.zones {
+		for _, g := range auds {
+			g.forEachWatch(f)
+		}
 	}
 }
 
@@ -543,14 +658,15 @@ func (c *Cache) Resources(view int) map[string][]*Entry {
 
 // ZoneResources lists what one view sends a stream of zone now: the base
 // resources with the zone's variants in their place (their entries carry
-// the variant's version). Zone "" is the base.
+// the variant's version). Zone "" is the base. It is every audience's: each
+// entry says who may read it.
 func (c *Cache) ZoneResources(view int, zone string) map[string][]*Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string][]*Entry{}
 	for _, ts := range c.views[view].types {
 		if len(ts.resources) > 0 {
-			out[ts.typeURL] = slices.Clone(ts.allFor(zone))
+			out[ts.typeURL] = slices.Clone(ts.withVariants(ts.all(), zone))
 		}
 	}
 	return out
@@ -571,10 +687,11 @@ func (c *Cache) VariantZones(view int) []string {
 	return slices.Compact(out)
 }
 
-// Fetch answers a one-shot (REST-style) request with the current resources
-// of a type: those named, or all of them. It returns no entries and
-// ok=false when nothing is published yet or the client holds the current version.
-func (c *Cache) Fetch(_ context.Context, node *core.Node, typeURL, version string, names []string) (entries []*Entry, current string, ok bool, err error) {
+// Fetch answers a one-shot (REST-style) request of a client of audience aud
+// with the current resources of a type it may read: those named, or all of
+// them. It returns no entries and ok=false when nothing is published yet or
+// the client holds the current version.
+func (c *Cache) Fetch(_ context.Context, aud Audience, node *core.Node, typeURL, version string, names []string) (entries []*Entry, current string, ok bool, err error) {
 	t := xdstype.Index(typeURL)
 	if t < 0 {
 		return nil, "", false, ErrUnknownType
@@ -587,10 +704,10 @@ func (c *Cache) Fetch(_ context.Context, node *core.Node, typeURL, version strin
 	}
 	zone := ZoneKey(node)
 	if len(names) == 0 {
-		return slices.Clone(ts.allFor(zone)), ts.version, true, nil
+		return slices.Clone(ts.allFor(zone, aud, nil)), ts.version, true, nil
 	}
 	for _, n := range names {
-		if e := ts.get(n, zone); e != nil {
+		if e := ts.get(n, zone, aud); e != nil {
 			entries = append(entries, e)
 		}
 	}

@@ -7,4 +7,8 @@
 // re-sent in a loop, and an ACK that repeats its subscription costs O(1).
 // A resource may have a variant per client zone, sent to that zone's streams
 // instead of the base; the cache counts the streams of each zone, bounded.
+// Each entry says who may read it and each stream has an audience (the
+// namespace its identity proves, or anonymous): the watches of each zone and
+// audience are a group of their own, and a stream is sent only what its
+// audience may read.
 package xdscache

@@ -29,6 +29,7 @@ type Stream struct {
 	// zone is the client's zone (see ZoneKey), admitted to the census, or ""
 	// (no locality, or overflow): the stream is sent its zone's variants.
 	zone     string
+	aud      Audience // what the client may read, as its identity proves; fixed for its life
 	admitted Admission
 	demand   uint64 // DemandWeight of the node: what the stream counts for in Demand
 	watches  [xdstype.Count]*Watch
@@ -63,10 +64,18 @@ type Watch struct {
 	nonce      string // of the last response
 }
 
-// NewStream opens a stream; delta says which protocol it speaks.
-func (c *Cache) NewStream(delta bool) *Stream {
-	return &Stream{c: c, delta: delta, view: c.viewOf(nil), wakeCh: make(chan struct{}, 1)}
+// NewStream opens a stream of an anonymous client; delta says which
+// protocol it speaks.
+func (c *Cache) NewStream(delta bool) *Stream { return c.NewStreamFor(delta, Anonymous) }
+
+// NewStreamFor opens a stream of a client of audience aud: it is sent only
+// what aud may read, and to it nothing else exists.
+func (c *Cache) NewStreamFor(delta bool, aud Audience) *Stream {
+	return &Stream{c: c, delta: delta, aud: aud, view: c.viewOf(nil), wakeCh: make(chan struct{}, 1)}
 }
+
+// Audience is the audience the stream was opened for.
+func (s *Stream) Audience() Audience { return s.aud }
 
 // Seed is the seed of the hash the server computes over a SotW request's
 // resource names (see SotwRequest.NamesHash and HashNames).
@@ -149,10 +158,11 @@ func (s *Stream) Close() {
 	s.closed = true
 }
 
-// newWatch makes the stream's watch of type t, in its zone's group.
+// newWatch makes the stream's watch of type t, in the group of its zone
+// and audience.
 func (s *Stream) newWatch(t int) *Watch {
 	ts := s.c.views[s.view].types[t]
-	g := ts.groupFor(s.zone)
+	g := ts.groupFor(s.zone, s.aud)
 	g.watches++
 	w := &Watch{stream: s, ts: ts, g: g}
 	s.watches[t] = w
@@ -166,13 +176,18 @@ func (w *Watch) unregister() {
 		g.wildcardDemand -= w.stream.demand
 	}
 	g.release(w)
-	if g.watches--; g.watches == 0 && g.zone != "" {
-		delete(w.ts.zones, g.zone)
+	if g.watches--; g.watches == 0 {
+		auds := w.ts.zones[g.zone]
+		delete(auds, g.aud)
+		if len(auds) == 0 {
+			delete(w.ts.zones, g.zone)
+		}
 	}
 }
 
-// get is the resource w is sent for name (its zone's variant, or the base).
-func (w *Watch) get(name string) *Entry { return w.ts.get(name, w.g.zone) }
+// get is the resource w is sent for name (its zone's variant, or the
+// base), or nil when there is none its audience may read.
+func (w *Watch) get(name string) *Entry { return w.ts.get(name, w.g.zone, w.g.aud) }
 
 // mark adds name to what w must be sent.
 func (w *Watch) mark(name string) {
@@ -358,7 +373,7 @@ func (s *Stream) Sotw(r SotwRequest) error {
 				w.pendingAll = true // SotW full state: the response is the whole new scope
 			default:
 				for _, n := range added {
-					if w.ts.resources[n] != nil {
+					if w.get(n) != nil {
 						w.mark(n)
 					}
 				}
@@ -420,14 +435,14 @@ func (s *Stream) Delta(r DeltaRequest) error {
 				}
 			}
 			if w.wildcard {
-				for name := range w.ts.resources {
-					if _, held := r.Initial[name]; !held {
+				for name, e := range w.ts.resources {
+					if _, held := r.Initial[name]; !held && e.VisibleTo(s.aud) {
 						w.mark(name)
 					}
 				}
 			} else {
 				for _, n := range w.scopeNames() {
-					if _, held := r.Initial[n]; !held && w.ts.resources[n] != nil {
+					if _, held := r.Initial[n]; !held && w.get(n) != nil {
 						w.mark(n)
 					}
 				}
@@ -452,7 +467,7 @@ func (s *Stream) Delta(r DeltaRequest) error {
 				w.pendingAll = true
 			}
 			for _, n := range added {
-				if w.ts.resources[n] != nil {
+				if w.get(n) != nil {
 					w.mark(n)
 				}
 			}
@@ -528,7 +543,7 @@ func (s *Stream) Next(out []Response) []Response {
 // inScopeEntries is every resource w subscribes to that exists, by name.
 func (w *Watch) inScopeEntries() []*Entry {
 	if w.wildcard {
-		return w.ts.allFor(w.g.zone)
+		return w.ts.allFor(w.g.zone, w.g.aud, w.g)
 	}
 	var out []*Entry
 	for _, n := range w.scopeNames() {
@@ -575,7 +590,7 @@ func (c *chunk) add(name string, e *Entry) {
 // fromScope fills the chunk from every resource in w's scope that exists.
 func (c *chunk) fromScope(w *Watch) {
 	if w.wildcard {
-		for _, e := range w.ts.allFor(w.g.zone) {
+		for _, e := range w.ts.allFor(w.g.zone, w.g.aud, w.g) {
 			c.add(e.Name, e)
 		}
 		return

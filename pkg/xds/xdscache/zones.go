@@ -221,19 +221,26 @@ func (c *Cache) Demand(typeURL, name string) map[string]uint64 {
 	defer c.mu.Unlock()
 	var out map[string]uint64
 	for _, v := range c.views {
-		for zone, g := range v.types[t].zones {
-			if IsRegionKey(zone) {
+		ts := v.types[t]
+		e := ts.resources[name]
+		for zone, auds := range ts.zones {
+			if zone == "" || IsRegionKey(zone) {
 				continue
 			}
-			d := g.wildcardDemand
-			for _, ss := range g.index[name] {
-				d += ss.demand
-			}
-			if d > 0 {
-				if out == nil {
-					out = map[string]uint64{}
+			for aud, g := range auds {
+				if e != nil && !e.VisibleTo(aud) {
+					continue // a client cannot want what it may not read
 				}
-				out[zone] += d
+				d := g.wildcardDemand
+				for _, ss := range g.index[name] {
+					d += ss.demand
+				}
+				if d > 0 {
+					if out == nil {
+						out = map[string]uint64{}
+					}
+					out[zone] += d
+				}
 			}
 		}
 	}

@@ -270,7 +270,7 @@ func TestZoneVariantListings(t *testing.T) {
 		if got := show(c.ZoneResources(0, tc.zone)[EDS]); got != tc.want {
 			t.Errorf("ZoneResources(%q): %s, want %s", tc.zone, got, tc.want)
 		}
-		es, _, _, err := c.Fetch(t.Context(), tc.node, EDS, "", nil)
+		es, _, _, err := c.Fetch(t.Context(), xdscache.Anonymous, tc.node, EDS, "", nil)
 		if got := show(es); err != nil || got != tc.want {
 			t.Errorf("Fetch from %q: %s %v, want %s", tc.zone, got, err, tc.want)
 		}
