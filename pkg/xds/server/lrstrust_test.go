@@ -18,6 +18,7 @@ import (
 
 	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/loadreport"
+	"poise.dev/poise/pkg/outlier"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/topology/topologytest"
 	"poise.dev/poise/pkg/xds/server"
@@ -166,4 +167,62 @@ func TestLoadReportsOnlyOnReadableClusters(t *testing.T) {
 	if d := s.loads.Drops(); d.UnknownCluster != 1 {
 		t.Errorf("drops = %+v, want a's report kept", d)
 	}
+}
+
+// ejectedBy is the endpoints fleet outlier detection ejects of
+// bench/svc-0000 from what the store holds, with minReporters 2.
+func ejectedBy(t *testing.T, s *loadreport.Store) []string {
+	t.Helper()
+	r, ok := s.Reports("bench/svc-0000", time.Now())
+	if !ok {
+		t.Fatal("bench/svc-0000 not in the catalog")
+	}
+	eps := make([]outlier.Endpoint, len(r.Endpoints))
+	for i, e := range r.Endpoints {
+		eps[i] = outlier.Endpoint{Address: e.Address, Port: e.Port, Weight: 1}
+	}
+	cfg := topology.OutlierDetection{ErrorPercent: 20, MinRequestVolume: 100, MinReporters: 2,
+		BaseEjectionTime: 30 * time.Second, MaxEjectionTime: 300 * time.Second, MaxEjectionPercent: 10}
+	var out []string
+	for _, v := range outlier.NewDecider(s.Window()).Decide(topology.Key{Namespace: "bench", Name: "svc-0000"}, cfg,
+		outlier.Summarize(r, cfg.ErrorPercent), eps, time.Now()) {
+		if v.Ejected {
+			out = append(out, v.Address)
+		}
+	}
+	return out
+}
+
+// Three node IDs over one certificate reporting errors on one endpoint are
+// one failing reporter: under minReporters 2 nothing is ejected. Two
+// certificates reporting the same are two, and the endpoint is ejected.
+func TestOneCertificateCannotEjectAlone(t *testing.T) {
+	s := serveTrustedLRS(t)
+	conn := s.ca.dial(t, s.addr, s.cert(t, "b", "ledger"))
+	for _, id := range []string{"node-1", "node-2", "node-3"} {
+		report(t, conn, id, failingOne())
+	}
+	if got := ejectedBy(t, s.loads); len(got) != 0 {
+		t.Errorf("one certificate's three node IDs ejected %v, want nothing", got)
+	}
+
+	s = serveTrustedLRS(t)
+	for _, id := range []string{"node-1", "node-2"} {
+		report(t, s.ca.dial(t, s.addr, s.cert(t, "b", "ledger")), id, failingOne())
+	}
+	if got := ejectedBy(t, s.loads); !slices.Equal(got, []string{"10.0.0.0"}) {
+		t.Errorf("two certificates ejected %v, want 10.0.0.0", got)
+	}
+}
+
+// failingOne is a report of bench/svc-0000 where 10.0.0.0 fails and two
+// other endpoints do not, so the reporter is trusted (it is not the one
+// failing).
+func failingOne() *endpointv3.ClusterStats {
+	cs := endpointStats("bench/svc-0000", "10.0.0.0", 100, 0, 100)
+	for _, addr := range []string{"10.0.0.1", "10.0.0.2"} {
+		cs.UpstreamLocalityStats[0].UpstreamEndpointStats = append(cs.UpstreamLocalityStats[0].UpstreamEndpointStats,
+			endpointStats("bench/svc-0000", addr, 100, 100, 0).UpstreamLocalityStats[0].UpstreamEndpointStats...)
+	}
+	return cs
 }
