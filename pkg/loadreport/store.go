@@ -213,7 +213,16 @@ type Stream struct {
 	s  *Store
 	r  *reporter
 	id Reporter
+	// readable, when set, says which clusters the stream's client may
+	// report on; stats of any other count as an unknown cluster's.
+	readable func(cluster string) bool
 }
+
+// Only restricts the stream to reports on the clusters readable says its
+// client may see: stats of any other are dropped as an unknown cluster's,
+// so a client cannot weigh on load it is not sent. Set it before the first
+// Report; readable is called outside the store's lock.
+func (st *Stream) Only(readable func(cluster string) bool) { st.readable = readable }
 
 // Open registers a stream of reporter id at now; Close ends it.
 func (s *Store) Open(id Reporter, now time.Time) *Stream {
@@ -270,6 +279,7 @@ func (st *Stream) Close(now time.Time) {
 // stream's reporter. It keeps only what the catalog publishes and counts
 // the rest in Drops; it never fails.
 func (st *Stream) Report(req *lrs.LoadStatsRequest, now time.Time) {
+	hidden := st.hidden(req)
 	s := st.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -294,7 +304,7 @@ func (st *Stream) Report(req *lrs.LoadStatsRequest, now time.Time) {
 			break
 		}
 		cc, ok := s.catalog.clusters[cs.GetClusterName()]
-		if !ok {
+		if !ok || hidden != nil && hidden[i] {
 			s.drops.UnknownCluster++
 			continue
 		}
@@ -312,6 +322,26 @@ func (st *Stream) Report(req *lrs.LoadStatsRequest, now time.Time) {
 		}
 		endpoints = s.addCluster(r, b, cs, int(epoch%Buckets), endpoints)
 	}
+}
+
+// hidden marks the cluster stats of req (of the first MaxClusterStats) the
+// stream's client may not report on; nil when it may report on all.
+func (st *Stream) hidden(req *lrs.LoadStatsRequest) []bool {
+	if st.readable == nil {
+		return nil
+	}
+	stats := req.GetClusterStats()
+	stats = stats[:min(len(stats), MaxClusterStats)]
+	var hidden []bool
+	for i, cs := range stats {
+		if !st.readable(cs.GetClusterName()) {
+			if hidden == nil {
+				hidden = make([]bool, len(stats))
+			}
+			hidden[i] = true
+		}
+	}
+	return hidden
 }
 
 // blockFor is r's block for cc, allocated (within the cap) if it has none.

@@ -5,9 +5,11 @@ import (
 	"time"
 
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/loadreport"
 )
 
@@ -69,7 +71,14 @@ func (x *xdsServer) loadStats(ss grpc.ServerStream) error {
 	}
 	defer done()
 	recvErr := make(chan error, 1)
-	go func() { recvErr <- x.recvLoadStats(ss) }()
+	id, _ := IdentityFrom(ss.Context())
+	var aud Audience
+	if !id.Anonymous() {
+		if aud, err = x.audienceOf(ss.Context()); err != nil {
+			return err
+		}
+	}
+	go func() { recvErr <- x.recvLoadStats(ss, id, aud) }()
 	select {
 	case <-ss.Context().Done():
 		return nil
@@ -80,7 +89,11 @@ func (x *xdsServer) loadStats(ss grpc.ServerStream) error {
 	}
 }
 
-func (x *xdsServer) recvLoadStats(ss grpc.ServerStream) error {
+// recvLoadStats reads the stream's requests. An authenticated client
+// reports as its workload instance, whatever node IDs it names, so several
+// streams or node IDs of one instance count once; and only on the clusters
+// its audience may read. An anonymous client reports as its node.
+func (x *xdsServer) recvLoadStats(ss grpc.ServerStream, id identity.Identity, aud Audience) error {
 	var st *loadreport.Stream
 	defer func() {
 		if st != nil {
@@ -95,8 +108,16 @@ func (x *xdsServer) recvLoadStats(ss grpc.ServerStream) error {
 		}
 		now := time.Now()
 		if st == nil {
-			l := req.GetNode().GetLocality()
-			st = x.loads.Open(loadreport.Reporter{ID: req.GetNode().GetId(), Region: l.GetRegion(), Zone: l.GetZone()}, now)
+			node := req.GetNode()
+			l := node.GetLocality()
+			who := loadreport.Reporter{ID: node.GetId(), Region: l.GetRegion(), Zone: l.GetZone()}
+			if !id.Anonymous() {
+				who.ID = id.Instance
+			}
+			st = x.loads.Open(who, now)
+			if !id.Anonymous() && x.cache != nil {
+				st.Only(func(cluster string) bool { return x.cache.Readable(aud, node, resource.ClusterType, cluster) })
+			}
 		}
 		st.Report(req, now)
 		var grew bool

@@ -715,6 +715,19 @@ func (c *Cache) Fetch(_ context.Context, aud Audience, node *core.Node, typeURL,
 	return slices.CompactFunc(entries, func(a, b *Entry) bool { return a == b }), ts.version, true, nil
 }
 
+// Readable reports whether a client of audience aud, with node, may read
+// the resource of typeURL named name: false too when there is none.
+func (c *Cache) Readable(aud Audience, node *core.Node, typeURL, name string) bool {
+	t := xdstype.Index(typeURL)
+	if t < 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.views[c.viewOf(node)].types[t].resources[name]
+	return e != nil && e.VisibleTo(aud)
+}
+
 // ShortType names a type URL for people and metric labels: its xdstype
 // short name (CDS, EDS, LDS, RDS), or the URL itself when it is not served.
 func ShortType(typeURL string) string { return xdstype.Short(typeURL) }

@@ -1,0 +1,228 @@
+package server_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"log/slog"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+	"google.golang.org/grpc"
+
+	"poise.dev/poise/pkg/identity"
+	"poise.dev/poise/pkg/loadreport"
+	"poise.dev/poise/pkg/outlier"
+	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/topology/topologytest"
+	"poise.dev/poise/pkg/xds/server"
+	"poise.dev/poise/pkg/xds/translate"
+	"poise.dev/poise/pkg/xds/xdscache"
+)
+
+// trustedLRS is a real LRS server over mutual TLS whose store publishes
+// bench/svc-0000, readable by every client, and bench/svc-0001, readable by
+// namespace a only.
+type trustedLRS struct {
+	ca    *spiffeCA
+	addr  string
+	loads *loadreport.Store
+}
+
+func serveTrustedLRS(t *testing.T) *trustedLRS {
+	t.Helper()
+	snap, err := topology.NewDirectory().Apply(topologytest.Batch(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &trustedLRS{ca: newSPIFFECA(t), loads: loadreport.NewStore(loadreport.Config{})}
+	s.loads.SetCatalog(loadreport.NewCatalog(nil, snap, nil))
+	cache := xdscache.New(2, func(n *core.Node) int { return int(translate.RenderingFor(n)) })
+	shared, err := xdscache.NewEntry("bench/svc-0000", "v1", cluster("bench/svc-0000", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := xdscache.NewEntry("bench/svc-0001", "v1", cluster("bench/svc-0001", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache.Apply(xdscache.Update{Version: "v1", Changes: both(CDS, shared, own.WithVisibility(xdscache.VisibleToNamespaces("a")))})
+	log := slog.New(slog.NewJSONHandler(&lockedBuffer{}, nil))
+	srv, err := server.New(cache, server.NewClients(nil, log), server.Config{TLS: s.ca.serverTLS(t),
+		Authenticator: identity.New(identity.Options{TrustDomain: "cluster.local"}), LoadReports: s.loads, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- server.Serve(ctx, srv, lis) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	s.addr = lis.Addr().String()
+	return s
+}
+
+func (s *trustedLRS) cert(t *testing.T, ns, sa string) tls.Certificate {
+	return s.ca.issue(t, x509.ExtKeyUsageClientAuth, time.Now().Add(time.Hour), "spiffe://cluster.local/ns/"+ns+"/sa/"+sa)
+}
+
+// report opens an LRS stream over conn as node id and sends stats; it
+// returns once the server has answered the first request, so the stats
+// are in the store.
+func report(t *testing.T, conn *grpc.ClientConn, id string, stats ...*endpointv3.ClusterStats) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := lrs.NewLoadReportingServiceClient(conn).StreamLoadStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&lrs.LoadStatsRequest{Node: envoyNode(id), ClusterStats: stats}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func reportersOf(s *loadreport.Store, cluster, addr string) int {
+	for _, e := range s.Cluster(cluster, time.Now()) {
+		if e.Address == addr {
+			return e.Reporters
+		}
+	}
+	return 0
+}
+
+// Three LRS streams with three node IDs over one client certificate are one
+// reporter: the store counts workload instances, not the node IDs they
+// claim.
+func TestLoadReportsCountOneCertificateOnce(t *testing.T) {
+	s := serveTrustedLRS(t)
+	conn := s.ca.dial(t, s.addr, s.cert(t, "b", "ledger"))
+	for _, id := range []string{"node-1", "node-2", "node-3"} {
+		report(t, conn, id, endpointStats("bench/svc-0000", "10.0.0.0", 10, 0, 10))
+	}
+	if got := reportersOf(s.loads, "bench/svc-0000", "10.0.0.0"); got != 1 {
+		t.Errorf("reporters of one certificate's three node IDs = %d, want 1", got)
+	}
+	if got := s.loads.Usage().Reporters; got != 1 {
+		t.Errorf("store reporters = %d, want 1", got)
+	}
+	r, _ := s.loads.Reports("bench/svc-0000", time.Now())
+	i := slices.IndexFunc(r.Endpoints, func(e loadreport.Endpoint) bool { return e.Address == "10.0.0.0" })
+	if len(r.Reporters) != 1 || i < 0 || r.Reporters[0].Loads[i].Issued != 30 {
+		t.Errorf("reports = %+v, want one reporter with the three streams' 30 requests", r.Reporters)
+	}
+}
+
+// Two client certificates, even of one service account, are two reporters.
+func TestLoadReportsCountEachCertificate(t *testing.T) {
+	s := serveTrustedLRS(t)
+	for i, id := range []string{"node-1", "node-2"} {
+		conn := s.ca.dial(t, s.addr, s.cert(t, "b", "ledger"))
+		report(t, conn, id, endpointStats("bench/svc-0000", "10.0.0.0", 10, 0, 10))
+		if got := reportersOf(s.loads, "bench/svc-0000", "10.0.0.0"); got != i+1 {
+			t.Errorf("reporters after %d certificates = %d, want %d", i+1, got, i+1)
+		}
+	}
+}
+
+// A report on a cluster the client's audience may not read is dropped and
+// counted as an unknown cluster's; the same report from the audience that
+// may read it is kept.
+func TestLoadReportsOnlyOnReadableClusters(t *testing.T) {
+	s := serveTrustedLRS(t)
+	asB := s.ca.dial(t, s.addr, s.cert(t, "b", "ledger"))
+	report(t, asB, "b-1", endpointStats("bench/svc-0001", "10.0.1.0", 10, 0, 10), endpointStats("bench/svc-0000", "10.0.0.0", 1, 1, 0))
+	if got := reportersOf(s.loads, "bench/svc-0001", "10.0.1.0"); got != 0 {
+		t.Errorf("b's report on a's cluster kept: %d reporters", got)
+	}
+	if got := reportersOf(s.loads, "bench/svc-0000", "10.0.0.0"); got != 1 {
+		t.Errorf("b's report on the shared cluster: %d reporters, want 1", got)
+	}
+	if d := s.loads.Drops(); d.UnknownCluster != 1 {
+		t.Errorf("drops = %+v, want b's report on a's cluster as an unknown cluster's", d)
+	}
+
+	asA := s.ca.dial(t, s.addr, s.cert(t, "a", "pay"))
+	report(t, asA, "a-1", endpointStats("bench/svc-0001", "10.0.1.0", 10, 0, 10))
+	if got := reportersOf(s.loads, "bench/svc-0001", "10.0.1.0"); got != 1 {
+		t.Errorf("a's report on its own cluster: %d reporters, want 1", got)
+	}
+	if d := s.loads.Drops(); d.UnknownCluster != 1 {
+		t.Errorf("drops = %+v, want a's report kept", d)
+	}
+}
+
+// ejectedBy is the endpoints fleet outlier detection ejects of
+// bench/svc-0000 from what the store holds, with minReporters 2.
+func ejectedBy(t *testing.T, s *loadreport.Store) []string {
+	t.Helper()
+	r, ok := s.Reports("bench/svc-0000", time.Now())
+	if !ok {
+		t.Fatal("bench/svc-0000 not in the catalog")
+	}
+	eps := make([]outlier.Endpoint, len(r.Endpoints))
+	for i, e := range r.Endpoints {
+		eps[i] = outlier.Endpoint{Address: e.Address, Port: e.Port, Weight: 1}
+	}
+	cfg := topology.OutlierDetection{ErrorPercent: 20, MinRequestVolume: 100, MinReporters: 2,
+		BaseEjectionTime: 30 * time.Second, MaxEjectionTime: 300 * time.Second, MaxEjectionPercent: 10}
+	var out []string
+	for _, v := range outlier.NewDecider(s.Window()).Decide(topology.Key{Namespace: "bench", Name: "svc-0000"}, cfg,
+		outlier.Summarize(r, cfg.ErrorPercent), eps, time.Now()) {
+		if v.Ejected {
+			out = append(out, v.Address)
+		}
+	}
+	return out
+}
+
+// Three node IDs over one certificate reporting errors on one endpoint are
+// one failing reporter: under minReporters 2 nothing is ejected. Two
+// certificates reporting the same are two, and the endpoint is ejected.
+func TestOneCertificateCannotEjectAlone(t *testing.T) {
+	s := serveTrustedLRS(t)
+	conn := s.ca.dial(t, s.addr, s.cert(t, "b", "ledger"))
+	for _, id := range []string{"node-1", "node-2", "node-3"} {
+		report(t, conn, id, failingOne())
+	}
+	if got := ejectedBy(t, s.loads); len(got) != 0 {
+		t.Errorf("one certificate's three node IDs ejected %v, want nothing", got)
+	}
+
+	s = serveTrustedLRS(t)
+	for _, id := range []string{"node-1", "node-2"} {
+		report(t, s.ca.dial(t, s.addr, s.cert(t, "b", "ledger")), id, failingOne())
+	}
+	if got := ejectedBy(t, s.loads); !slices.Equal(got, []string{"10.0.0.0"}) {
+		t.Errorf("two certificates ejected %v, want 10.0.0.0", got)
+	}
+}
+
+// failingOne is a report of bench/svc-0000 where 10.0.0.0 fails and two
+// other endpoints do not, so the reporter is trusted (it is not the one
+// failing).
+func failingOne() *endpointv3.ClusterStats {
+	cs := endpointStats("bench/svc-0000", "10.0.0.0", 100, 0, 100)
+	for _, addr := range []string{"10.0.0.1", "10.0.0.2"} {
+		cs.UpstreamLocalityStats[0].UpstreamEndpointStats = append(cs.UpstreamLocalityStats[0].UpstreamEndpointStats,
+			endpointStats("bench/svc-0000", addr, 100, 100, 0).UpstreamLocalityStats[0].UpstreamEndpointStats...)
+	}
+	return cs
+}
