@@ -208,6 +208,16 @@ func (c *Cache) ZoneFallback() int {
 	return c.zones.fallback
 }
 
+// CapDemand bounds the demand weight the stream's node may claim
+// (DemandWeight) to max, what the client's proven identity is granted, so a
+// client cannot move a zone's traffic by claiming more than it is. It takes
+// effect at SetNode, so it is called before it; zero leaves it unbounded.
+func (s *Stream) CapDemand(max uint64) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	s.demandCap = max
+}
+
 // Demand is, for one resource name of a type, the summed demand weight
 // (DemandWeight) of the streams of each zone class that subscribe to it,
 // over every view. Region-level classes and streams with no class are not
