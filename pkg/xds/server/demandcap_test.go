@@ -89,3 +89,52 @@ func TestDemandCappedByIdentity(t *testing.T) {
 		t.Errorf("/debug/clients of the anonymous client: demand %d, note %q; want 1000000 and no note", cl.DemandWeight, cl.DemandNote)
 	}
 }
+
+// TestDemandCountsAnInstanceOnce: the streams of one client certificate
+// (one workload instance) count once in a Balanced demand however many it
+// opens; another certificate of the same service account is another
+// instance, and counts.
+func TestDemandCountsAnInstanceOnce(t *testing.T) {
+	ca := newSPIFFECA(t)
+	grant := func(identity.Identity) uint64 { return 5 }
+	h := newHarnessWith(t, server.Config{TLS: ca.serverTLS(t), Authenticator: identity.New(identity.Options{}), DemandGrant: grant}, nil)
+	spiffe := "spiffe://cluster.local/ns/a/sa/pay"
+	h.conn = ca.dial(t, h.addr, ca.issue(t, x509.ExtKeyUsageClientAuth, time.Now().Add(time.Hour), spiffe))
+	if got := demandOf(t, h, claiming("one", 5), "e"); got != 5 {
+		t.Fatalf("one stream claiming 5: counts %d, want 5", got)
+	}
+	for i, id := range []string{"two", "three"} {
+		h.sotw(claiming(id, 5)).subscribe(EDS, "e")
+		waitFor(t, func() bool { return len(h.clients.List()) == i+2 })
+	}
+	total := func() (sum uint64) {
+		for _, d := range h.cache.Demand(EDS, "e") {
+			sum += d
+		}
+		return sum
+	}
+	settle := time.Now().Add(200 * time.Millisecond)
+	for time.Now().Before(settle) {
+		if got := total(); got != 5 {
+			t.Fatalf("three streams of one certificate claiming 5 each: count %d, want 5", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.conn = ca.dial(t, h.addr, ca.issue(t, x509.ExtKeyUsageClientAuth, time.Now().Add(time.Hour), spiffe))
+	if got := demandOf(t, h, claiming("other-instance", 5), "e2"); got != 5 {
+		t.Fatalf("the other certificate's own stream: counts %d, want 5", got)
+	}
+	h.sotw(claiming("other-instance-e", 5)).subscribe(EDS, "e")
+	waitFor(t, func() bool { return total() == 10 })
+}
+
+func waitFor(t *testing.T, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(recvTimeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -51,19 +51,20 @@ type xdsServer struct {
 	demandGrant func(identity.Identity) uint64
 }
 
-// demandCap is the demand weight the client of ctx may claim at most: 0
-// (no cap) when anonymous, else what its identity is granted, at least 1.
-func (x *xdsServer) demandCap(ctx context.Context) uint64 {
+// demandCap is the demand weight the client of ctx may claim at most, and
+// the workload instance it is: 0 (no cap) and "" when anonymous, else what
+// its identity is granted, at least 1.
+func (x *xdsServer) demandCap(ctx context.Context) (max uint64, instance string) {
 	id, ok := IdentityFrom(ctx)
 	if !ok || id.Anonymous() {
-		return 0
+		return 0, ""
 	}
 	if x.demandGrant != nil {
 		if g := x.demandGrant(id); g > 0 {
-			return g
+			return g, id.Instance
 		}
 	}
-	return 1
+	return 1, id.Instance
 }
 
 // audienceOf is the audience of the client of a call, or the status that
@@ -340,8 +341,8 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 	key := streamKey{protocol, ids.Add(1)}
 	st := x.cache.NewStreamFor(protocol == "delta", aud)
 	defer st.Close()
-	capped := x.demandCap(ss.Context())
-	st.CapDemand(capped)
+	capped, instance := x.demandCap(ss.Context())
+	st.CapDemand(capped, instance)
 	x.clients.open(key, st)
 	x.clients.capDemand(key, capped)
 	defer x.clients.closed(key)

@@ -41,6 +41,7 @@ type Stream struct {
 	// demandCap bounds the demand the node may claim: what the client's
 	// proven identity is granted (0: unbounded, for an anonymous client).
 	demandCap uint64
+	instance  string // the workload instance it is of, counted once in Demand ("": on its own)
 }
 
 // Watch is one stream's subscription to one type.
@@ -130,6 +131,9 @@ func (s *Stream) SetNode(n *core.Node) {
 			s.demand = min(s.demand, s.demandCap)
 		}
 		s.zone, s.admitted = s.c.zones.admit(s.view, ZoneKey(n))
+		if s.instance != "" {
+			s.c.zones.joinInstance(s.instance)
+		}
 	}
 }
 
@@ -162,6 +166,9 @@ func (s *Stream) Close() {
 		}
 	}
 	s.c.zones.leave(s.view, s.zone, s.admitted)
+	if s.viewSet && s.instance != "" {
+		s.c.zones.leaveInstance(s.instance)
+	}
 	s.closed = true
 }
 
