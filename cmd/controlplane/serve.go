@@ -87,6 +87,8 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.StringVar(&cfg.XDSTrustDomain, "xds-trust-domain", "", "with --xds-auth=mtls, the only SPIFFE trust domain accepted (empty: any the CA signs)")
 	fs.BoolVar(&cfg.XDSAllowAnonymousNonLoopback, "xds-allow-anonymous-non-loopback", false,
 		"with --xds-auth=none, serve xDS on an --xds-address that is not loopback anyway (logged as a warning): any process that reaches it reads every upstream and steers the fleet")
+	fs.StringArrayVar(&cfg.XDSDemandGrant, "xds-demand-grant", nil,
+		"NS/SA=N (repeatable): a client proven to be service account SA of namespace NS may claim a demand weight (node metadata poise.dev/demand-weight) of up to N, 1 to 1000000, in a Balanced upstream; any other proven client counts at most 1 (anonymous clients are not capped)")
 	fs.IntVar(&cfg.MaxStreams, "xds-max-streams", server.DefaultMaxStreams, "xDS streams served at once; beyond, a new stream ends with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&cfg.DrainPeriod, "drain-period", 5*time.Second, "on SIGTERM, stop accepting xDS connections and end the open streams spread over this long, so clients move to other replicas gradually (keep it below the pod's terminationGracePeriodSeconds)")
 	fs.IntVar(&cfg.MaxStreamsPerConnection, "xds-max-streams-per-connection", server.DefaultMaxStreamsPerConnection, "xDS streams one client connection may open at once")

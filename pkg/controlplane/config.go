@@ -57,6 +57,11 @@ type Config struct {
 	// XDSAllowAnonymousNonLoopback lets XDSAuth none serve on an address
 	// that is not loopback; without it Validate and Run refuse to.
 	XDSAllowAnonymousNonLoopback bool
+	// XDSDemandGrant raises the demand weight an identity may claim in a
+	// Balanced upstream: "NS/SA=N", N 1..affinity.MaxDemandWeight, one per
+	// principal. A proven identity not listed may claim 1; an anonymous
+	// client's claim is not capped.
+	XDSDemandGrant []string
 	// Audience resolves who an xDS client is, for what it may read (see
 	// server.Config.Audience); nil: every client is anonymous and reads only
 	// what is exported to every namespace.
@@ -159,6 +164,8 @@ const (
 //   - XDSAuth: none alone, or mtls and token once each; mtls needs TLS
 //     with a client CA; token a non-empty XDSTokenAudience; none on an
 //     XDSAddress that is not loopback needs XDSAllowAnonymousNonLoopback.
+//   - XDSDemandGrant: each NS/SA=N with N 1 to affinity.MaxDemandWeight,
+//     each principal once.
 //   - DefaultExportTo: a list spec.exportTo accepts (convert.ExportTo);
 //     nil is "*".
 //
@@ -221,6 +228,7 @@ func (c Config) Validate() error {
 		add("--status-write-share %v: want a part of the client's budget, above 0 and at most 1", c.StatusShare)
 	}
 	errs = append(errs, c.validateAuth()...)
+	errs = append(errs, c.validateDemandGrants()...)
 	switch {
 	case c.Source != "files" && c.Source != "kubernetes":
 		add("--source %q: want files or kubernetes", c.Source)

@@ -88,6 +88,8 @@ func TestValidateBounds(t *testing.T) {
 			}, "--tls-client-ca"},
 		{"xds-token-audience", func(c *controlplane.Config) { c.XDSAuth = []string{"token"} },
 			func(c *controlplane.Config) { c.XDSAuth, c.XDSTokenAudience = []string{"token"}, "" }, "--xds-token-audience"},
+		{"xds-demand-grant", func(c *controlplane.Config) { c.XDSDemandGrant = []string{"a/pay=1", "b/pay=1000000"} },
+			func(c *controlplane.Config) { c.XDSDemandGrant = []string{"a/pay=-1"} }, "--xds-demand-grant"},
 		{"anonymous on loopback only", func(c *controlplane.Config) { c.XDSAddress = "[::1]:18000" },
 			func(c *controlplane.Config) { c.XDSAddress = "0.0.0.0:18000" }, "--xds-allow-anonymous-non-loopback"},
 		{"anonymous elsewhere on purpose", func(c *controlplane.Config) { c.XDSAddress, c.XDSAllowAnonymousNonLoopback = ":18000", true },

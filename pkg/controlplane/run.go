@@ -291,7 +291,7 @@ func listen(cfg Config, p *parts, md mode) (*servers, error) {
 		return nil, err
 	}
 	grpcServer, err := server.New(p.cache, p.clients, server.Config{TLS: cfg.TLS, Log: p.log, MaxStreams: cfg.MaxStreams, MaxStreamsPerConnection: cfg.MaxStreamsPerConnection, DrainPeriod: cfg.DrainPeriod,
-		LoadReports: p.loads, Authenticator: authn, Audience: cfg.Audience})
+		LoadReports: p.loads, Authenticator: authn, Audience: cfg.Audience, DemandGrant: cfg.demandGrant()})
 	if err != nil {
 		return nil, err
 	}

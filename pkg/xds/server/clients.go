@@ -60,9 +60,11 @@ type Client struct {
 	Class     string `json:"class,omitempty"`
 	ClassNote string `json:"classNote,omitempty"`
 	// DemandWeight is what the client counts for in a Balanced upstream's
-	// demand (node metadata poise.dev/demand-weight, else 1).
+	// demand (node metadata poise.dev/demand-weight, else 1), within what
+	// its identity is granted.
 	DemandWeight uint64 `json:"demandWeight,omitempty"`
 	DemandNote   string `json:"demandNote,omitempty"`
+	demandCap    uint64 // what its identity is granted (0: anonymous, not capped)
 	// Identity is who the client proved to be; nil when anonymous.
 	Identity *ClientIdentity `json:"identity,omitempty"`
 	// Audience is what the client may read: the namespace its identity
@@ -382,8 +384,20 @@ func (c *Clients) identify(cl *Client, n *core.Node) {
 			cl.Identity.ClaimedNamespace = truncate(ns, maxNodeField)
 		}
 	}
-	if _, valid := xdscache.DemandWeight(n); !valid {
+	if w, valid := xdscache.DemandWeight(n); !valid {
 		cl.DemandNote = fmt.Sprintf("metadata %s is not an integer 1..%d; counted as 1", xdscache.DemandWeightKey, affinity.MaxDemandWeight)
+	} else if cl.demandCap > 0 && w > cl.demandCap {
+		cl.DemandNote = fmt.Sprintf("metadata %s claims %d; capped at %d, the demand its identity is granted", xdscache.DemandWeightKey, w, cl.demandCap)
+	}
+}
+
+// capDemand records the demand weight the client of stream k is granted
+// (0: not capped), for DemandNote.
+func (c *Clients) capDemand(k streamKey, max uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl := c.streams[k]; cl != nil {
+		cl.demandCap = max
 	}
 }
 

@@ -67,6 +67,11 @@ type Config struct {
 	// one, else PermissionDenied. nil makes every client anonymous: it reads
 	// only what is visible to every namespace.
 	Audience func(ctx context.Context) (Audience, error)
+	// DemandGrant is the most a proven (not anonymous) identity may claim
+	// as its demand weight in a Balanced upstream: a claim above it counts
+	// as it. Zero, or a nil DemandGrant, grants 1; an anonymous client's
+	// claim is not capped.
+	DemandGrant func(identity.Identity) uint64
 }
 
 // Audience is who a client is for what it may read: the namespace its
@@ -131,7 +136,7 @@ func New(cache *xdscache.Cache, clients *Clients, cfg Config) (*Server, error) {
 	}
 	x := &xdsServer{authn: cfg.Authenticator, cache: cache, clients: clients, names: newNameBlocks(maxNameBlockBytes), maxStreams: int64(maxStreams),
 		leaving: map[chan struct{}]struct{}{}, draining: make(chan struct{}), large: semaphore.NewWeighted(maxLargeInFlight),
-		loads: cfg.LoadReports, loadInterval: loadReportInterval(cfg.LoadReportInterval), audience: cfg.Audience}
+		loads: cfg.LoadReports, loadInterval: loadReportInterval(cfg.LoadReportInterval), audience: cfg.Audience, demandGrant: cfg.DemandGrant}
 	// every RPC passes the identity check first (see authStream)
 	opts = append(opts, grpc.ChainStreamInterceptor(x.authStream), grpc.ChainUnaryInterceptor(x.authUnary))
 	g := grpc.NewServer(opts...)

@@ -47,6 +47,24 @@ type xdsServer struct {
 	authn *identity.Authenticator
 	// audience resolves a call's audience (nil: anonymous).
 	audience func(context.Context) (Audience, error)
+	// demandGrant is the demand weight a proven identity may claim (nil: 1).
+	demandGrant func(identity.Identity) uint64
+}
+
+// demandCap is the demand weight the client of ctx may claim at most, and
+// the workload instance it is: 0 (no cap) and "" when anonymous, else what
+// its identity is granted, at least 1.
+func (x *xdsServer) demandCap(ctx context.Context) (max uint64, instance string) {
+	id, ok := IdentityFrom(ctx)
+	if !ok || id.Anonymous() {
+		return 0, ""
+	}
+	if x.demandGrant != nil {
+		if g := x.demandGrant(id); g > 0 {
+			return g, id.Instance
+		}
+	}
+	return 1, id.Instance
 }
 
 // audienceOf is the audience of the client of a call, or the status that
@@ -323,7 +341,10 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 	key := streamKey{protocol, ids.Add(1)}
 	st := x.cache.NewStreamFor(protocol == "delta", aud)
 	defer st.Close()
+	capped, instance := x.demandCap(ss.Context())
+	st.CapDemand(capped, instance)
 	x.clients.open(key, st)
+	x.clients.capDemand(key, capped)
 	defer x.clients.closed(key)
 	if id, ok := IdentityFrom(ss.Context()); ok {
 		x.clients.setIdentity(key, id)

@@ -31,12 +31,17 @@ type Stream struct {
 	zone     string
 	aud      Audience // what the client may read, as its identity proves; fixed for its life
 	admitted Admission
-	demand   uint64 // DemandWeight of the node: what the stream counts for in Demand
+	demand   uint64 // DemandWeight of the node, within demandCap: what the stream counts for in Demand
 	watches  [xdstype.Count]*Watch
 	wakeCh   chan struct{}
 	epoch    uint64 // the Apply that last queued this stream for waking
 	nonce    uint64
 	closed   bool
+
+	// demandCap bounds the demand the node may claim: what the client's
+	// proven identity is granted (0: unbounded, for an anonymous client).
+	demandCap uint64
+	instance  string // the workload instance it is of, counted once in Demand ("": on its own)
 }
 
 // Watch is one stream's subscription to one type.
@@ -122,7 +127,13 @@ func (s *Stream) SetNode(n *core.Node) {
 	if !s.viewSet && !s.closed && s.watches == [xdstype.Count]*Watch{} {
 		s.view, s.viewSet = s.c.viewOf(n), true
 		s.demand, _ = DemandWeight(n)
+		if s.demandCap > 0 {
+			s.demand = min(s.demand, s.demandCap)
+		}
 		s.zone, s.admitted = s.c.zones.admit(s.view, ZoneKey(n))
+		if s.instance != "" {
+			s.c.zones.joinInstance(s.instance)
+		}
 	}
 }
 
@@ -155,6 +166,9 @@ func (s *Stream) Close() {
 		}
 	}
 	s.c.zones.leave(s.view, s.zone, s.admitted)
+	if s.viewSet && s.instance != "" {
+		s.c.zones.leaveInstance(s.instance)
+	}
 	s.closed = true
 }
 

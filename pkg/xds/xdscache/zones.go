@@ -106,6 +106,11 @@ type zoneCensus struct {
 	overflow int
 	fallback int           // streams in a region class because their zone did not fit
 	changed  chan struct{} // closed, and replaced, when a count or a demand changes
+
+	// instances counts the streams of each workload instance that a cap
+	// named (CapDemand); shared is how many have more than one.
+	instances map[string]int
+	shared    int
 }
 
 func (z *zoneCensus) init(views int) {
@@ -208,10 +213,62 @@ func (c *Cache) ZoneFallback() int {
 	return c.zones.fallback
 }
 
+// CapDemand bounds the demand weight the stream's node may claim
+// (DemandWeight) to max, what the client's proven identity is granted, so a
+// client cannot move a zone's traffic by claiming more than it is, and names
+// the workload instance the stream is of: Demand counts an instance once,
+// however many streams it opens. It takes effect at SetNode, so it is
+// called before it; zero and "" (an anonymous client) leave the claim
+// unbounded and the stream counted on its own.
+func (s *Stream) CapDemand(max uint64, instance string) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	s.demandCap, s.instance = max, instance
+}
+
+// joinInstance counts an open stream of a workload instance.
+func (z *zoneCensus) joinInstance(instance string) {
+	if z.instances == nil {
+		z.instances = map[string]int{}
+	}
+	z.instances[instance]++
+	if z.instances[instance] == 2 {
+		z.shared++
+	}
+}
+
+// leaveInstance uncounts a stream joinInstance counted.
+func (z *zoneCensus) leaveInstance(instance string) {
+	z.instances[instance]--
+	switch z.instances[instance] {
+	case 1:
+		z.shared--
+	case 0:
+		delete(z.instances, instance)
+	}
+}
+
+// instanceDemand is what one workload instance of several streams counts
+// for in a Demand: the largest weight of its streams that subscribe, in
+// that stream's class (the least class on a tie, so a Demand does not
+// depend on the order it meets them).
+type instanceDemand struct {
+	zone   string
+	demand uint64
+}
+
+func (d *instanceDemand) offer(zone string, demand uint64) {
+	if demand > d.demand || demand == d.demand && zone < d.zone {
+		d.zone, d.demand = zone, demand
+	}
+}
+
 // Demand is, for one resource name of a type, the summed demand weight
-// (DemandWeight) of the streams of each zone class that subscribe to it,
-// over every view. Region-level classes and streams with no class are not
-// counted: the Balanced mode gives them the None split.
+// (DemandWeight, within what the stream's identity is granted) of the
+// streams of each zone class that subscribe to it, over every view; the
+// streams of one workload instance count once (CapDemand). Region-level
+// classes and streams with no class are not counted: the Balanced mode
+// gives them the None split.
 func (c *Cache) Demand(typeURL, name string) map[string]uint64 {
 	t := xdstype.Index(typeURL)
 	if t < 0 {
@@ -220,6 +277,24 @@ func (c *Cache) Demand(typeURL, name string) map[string]uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out map[string]uint64
+	var shared map[string]*instanceDemand // instances of several streams: counted once, after
+	// take out of d a watch of an instance of several streams, to count it once
+	once := func(w *Watch, zone string, d *uint64) {
+		s := w.stream
+		if c.zones.shared == 0 || s.instance == "" || c.zones.instances[s.instance] < 2 {
+			return
+		}
+		*d -= s.demand
+		if shared == nil {
+			shared = map[string]*instanceDemand{}
+		}
+		id := shared[s.instance]
+		if id == nil {
+			id = &instanceDemand{}
+			shared[s.instance] = id
+		}
+		id.offer(zone, s.demand)
+	}
 	for _, v := range c.views {
 		ts := v.types[t]
 		e := ts.resources[name]
@@ -235,6 +310,16 @@ func (c *Cache) Demand(typeURL, name string) map[string]uint64 {
 				for _, ss := range g.index[name] {
 					d += ss.demand
 				}
+				if c.zones.shared > 0 {
+					for w := range g.wildcard {
+						once(w, zone, &d)
+					}
+					for _, ss := range g.index[name] {
+						for w := range ss.members {
+							once(w, zone, &d)
+						}
+					}
+				}
 				if d > 0 {
 					if out == nil {
 						out = map[string]uint64{}
@@ -242,6 +327,14 @@ func (c *Cache) Demand(typeURL, name string) map[string]uint64 {
 					out[zone] += d
 				}
 			}
+		}
+	}
+	for _, id := range shared {
+		if id.demand > 0 {
+			if out == nil {
+				out = map[string]uint64{}
+			}
+			out[id.zone] += id.demand
 		}
 	}
 	return out
