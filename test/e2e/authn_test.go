@@ -232,7 +232,7 @@ func TestMTLSClientsThroughTheSplit(t *testing.T) {
 	if s := liar.GetState().String(); s == "READY" {
 		t.Errorf("the liar's channel is %s", s)
 	}
-	if !strings.Contains(cp.logs(), "claim-mismatch") {
+	if !cp.logged("claim-mismatch") {
 		t.Errorf("no refusal of the liar in the control plane's log:\n%s", cp.logs())
 	}
 	testkit.MustGetJSON(t, cp.adminURL+"/debug/clients", &v)

@@ -104,6 +104,20 @@ func (cp *controlPlane) logs() string {
 	return cp.out.String()
 }
 
+// logged waits up to 5 s for the control plane's log to hold substr: a line
+// reaches the test through the child's output pipe, which may lag what the
+// admin port already shows.
+func (cp *controlPlane) logged(substr string) bool {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if strings.Contains(cp.logs(), substr) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
 // metric reads one sample from /metrics, 0 when absent.
 func (cp *controlPlane) metric(t *testing.T, name string) float64 {
 	t.Helper()

@@ -178,7 +178,7 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("6 invalid edit: refused %v after it was written", time.Since(start).Round(time.Millisecond))
-	if !strings.Contains(cp.logs(), "InconsistentTopology") {
+	if !cp.logged("InconsistentTopology") {
 		t.Errorf("the refusal was not logged with its reason:\n%s", cp.logs())
 	}
 	if got := cp.metric(t, "poise_xds_published_revision"); got != revBefore {
