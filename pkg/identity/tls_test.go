@@ -2,15 +2,9 @@ package identity_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
 	"net"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -25,74 +19,18 @@ import (
 	"google.golang.org/grpc/status"
 
 	"poise.dev/poise/pkg/identity"
+	"poise.dev/poise/test/testkit"
 )
 
-// ca issues certificates for one test.
-type ca struct {
-	cert   *x509.Certificate
-	key    *ecdsa.PrivateKey
-	serial int64
-}
+// ca is the test CA of test/testkit.
+type ca struct{ *testkit.CA }
 
-func newCA(t *testing.T, name string) *ca {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &ca{cert: cert, key: key, serial: 1}
-}
+func newCA(t *testing.T, name string) *ca { return &ca{testkit.NewCA(t, name)} }
 
-func (c *ca) pool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(c.cert)
-	return p
-}
+func (c *ca) pool() *x509.CertPool { return c.Pool() }
 
-// issue makes a leaf for the URIs (parsed leniently, as a CA might put
-// anything there), valid from an hour ago until notAfter.
 func (c *ca) issue(t *testing.T, usage x509.ExtKeyUsage, notAfter time.Time, uris ...string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(c.serial), Subject: pkix.Name{CommonName: "workload"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter,
-		ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	for _, s := range uris {
-		u, err := url.Parse(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = append(tmpl.URIs, u)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+	return c.Issue(t, usage, notAfter, uris...)
 }
 
 // authServer is a real gRPC server on 127.0.0.1 whose Health.Check handler

@@ -3,17 +3,13 @@ package server_test
 import (
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"io"
 	"log/slog"
 	"math/big"
 	"net"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,69 +34,25 @@ import (
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/test/testkit"
 )
 
-// spiffeCA issues the certificates of one test: the server's and clients'
-// with SPIFFE URI SANs, each valid until the time it is given.
+// spiffeCA is the test CA of test/testkit, with a directory for the PEM
+// files the server reads.
 type spiffeCA struct {
-	cert   *x509.Certificate
-	key    *ecdsa.PrivateKey
-	serial int64
-	dir    string
+	*testkit.CA
+	dir string
 }
 
 func newSPIFFECA(t *testing.T) *spiffeCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "poise test SPIFFE CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &spiffeCA{key: key, serial: 1, dir: t.TempDir()}
-	if c.cert, err = x509.ParseCertificate(der); err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, filepath.Join(c.dir, "ca.pem"), "CERTIFICATE", der)
+	c := &spiffeCA{CA: testkit.NewCA(t, "poise test SPIFFE CA"), dir: t.TempDir()}
+	writePEM(t, filepath.Join(c.dir, "ca.pem"), "CERTIFICATE", c.DER)
 	return c
 }
 
 func (c *spiffeCA) issue(t *testing.T, usage x509.ExtKeyUsage, notAfter time.Time, uris ...string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(c.serial), Subject: pkix.Name{CommonName: "workload"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter,
-		ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	for _, s := range uris {
-		u, err := url.Parse(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = append(tmpl.URIs, u)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+	return c.Issue(t, usage, notAfter, uris...)
 }
 
 // serverTLS writes a server certificate and returns the server's TLS files
@@ -121,8 +73,7 @@ func (c *spiffeCA) serverTLS(t *testing.T) *server.TLS {
 // dial is a connection to addr presenting the certificate.
 func (c *spiffeCA) dial(t *testing.T, addr string, cert tls.Certificate) *grpc.ClientConn {
 	t.Helper()
-	pool := x509.NewCertPool()
-	pool.AddCert(c.cert)
+	pool := c.Pool()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
 		RootCAs: pool, Certificates: []tls.Certificate{cert}, ServerName: "127.0.0.1"})))
 	if err != nil {
