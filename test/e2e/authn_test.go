@@ -3,19 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
-	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -36,34 +27,15 @@ import (
 // testCA issues one test's certificates into its directory: the control
 // plane's for 127.0.0.1 and the clients' with SPIFFE URI SANs.
 type testCA struct {
-	cert   *x509.Certificate
-	key    *ecdsa.PrivateKey
-	serial int64
-	dir    string
-	File   string // the CA certificate, PEM
+	*testkit.CA
+	dir  string
+	File string // the CA certificate, PEM
 }
 
 func newTestCA(t *testing.T) *testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "poise e2e CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &testCA{key: key, serial: 1, dir: t.TempDir()}
-	if c.cert, err = x509.ParseCertificate(der); err != nil {
-		t.Fatal(err)
-	}
-	c.File = filepath.Join(c.dir, "ca.pem")
-	writePEMFile(t, c.File, "CERTIFICATE", der)
+	c := &testCA{CA: testkit.NewCA(t, "poise e2e CA"), dir: t.TempDir()}
+	c.File = c.WriteCA(t, c.dir)
 	return c
 }
 
@@ -71,43 +43,11 @@ func newTestCA(t *testing.T) *testCA {
 // returns their paths; spiffeID, when set, is its one URI SAN.
 func (c *testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage, spiffeID string) (certFile, keyFile string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(c.serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
+	var uris []string
 	if spiffeID != "" {
-		u, err := url.Parse(spiffeID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = []*url.URL{u}
+		uris = []string{spiffeID}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(c.dir, name+".pem"), filepath.Join(c.dir, name+"-key.pem")
-	writePEMFile(t, certFile, "CERTIFICATE", der)
-	writePEMFile(t, keyFile, "EC PRIVATE KEY", kb)
-	return certFile, keyFile
-}
-
-func writePEMFile(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	return testkit.WriteFiles(t, c.dir, name, c.Issue(t, usage, time.Now().Add(time.Hour), uris...))
 }
 
 // newMTLSXDSClient dials xds:///listener through grpc-go's xDS resolver

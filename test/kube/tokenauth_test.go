@@ -2,19 +2,10 @@ package kube_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,51 +43,9 @@ type tokenCA struct {
 
 func newTokenCA(t *testing.T) *tokenCA {
 	t.Helper()
-	dir := t.TempDir()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "poise test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "poise"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &server.TLS{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server-key.pem")}
-	for path, blk := range map[string]*pem.Block{f.CertFile: {Type: "CERTIFICATE", Bytes: der}, f.KeyFile: {Type: "EC PRIVATE KEY", Bytes: kb}} {
-		if err := os.WriteFile(path, pem.EncodeToMemory(blk), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(caCert)
-	return &tokenCA{pool: pool, files: f}
+	ca := testkit.NewCA(t, "poise test CA")
+	certFile, keyFile := testkit.WriteFiles(t, t.TempDir(), "server", ca.Issue(t, x509.ExtKeyUsageServerAuth, time.Now().Add(time.Hour)))
+	return &tokenCA{pool: ca.Pool(), files: &server.TLS{CertFile: certFile, KeyFile: keyFile}}
 }
 
 // bearer sends a token as gRPC call credentials, which grpc-go refuses to

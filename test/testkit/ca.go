@@ -7,9 +7,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"math/big"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -86,4 +89,33 @@ func (c *CA) Issue(t testing.TB, usage x509.ExtKeyUsage, notAfter time.Time, uri
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+}
+
+// WriteCA writes the CA's certificate as dir/ca.pem and returns its path.
+func (c *CA) WriteCA(t testing.TB, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "ca.pem")
+	writePEM(t, path, "CERTIFICATE", c.DER)
+	return path
+}
+
+// WriteFiles writes an issued certificate and its key as dir/name.pem and
+// dir/name-key.pem, for a server or a bootstrap that reads files.
+func WriteFiles(t testing.TB, dir, name string, cert tls.Certificate) (certFile, keyFile string) {
+	t.Helper()
+	kb, err := x509.MarshalECPrivateKey(cert.PrivateKey.(*ecdsa.PrivateKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+	writePEM(t, certFile, "CERTIFICATE", cert.Certificate[0])
+	writePEM(t, keyFile, "EC PRIVATE KEY", kb)
+	return certFile, keyFile
+}
+
+func writePEM(t testing.TB, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
