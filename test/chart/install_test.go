@@ -38,6 +38,8 @@ const (
 	kindValues = "../kind/testdata/values-kind.yaml"
 	// kustomizeDir is the plain install: kubectl apply -k config/default
 	kustomizeDir = "../../config/default"
+	// shopNS is the walkthrough's namespace of Envoy and its backends.
+	shopNS = "shop"
 	// serviceRange is the Service CIDR of the kind suite's cluster
 	// (test/kind/testdata/kind-config.yaml); the walkthrough pins ClusterIPs in it.
 	serviceRange = "10.96.0.0/16"
@@ -112,7 +114,8 @@ func startAPIServer(t *testing.T) *apiServer {
 // checks that the server holds every object as the chart rendered it and
 // that the CRDs it serves are those of config/crd, then validates the
 // walkthrough's manifests and the kind suite's rendering on that server
-// (server-side apply, dry run).
+// (server-side apply, dry run). The default release is then upgraded as the
+// walkthrough does: its generated CA and certificate must stay.
 func TestInstall(t *testing.T) {
 	helm(t) // HELM first: fail or skip before starting anything
 	srv := startAPIServer(t)
@@ -185,6 +188,11 @@ func TestInstall(t *testing.T) {
 	t.Run("status-writes-priority-level", func(t *testing.T) { checkStatusPriorityLevel(t, srv, cases[0]) })
 	t.Run("shop-manifests-dry-run", func(t *testing.T) { checkShopManifests(t, srv) })
 	t.Run("dry-run-rejects", func(t *testing.T) { checkDryRunRejects(t, srv) })
+	// The walkthrough's install: the defaults, with the CA ConfigMap written
+	// into shop (created above), upgraded again and again.
+	if !t.Run("upgrade-keeps-tls", func(t *testing.T) { checkUpgradeKeepsTLS(t, srv, cases[0]) }) {
+		t.FailNow()
+	}
 	t.Run("kind-values-dry-run", func(t *testing.T) {
 		out, err := runHelm(t, "template", "poise", chartDir, "--namespace", "poise-system", "--values", kindValues)
 		if err != nil {
