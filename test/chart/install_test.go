@@ -115,7 +115,8 @@ func startAPIServer(t *testing.T) *apiServer {
 // that the CRDs it serves are those of config/crd, then validates the
 // walkthrough's manifests and the kind suite's rendering on that server
 // (server-side apply, dry run). The default release is then upgraded as the
-// walkthrough does: its generated CA and certificate must stay.
+// walkthrough does (its generated CA and certificate must stay), and serves
+// the walkthrough's Envoy over TLS with its token.
 func TestInstall(t *testing.T) {
 	helm(t) // HELM first: fail or skip before starting anything
 	srv := startAPIServer(t)
@@ -211,6 +212,8 @@ func TestInstall(t *testing.T) {
 		}
 		t.Logf("%d objects of `helm template -f %s` accepted (server-side apply, dry run)", len(objs), kindValues)
 	})
+	// Last, as it applies the walkthrough for real and runs a replica.
+	t.Run("walkthrough-envoy-served", func(t *testing.T) { checkWalkthroughEnvoy(t, srv, cases[0]) })
 }
 
 // fullname is the chart's poise.fullname for a release without overrides.
