@@ -623,7 +623,8 @@ func checkStatusPriorityLevel(t *testing.T, srv *apiServer, c renderCase) {
 // checkKustomize: `kubectl apply -k config/default`, the install without
 // Helm, builds (kustomize's own API, as kubectl embeds it) to the CRDs of
 // config/crd, the generated least-privilege ClusterRole bound to the pods'
-// ServiceAccount, and a Deployment in poise-system; the apiserver accepts
+// ServiceAccount, and a Deployment in poise-system serving xDS with the
+// chart's default authentication and TLS flags; the apiserver accepts
 // every object (server-side apply, dry run: the chart's release already
 // owns poise-system's objects of the same names).
 func checkKustomize(t *testing.T, srv *apiServer) {
@@ -671,10 +672,28 @@ func checkKustomize(t *testing.T, srv *apiServer) {
 		t.Errorf("the binding's subject %v, the pods' ServiceAccount %q and the ServiceAccount %q do not agree",
 			get(crb, "subjects"), str(d, "spec", "template", "spec", "serviceAccountName"), sa.name())
 	}
+	// The same authentication and TLS as the chart's defaults: token over
+	// TLS, from a Secret of the name the chart's release poise would make.
+	chart := one(t, parse(t, cases[0].render(t)), "Deployment")
+	security := func(dep obj) (flags []string, secret, mount string) {
+		for _, a := range strs(dep, "spec", "template", "spec", "containers", 0, "args") {
+			if strings.HasPrefix(a, "--xds-auth") || strings.HasPrefix(a, "--xds-token-audience") || strings.HasPrefix(a, "--tls-") ||
+				strings.HasPrefix(a, "--xds-allow-anonymous") {
+				flags = append(flags, a)
+			}
+		}
+		return flags, str(dep, "spec", "template", "spec", "volumes", 0, "secret", "secretName"),
+			str(dep, "spec", "template", "spec", "containers", 0, "volumeMounts", 0, "mountPath")
+	}
+	kf, ks, km := security(d)
+	cf, cs, cm := security(chart)
+	if !slices.Equal(kf, cf) || ks != cs || km != cm {
+		t.Errorf("config/default serves xDS with %v from Secret %q at %q; the chart's defaults with %v from Secret %q at %q", kf, ks, km, cf, cs, cm)
+	}
 	for _, u := range toUnstructured(t, objs) {
 		if err := dryRunApply(srv, u); err != nil {
 			t.Errorf("%s: %v", describe(u), err)
 		}
 	}
-	t.Logf("kubectl apply -k %s: %d objects (%v) accepted (server-side apply, dry run)", kustomizeDir, len(objs), kinds)
+	t.Logf("kubectl apply -k %s: %d objects (%v) accepted (server-side apply, dry run); xDS %v from Secret %s", kustomizeDir, len(objs), kinds, kf, ks)
 }
