@@ -645,6 +645,49 @@ func TestEnvoyCredentials(t *testing.T) {
 	}
 }
 
+// TestWalkthroughInstall: docs/helm.md installs the chart as the suite does:
+// the namespaces of examples/kubernetes first, then `helm install` with the
+// chart's TLS and authentication defaults and the CA ConfigMap written into
+// the namespaces of the kind values' tls.generated.caNamespaces.
+func TestWalkthroughInstall(t *testing.T) {
+	raw, err := os.ReadFile(root + "/docs/helm.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	start := strings.Index(doc, "## 1. Install the control plane")
+	end := strings.Index(doc, "## 2.")
+	if start < 0 || end < start {
+		t.Fatal("docs/helm.md has no section 1. Install the control plane")
+	}
+	section := doc[start:end]
+	block := regexp.MustCompile("(?s)```sh\n(.*?)```").FindStringSubmatch(section)
+	if block == nil {
+		t.Fatal("docs/helm.md section 1 has no sh block")
+	}
+	cmds := strings.ReplaceAll(block[1], "\\\n", " ")
+	ns := strings.Index(cmds, "kubectl apply -f examples/kubernetes/00-namespace.yaml")
+	install := strings.Index(cmds, "helm install poise charts/poise")
+	if ns < 0 || install < 0 || ns > install {
+		t.Fatalf("docs/helm.md section 1 does not apply 00-namespace.yaml before `helm install poise charts/poise`:\n%s", cmds)
+	}
+	line := cmds[install:]
+	line = line[:strings.IndexByte(line, '\n')]
+	for _, forbidden := range []string{"xds.auth", "tls.enabled", "tls.secretName"} {
+		if strings.Contains(line, forbidden) {
+			t.Errorf("the walkthrough's install sets %s: it must run on the chart's defaults, as the kind suite does\n%s", forbidden, line)
+		}
+	}
+	m := regexp.MustCompile(`tls\.generated\.caNamespaces=\{([^}]*)\}`).FindStringSubmatch(line)
+	var got []string
+	if m != nil {
+		got = strings.Split(m[1], ",")
+	}
+	if want := readValues(t, kindValues).TLS.Generated.CANamespaces; !slices.Equal(got, want) {
+		t.Errorf("the walkthrough's install writes the CA into %v, the kind suite's values into %v\n%s", got, want, line)
+	}
+}
+
 // TestKindValues: the chart values of the suite use the image it loads into
 // the nodes, never pulled from a registry.
 func TestKindValues(t *testing.T) {
