@@ -386,7 +386,8 @@ func checkDeployment(t *testing.T, c renderCase, d obj) {
 		}
 		// TLS from the chart's own serving certificate, and token
 		// authentication (TestGeneratedTLS checks the certificate)
-		for _, a := range []string{"--tls-cert=/etc/poise/tls/tls.crt", "--tls-key=/etc/poise/tls/tls.key", "--xds-auth=token", "--xds-token-audience=poise"} {
+		for _, a := range []string{"--tls-cert=/etc/poise/tls/tls.crt", "--tls-key=/etc/poise/tls/tls.key", "--xds-auth=token", "--xds-token-audience=poise",
+			"--default-export-to=*"} {
 			if !slices.Contains(args, a) {
 				t.Errorf("default args %v lack %s", args, a)
 			}
@@ -410,7 +411,7 @@ func checkDeployment(t *testing.T, c renderCase, d obj) {
 		for _, a := range []string{
 			"--namespace=shop", "--tls-cert=/etc/poise/tls/tls.crt", "--tls-key=/etc/poise/tls/tls.key",
 			"--tls-client-ca=/etc/poise/tls/ca.crt", "--debounce=250ms",
-			"--xds-max-streams=3000", "--xds-max-streams-per-connection=10", "--drain-period=45s",
+			"--xds-max-streams=3000", "--xds-max-streams-per-connection=10", "--drain-period=45s", "--default-export-to=.",
 			"--cluster-name=west", "--remote-stale-after=2m",
 		} {
 			if !slices.Contains(args, a) {
@@ -746,6 +747,9 @@ func TestInvalidValues(t *testing.T) {
 		{[]string{"multicluster.clusterName="}, "/multicluster/clusterName"},
 		{[]string{"multicluster.staleAfter=60"}, "/multicluster/staleAfter"},
 		{[]string{"multicluster.enable=true"}, "additional properties 'enable' not allowed"},
+		{[]string{"xds.defaultExportTo={Shop}"}, "/xds/defaultExportTo/0"},
+		{[]string{"xds.defaultExportTo={}"}, "/xds/defaultExportTo"},
+		{[]string{"xds.defaultExportTo={*,shop}"}, `xds.defaultExportTo: "*" (every namespace) stands alone`},
 		{[]string{"tls.generated.validityDays=0"}, "/tls/generated/validityDays"},
 		{[]string{"tls.generated.extraDNSNames={Bad_Name}"}, "/tls/generated/extraDNSNames/0"},
 		{[]string{"tls.generated.caNamespaces={Shop}"}, "/tls/generated/caNamespaces/0"},
