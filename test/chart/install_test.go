@@ -579,13 +579,7 @@ func checkStatusPriorityLevel(t *testing.T, srv *apiServer, c renderCase) {
 	if err := srv.c.Create(ctx, up); err != nil {
 		t.Fatal(err)
 	}
-	sa, err := srv.env.ControlPlane.AddUser(envtest.User{
-		Name:   "system:serviceaccount:" + c.namespace + ":" + name,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + c.namespace, "system:authenticated"},
-	}, srv.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sa := releaseServiceAccount(t, srv, c)
 	hc, err := rest.HTTPClientFor(sa.Config())
 	if err != nil {
 		t.Fatal(err)
@@ -618,6 +612,20 @@ func checkStatusPriorityLevel(t *testing.T, srv *apiServer, c renderCase) {
 		t.Errorf("a read by the release's ServiceAccount went to the chart's status priority level (FlowSchema %q, level %q); only status writes belong there", fs, pl)
 	}
 	t.Logf("status write by %s → FlowSchema and priority level %s", "system:serviceaccount:"+c.namespace+":"+name, level)
+}
+
+// releaseServiceAccount is a client of the apiserver with the identity of
+// the release's ServiceAccount (its user name and groups), as its pods have.
+func releaseServiceAccount(t *testing.T, srv *apiServer, c renderCase) *envtest.AuthenticatedUser {
+	t.Helper()
+	sa, err := srv.env.ControlPlane.AddUser(envtest.User{
+		Name:   "system:serviceaccount:" + c.namespace + ":" + fullname(c.release),
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + c.namespace, "system:authenticated"},
+	}, srv.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa
 }
 
 // checkKustomize: `kubectl apply -k config/default`, the install without

@@ -1,7 +1,6 @@
 package chart_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -11,11 +10,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +33,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	// the types the walkthrough's Envoy bootstrap names
@@ -138,26 +134,6 @@ func (b bearerFile) GetRequestMetadata(context.Context, ...string) (map[string]s
 
 func (bearerFile) RequireTransportSecurity() bool { return true }
 
-// runningPlane is a controlplane process and its output.
-type runningPlane struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-}
-
-func (p *runningPlane) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *runningPlane) logs() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
-
 // servingArgs are the installed Deployment's arguments with the addresses
 // moved to free loopback ports, the TLS files to dir, and the kubeconfig
 // added; every other flag is the chart's.
@@ -223,13 +199,7 @@ func checkWalkthroughEnvoy(t *testing.T, srv *apiServer, c renderCase) {
 	if err := srv.c.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: secretName}, &secret); err != nil {
 		t.Fatalf("the Secret the replicas mount (%q): %v", secretName, err)
 	}
-	sa, err := srv.env.ControlPlane.AddUser(envtest.User{
-		Name:   "system:serviceaccount:" + c.namespace + ":" + name,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + c.namespace, "system:authenticated"},
-	}, srv.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sa := releaseServiceAccount(t, srv, c)
 	dir := t.TempDir()
 	kc, err := sa.KubeConfig()
 	if err != nil {
@@ -248,32 +218,11 @@ func checkWalkthroughEnvoy(t *testing.T, srv *apiServer, c renderCase) {
 	start := time.Now()
 	bin := cpbinary.Build(t)
 	t.Logf("controlplane built in %v", time.Since(start).Round(time.Millisecond))
-	plane := &runningPlane{done: make(chan struct{})}
-	plane.cmd = exec.Command(bin, args...)
-	plane.cmd.Stdout, plane.cmd.Stderr = plane, plane
-	if err := plane.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = plane.cmd.Wait(); close(plane.done) }()
-	t.Cleanup(func() {
-		_ = plane.cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-plane.done:
-		case <-time.After(15 * time.Second):
-			_ = plane.cmd.Process.Kill()
-			<-plane.done
-			t.Errorf("controlplane did not stop within 15 s of SIGINT")
-		}
-		if t.Failed() {
-			t.Logf("controlplane output:\n%s", plane.logs())
-		}
-	})
+	plane := cpbinary.Start(t, bin, args...)
 	start = time.Now()
 	testkit.EventuallyEvery(t, 60*time.Second, 100*time.Millisecond, "the replica ready", func() (bool, string) {
-		select {
-		case <-plane.done:
-			t.Fatalf("controlplane exited:\n%s", plane.logs())
-		default:
+		if plane.Exited() {
+			t.Fatalf("controlplane exited:\n%s", plane.Logs())
 		}
 		resp, err := http.Get("http://" + metricsAddr + "/readyz")
 		if err != nil {

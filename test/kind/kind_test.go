@@ -669,23 +669,40 @@ func (s *suite) admin(pod, path string, params map[string]string, v any) error {
 }
 
 type clientsView struct {
-	Clients []struct {
-		NodeID   string `json:"nodeId"`
-		Identity *struct {
-			Principal string    `json:"principal"`
-			Method    string    `json:"method"`
-			Pod       string    `json:"pod"`
-			Expires   time.Time `json:"expires"`
-		} `json:"identity"`
-		Types map[string]struct {
-			LastSentVersion  string `json:"lastSentVersion"`
-			LastAckedVersion string `json:"lastAckedVersion"`
-			NACKs            uint64 `json:"nacks"`
-			LastNACK         *struct {
-				Error string `json:"error"`
-			} `json:"lastNack"`
-		} `json:"types"`
-	} `json:"clients"`
+	Clients []clientState `json:"clients"`
+}
+
+// clientState is one stream of /debug/clients.
+type clientState struct {
+	NodeID   string `json:"nodeId"`
+	Identity *struct {
+		Principal string    `json:"principal"`
+		Method    string    `json:"method"`
+		Pod       string    `json:"pod"`
+		Expires   time.Time `json:"expires"`
+	} `json:"identity"`
+	Types map[string]struct {
+		LastSentVersion  string `json:"lastSentVersion"`
+		LastAckedVersion string `json:"lastAckedVersion"`
+		NACKs            uint64 `json:"nacks"`
+		LastNACK         *struct {
+			Error string `json:"error"`
+		} `json:"lastNack"`
+	} `json:"types"`
+}
+
+// clientOf is Envoy's stream on the plane, or why there is none.
+func (s *suite) clientOf(plane, envoy string) (*clientState, string) {
+	var v clientsView
+	if err := s.admin(plane, "/debug/clients", nil, &v); err != nil {
+		return nil, err.Error()
+	}
+	for i := range v.Clients {
+		if v.Clients[i].NodeID == envoy {
+			return &v.Clients[i], ""
+		}
+	}
+	return nil, "Envoy is not connected to " + plane
 }
 
 // planeServing is the control plane pod Envoy's ADS stream is on (Envoy's
@@ -701,17 +718,11 @@ func (s *suite) planeServing(envoy string) (string, error) {
 		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
 			continue
 		}
-		var v clientsView
-		if err := s.admin(p.Name, "/debug/clients", nil, &v); err != nil {
-			seen = append(seen, err.Error())
-			continue
+		c, why := s.clientOf(p.Name, envoy)
+		if c != nil {
+			return p.Name, nil
 		}
-		for _, c := range v.Clients {
-			if c.NodeID == envoy {
-				return p.Name, nil
-			}
-		}
-		seen = append(seen, p.Name+": no client "+envoy)
+		seen = append(seen, p.Name+": "+why)
 	}
 	return "", fmt.Errorf("no control plane pod serves Envoy %s: %v", envoy, seen)
 }
@@ -725,33 +736,27 @@ func (s *suite) synced(plane, envoy string) (bool, string) {
 // syncedTypes: Envoy ACKed the last response of each type the plane sent it
 // and NACKed none.
 func (s *suite) syncedTypes(plane, envoy string, types ...string) (bool, string) {
-	var v clientsView
-	if err := s.admin(plane, "/debug/clients", nil, &v); err != nil {
-		return false, err.Error()
+	c, why := s.clientOf(plane, envoy)
+	if c == nil {
+		return false, why
 	}
-	for _, c := range v.Clients {
-		if c.NodeID != envoy {
-			continue
-		}
-		for _, typ := range types {
-			st, ok := c.Types[typ]
-			switch {
-			case !ok || st.LastSentVersion == "":
-				return false, "nothing of " + typ + " sent yet"
-			case st.NACKs > 0:
-				msg := ""
-				if st.LastNACK != nil {
-					msg = st.LastNACK.Error
-				}
-				s.t.Errorf("Envoy NACKed %s: %s", typ, msg)
-				return false, "NACK"
-			case st.LastAckedVersion != st.LastSentVersion:
-				return false, fmt.Sprintf("%s sent %s, ACKed %s", typ, st.LastSentVersion, st.LastAckedVersion)
+	for _, typ := range types {
+		st, ok := c.Types[typ]
+		switch {
+		case !ok || st.LastSentVersion == "":
+			return false, "nothing of " + typ + " sent yet"
+		case st.NACKs > 0:
+			msg := ""
+			if st.LastNACK != nil {
+				msg = st.LastNACK.Error
 			}
+			s.t.Errorf("Envoy NACKed %s: %s", typ, msg)
+			return false, "NACK"
+		case st.LastAckedVersion != st.LastSentVersion:
+			return false, fmt.Sprintf("%s sent %s, ACKed %s", typ, st.LastSentVersion, st.LastAckedVersion)
 		}
-		return true, ""
 	}
-	return false, "Envoy is not connected to " + plane
+	return true, ""
 }
 
 func (s *suite) envoyPod(t *testing.T) string {
@@ -780,29 +785,23 @@ func (s *suite) checkIdentity(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		var v clientsView
-		if err := s.admin(plane, "/debug/clients", nil, &v); err != nil {
-			return false, err.Error()
+		c, why := s.clientOf(plane, envoy)
+		if c == nil {
+			return false, why
 		}
-		for _, c := range v.Clients {
-			if c.NodeID != envoy {
-				continue
-			}
-			id := c.Identity
-			switch {
-			case id == nil:
-				return false, "no identity on Envoy's stream"
-			case id.Principal != shopNS+"/envoy" || id.Method != "token":
-				t.Errorf("Envoy's stream is proven as %q by %q, want %s/envoy by token", id.Principal, id.Method, shopNS)
-			case id.Pod != shopNS+"/"+envoy:
-				t.Errorf("Envoy's token is bound to pod %q, want %s/%s", id.Pod, shopNS, envoy)
-			case id.Expires.IsZero() || time.Until(id.Expires) > time.Hour+time.Minute:
-				t.Errorf("Envoy's proof expires at %v: the projected token lives an hour", id.Expires)
-			}
-			t.Logf("plane %s serves Envoy %s as %s (%s, pod %s, until %v)", plane, envoy, id.Principal, id.Method, id.Pod, id.Expires)
-			return true, ""
+		id := c.Identity
+		switch {
+		case id == nil:
+			return false, "no identity on Envoy's stream"
+		case id.Principal != shopNS+"/envoy" || id.Method != "token":
+			t.Errorf("Envoy's stream is proven as %q by %q, want %s/envoy by token", id.Principal, id.Method, shopNS)
+		case id.Pod != shopNS+"/"+envoy:
+			t.Errorf("Envoy's token is bound to pod %q, want %s/%s", id.Pod, shopNS, envoy)
+		case id.Expires.IsZero() || time.Until(id.Expires) > time.Hour+time.Minute:
+			t.Errorf("Envoy's proof expires at %v: the projected token lives an hour", id.Expires)
 		}
-		return false, "Envoy is not connected to " + plane
+		t.Logf("plane %s serves Envoy %s as %s (%s, pod %s, until %v)", plane, envoy, id.Principal, id.Method, id.Pod, id.Expires)
+		return true, ""
 	})
 }
 

@@ -401,8 +401,7 @@ func TestEnvoyBootstrap(t *testing.T) {
 	if v := b.GetDynamicResources().GetCdsConfig().GetResourceApiVersion(); v != corev3.ApiVersion_V3 {
 		t.Errorf("cds_config.resource_api_version %v, want V3", v)
 	}
-	v := chartValues(t)
-	want := fmt.Sprintf("poise.poise-system.svc:%d", v.Service.XDSPort)
+	want := fmt.Sprintf("poise.poise-system.svc:%d", chartDefaults(t).Service.XDSPort)
 	if got := ads.GetGrpcServices()[0].GetGoogleGrpc().GetTargetUri(); got != want {
 		t.Errorf("ADS goes to %q (google_grpc target_uri), want the chart's xDS Service %s", got, want)
 	}
@@ -443,9 +442,15 @@ func TestEnvoyBootstrap(t *testing.T) {
 	}
 }
 
-// chartDefaults are the chart values the walkthrough depends on.
-type chartDefaults struct {
-	Service struct {
+// chartValues are the chart values the suite and the walkthrough depend
+// on, as the chart's values.yaml or the kind values set them.
+type chartValues struct {
+	Image struct {
+		Repository, Tag, PullPolicy string
+	} `json:"image"`
+	ExtraArgs       []string `json:"extraArgs"`
+	SpatialListener string   `json:"spatialListener"`
+	Service         struct {
 		XDSPort uint32 `json:"xdsPort"`
 	} `json:"service"`
 	TLS struct {
@@ -461,20 +466,21 @@ type chartDefaults struct {
 	} `json:"xds"`
 }
 
-func readValues(t testing.TB, path string) chartDefaults {
+func readValues(t testing.TB, path string) chartValues {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v chartDefaults
+	var v chartValues
 	if err := yaml.Unmarshal(raw, &v); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return v
 }
 
-func chartValues(t testing.TB) chartDefaults {
+// chartDefaults are the chart's own values.yaml.
+func chartDefaults(t testing.TB) chartValues {
 	t.Helper()
 	return readValues(t, filepath.Join(chartDir, "values.yaml"))
 }
@@ -497,7 +503,7 @@ const (
 // service account the token proves. Every path the bootstrap reads is a file
 // of a volume the pod mounts.
 func TestEnvoyCredentials(t *testing.T) {
-	def, kind := chartValues(t), readValues(t, kindValues)
+	def, kind := chartDefaults(t), readValues(t, kindValues)
 	if !def.TLS.Enabled || def.TLS.SecretName != "" || def.XDS.Auth != "token" || def.XDS.TokenAudience == "" {
 		t.Fatalf("chart defaults: tls.enabled %v, tls.secretName %q, xds.auth %q, xds.tokenAudience %q; the walkthrough expects TLS with the chart's own CA and token authentication",
 			def.TLS.Enabled, def.TLS.SecretName, def.XDS.Auth, def.XDS.TokenAudience)
@@ -691,19 +697,7 @@ func TestWalkthroughInstall(t *testing.T) {
 // TestKindValues: the chart values of the suite use the image it loads into
 // the nodes, never pulled from a registry.
 func TestKindValues(t *testing.T) {
-	raw, err := os.ReadFile(kindValues)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v struct {
-		Image struct {
-			Repository, Tag, PullPolicy string
-		} `json:"image"`
-		ExtraArgs []string `json:"extraArgs"`
-	}
-	if err := yaml.Unmarshal(raw, &v); err != nil {
-		t.Fatal(err)
-	}
+	v := readValues(t, kindValues)
 	if v.Image.PullPolicy != "Never" {
 		t.Errorf("%s: image.pullPolicy %q, want Never (the image is loaded with kind load docker-image)", kindValues, v.Image.PullPolicy)
 	}
@@ -1121,22 +1115,7 @@ func TestSpatialCases(t *testing.T) {
 // default when nothing sets it.
 func spatialListenerPort(t *testing.T) (uint32, string) {
 	t.Helper()
-	type values struct {
-		SpatialListener string   `json:"spatialListener"`
-		ExtraArgs       []string `json:"extraArgs"`
-	}
-	read := func(path string) values {
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v values
-		if err := yaml.Unmarshal(raw, &v); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		return v
-	}
-	chart, kind := read(filepath.Join(chartDir, "values.yaml")), read(kindValues)
+	chart, kind := chartDefaults(t), readValues(t, kindValues)
 	addr, from := chart.SpatialListener, filepath.Join(chartDir, "values.yaml")+" spatialListener"
 	if addr != "" {
 		// The chart passes the value: its golden rendering (test/chart) shows it.
