@@ -5,6 +5,7 @@ import (
 	"context"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -82,7 +83,20 @@ func checkUpgradeKeepsTLS(t *testing.T, srv *apiServer, c renderCase) {
 	}
 	t.Logf("after renaming: the same CA signed a certificate for %v", newLeaf.DNSNames)
 
-	// Back to the walkthrough's values, for the suites that follow.
+	// Starting over: without the CA's Secret an upgrade makes a new CA and
+	// signs a new certificate with it, and the ConfigMaps follow. (Back to
+	// the walkthrough's values, for the suites that follow.)
+	var caSecret corev1.Secret
+	if err := srv.c.Get(context.Background(), client.ObjectKey{Namespace: c.namespace, Name: name + "-ca"}, &caSecret); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.c.Delete(context.Background(), &caSecret); err != nil {
+		t.Fatal(err)
+	}
 	upgrade("tls.generated.caNamespaces={" + shopNS + "}")
-	installedTLS(t, srv, name, c.namespace, withShop).check(t, names, withShop)
+	fresh := installedTLS(t, srv, name, c.namespace, withShop)
+	fresh.check(t, names, withShop)
+	if bytes.Equal(fresh.caCert, installed.caCert) || bytes.Equal(fresh.cert, renamed.cert) {
+		t.Error("with the CA's Secret deleted, the upgrade kept the old CA or certificate")
+	}
 }
