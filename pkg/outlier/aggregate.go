@@ -2,8 +2,6 @@ package outlier
 
 import (
 	"cmp"
-	"encoding/json"
-	"fmt"
 	"slices"
 
 	"poise.dev/poise/pkg/loadreport"
@@ -19,7 +17,8 @@ const MaxEndpoints = 1 << 16
 // Aggregate is one upstream's load reports over one window, summed per
 // endpoint over the trusted reporters: what a replica contributes and what
 // the decider reads. Aggregates of the same window from several replicas
-// add up with Merge. Its JSON shape, as a replica shares it, is
+// add up with Merge. Its JSON shape, as a replica shares it (DecodeShared
+// reads it back), is
 //
 //	{"reporters":7,"untrusted":1,"endpoints":[{"address":"10.0.0.1","port":8080,
 //	 "requests":1240,"errors":595,"reporters":7,"failingInstances":5,
@@ -52,7 +51,7 @@ type EndpointSummary struct {
 	// adds replicas' counts, so an instance reporting to k replicas is k
 	// here: the decider counts FailingInstances instead. Failing's JSON
 	// key is not the previous version's "failing", so a leader of that
-	// version, which would add it up, reads none (see UnmarshalJSON).
+	// version, which would add it up, reads none (see DecodeShared).
 	Reporters uint64 `json:"reporters"`
 	Failing   uint64 `json:"failingInstances"`
 	// Instances is the failing reporters' InstanceSet: the smallest of
@@ -73,28 +72,6 @@ type EndpointSummary struct {
 // replicas").
 func (e EndpointSummary) FailingInstances() uint64 {
 	return max(uint64(len(e.Instances)), e.FailingFloor)
-}
-
-// UnmarshalJSON reads an endpoint's summary as this version shares it, or
-// as the previous one did: its "failing" (no instances) counts as the
-// failing instances of the one replica that wrote it.
-func (e *EndpointSummary) UnmarshalJSON(b []byte) error {
-	type fields EndpointSummary // without this method
-	var w struct {
-		fields
-		Previous uint64 `json:"failing"`
-	}
-	if err := json.Unmarshal(b, &w); err != nil {
-		var at struct { // names the endpoint, as far as it can be read
-			Address string `json:"address"`
-			Port    uint32 `json:"port"`
-		}
-		_ = json.Unmarshal(b, &at)
-		return fmt.Errorf("endpoint %s:%d: %w", at.Address, at.Port, err)
-	}
-	*e = EndpointSummary(w.fields)
-	e.Failing = max(e.Failing, w.Previous)
-	return nil
 }
 
 func compareSummary(a, b EndpointSummary) int {

@@ -142,27 +142,17 @@ func TestMerge(t *testing.T) {
 	if string(js) != shape {
 		t.Errorf("JSON\n got %s\nwant %s", js, shape)
 	}
-	var back Aggregate
-	wantBack := Merge(a)
-	for i := range wantBack.Endpoints {
-		wantBack.Endpoints[i].FailingFloor = 0 // not in the JSON: DecodeShared sets it
-	}
-	if err := json.Unmarshal(js, &back); err != nil || !reflect.DeepEqual(back, wantBack) {
+	back, err := decodeSharedJSON([]byte(`{"upstreams":{"ns/a":` + string(js) + `}}`))
+	if err != nil || !reflect.DeepEqual(back.Upstreams["ns/a"], Merge(a)) {
 		t.Errorf("round trip: %+v, %v", back, err)
 	}
-	// the previous version's shape: its "failing" is read, and a leader of
-	// that version reads none of this version's (it has no "failing")
-	var old EndpointSummary
-	if err := json.Unmarshal([]byte(`{"address":"10.0.0.1","port":80,"requests":10,"errors":5,"reporters":4,"failing":3}`), &old); err != nil ||
-		old.Failing != 3 || old.Instances != nil {
-		t.Errorf("the previous version's summary read as %+v, %v", old, err)
-	}
+	// a leader of the previous version reads no "failing" in it
 	var previous struct {
 		Endpoints []struct {
-			Failing uint64 `json:"failing"`
+			Failing *uint64 `json:"failing"`
 		} `json:"endpoints"`
 	}
-	if err := json.Unmarshal(js, &previous); err != nil || previous.Endpoints[0].Failing != 0 {
+	if err := json.Unmarshal(js, &previous); err != nil || previous.Endpoints[0].Failing != nil {
 		t.Errorf("the previous version reads %+v, %v: want no failing reporters", previous, err)
 	}
 }

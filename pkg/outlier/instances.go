@@ -2,7 +2,6 @@ package outlier
 
 import (
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -53,7 +52,8 @@ func InstanceHash(id string) uint64 {
 
 // InstanceSet is the smallest InstanceHashes of a set of reporters,
 // ascending and distinct, at most MaxInstances. Its JSON is a string: the
-// hashes as 8 big-endian bytes each, in standard base64.
+// hashes as 8 big-endian bytes each, in standard base64 (DecodeShared reads
+// it back).
 type InstanceSet []uint64
 
 // bottom sorts hs and keeps its k smallest distinct values; it may reuse hs.
@@ -93,10 +93,6 @@ func union(a, b InstanceSet, k int) InstanceSet {
 	return out
 }
 
-// maxInstancesJSON is the longest JSON an InstanceSet may take: MaxInstances
-// hashes in base64, quoted.
-var maxInstancesJSON = base64.StdEncoding.EncodedLen(8*MaxInstances) + 2
-
 // MarshalJSON writes the set as one base64 string.
 func (s InstanceSet) MarshalJSON() ([]byte, error) {
 	raw := make([]byte, 8*len(s))
@@ -106,30 +102,24 @@ func (s InstanceSet) MarshalJSON() ([]byte, error) {
 	return json.Marshal(raw)
 }
 
-// UnmarshalJSON reads a set MarshalJSON wrote, refusing one that is not
-// whole hashes, over MaxInstances, or not ascending and distinct.
-func (s *InstanceSet) UnmarshalJSON(b []byte) error {
-	if len(b) > maxInstancesJSON {
-		return fmt.Errorf("instances: over %d hashes", MaxInstances)
-	}
-	var raw []byte
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return fmt.Errorf("instances: %w", err)
-	}
-	if len(raw)%8 != 0 {
-		return fmt.Errorf("instances: %d bytes, not whole 8-byte hashes", len(raw))
-	}
-	if len(raw) == 0 {
-		*s = nil
-		return nil
+// parseInstances reads the bytes of a set MarshalJSON wrote, refusing
+// them unless they are whole hashes, at most MaxInstances, ascending and
+// distinct.
+func parseInstances(raw []byte) (InstanceSet, error) {
+	switch {
+	case len(raw)%8 != 0:
+		return nil, fmt.Errorf("%d bytes, not whole 8-byte hashes", len(raw))
+	case len(raw) > 8*MaxInstances:
+		return nil, fmt.Errorf("%d hashes, over %d", len(raw)/8, MaxInstances)
+	case len(raw) == 0:
+		return nil, nil
 	}
 	out := make(InstanceSet, len(raw)/8)
 	for i := range out {
 		out[i] = binary.BigEndian.Uint64(raw[8*i:])
 		if i > 0 && out[i] <= out[i-1] {
-			return fmt.Errorf("instances: hashes not ascending and distinct")
+			return nil, fmt.Errorf("hashes not ascending and distinct")
 		}
 	}
-	*s = out
-	return nil
+	return out, nil
 }

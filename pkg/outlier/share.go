@@ -204,12 +204,14 @@ func (s Shared) Encode() ([]byte, error) {
 }
 
 // DecodeShared reads a share Encode wrote, refusing one whose JSON is over
-// 16 MiB or whose aggregates are not sorted and bounded as Compact makes
-// them. A share is one replica's: each endpoint's FailingFloor is its
-// Failing, that replica's distinct failing instances. So a share of the
-// previous version, which has no InstanceSets, counts as many failing
-// instances as its one replica saw, never more (an instance it shares
-// with another replica is not recognised, and may be missed).
+// 16 MiB, whose aggregates are not sorted and bounded as Compact makes
+// them, or whose InstanceSets are not whole hashes, ascending, distinct,
+// at most MaxInstances and at most their endpoint's failing reporters. A
+// share is one replica's: each endpoint's FailingFloor is its Failing,
+// that replica's distinct failing instances. A share of the previous
+// version has "failing" and no InstanceSets: it counts as many failing
+// instances as its one replica saw, never more (an instance it shares with
+// another replica is not recognised, and may be missed).
 func DecodeShared(b []byte) (Shared, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(b))
 	if err != nil {
@@ -225,36 +227,59 @@ func DecodeShared(b []byte) (Shared, error) {
 	return decodeSharedJSON(raw)
 }
 
+// sharedJSON is a share as DecodeShared reads it: Shared's JSON, and the
+// previous version's "failing", which this version does not write.
+type sharedJSON struct {
+	Upstreams map[string]struct {
+		Reporters uint64 `json:"reporters"`
+		Untrusted uint64 `json:"untrusted"`
+		Truncated uint64 `json:"truncated"`
+		Endpoints []struct {
+			Address   string `json:"address"`
+			Port      uint32 `json:"port"`
+			Requests  uint64 `json:"requests"`
+			Errors    uint64 `json:"errors"`
+			Reporters uint64 `json:"reporters"`
+			Failing   uint64 `json:"failingInstances"`
+			Previous  uint64 `json:"failing"`
+			Instances []byte `json:"instances"`
+		} `json:"endpoints"`
+	} `json:"upstreams"`
+}
+
 // decodeSharedJSON is DecodeShared after the gzip.
 func decodeSharedJSON(raw []byte) (Shared, error) {
-	var w struct {
-		Upstreams map[string]json.RawMessage `json:"upstreams"`
-	}
+	var w sharedJSON
 	if err := json.Unmarshal(raw, &w); err != nil {
 		return Shared{}, fmt.Errorf("shared aggregate: %w", err)
 	}
 	s := Shared{Upstreams: make(map[string]Aggregate, len(w.Upstreams))}
 	n := 0
 	for _, up := range slices.Sorted(maps.Keys(w.Upstreams)) {
-		var a Aggregate
-		if err := json.Unmarshal(w.Upstreams[up], &a); err != nil {
-			return Shared{}, fmt.Errorf("shared aggregate of %s: %w", up, err)
-		}
-		n += len(a.Endpoints)
+		wa := w.Upstreams[up]
+		n += len(wa.Endpoints)
 		if n > MaxSharedEndpoints {
 			return Shared{}, fmt.Errorf("shared aggregate: over %d endpoints", MaxSharedEndpoints)
 		}
-		for i := 1; i < len(a.Endpoints); i++ {
-			if compareSummary(a.Endpoints[i-1], a.Endpoints[i]) >= 0 {
+		a := Aggregate{Reporters: wa.Reporters, Untrusted: wa.Untrusted, Truncated: wa.Truncated}
+		if wa.Endpoints != nil {
+			a.Endpoints = make([]EndpointSummary, len(wa.Endpoints))
+		}
+		for i, we := range wa.Endpoints {
+			e := EndpointSummary{Address: we.Address, Port: we.Port, Requests: we.Requests, Errors: we.Errors, Reporters: we.Reporters,
+				Failing: max(we.Failing, we.Previous)}
+			if i > 0 && compareSummary(a.Endpoints[i-1], e) >= 0 {
 				return Shared{}, fmt.Errorf("shared aggregate of %s: endpoints not sorted and distinct", up)
 			}
-		}
-		for i := range a.Endpoints {
-			e := &a.Endpoints[i]
+			var err error
+			if e.Instances, err = parseInstances(we.Instances); err != nil {
+				return Shared{}, fmt.Errorf("shared aggregate of %s: endpoint %s:%d: instances: %w", up, e.Address, e.Port, err)
+			}
 			if uint64(len(e.Instances)) > e.Failing {
 				return Shared{}, fmt.Errorf("shared aggregate of %s: endpoint %s:%d: %d instances, more than its %d failing reporters", up, e.Address, e.Port, len(e.Instances), e.Failing)
 			}
 			e.FailingFloor = e.Failing
+			a.Endpoints[i] = e
 		}
 		s.Upstreams[up] = a
 	}

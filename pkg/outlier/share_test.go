@@ -25,7 +25,7 @@ import (
 // minReporters.
 func TestCompactKeepsEveryDecision(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 15))
-	for trial := range 300 {
+	for trial := range 120 {
 		full, compact := NewDecider(window), NewDecider(window)
 		n := 2 + rng.IntN(12)
 		eps := endpoints(n)
