@@ -36,8 +36,13 @@ import (
 // (about 2⁻⁶⁴ a pair) can only lower the count. A set cut shorter than m
 // (Compact, when a share would outgrow its bound) still holds only hashes
 // of real failing reporters, so its union can only count fewer: a cut may
-// miss an ejection, never make one. TestBottomSetsCountDistinctInstances
-// holds the equality; TestShareNeverOverCounts the whole path.
+// miss an ejection, never make one. Each replica's own count of failing
+// reporters (Failing) is exact, its reporters being distinct, and is kept
+// whole: the count the decider reads, FailingInstances, is the larger of
+// the union's size and the largest such count, so it too is never above
+// |U|. TestBottomSetsCountDistinctInstances holds the equality,
+// TestFleetCountsEachInstanceOnce the whole path from the reports to the
+// decision.
 
 // MaxInstances bounds an InstanceSet: the largest minReporters
 // (v1alpha1.MaxOutlierMinReporters).

@@ -12,9 +12,17 @@ import (
 
 	"pgregory.net/rapid"
 
+	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/topology"
 )
+
+// MaxInstances is the largest minReporters the API allows.
+func TestMaxInstancesIsTheLargestMinReporters(t *testing.T) {
+	if MaxInstances != v1alpha1.MaxOutlierMinReporters {
+		t.Fatalf("MaxInstances %d, the API's largest minReporters %d", MaxInstances, v1alpha1.MaxOutlierMinReporters)
+	}
+}
 
 // TestBottomSetsCountDistinctInstances: instances (any hashes) failing on
 // any replicas, each replica keeping its m smallest, united in any order
