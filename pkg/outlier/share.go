@@ -227,22 +227,16 @@ func DecodeShared(b []byte) (Shared, error) {
 	return decodeSharedJSON(raw)
 }
 
-// sharedJSON is a share as DecodeShared reads it: Shared's JSON, and the
-// previous version's "failing", which this version does not write.
+// sharedJSON is a share as DecodeShared reads it: Shared's JSON, with the
+// instance sets as their bytes, and the previous version's "failing",
+// which this version does not write.
 type sharedJSON struct {
 	Upstreams map[string]struct {
-		Reporters uint64 `json:"reporters"`
-		Untrusted uint64 `json:"untrusted"`
-		Truncated uint64 `json:"truncated"`
+		Aggregate
 		Endpoints []struct {
-			Address   string `json:"address"`
-			Port      uint32 `json:"port"`
-			Requests  uint64 `json:"requests"`
-			Errors    uint64 `json:"errors"`
-			Reporters uint64 `json:"reporters"`
-			Failing   uint64 `json:"failingInstances"`
+			EndpointSummary
 			Previous  uint64 `json:"failing"`
-			Instances []byte `json:"instances"`
+			Instances []byte `json:"instances"` // EndpointSummary's, undecoded
 		} `json:"endpoints"`
 	} `json:"upstreams"`
 }
@@ -261,13 +255,13 @@ func decodeSharedJSON(raw []byte) (Shared, error) {
 		if n > MaxSharedEndpoints {
 			return Shared{}, fmt.Errorf("shared aggregate: over %d endpoints", MaxSharedEndpoints)
 		}
-		a := Aggregate{Reporters: wa.Reporters, Untrusted: wa.Untrusted, Truncated: wa.Truncated}
+		a := wa.Aggregate
 		if wa.Endpoints != nil {
 			a.Endpoints = make([]EndpointSummary, len(wa.Endpoints))
 		}
 		for i, we := range wa.Endpoints {
-			e := EndpointSummary{Address: we.Address, Port: we.Port, Requests: we.Requests, Errors: we.Errors, Reporters: we.Reporters,
-				Failing: max(we.Failing, we.Previous)}
+			e := we.EndpointSummary
+			e.Failing = max(e.Failing, we.Previous)
 			if i > 0 && compareSummary(a.Endpoints[i-1], e) >= 0 {
 				return Shared{}, fmt.Errorf("shared aggregate of %s: endpoints not sorted and distinct", up)
 			}
