@@ -1,7 +1,10 @@
 package xdscache
 
 import (
+	"bytes"
+	"hash/fnv"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -98,4 +101,100 @@ func (e *Entry) WithVisibility(v Visibility) *Entry {
 		return e
 	}
 	return &Entry{Name: e.Name, Version: e.Version, Any: e.Any, Visible: v}
+}
+
+// audienceVariants are the audience variants of one resource: entries sent
+// instead of its base to the clients of the namespaces each names. Their
+// visibilities are disjoint, so a namespace reads one variant at most; a
+// client of any other audience reads the base (or its zone's variant), if
+// it may.
+type audienceVariants struct {
+	src  []*Entry          // as put, in order
+	sent []*Entry          // src[i] under a version of its own
+	byNS map[string]*Entry // namespace → the entry of sent its clients read
+}
+
+// newAudienceVariants makes the audience variants of name from list, as a
+// Change puts them; nil when none is valid. An entry visible to every
+// client, or to none, is no variant (the base is what every other client
+// reads); a namespace two entries name reads the first's. An entry of
+// bytes old already holds keeps their Any, and its sent entry when its
+// visibility is the same too: a publication that repeats a variant changes
+// nothing, and one that moves it to other namespaces changes what only the
+// namespaces that move read.
+func newAudienceVariants(name string, list []*Entry, old *audienceVariants) *audienceVariants {
+	var av *audienceVariants
+	for _, e := range list {
+		if e == nil || !e.Visible.Restricted() || e.Visible.names == "" {
+			continue
+		}
+		if av == nil {
+			av = &audienceVariants{byNS: map[string]*Entry{}}
+		}
+		sent := old.sentFor(e)
+		if sent == nil || sent.Visible != e.Visible {
+			if sent != nil {
+				sent = &Entry{Name: name, Version: sent.Version, Any: sent.Any, Visible: e.Visible}
+			} else {
+				sent = &Entry{Name: name, Version: e.Version + "@" + digest(e.Any.GetValue()), Any: e.Any, Visible: e.Visible}
+			}
+		}
+		av.src, av.sent = append(av.src, e), append(av.sent, sent)
+		for rest := e.Visible.names; rest != ""; {
+			ns, after, _ := strings.Cut(rest, ",")
+			if _, taken := av.byNS[ns]; !taken {
+				av.byNS[ns] = sent
+			}
+			rest = after
+		}
+	}
+	return av
+}
+
+// sentFor is the sent entry of e's bytes, the one of its visibility too
+// if there is one, or nil.
+func (av *audienceVariants) sentFor(e *Entry) *Entry {
+	if av == nil {
+		return nil
+	}
+	var found *Entry
+	for _, s := range av.sent {
+		if s.Any != e.Any && !bytes.Equal(s.Any.GetValue(), e.Any.GetValue()) {
+			continue
+		}
+		if s.Visible == e.Visible {
+			return s
+		}
+		found = s
+	}
+	return found
+}
+
+// same reports whether av and o send the same entries to the same audiences.
+func (av *audienceVariants) same(o *audienceVariants) bool {
+	if av == nil || o == nil {
+		return av == o
+	}
+	return slices.Equal(av.sent, o.sent)
+}
+
+// digest names the content of a variant in its version: variants of one
+// name rendered in one publication share the entry's version, and a Delta
+// client that moves between them, or to the base, must see another version
+// (FNV-1a, 64 bits, the same in every process).
+func digest(b []byte) string {
+	h := fnv.New64a()
+	_, _ = h.Write(b)
+	return strconv.FormatUint(h.Sum64(), 16)
+}
+
+// audienceVariant is the audience variant of name aud reads, or nil.
+func (ts *typeState) audienceVariant(name string, aud Audience) *Entry {
+	if len(ts.audiences) == 0 || aud.IsAnonymous() {
+		return nil
+	}
+	if av := ts.audiences[name]; av != nil {
+		return av.byNS[aud.Namespace]
+	}
+	return nil
 }
