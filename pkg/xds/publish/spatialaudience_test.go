@@ -9,28 +9,13 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
-	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/topology/topologytest"
 	"poise.dev/poise/pkg/weights"
 	"poise.dev/poise/pkg/xds/publish"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
 )
-
-// addSmallDomain puts a serving SpatialDomain ns/name of one replica on an
-// Upstream of its own into b, exported to exportTo (nil: no rule).
-func addSmallDomain(b *topology.Batch, ns, name string, exportTo []string) {
-	up := topology.Key{Namespace: ns, Name: name + "-up"}
-	b.PutUpstream(topology.Upstream{Key: up, Policy: weights.DefaultPolicy(), HealthAdjustment: topology.ControlPlane})
-	b.PutEndpointSet(topology.EndpointSet{Key: topology.Key{Namespace: ns, Name: name + "-up"}, Upstream: up.Name,
-		Locality:  weights.Locality{Region: "eu", Zone: "a"},
-		Endpoints: []topology.Endpoint{{Address: "10.9.0.1", Port: 8080, Weight: 1, Admin: weights.Ready}}})
-	b.PutSpatialDomain(topology.SpatialDomain{Key: topology.Key{Namespace: ns, Name: name},
-		ExportTo: topology.NewExport(exportTo, ns),
-		Domain: partitionmap.Domain{Name: name, GridDeg: 5, MaxCells: 256, CapPercent: partitionmap.NoCap,
-			Replicas: []partitionmap.Replica{{Name: "r", Upstream: up.Name, Region: "eu"}},
-			Products: []partitionmap.Product{{Name: "p", PathPrefix: "/p", AllowedRegions: []string{"eu"}}}}})
-}
 
 // exportDomain changes who may read a domain.
 func exportDomain(t *testing.T, d *topology.Directory, k topology.Key, items ...string) topology.Batch {
@@ -91,8 +76,8 @@ func TestPublishSpatialAudiences(t *testing.T) {
 	p := publish.New(c, "inst", nil)
 	b := spatialBatch()
 	cadastre := topology.Key{Namespace: "geo", Name: "cadastre"}
-	addSmallDomain(&b, "sea", "charts", []string{".", "fleet"})
-	addSmallDomain(&b, "pub", "atlas", []string{"*"})
+	topologytest.SpatialDomain(&b, topology.Key{Namespace: "sea", Name: "charts"}, []string{".", "fleet"})
+	topologytest.SpatialDomain(&b, topology.Key{Namespace: "pub", Name: "atlas"}, []string{"*"})
 	snap := apply(t, d, b)
 	geo := snap.SpatialDomain(cadastre).Domain
 	geo.ExportTo = topology.NewExport([]string{"."}, "geo")
@@ -223,7 +208,7 @@ func TestSpatialClassesAreBounded(t *testing.T) {
 			items = append(items, n)
 			named[n] = true
 		}
-		addSmallDomain(&b, ns, fmt.Sprintf("dom-%02d", i), items)
+		topologytest.SpatialDomain(&b, topology.Key{Namespace: ns, Name: fmt.Sprintf("dom-%02d", i)}, items)
 	}
 	if _, err := p.Publish(apply(t, d, b)); err != nil {
 		t.Fatal(err)

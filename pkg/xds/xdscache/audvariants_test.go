@@ -399,3 +399,43 @@ func TestAudienceStateIsBounded(t *testing.T) {
 	}
 	check("10,000 namespaces, one after another", 0)
 }
+
+// TestRestampWakesOnlyWhoGainsOrLoses: a resource whose bytes stay and
+// whose visibility takes in another namespace is news to that namespace's
+// clients alone, over SotW (full state) and Delta, and so is one that lets
+// a namespace go.
+func TestRestampWakesOnlyWhoGainsOrLoses(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		t.Run(fmt.Sprintf("delta=%v", delta), func(t *testing.T) {
+			c := newCache()
+			e := routeEntry(CDS, "c1", "one", "v1", "a")
+			c.Apply(xdscache.Update{Version: "v1", Changes: []xdscache.Change{change(0, CDS, e)}})
+			cl := openAudiences(t, c, CDS, delta, true)
+			for _, z := range cl.all() {
+				z.recv()
+			}
+			c.Apply(xdscache.Update{Version: "v2", Changes: []xdscache.Change{change(0, CDS, e.WithVisibility(xdscache.VisibleToNamespaces("a", "b")))}})
+			want := "c1=one@v2"
+			if delta {
+				want = "c1=one@v1"
+			}
+			if got := cl.b.recv(); got != want {
+				t.Errorf("b, let in: %q, want %q", got, want)
+			}
+			for _, z := range []*zoneClient{cl.a, cl.c, cl.anon} {
+				z.silent()
+			}
+			c.Apply(xdscache.Update{Version: "v3", Changes: []xdscache.Change{change(0, CDS, e.WithVisibility(xdscache.VisibleToNamespaces("b")))}})
+			want = ""
+			if delta {
+				want = "-c1"
+			}
+			if got := cl.a.recv(); got != want {
+				t.Errorf("a, let go: %q, want %q", got, want)
+			}
+			for _, z := range []*zoneClient{cl.b, cl.c, cl.anon} {
+				z.silent()
+			}
+		})
+	}
+}

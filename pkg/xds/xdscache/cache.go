@@ -394,15 +394,19 @@ func (p *publications) at(version string) (time.Time, bool) {
 // wants it and whose audience may read it, before (old) or now (cur), except
 // in the zones that have their own variant of it, unless who may read it
 // changed: then those zones' watches are sent the variant, or its removal.
+// An entry that only changes who may read it (the same bytes) is news only
+// to the audiences that gain or lose it.
 func (c *Cache) interested(ts *typeState, name string, old, cur *Entry) {
 	revisited := old == nil || cur == nil || old.Visible != cur.Visible
+	restamped := revisited && old != nil && cur != nil && old.Any == cur.Any
 	vs := ts.variants[name]
 	for zone, auds := range ts.zones {
 		if _, ok := vs[zone]; ok && zone != "" && !revisited {
 			continue
 		}
 		for aud, g := range auds {
-			if (old != nil && old.VisibleTo(aud)) || (cur != nil && cur.VisibleTo(aud)) {
+			before, now := old != nil && old.VisibleTo(aud), cur != nil && cur.VisibleTo(aud)
+			if (before || now) && !(restamped && before && now) {
 				c.interestedIn(g, name)
 			}
 		}
