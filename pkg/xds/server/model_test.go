@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"maps"
 	"net"
 	"os"
@@ -307,9 +307,8 @@ func bytesKey(typ int, b []byte) string { return strconv.Itoa(typ) + "/" + strin
 // newVariant makes a new content of modelVariantName for namespace ns.
 func (w *modelWorld) newVariant(typ int, ns, version string) modelVariant {
 	src := w.newEntry(typ, modelVariantName, version).WithVisibility(xdscache.VisibleToNamespaces(ns))
-	h := fnv.New64a()
-	_, _ = h.Write(src.Any.GetValue())
-	sent := &xdscache.Entry{Name: src.Name, Version: version + "@" + strconv.FormatUint(h.Sum64(), 16), Any: src.Any, Visible: src.Visible}
+	digest := maphash.Bytes(w.cache.Seed(), src.Any.GetValue())
+	sent := &xdscache.Entry{Name: src.Name, Version: version + "@" + strconv.FormatUint(digest, 16), Any: src.Any, Visible: src.Visible}
 	w.byBytes[bytesKey(typ, src.Any.GetValue())] = sent
 	return modelVariant{src, sent}
 }

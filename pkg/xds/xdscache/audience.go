@@ -2,7 +2,7 @@ package xdscache
 
 import (
 	"bytes"
-	"hash/fnv"
+	"hash/maphash"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,6 +111,7 @@ func (e *Entry) WithVisibility(v Visibility) *Entry {
 type audienceVariants struct {
 	src  []*Entry          // as put, in order
 	sent []*Entry          // src[i] under a version of its own
+	sums []uint64          // the digest of sent[i]'s bytes
 	byNS map[string]*Entry // namespace → the entry of sent its clients read
 }
 
@@ -118,11 +119,13 @@ type audienceVariants struct {
 // Change puts them; nil when none is valid. An entry visible to every
 // client, or to none, is no variant (the base is what every other client
 // reads); a namespace two entries name reads the first's. An entry of
-// bytes old already holds keeps their Any, and its sent entry when its
-// visibility is the same too: a publication that repeats a variant changes
-// nothing, and one that moves it to other namespaces changes what only the
-// namespaces that move read.
-func newAudienceVariants(name string, list []*Entry, old *audienceVariants) *audienceVariants {
+// bytes old already holds keeps their Any and version, and its sent entry
+// when its visibility is the same too: a publication that repeats a
+// variant changes nothing, and one that moves it to other namespaces
+// changes what only the namespaces that move read. Each new content costs
+// one digest of its bytes (seed is the cache's); an entry old holds costs
+// nothing.
+func newAudienceVariants(name string, list []*Entry, old *audienceVariants, seed maphash.Seed) *audienceVariants {
 	var av *audienceVariants
 	for _, e := range list {
 		if e == nil || !e.Visible.Restricted() || e.Visible.names == "" {
@@ -131,15 +134,14 @@ func newAudienceVariants(name string, list []*Entry, old *audienceVariants) *aud
 		if av == nil {
 			av = &audienceVariants{byNS: map[string]*Entry{}}
 		}
-		sent := old.sentFor(e)
-		if sent == nil || sent.Visible != e.Visible {
-			if sent != nil {
-				sent = &Entry{Name: name, Version: sent.Version, Any: sent.Any, Visible: e.Visible}
-			} else {
-				sent = &Entry{Name: name, Version: e.Version + "@" + digest(e.Any.GetValue()), Any: e.Any, Visible: e.Visible}
-			}
+		sent, sum := old.sentFor(e, seed)
+		switch {
+		case sent == nil:
+			sent = &Entry{Name: name, Version: e.Version + "@" + strconv.FormatUint(sum, 16), Any: e.Any, Visible: e.Visible}
+		case sent.Visible != e.Visible:
+			sent = &Entry{Name: name, Version: sent.Version, Any: sent.Any, Visible: e.Visible}
 		}
-		av.src, av.sent = append(av.src, e), append(av.sent, sent)
+		av.src, av.sent, av.sums = append(av.src, e), append(av.sent, sent), append(av.sums, sum)
 		for rest := e.Visible.names; rest != ""; {
 			ns, after, _ := strings.Cut(rest, ",")
 			if _, taken := av.byNS[ns]; !taken {
@@ -151,23 +153,31 @@ func newAudienceVariants(name string, list []*Entry, old *audienceVariants) *aud
 	return av
 }
 
-// sentFor is the sent entry of e's bytes, the one of its visibility too
-// if there is one, or nil.
-func (av *audienceVariants) sentFor(e *Entry) *Entry {
-	if av == nil {
-		return nil
-	}
+// sentFor is the sent entry of e's bytes (the one of its visibility too, if
+// there is one), or nil; and the digest of the bytes: the entry's Any is
+// looked for first, and the bytes are hashed only when it is new.
+func (av *audienceVariants) sentFor(e *Entry, seed maphash.Seed) (*Entry, uint64) {
 	var found *Entry
-	for _, s := range av.sent {
-		if s.Any != e.Any && !bytes.Equal(s.Any.GetValue(), e.Any.GetValue()) {
-			continue
+	var sum uint64
+	if av != nil {
+		for i, s := range av.sent {
+			if s.Any == e.Any && (found == nil || s.Visible == e.Visible) {
+				found, sum = s, av.sums[i]
+			}
 		}
-		if s.Visible == e.Visible {
-			return s
-		}
-		found = s
 	}
-	return found
+	if found != nil {
+		return found, sum
+	}
+	sum = maphash.Bytes(seed, e.Any.GetValue())
+	if av != nil {
+		for i, s := range av.sent {
+			if av.sums[i] == sum && bytes.Equal(s.Any.GetValue(), e.Any.GetValue()) && (found == nil || s.Visible == e.Visible) {
+				found = s
+			}
+		}
+	}
+	return found, sum
 }
 
 // same reports whether av and o send the same entries to the same audiences.
@@ -176,16 +186,6 @@ func (av *audienceVariants) same(o *audienceVariants) bool {
 		return av == o
 	}
 	return slices.Equal(av.sent, o.sent)
-}
-
-// digest names the content of a variant in its version: variants of one
-// name rendered in one publication share the entry's version, and a Delta
-// client that moves between them, or to the base, must see another version
-// (FNV-1a, 64 bits, the same in every process).
-func digest(b []byte) string {
-	h := fnv.New64a()
-	_, _ = h.Write(b)
-	return strconv.FormatUint(h.Sum64(), 16)
 }
 
 // audienceVariant is the audience variant of name aud reads, or nil.

@@ -2,7 +2,7 @@ package xdscache_test
 
 import (
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"strconv"
 	"testing"
 
@@ -32,12 +32,10 @@ func withAudiences(typ string, base *xdscache.Entry, variants ...*xdscache.Entry
 	return xdscache.Change{View: 0, TypeURL: typ, Name: base.Name, Entry: base, Audiences: variants}
 }
 
-// variantVersion is the per-resource version a Delta client is sent for an
-// audience variant of label's bytes put at version.
-func variantVersion(version, label string) string {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(label))
-	return version + "@" + strconv.FormatUint(h.Sum64(), 16)
+// variantVersion is the per-resource version a Delta client of c is sent
+// for an audience variant of label's bytes put at version.
+func variantVersion(c *xdscache.Cache, version, label string) string {
+	return version + "@" + strconv.FormatUint(maphash.String(c.Seed(), label), 16)
 }
 
 func ns(name string) xdscache.Audience { return xdscache.Audience{Namespace: name} }
@@ -103,8 +101,8 @@ func TestAudienceVariantRoutes(t *testing.T) {
 					}
 					return s
 				}
-				want(cl.a, route("A+open", variantVersion("v1", "A+open"), "v1"))
-				want(cl.b, route("B+open", variantVersion("v1", "B+open"), "v1"))
+				want(cl.a, route("A+open", variantVersion(c, "v1", "A+open"), "v1"))
+				want(cl.b, route("B+open", variantVersion(c, "v1", "B+open"), "v1"))
 				want(cl.c, route("open", "v1", "v1"))
 				want(cl.anon, route("open", "v1", "v1"))
 				if wildcard {
@@ -127,7 +125,7 @@ func TestAudienceVariantRoutes(t *testing.T) {
 				if cl.b.woken() || cl.c.woken() || cl.anon.woken() {
 					t.Error("a change of a's variant woke a client of another audience")
 				}
-				want(cl.a, route("A2+open", variantVersion("v2", "A2+open"), "v2"))
+				want(cl.a, route("A2+open", variantVersion(c, "v2", "A2+open"), "v2"))
 				for _, z := range []*zoneClient{cl.b, cl.c, cl.anon} {
 					z.silent()
 				}
@@ -136,7 +134,7 @@ func TestAudienceVariantRoutes(t *testing.T) {
 				// the same bytes; a and everyone else are sent nothing
 				va2c := va2.WithVisibility(xdscache.VisibleToNamespaces("a", "c"))
 				c.Apply(xdscache.Update{Version: "v3", Changes: []xdscache.Change{withAudiences(RDS, base, va2c, vb)}})
-				want(cl.c, route("A2+open", variantVersion("v2", "A2+open"), "v3"))
+				want(cl.c, route("A2+open", variantVersion(c, "v2", "A2+open"), "v3"))
 				for _, z := range []*zoneClient{cl.a, cl.b, cl.anon} {
 					z.silent()
 				}
@@ -155,8 +153,8 @@ func TestAudienceVariantRoutes(t *testing.T) {
 				c.Apply(xdscache.Update{Version: "v5", Changes: []xdscache.Change{withAudiences(RDS, base5,
 					routeEntry(RDS, "spatial", "A2+open5", "v5", "c"), routeEntry(RDS, "spatial", "B+open5", "v5", "b"))}})
 				want(cl.a, route("open5", "v5", "v5"))
-				want(cl.b, route("B+open5", variantVersion("v5", "B+open5"), "v5"))
-				want(cl.c, route("A2+open5", variantVersion("v5", "A2+open5"), "v5"))
+				want(cl.b, route("B+open5", variantVersion(c, "v5", "B+open5"), "v5"))
+				want(cl.c, route("A2+open5", variantVersion(c, "v5", "A2+open5"), "v5"))
 				want(cl.anon, route("open5", "v5", "v5"))
 
 				// the variants go (a put of the base alone): their readers
@@ -202,20 +200,20 @@ func TestAudienceVariantVersions(t *testing.T) {
 	// a's client reconnects holding b's variant's version: it is sent a's
 	da := openFor(t, c, true, envoy, ns("a"))
 	da.typ = RDS
-	da.subscribe(map[string]string{"spatial": variantVersion("v1", "B")}, "spatial")
-	if got, want := da.recv(), "spatial=A@"+variantVersion("v1", "A"); got != want {
+	da.subscribe(map[string]string{"spatial": variantVersion(c, "v1", "B")}, "spatial")
+	if got, want := da.recv(), "spatial=A@"+variantVersion(c, "v1", "A"); got != want {
 		t.Errorf("a, reconnecting with b's version: %q, want %q", got, want)
 	}
 	// holding its own: nothing
 	again := openFor(t, c, true, envoy, ns("a"))
 	again.typ = RDS
-	again.subscribe(map[string]string{"spatial": variantVersion("v1", "A")}, "spatial")
+	again.subscribe(map[string]string{"spatial": variantVersion(c, "v1", "A")}, "spatial")
 	again.silent()
 	// holding the base's version (it read the base before a variant named a)
 	base2 := openFor(t, c, true, envoy, ns("a"))
 	base2.typ = RDS
 	base2.subscribe(map[string]string{"spatial": "v1"}, "spatial")
-	if got := base2.recv(); got != "spatial=A@"+variantVersion("v1", "A") {
+	if got := base2.recv(); got != "spatial=A@"+variantVersion(c, "v1", "A") {
 		t.Errorf("a, reconnecting with the base's version: %q", got)
 	}
 
@@ -257,7 +255,7 @@ func TestAudienceVariantListeners(t *testing.T) {
 			cl := openAudiences(t, c, LDS, delta, true)
 			version := func(label string) string {
 				if delta {
-					return variantVersion("v1", label)
+					return variantVersion(c, "v1", label)
 				}
 				return "v1"
 			}

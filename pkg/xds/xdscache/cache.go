@@ -105,8 +105,9 @@ func (e *Entry) Decode(m proto.Message) error {
 // client or to none is no variant. Every other client reads the base, if
 // its Visible allows. They replace the variants the name had: a put
 // without them drops them, as does deleting the base. The cache gives each
-// its own per-resource version (the entry's, "@" and a digest of its
-// bytes), and a change wakes only the streams whose content changed.
+// its own per-resource version (the entry's, "@" and a digest of its bytes,
+// maphash with the cache's Seed, in hex), and a change wakes only the
+// streams whose content changed.
 type Change struct {
 	View      int
 	TypeURL   string
@@ -475,7 +476,7 @@ func (c *Cache) applyVariant(ts *typeState, ch Change, version string) {
 func (c *Cache) applyAudiences(ts *typeState, ch Change, old *Entry, oldAV *audienceVariants, version string) {
 	var av *audienceVariants
 	if ch.Entry != nil {
-		av = newAudienceVariants(ch.Name, ch.Audiences, oldAV)
+		av = newAudienceVariants(ch.Name, ch.Audiences, oldAV, ts.seed)
 	}
 	if (ch.Entry == nil && old == nil) || (old == ch.Entry && oldAV.same(av)) {
 		return
