@@ -13,10 +13,18 @@ import (
 func SpatialDomain(b *topology.Batch, k topology.Key, exportTo []string) {
 	up := topology.Key{Namespace: k.Namespace, Name: k.Name + "-up"}
 	b.PutUpstream(topology.Upstream{Key: up, Policy: weights.DefaultPolicy(), HealthAdjustment: topology.ControlPlane})
-	b.PutEndpointSet(topology.EndpointSet{Key: up, Upstream: up.Name, Locality: weights.Locality{Region: "eu", Zone: "a"},
-		Endpoints: []topology.Endpoint{{Address: "10.9.0.1", Port: 8080, Weight: 1, Admin: weights.Ready}}})
+	b.PutEndpointSet(SpatialReplicaSet(k, weights.Ready))
 	b.PutSpatialDomain(topology.SpatialDomain{Key: k, ExportTo: topology.NewExport(exportTo, k.Namespace),
 		Domain: partitionmap.Domain{Name: k.Name, GridDeg: 5, MaxCells: 256, CapPercent: partitionmap.NoCap,
 			Replicas: []partitionmap.Replica{{Name: "r", Upstream: up.Name, Region: "eu"}},
 			Products: []partitionmap.Product{{Name: "p", PathPrefix: "/p", AllowedRegions: []string{"eu"}}}}})
+}
+
+// SpatialReplicaSet is the endpoint set of SpatialDomain k's replica, its
+// one endpoint in admin state: weights.Unavailable takes the replica's
+// capacity away, and changes the domain's virtual host.
+func SpatialReplicaSet(k topology.Key, admin weights.AdminState) topology.EndpointSet {
+	up := topology.Key{Namespace: k.Namespace, Name: k.Name + "-up"}
+	return topology.EndpointSet{Key: up, Upstream: up.Name, Locality: weights.Locality{Region: "eu", Zone: "a"},
+		Endpoints: []topology.Endpoint{{Address: "10.9.0.1", Port: 8080, Weight: 1, Admin: admin}}}
 }
