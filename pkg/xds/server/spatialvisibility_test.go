@@ -14,7 +14,6 @@ import (
 	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/topology/topologytest"
-	"poise.dev/poise/pkg/xds/publish"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
 )
@@ -47,25 +46,13 @@ func spatialHosts(t *testing.T, a *anypb.Any) []string {
 func TestSpatialRoutesFollowTheProvenIdentity(t *testing.T) {
 	ca := newSPIFFECA(t)
 	h := newHarnessWith(t, server.Config{TLS: ca.serverTLS(t), Authenticator: identity.New(identity.Options{TrustDomain: "cluster.local"})}, nil)
-	dir, pub := topology.NewDirectory(), publish.New(h.cache, "spatial", nil)
-	publishBatch := func(b topology.Batch) string {
-		t.Helper()
-		snap, err := dir.Apply(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := pub.Publish(snap)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.Version
-	}
+	w := newVisibilityWorldOn(h)
 	maps, charts, atlas := topology.Key{Namespace: "a", Name: "maps"}, topology.Key{Namespace: "b", Name: "charts"}, topology.Key{Namespace: "shared", Name: "atlas"}
 	var b topology.Batch
 	topologytest.SpatialDomain(&b, maps, []string{"."})
 	topologytest.SpatialDomain(&b, charts, []string{"."})
 	topologytest.SpatialDomain(&b, atlas, []string{"*"})
-	v := publishBatch(b)
+	v := w.publish(b)
 
 	conns := map[string]func(){}
 	for _, ns := range []string{"a", "b"} {
@@ -126,11 +113,11 @@ func TestSpatialRoutesFollowTheProvenIdentity(t *testing.T) {
 	}
 
 	// b exports its domain to a too: a's clients are sent it, b's nothing
-	d := dir.Current().SpatialDomain(charts).Domain
+	d := w.dir.Current().SpatialDomain(charts).Domain
 	d.ExportTo = topology.NewExport([]string{".", "a"}, "b")
 	b = topology.Batch{}
 	b.PutSpatialDomain(d)
-	v2 := publishBatch(b)
+	v2 := w.publish(b)
 	a := byNS["a"]
 	cds := a.sotw.recv() // charts's clusters now in a's full state
 	if cds.GetTypeUrl() != CDS || !slices.Contains(names(t, cds.GetResources()), "spatial:b:charts:r") {

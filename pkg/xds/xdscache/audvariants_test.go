@@ -48,6 +48,19 @@ type audienceClients struct {
 
 func (ac audienceClients) all() []*zoneClient { return []*zoneClient{ac.a, ac.b, ac.c, ac.anon} }
 
+// only checks that z is sent want (what says when) and every other client nothing.
+func (ac audienceClients) only(t *testing.T, z *zoneClient, what, want string) {
+	t.Helper()
+	if got := z.recv(); got != want {
+		t.Errorf("%s: %q, want %q", what, got, want)
+	}
+	for _, o := range ac.all() {
+		if o != z {
+			o.silent()
+		}
+	}
+}
+
 func openAudiences(t *testing.T, c *xdscache.Cache, typ string, delta, wildcard bool, names ...string) audienceClients {
 	open := func(aud xdscache.Audience) *zoneClient {
 		z := openFor(t, c, delta, envoy, aud)
@@ -125,27 +138,18 @@ func TestAudienceVariantRoutes(t *testing.T) {
 				if cl.b.woken() || cl.c.woken() || cl.anon.woken() {
 					t.Error("a change of a's variant woke a client of another audience")
 				}
-				want(cl.a, route("A2+open", variantVersion(c, "v2", "A2+open"), "v2"))
-				for _, z := range []*zoneClient{cl.b, cl.c, cl.anon} {
-					z.silent()
-				}
+				cl.only(t, cl.a, "a", route("A2+open", variantVersion(c, "v2", "A2+open"), "v2"))
 
 				// a's domain is exported to c too: c joins a's variant, with
 				// the same bytes; a and everyone else are sent nothing
 				va2c := va2.WithVisibility(xdscache.VisibleToNamespaces("a", "c"))
 				c.Apply(xdscache.Update{Version: "v3", Changes: []xdscache.Change{withAudiences(RDS, base, va2c, vb)}})
-				want(cl.c, route("A2+open", variantVersion(c, "v2", "A2+open"), "v3"))
-				for _, z := range []*zoneClient{cl.a, cl.b, cl.anon} {
-					z.silent()
-				}
+				cl.only(t, cl.c, "c", route("A2+open", variantVersion(c, "v2", "A2+open"), "v3"))
 
 				// and no longer to a: a reads the base again
 				c.Apply(xdscache.Update{Version: "v4", Changes: []xdscache.Change{
 					withAudiences(RDS, base, va2.WithVisibility(xdscache.VisibleToNamespaces("c")), vb)}})
-				want(cl.a, route("open", "v1", "v4"))
-				for _, z := range []*zoneClient{cl.b, cl.c, cl.anon} {
-					z.silent()
-				}
+				cl.only(t, cl.a, "a", route("open", "v1", "v4"))
 
 				// the base changes (a domain every client may read): every
 				// variant is rendered again, and every client is sent its own
@@ -276,12 +280,7 @@ func TestAudienceVariantListeners(t *testing.T) {
 			if delta {
 				want = "-spatial"
 			}
-			if got := cl.a.recv(); got != want {
-				t.Errorf("a, its variant gone: %q, want %q", got, want)
-			}
-			for _, z := range []*zoneClient{cl.b, cl.c, cl.anon} {
-				z.silent()
-			}
+			cl.only(t, cl.a, "a, its variant gone", want)
 		})
 	}
 }
@@ -417,23 +416,13 @@ func TestRestampWakesOnlyWhoGainsOrLoses(t *testing.T) {
 			if delta {
 				want = "c1=one@v1"
 			}
-			if got := cl.b.recv(); got != want {
-				t.Errorf("b, let in: %q, want %q", got, want)
-			}
-			for _, z := range []*zoneClient{cl.a, cl.c, cl.anon} {
-				z.silent()
-			}
+			cl.only(t, cl.b, "b, let in", want)
 			c.Apply(xdscache.Update{Version: "v3", Changes: []xdscache.Change{change(0, CDS, e.WithVisibility(xdscache.VisibleToNamespaces("b")))}})
 			want = ""
 			if delta {
 				want = "-c1"
 			}
-			if got := cl.a.recv(); got != want {
-				t.Errorf("a, let go: %q, want %q", got, want)
-			}
-			for _, z := range []*zoneClient{cl.b, cl.c, cl.anon} {
-				z.silent()
-			}
+			cl.only(t, cl.a, "a, let go", want)
 		})
 	}
 }
