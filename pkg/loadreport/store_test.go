@@ -171,19 +171,6 @@ func TestWindowSlides(t *testing.T) {
 	}
 }
 
-func TestHugeCountsSaturate(t *testing.T) {
-	s := storeOf(t, 1, Config{})
-	a, b := s.Open(Reporter{ID: "a"}, t0), s.Open(Reporter{ID: "b"}, t0)
-	for range 3 {
-		a.Report(report(envoyStats("bench/svc-0000", "10.0.0.0", 1<<63, 1<<40, 1<<32-2)), t0)
-		b.Report(report(envoyStats("bench/svc-0000", "10.0.0.0", 1<<63, 1<<40, 1)), t0)
-	}
-	e := at(t, s.Cluster("bench/svc-0000", t0), "10.0.0.0")
-	if e.Issued != 2*(1<<32-1) || e.Successes != 2*(1<<32-1) || e.Errors != 1<<32-1+3 {
-		t.Errorf("saturated = %+v", e.Load)
-	}
-}
-
 func TestCapEvictsOldestReporter(t *testing.T) {
 	s := storeOf(t, 3, Config{MaxCells: 40}) // two clusters' worth
 	a, b, c := s.Open(Reporter{ID: "a"}, t0), s.Open(Reporter{ID: "b"}, t0), s.Open(Reporter{ID: "c"}, t0)
