@@ -768,6 +768,30 @@ func (s *Store) Cluster(name string, now time.Time) []EndpointLoad {
 	return out
 }
 
+// ClassRequests is the requests issued to the endpoints of a cluster over
+// the window ending at now, summed per reporter locality class
+// (Reporter.Class), saturating: what a Balanced upstream's demand from load
+// reports reads (docs/weights.md). Each reporter weighs at most
+// Config.MaxRequests in it. ok is false for a cluster not in the catalog.
+func (s *Store) ClassRequests(cluster string, now time.Time) (requests map[string]uint64, ok bool) {
+	return classRequests(s.Cluster(cluster, now))
+}
+
+// classRequests sums endpoint loads' issued requests per reporter class,
+// saturating; ok is false for a cluster the store does not know (nil).
+func classRequests(eps []EndpointLoad) (map[string]uint64, bool) {
+	if eps == nil {
+		return nil, false
+	}
+	out := map[string]uint64{}
+	for _, e := range eps {
+		for _, c := range e.Classes {
+			out[c.Class] = sat64(out[c.Class], c.Issued)
+		}
+	}
+	return out, true
+}
+
 // Drops says what the store has dropped since it began.
 func (s *Store) Drops() Drops {
 	s.mu.Lock()
