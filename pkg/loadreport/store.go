@@ -137,11 +137,11 @@ type reporter struct {
 // order; stamps says which bucket (time / Bucket) each slot holds, and
 // weights the weight the slot's reports were kept at (the sum over them of
 // Load.Weight per endpoint stat), which the cap of Config.MaxRequests
-// bounds over the window.
+// bounds over the window, so 32 bits hold it.
 type block struct {
 	cluster *catCluster
 	stamps  [Buckets]int64
-	weights [Buckets]uint64
+	weights [Buckets]uint32
 	cells   []cell
 }
 
@@ -257,7 +257,7 @@ func (s *Store) remap(b *block, cc *catCluster) {
 		for i := range cells {
 			w += cells[i][slot].weight()
 		}
-		b.weights[slot] = w
+		b.weights[slot] = uint32(min(w, uint64(b.weights[slot])))
 	}
 }
 
@@ -462,7 +462,7 @@ func (s *Store) addCluster(r *reporter, b *block, cs *endpoint.ClusterStats, epo
 		for _, x := range stats {
 			s.add(r, b, x.i, slot, x.issued, x.success, x.errors)
 		}
-		b.weights[slot] += w.lo
+		b.weights[slot] += uint32(w.lo) // w.lo ≤ room: the slot stays within the cap
 		s.keepScratch()
 		return endpoints, nil
 	}
@@ -473,7 +473,7 @@ func (s *Store) addCluster(r *reporter, b *block, cs *endpoint.ClusterStats, epo
 		kept += max(issued, success+errs)
 	}
 	s.keepScratch()
-	b.weights[slot] += kept
+	b.weights[slot] += uint32(kept) // kept ≤ room
 	cut := w.minus(kept).saturated()
 	s.drops.Capped = sat64(s.drops.Capped, cut)
 	s.drops.CappedReports++
@@ -550,7 +550,7 @@ func (s *Store) room(b *block, epoch int64) uint64 {
 	var used uint64 // at most Buckets × MaxMaxRequests
 	for slot, stamp := range b.stamps {
 		if stamp > epoch-Buckets && stamp <= epoch {
-			used += b.weights[slot]
+			used += uint64(b.weights[slot])
 		}
 	}
 	return s.maxReq - min(used, s.maxReq)
