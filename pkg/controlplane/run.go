@@ -184,7 +184,9 @@ func newParts(cfg Config, export topology.Export, log *slog.Logger) *parts {
 	p.gauges = upstreamgauges.New(upstreamgauges.Options{Localities: !cfg.MetricsNoLocalityGauges, MaxUpstreams: maxUpstreams, Log: log})
 	// Clients of upstreams with spec.loadReporting report their load over
 	// LRS into loads, which keeps only what its catalog publishes.
-	p.loads = loadreport.NewStore(loadreport.Config{MaxCells: cfg.LoadReportMaxCells, Bucket: cfg.LoadReportBucket})
+	p.loads = loadreport.NewStore(loadreport.Config{MaxCells: cfg.LoadReportMaxCells, Bucket: cfg.LoadReportBucket,
+		MaxRequests: uint64(max(cfg.LoadReportMaxRequests, 0)), Log: log})
+	m.Outliers.SetCappedRequests(func() uint64 { return p.loads.Drops().Capped })
 	p.pub.SetLoadDemand(loadDemand(p.loads)) // a Balanced upstream's demand, where its clients report
 	m.Registry.MustRegister(p.gauges, loadreport.NewSpatialMetrics(p.loads))
 	p.observePublications()
