@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
 
-	"poise.dev/poise/pkg/convert"
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/xds/server"
@@ -230,11 +228,8 @@ func (c Config) Validate() error {
 	if c.MetricsMaxUpstreams < 0 {
 		add("--metrics-max-upstreams must not be negative")
 	}
-	if _, problems := convert.ExportTo(nil, c.DefaultExportTo, ""); len(problems) > 0 {
-		for _, p := range problems {
-			add("--default-export-to %q: %s", strings.Join(c.DefaultExportTo, ","), p.ErrorBody())
-		}
-	}
+	_, problems := DefaultExport(c.DefaultExportTo)
+	errs = append(errs, problems...)
 	if c.StatusWriters <= 0 {
 		add("--status-writers must be positive")
 	}

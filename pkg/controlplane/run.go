@@ -18,7 +18,6 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"poise.dev/poise/pkg/admin"
-	"poise.dev/poise/pkg/convert"
 	"poise.dev/poise/pkg/healthcheck"
 	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/loadreport"
@@ -50,9 +49,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if out == nil {
 		out = io.Discard
 	}
-	export, problems := convert.ExportTo(nil, cfg.DefaultExportTo, "")
+	export, problems := DefaultExport(cfg.DefaultExportTo)
 	if len(problems) > 0 {
-		return fmt.Errorf("--default-export-to: %w", problems.ToAggregate())
+		return errors.Join(problems...)
 	}
 	p := newParts(cfg, export, log)
 	// The first task to fail ends the others, the Kubernetes replica with

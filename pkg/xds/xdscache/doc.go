@@ -10,5 +10,6 @@
 // Each entry says who may read it and each stream has an audience (the
 // namespace its identity proves, or anonymous): the watches of each zone and
 // audience are a group of their own, and a stream is sent only what its
-// audience may read.
+// audience may read. What a stream asks for and is not sent, and why, is
+// read on demand for people, never on the send path.
 package xdscache
