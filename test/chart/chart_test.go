@@ -141,7 +141,9 @@ func TestLint(t *testing.T) {
 func TestGolden(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := c.render(t)
+			// the generated CA and certificate differ at every rendering
+			// (TestGeneratedTLS checks them)
+			got := maskGenerated(c.render(t))
 			golden.CheckFile(t, filepath.Join("testdata", c.name+".golden.yaml"), []byte(got))
 		})
 	}
@@ -239,6 +241,11 @@ func TestObjects(t *testing.T) {
 				"ClusterRole": 1, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1,
 				"PodDisruptionBudget": 1, "PriorityLevelConfiguration": 1, "FlowSchema": 1,
 				"Pod": 1, // the helm test hook
+			}
+			if c.name == "default" {
+				// the chart's own CA and serving certificate, and the CA
+				// certificate for clients (tls.enabled, no tls.secretName)
+				want["Secret"], want["ConfigMap"] = 2, 1
 			}
 			if c.name == "custom" {
 				want["NetworkPolicy"] = 1 // networkPolicy.enabled
@@ -371,13 +378,25 @@ func checkDeployment(t *testing.T, c renderCase, d obj) {
 			t.Errorf("args %v lack --log-format=json", args)
 		}
 		for _, a := range args {
-			if strings.HasPrefix(a, "--tls") || strings.HasPrefix(a, "--namespace") ||
-				strings.HasPrefix(a, "--cluster-name") || strings.HasPrefix(a, "--remote-stale-after") {
+			if strings.HasPrefix(a, "--tls-client-ca") || strings.HasPrefix(a, "--namespace") ||
+				strings.HasPrefix(a, "--cluster-name") || strings.HasPrefix(a, "--remote-stale-after") ||
+				a == "--xds-allow-anonymous-non-loopback" {
 				t.Errorf("default args carry %s", a)
 			}
 		}
-		if mounts != nil {
-			t.Errorf("default container mounts %v", mounts)
+		// TLS from the chart's own serving certificate, and token
+		// authentication (TestGeneratedTLS checks the certificate)
+		for _, a := range []string{"--tls-cert=/etc/poise/tls/tls.crt", "--tls-key=/etc/poise/tls/tls.key", "--xds-auth=token", "--xds-token-audience=poise",
+			"--default-export-to=*"} {
+			if !slices.Contains(args, a) {
+				t.Errorf("default args %v lack %s", args, a)
+			}
+		}
+		if str(mounts, 0, "mountPath") != "/etc/poise/tls" || get(mounts, 0, "readOnly") != true || get(mounts, 1) != nil {
+			t.Errorf("default container mounts %v, want the TLS Secret read-only at /etc/poise/tls alone", mounts)
+		}
+		if str(pod, "volumes", 0, "secret", "secretName") != "poise-tls" {
+			t.Errorf("volumes = %v, want the chart's secret poise-tls", get(pod, "volumes"))
 		}
 		if get(pod, "topologySpreadConstraints", 0, "topologyKey") != "kubernetes.io/hostname" {
 			t.Error("replicas are not spread across nodes")
@@ -392,7 +411,7 @@ func checkDeployment(t *testing.T, c renderCase, d obj) {
 		for _, a := range []string{
 			"--namespace=shop", "--tls-cert=/etc/poise/tls/tls.crt", "--tls-key=/etc/poise/tls/tls.key",
 			"--tls-client-ca=/etc/poise/tls/ca.crt", "--debounce=250ms",
-			"--xds-max-streams=3000", "--xds-max-streams-per-connection=10", "--drain-period=45s",
+			"--xds-max-streams=3000", "--xds-max-streams-per-connection=10", "--drain-period=45s", "--default-export-to=.",
 			"--cluster-name=west", "--remote-stale-after=2m",
 		} {
 			if !slices.Contains(args, a) {
@@ -702,15 +721,21 @@ func TestCRDsMatchGenerated(t *testing.T) {
 	}
 }
 
-// TestInvalidValues: inconsistent TLS values, values the schema refuses and
+// TestInvalidValues: inconsistent TLS and authentication values, values the schema refuses and
 // misspelt keys fail at render time with a message that names them.
 func TestInvalidValues(t *testing.T) {
 	for _, tc := range []struct {
 		set  []string
 		want string
 	}{
-		{[]string{"tls.enabled=true"}, "tls.secretName is required"},
-		{[]string{"tls.clientCA=true"}, "tls.clientCA (mTLS) needs tls.enabled=true"},
+		// token authentication needs TLS; mTLS needs a CA of one's own
+		{[]string{"tls.enabled=false"}, "xds.auth token needs tls.enabled"},
+		{[]string{"tls.enabled=false", `xds.auth=mtls\,token`}, "xds.auth token needs tls.enabled"},
+		{[]string{"tls.clientCA=true", "tls.enabled=false"}, "tls.clientCA (mTLS) needs tls.enabled=true"},
+		{[]string{"tls.clientCA=true"}, "tls.clientCA (mTLS) needs tls.secretName"},
+		{[]string{"xds.auth=mtls", "tls.secretName=x"}, "xds.auth mtls needs tls.enabled and tls.clientCA"},
+		{[]string{"tls.secretName=x", "tls.generated.caNamespaces={shop}"}, "tls.generated.caNamespaces publishes the chart's own CA"},
+		{[]string{"xds.auth=none", "tls.enabled=false", "tls.generated.caNamespaces={shop}"}, "tls.generated.caNamespaces publishes the chart's own CA"},
 		// values.schema.json: a bad value fails at render time, naming it
 		{[]string{"logLevel=verbose"}, "/logLevel"},
 		{[]string{"logFormat=xml"}, "/logFormat"},
@@ -722,6 +747,13 @@ func TestInvalidValues(t *testing.T) {
 		{[]string{"multicluster.clusterName="}, "/multicluster/clusterName"},
 		{[]string{"multicluster.staleAfter=60"}, "/multicluster/staleAfter"},
 		{[]string{"multicluster.enable=true"}, "additional properties 'enable' not allowed"},
+		{[]string{"xds.defaultExportTo={Shop}"}, "/xds/defaultExportTo/0"},
+		{[]string{"xds.defaultExportTo={}"}, "/xds/defaultExportTo"},
+		{[]string{"xds.defaultExportTo={*,shop}"}, `xds.defaultExportTo: "*" (every namespace) stands alone`},
+		{[]string{"tls.generated.validityDays=0"}, "/tls/generated/validityDays"},
+		{[]string{"tls.generated.extraDNSNames={Bad_Name}"}, "/tls/generated/extraDNSNames/0"},
+		{[]string{"tls.generated.caNamespaces={Shop}"}, "/tls/generated/caNamespaces/0"},
+		{[]string{"tls.generated.clusterDomain="}, "/tls/generated/clusterDomain"},
 		{[]string{"extraArgs={debounce=1s}"}, "/extraArgs/0"},
 		{[]string{"logLevl=debug"}, "additional properties 'logLevl' not allowed"},
 		{[]string{"xds.maxStream=10"}, "additional properties 'maxStream' not allowed"},
@@ -797,7 +829,15 @@ func TestGrafanaDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cm := one(t, parse(t, out), "ConfigMap")
+	var cm obj
+	for _, o := range byKind(parse(t, out), "ConfigMap") {
+		if o.name() == "poise-dashboard" {
+			cm = o
+		}
+	}
+	if cm == nil {
+		t.Fatal("no ConfigMap poise-dashboard")
+	}
 	if str(cm, "metadata", "labels", "grafana_dashboard") != "1" {
 		t.Errorf("the dashboard ConfigMap lacks the sidecar's label: %v", get(cm, "metadata", "labels"))
 	}
@@ -837,7 +877,7 @@ func TestGrafanaDashboard(t *testing.T) {
 			}
 		}
 	}
-	if def, _ := runHelm(t, "template", "poise", chartDir); strings.Contains(def, "kind: ConfigMap") {
+	if def, _ := runHelm(t, "template", "poise", chartDir); strings.Contains(def, "poise-traffic.json") {
 		t.Error("the dashboard is rendered by default")
 	}
 }

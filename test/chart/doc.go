@@ -6,6 +6,10 @@
 // envtest suites (KUBEBUILDER_ASSETS) with no CRDs preinstalled, checks every
 // object and CRD on the server, and validates the walkthrough in
 // examples/kubernetes and the kind suite's values there (server-side apply,
-// dry run). The helm binary is the one hack/helm.sh builds; `make test`
+// dry run). It then upgrades the default release as the walkthrough does (the
+// chart's generated CA and serving certificate must stay) and runs a real
+// replica with the installed arguments, Secret and ServiceAccount, which
+// serves the walkthrough's Envoy over TLS with its projected token (a grpc-go
+// client doing what the Envoy bootstrap says). The helm binary is the one hack/helm.sh builds; `make test`
 // passes it in HELM and the apiserver in KUBEBUILDER_ASSETS.
 package chart

@@ -38,6 +38,8 @@ const (
 	kindValues = "../kind/testdata/values-kind.yaml"
 	// kustomizeDir is the plain install: kubectl apply -k config/default
 	kustomizeDir = "../../config/default"
+	// shopNS is the walkthrough's namespace of Envoy and its backends.
+	shopNS = "shop"
 	// serviceRange is the Service CIDR of the kind suite's cluster
 	// (test/kind/testdata/kind-config.yaml); the walkthrough pins ClusterIPs in it.
 	serviceRange = "10.96.0.0/16"
@@ -112,7 +114,9 @@ func startAPIServer(t *testing.T) *apiServer {
 // checks that the server holds every object as the chart rendered it and
 // that the CRDs it serves are those of config/crd, then validates the
 // walkthrough's manifests and the kind suite's rendering on that server
-// (server-side apply, dry run).
+// (server-side apply, dry run). The default release is then upgraded as the
+// walkthrough does (its generated CA and certificate must stay), and serves
+// the walkthrough's Envoy over TLS with its token.
 func TestInstall(t *testing.T) {
 	helm(t) // HELM first: fail or skip before starting anything
 	srv := startAPIServer(t)
@@ -185,6 +189,11 @@ func TestInstall(t *testing.T) {
 	t.Run("status-writes-priority-level", func(t *testing.T) { checkStatusPriorityLevel(t, srv, cases[0]) })
 	t.Run("shop-manifests-dry-run", func(t *testing.T) { checkShopManifests(t, srv) })
 	t.Run("dry-run-rejects", func(t *testing.T) { checkDryRunRejects(t, srv) })
+	// The walkthrough's install: the defaults, with the CA ConfigMap written
+	// into shop (created above), upgraded again and again.
+	if !t.Run("upgrade-keeps-tls", func(t *testing.T) { checkUpgradeKeepsTLS(t, srv, cases[0]) }) {
+		t.FailNow()
+	}
 	t.Run("kind-values-dry-run", func(t *testing.T) {
 		out, err := runHelm(t, "template", "poise", chartDir, "--namespace", "poise-system", "--values", kindValues)
 		if err != nil {
@@ -203,6 +212,8 @@ func TestInstall(t *testing.T) {
 		}
 		t.Logf("%d objects of `helm template -f %s` accepted (server-side apply, dry run)", len(objs), kindValues)
 	})
+	// Last, as it applies the walkthrough for real and runs a replica.
+	t.Run("walkthrough-envoy-served", func(t *testing.T) { checkWalkthroughEnvoy(t, srv, cases[0]) })
 }
 
 // fullname is the chart's poise.fullname for a release without overrides.
@@ -568,13 +579,7 @@ func checkStatusPriorityLevel(t *testing.T, srv *apiServer, c renderCase) {
 	if err := srv.c.Create(ctx, up); err != nil {
 		t.Fatal(err)
 	}
-	sa, err := srv.env.ControlPlane.AddUser(envtest.User{
-		Name:   "system:serviceaccount:" + c.namespace + ":" + name,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + c.namespace, "system:authenticated"},
-	}, srv.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sa := releaseServiceAccount(t, srv, c)
 	hc, err := rest.HTTPClientFor(sa.Config())
 	if err != nil {
 		t.Fatal(err)
@@ -609,10 +614,25 @@ func checkStatusPriorityLevel(t *testing.T, srv *apiServer, c renderCase) {
 	t.Logf("status write by %s → FlowSchema and priority level %s", "system:serviceaccount:"+c.namespace+":"+name, level)
 }
 
+// releaseServiceAccount is a client of the apiserver with the identity of
+// the release's ServiceAccount (its user name and groups), as its pods have.
+func releaseServiceAccount(t *testing.T, srv *apiServer, c renderCase) *envtest.AuthenticatedUser {
+	t.Helper()
+	sa, err := srv.env.ControlPlane.AddUser(envtest.User{
+		Name:   "system:serviceaccount:" + c.namespace + ":" + fullname(c.release),
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + c.namespace, "system:authenticated"},
+	}, srv.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa
+}
+
 // checkKustomize: `kubectl apply -k config/default`, the install without
 // Helm, builds (kustomize's own API, as kubectl embeds it) to the CRDs of
 // config/crd, the generated least-privilege ClusterRole bound to the pods'
-// ServiceAccount, and a Deployment in poise-system; the apiserver accepts
+// ServiceAccount, and a Deployment in poise-system serving xDS with the
+// chart's default authentication and TLS flags; the apiserver accepts
 // every object (server-side apply, dry run: the chart's release already
 // owns poise-system's objects of the same names).
 func checkKustomize(t *testing.T, srv *apiServer) {
@@ -660,10 +680,28 @@ func checkKustomize(t *testing.T, srv *apiServer) {
 		t.Errorf("the binding's subject %v, the pods' ServiceAccount %q and the ServiceAccount %q do not agree",
 			get(crb, "subjects"), str(d, "spec", "template", "spec", "serviceAccountName"), sa.name())
 	}
+	// The same authentication and TLS as the chart's defaults: token over
+	// TLS, from a Secret of the name the chart's release poise would make.
+	chart := one(t, parse(t, cases[0].render(t)), "Deployment")
+	security := func(dep obj) (flags []string, secret, mount string) {
+		for _, a := range strs(dep, "spec", "template", "spec", "containers", 0, "args") {
+			if strings.HasPrefix(a, "--xds-auth") || strings.HasPrefix(a, "--xds-token-audience") || strings.HasPrefix(a, "--tls-") ||
+				strings.HasPrefix(a, "--xds-allow-anonymous") {
+				flags = append(flags, a)
+			}
+		}
+		return flags, str(dep, "spec", "template", "spec", "volumes", 0, "secret", "secretName"),
+			str(dep, "spec", "template", "spec", "containers", 0, "volumeMounts", 0, "mountPath")
+	}
+	kf, ks, km := security(d)
+	cf, cs, cm := security(chart)
+	if !slices.Equal(kf, cf) || ks != cs || km != cm {
+		t.Errorf("config/default serves xDS with %v from Secret %q at %q; the chart's defaults with %v from Secret %q at %q", kf, ks, km, cf, cs, cm)
+	}
 	for _, u := range toUnstructured(t, objs) {
 		if err := dryRunApply(srv, u); err != nil {
 			t.Errorf("%s: %v", describe(u), err)
 		}
 	}
-	t.Logf("kubectl apply -k %s: %d objects (%v) accepted (server-side apply, dry run)", kustomizeDir, len(objs), kinds)
+	t.Logf("kubectl apply -k %s: %d objects (%v) accepted (server-side apply, dry run); xDS %v from Secret %s", kustomizeDir, len(objs), kinds, kf, ks)
 }

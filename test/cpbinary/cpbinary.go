@@ -1,15 +1,18 @@
 // Package cpbinary serves the test packages that run the controlplane as a
-// process: it builds the binary once per package and finds free loopback
-// addresses for it to listen on.
+// process: it builds the binary once per package, finds free loopback
+// addresses for it to listen on, and runs it for a test.
 package cpbinary
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 )
 
 // Main builds poise.dev/poise/cmd/controlplane into a temporary directory,
@@ -53,4 +56,65 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer lis.Close()
 	return lis.Addr().String()
+}
+
+// Process is a controlplane running for one test, its output kept.
+type Process struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+}
+
+// Start runs bin with args; at the end of the test it is interrupted and
+// waited for (killed, and the test failed, if it has not stopped within
+// 15 s), and its output is logged if the test failed.
+func Start(t testing.TB, bin string, args ...string) *Process {
+	t.Helper()
+	p := &Process{cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = (*output)(p), (*output)(p)
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			t.Errorf("controlplane did not stop within 15 s of SIGINT")
+		}
+		if t.Failed() {
+			t.Logf("controlplane output:\n%s", p.Logs())
+		}
+	})
+	return p
+}
+
+// output is a Process's writer for the child's stdout and stderr.
+type output Process
+
+func (o *output) Write(b []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.out.Write(b)
+}
+
+// Logs is what the process wrote so far.
+func (p *Process) Logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }

@@ -103,6 +103,9 @@ func TestKind(t *testing.T) {
 	s := setUp(t)
 
 	t.Run("zones", s.checkZones)
+	// Envoy is served as who its token proves: ServiceAccount shop/envoy,
+	// over TLS with the chart's generated certificate.
+	t.Run("identity", s.checkIdentity)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -222,6 +225,10 @@ func setUp(t *testing.T) *suite {
 	start = time.Now()
 	image := s.loadImage(t)
 	t.Logf("image %s built and loaded in %v", image, time.Since(start).Round(time.Second))
+
+	// The walkthrough's namespaces first: the chart writes its CA
+	// certificate into shop (tls.generated.caNamespaces of the kind values).
+	s.applyShop(t, "Namespace")
 
 	start = time.Now()
 	s.installChart(t, image)
@@ -365,14 +372,18 @@ func (s *suite) installChart(t *testing.T, image string) {
 }
 
 // applyShop applies examples/kubernetes with server-side apply, as
-// `kubectl apply --server-side -f examples/kubernetes` does.
-func (s *suite) applyShop(t *testing.T) {
+// `kubectl apply --server-side -f examples/kubernetes` does; with kinds, only
+// the objects of those kinds.
+func (s *suite) applyShop(t *testing.T, kinds ...string) {
 	t.Helper()
 	images := map[string]string{
 		"envoy": os.Getenv("POISE_KIND_ENVOY_IMAGE"),
 		"echo":  os.Getenv("POISE_KIND_ECHO_IMAGE"),
 	}
 	for _, u := range kubemanifests.Read(t, shopDir) {
+		if len(kinds) > 0 && !slices.Contains(kinds, u.GetKind()) {
+			continue
+		}
 		if u.GetKind() == "Deployment" {
 			overrideImages(t, u, images)
 		}
@@ -658,17 +669,40 @@ func (s *suite) admin(pod, path string, params map[string]string, v any) error {
 }
 
 type clientsView struct {
-	Clients []struct {
-		NodeID string `json:"nodeId"`
-		Types  map[string]struct {
-			LastSentVersion  string `json:"lastSentVersion"`
-			LastAckedVersion string `json:"lastAckedVersion"`
-			NACKs            uint64 `json:"nacks"`
-			LastNACK         *struct {
-				Error string `json:"error"`
-			} `json:"lastNack"`
-		} `json:"types"`
-	} `json:"clients"`
+	Clients []clientState `json:"clients"`
+}
+
+// clientState is one stream of /debug/clients.
+type clientState struct {
+	NodeID   string `json:"nodeId"`
+	Identity *struct {
+		Principal string    `json:"principal"`
+		Method    string    `json:"method"`
+		Pod       string    `json:"pod"`
+		Expires   time.Time `json:"expires"`
+	} `json:"identity"`
+	Types map[string]struct {
+		LastSentVersion  string `json:"lastSentVersion"`
+		LastAckedVersion string `json:"lastAckedVersion"`
+		NACKs            uint64 `json:"nacks"`
+		LastNACK         *struct {
+			Error string `json:"error"`
+		} `json:"lastNack"`
+	} `json:"types"`
+}
+
+// clientOf is Envoy's stream on the plane, or why there is none.
+func (s *suite) clientOf(plane, envoy string) (*clientState, string) {
+	var v clientsView
+	if err := s.admin(plane, "/debug/clients", nil, &v); err != nil {
+		return nil, err.Error()
+	}
+	for i := range v.Clients {
+		if v.Clients[i].NodeID == envoy {
+			return &v.Clients[i], ""
+		}
+	}
+	return nil, "Envoy is not connected to " + plane
 }
 
 // planeServing is the control plane pod Envoy's ADS stream is on (Envoy's
@@ -684,17 +718,11 @@ func (s *suite) planeServing(envoy string) (string, error) {
 		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
 			continue
 		}
-		var v clientsView
-		if err := s.admin(p.Name, "/debug/clients", nil, &v); err != nil {
-			seen = append(seen, err.Error())
-			continue
+		c, why := s.clientOf(p.Name, envoy)
+		if c != nil {
+			return p.Name, nil
 		}
-		for _, c := range v.Clients {
-			if c.NodeID == envoy {
-				return p.Name, nil
-			}
-		}
-		seen = append(seen, p.Name+": no client "+envoy)
+		seen = append(seen, p.Name+": "+why)
 	}
 	return "", fmt.Errorf("no control plane pod serves Envoy %s: %v", envoy, seen)
 }
@@ -708,33 +736,27 @@ func (s *suite) synced(plane, envoy string) (bool, string) {
 // syncedTypes: Envoy ACKed the last response of each type the plane sent it
 // and NACKed none.
 func (s *suite) syncedTypes(plane, envoy string, types ...string) (bool, string) {
-	var v clientsView
-	if err := s.admin(plane, "/debug/clients", nil, &v); err != nil {
-		return false, err.Error()
+	c, why := s.clientOf(plane, envoy)
+	if c == nil {
+		return false, why
 	}
-	for _, c := range v.Clients {
-		if c.NodeID != envoy {
-			continue
-		}
-		for _, typ := range types {
-			st, ok := c.Types[typ]
-			switch {
-			case !ok || st.LastSentVersion == "":
-				return false, "nothing of " + typ + " sent yet"
-			case st.NACKs > 0:
-				msg := ""
-				if st.LastNACK != nil {
-					msg = st.LastNACK.Error
-				}
-				s.t.Errorf("Envoy NACKed %s: %s", typ, msg)
-				return false, "NACK"
-			case st.LastAckedVersion != st.LastSentVersion:
-				return false, fmt.Sprintf("%s sent %s, ACKed %s", typ, st.LastSentVersion, st.LastAckedVersion)
+	for _, typ := range types {
+		st, ok := c.Types[typ]
+		switch {
+		case !ok || st.LastSentVersion == "":
+			return false, "nothing of " + typ + " sent yet"
+		case st.NACKs > 0:
+			msg := ""
+			if st.LastNACK != nil {
+				msg = st.LastNACK.Error
 			}
+			s.t.Errorf("Envoy NACKed %s: %s", typ, msg)
+			return false, "NACK"
+		case st.LastAckedVersion != st.LastSentVersion:
+			return false, fmt.Sprintf("%s sent %s, ACKed %s", typ, st.LastSentVersion, st.LastAckedVersion)
 		}
-		return true, ""
 	}
-	return false, "Envoy is not connected to " + plane
+	return true, ""
 }
 
 func (s *suite) envoyPod(t *testing.T) string {
@@ -750,6 +772,37 @@ func (s *suite) envoyPod(t *testing.T) string {
 	}
 	t.Fatalf("no running Envoy pod in %s", shopNS)
 	return ""
+}
+
+// checkIdentity: the control plane serving Envoy shows Envoy's stream as
+// proven by a token of ServiceAccount shop/envoy bound to Envoy's pod, which
+// it can only have received over TLS (call credentials are never sent in
+// plaintext), expiring within the hour the projected volume asks for.
+func (s *suite) checkIdentity(t *testing.T) {
+	envoy := s.envoyPod(t)
+	testkit.EventuallyEvery(t, 2*time.Minute, poll, "Envoy "+envoy+" served with its token's identity", func() (bool, string) {
+		plane, err := s.planeServing(envoy)
+		if err != nil {
+			return false, err.Error()
+		}
+		c, why := s.clientOf(plane, envoy)
+		if c == nil {
+			return false, why
+		}
+		id := c.Identity
+		switch {
+		case id == nil:
+			return false, "no identity on Envoy's stream"
+		case id.Principal != shopNS+"/envoy" || id.Method != "token":
+			t.Errorf("Envoy's stream is proven as %q by %q, want %s/envoy by token", id.Principal, id.Method, shopNS)
+		case id.Pod != shopNS+"/"+envoy:
+			t.Errorf("Envoy's token is bound to pod %q, want %s/%s", id.Pod, shopNS, envoy)
+		case id.Expires.IsZero() || time.Until(id.Expires) > time.Hour+time.Minute:
+			t.Errorf("Envoy's proof expires at %v: the projected token lives an hour", id.Expires)
+		}
+		t.Logf("plane %s serves Envoy %s as %s (%s, pod %s, until %v)", plane, envoy, id.Principal, id.Method, id.Pod, id.Expires)
+		return true, ""
+	})
 }
 
 // checkStatus: the Upstream status the elected replica writes carries the

@@ -4,7 +4,8 @@ package kind_test
 // an apiserver: the kind cluster has the zones the walkthrough names, the
 // EndpointSets point at the right zone's backends, and Envoy's bootstrap is a
 // valid Bootstrap by Envoy's own protos and validation rules, pointing at the
-// chart's xDS Service, routing to clusters the walkthrough defines and taking
+// chart's xDS Service over TLS with the chart's CA and a projected token of its
+// own ServiceAccount, routing to clusters the walkthrough defines and taking
 // listeners over ADS. For the spatial phase: the replicas' Upstreams,
 // Services and Deployments agree, Envoy exposes the port the control plane
 // binds the spatial listener to, and each request the suite sends gets, by
@@ -25,6 +26,7 @@ import (
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	grpccredv3 "github.com/envoyproxy/go-control-plane/envoy/config/grpc_credential/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -287,6 +289,25 @@ func envoyBootstrap(t testing.TB) *bootstrapv3.Bootstrap {
 		t.Fatalf("envoy.yaml: %v", err)
 	}
 	type validator interface{ ValidateAll() error }
+	// The call credentials' plugin configs (file_based_metadata) are typed
+	// configs too: each must name a known type and pass its own rules.
+	for _, gs := range b.GetDynamicResources().GetAdsConfig().GetGrpcServices() {
+		for _, cc := range gs.GetGoogleGrpc().GetCallCredentials() {
+			p := cc.GetFromPlugin()
+			if p == nil {
+				continue
+			}
+			m, err := p.GetTypedConfig().UnmarshalNew()
+			if err != nil {
+				t.Fatalf("ads_config call_credentials %s: %v", p.GetName(), err)
+			}
+			if v, ok := m.(validator); ok {
+				if err := v.ValidateAll(); err != nil {
+					t.Errorf("ads_config call_credentials %s: %v", p.GetName(), err)
+				}
+			}
+		}
+	}
 	for _, c := range b.GetStaticResources().GetClusters() {
 		for name, opt := range c.GetTypedExtensionProtocolOptions() {
 			m, err := opt.UnmarshalNew()
@@ -380,38 +401,9 @@ func TestEnvoyBootstrap(t *testing.T) {
 	if v := b.GetDynamicResources().GetCdsConfig().GetResourceApiVersion(); v != corev3.ApiVersion_V3 {
 		t.Errorf("cds_config.resource_api_version %v, want V3", v)
 	}
-	adsCluster := ads.GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName()
-
-	values, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v struct {
-		Service struct {
-			XDSPort uint32 `json:"xdsPort"`
-		} `json:"service"`
-	}
-	if err := yaml.Unmarshal(values, &v); err != nil {
-		t.Fatal(err)
-	}
-	want := fmt.Sprintf("poise.poise-system.svc:%d", v.Service.XDSPort)
-	var got []string
-	for _, c := range b.GetStaticResources().GetClusters() {
-		if c.GetName() != adsCluster {
-			continue
-		}
-		for _, le := range c.GetLoadAssignment().GetEndpoints() {
-			for _, e := range le.GetLbEndpoints() {
-				sa := e.GetEndpoint().GetAddress().GetSocketAddress()
-				got = append(got, fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue()))
-			}
-		}
-		if c.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"] == nil {
-			t.Errorf("cluster %s does not speak HTTP/2 (gRPC) to the control plane", c.GetName())
-		}
-	}
-	if !slices.Equal(got, []string{want}) {
-		t.Errorf("the ADS cluster %q points at %v, want the chart's xDS Service %s", adsCluster, got, want)
+	want := fmt.Sprintf("poise.poise-system.svc:%d", chartDefaults(t).Service.XDSPort)
+	if got := ads.GetGrpcServices()[0].GetGoogleGrpc().GetTargetUri(); got != want {
+		t.Errorf("ADS goes to %q (google_grpc target_uri), want the chart's xDS Service %s", got, want)
 	}
 	if a := b.GetAdmin().GetAddress().GetSocketAddress().GetAddress(); a != "127.0.0.1" {
 		t.Errorf("Envoy's admin listens on %q, want loopback", a)
@@ -450,22 +442,262 @@ func TestEnvoyBootstrap(t *testing.T) {
 	}
 }
 
-// TestKindValues: the chart values of the suite use the image it loads into
-// the nodes, never pulled from a registry.
-func TestKindValues(t *testing.T) {
+// chartValues are the chart values the suite and the walkthrough depend
+// on, as the chart's values.yaml or the kind values set them.
+type chartValues struct {
+	Image struct {
+		Repository, Tag, PullPolicy string
+	} `json:"image"`
+	ExtraArgs       []string `json:"extraArgs"`
+	SpatialListener string   `json:"spatialListener"`
+	Service         struct {
+		XDSPort uint32 `json:"xdsPort"`
+	} `json:"service"`
+	TLS struct {
+		Enabled    bool   `json:"enabled"`
+		SecretName string `json:"secretName"`
+		Generated  struct {
+			CANamespaces []string `json:"caNamespaces"`
+		} `json:"generated"`
+	} `json:"tls"`
+	XDS struct {
+		Auth          string `json:"auth"`
+		TokenAudience string `json:"tokenAudience"`
+	} `json:"xds"`
+}
+
+func readValues(t testing.TB, path string) chartValues {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v chartValues
+	if err := yaml.Unmarshal(raw, &v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return v
+}
+
+// chartDefaults are the chart's own values.yaml.
+func chartDefaults(t testing.TB) chartValues {
+	t.Helper()
+	return readValues(t, filepath.Join(chartDir, "values.yaml"))
+}
+
+// caConfigMap is the ConfigMap holding the CA certificate of the chart's
+// release "poise" (its full name, then "-ca"; test/chart checks the name
+// against the chart's rendering), under the key caKey.
+const (
+	caConfigMap = "poise-ca"
+	caKey       = "ca.crt"
+)
+
+// TestEnvoyCredentials: the walkthrough's Envoy connects as the chart's
+// defaults require. The chart serves TLS with its own CA and checks tokens
+// for xds.tokenAudience, and the kind values leave both on; Envoy dials over
+// TLS trusting the CA of the ConfigMap the chart writes into its namespace
+// (tls.generated.caNamespaces of the kind values), sends the projected token
+// of its own ServiceAccount for that audience with the file_based_metadata
+// call credentials, and claims in its node metadata the namespace and
+// service account the token proves. Every path the bootstrap reads is a file
+// of a volume the pod mounts.
+func TestEnvoyCredentials(t *testing.T) {
+	def, kind := chartDefaults(t), readValues(t, kindValues)
+	if !def.TLS.Enabled || def.TLS.SecretName != "" || def.XDS.Auth != "token" || def.XDS.TokenAudience == "" {
+		t.Fatalf("chart defaults: tls.enabled %v, tls.secretName %q, xds.auth %q, xds.tokenAudience %q; the walkthrough expects TLS with the chart's own CA and token authentication",
+			def.TLS.Enabled, def.TLS.SecretName, def.XDS.Auth, def.XDS.TokenAudience)
+	}
 	raw, err := os.ReadFile(kindValues)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v struct {
-		Image struct {
-			Repository, Tag, PullPolicy string
-		} `json:"image"`
-		ExtraArgs []string `json:"extraArgs"`
+	var overrides struct {
+		TLS map[string]any `json:"tls"`
+		XDS map[string]any `json:"xds"`
 	}
-	if err := yaml.Unmarshal(raw, &v); err != nil {
+	if err := yaml.Unmarshal(raw, &overrides); err != nil {
 		t.Fatal(err)
 	}
+	for _, k := range []string{"enabled", "secretName", "clientCA"} {
+		if _, set := overrides.TLS[k]; set {
+			t.Errorf("%s sets tls.%s: the suite installs the chart's TLS defaults, as the walkthrough does", kindValues, k)
+		}
+	}
+	for _, k := range []string{"auth", "tokenAudience"} {
+		if _, set := overrides.XDS[k]; set {
+			t.Errorf("%s sets xds.%s: the suite installs the chart's authentication defaults, as the walkthrough does", kindValues, k)
+		}
+	}
+
+	b := envoyBootstrap(t)
+	gs := b.GetDynamicResources().GetAdsConfig().GetGrpcServices()
+	if len(gs) != 1 || gs[0].GetGoogleGrpc() == nil {
+		t.Fatalf("ads_config: want one google_grpc service (Envoy's own gRPC client sends no call credentials), got %v", gs)
+	}
+	g := gs[0].GetGoogleGrpc()
+	caFile := g.GetChannelCredentials().GetSslCredentials().GetRootCerts().GetFilename()
+	if caFile == "" {
+		t.Errorf("google_grpc channel_credentials: want ssl_credentials with root_certs from a file (the chart's CA), got %v", g.GetChannelCredentials())
+	}
+	if g.GetCredentialsFactoryName() != "envoy.grpc_credentials.file_based_metadata" {
+		t.Errorf("google_grpc credentials_factory_name %q: without envoy.grpc_credentials.file_based_metadata Envoy ignores the from_plugin call credentials", g.GetCredentialsFactoryName())
+	}
+	var tokenFile string
+	for _, cc := range g.GetCallCredentials() {
+		p := cc.GetFromPlugin()
+		if p.GetName() != "envoy.grpc_credentials.file_based_metadata" {
+			continue
+		}
+		m, err := p.GetTypedConfig().UnmarshalNew()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fb, ok := m.(*grpccredv3.FileBasedMetadataConfig)
+		if !ok {
+			t.Fatalf("file_based_metadata config is a %T", m)
+		}
+		if k := fb.GetHeaderKey(); k != "" && k != "authorization" {
+			t.Errorf("file_based_metadata header_key %q, want authorization", k)
+		}
+		if fb.GetHeaderPrefix() != "Bearer " {
+			t.Errorf("file_based_metadata header_prefix %q, want %q", fb.GetHeaderPrefix(), "Bearer ")
+		}
+		tokenFile = fb.GetSecretData().GetFilename()
+	}
+	if tokenFile == "" {
+		t.Fatal("google_grpc sends no token: want call_credentials from_plugin envoy.grpc_credentials.file_based_metadata with secret_data from a file")
+	}
+
+	objs := kubemanifests.Read(t, shopDir)
+	var dep *unstructured.Unstructured
+	for _, d := range ofKind(objs, "Deployment") {
+		if d.GetNamespace() == shopNS && d.GetName() == envoyService {
+			dep = d
+		}
+	}
+	if dep == nil {
+		t.Fatalf("%s: no Deployment %s/%s", shopDir, shopNS, envoyService)
+	}
+	sa := nestedString(dep, "spec", "template", "spec", "serviceAccountName")
+	found := false
+	for _, o := range ofKind(objs, "ServiceAccount") {
+		found = found || o.GetNamespace() == shopNS && o.GetName() == sa
+	}
+	if sa == "" || !found {
+		t.Errorf("Envoy runs as ServiceAccount %q, which %s does not define: its token would prove the namespace's default account", sa, shopDir)
+	}
+	md := b.GetNode().GetMetadata().GetFields()
+	if got := md["NAMESPACE"].GetStringValue(); got != dep.GetNamespace() {
+		t.Errorf("Envoy's node metadata NAMESPACE %q, but it runs in %s: Poise would refuse the stream", got, dep.GetNamespace())
+	}
+	if got := md["SERVICE_ACCOUNT"].GetStringValue(); got != sa {
+		t.Errorf("Envoy's node metadata SERVICE_ACCOUNT %q, but it runs as %q: Poise would refuse the stream", got, sa)
+	}
+
+	// Which volume, and which file of it, each path is.
+	spec, _, _ := unstructured.NestedMap(dep.Object, "spec", "template", "spec")
+	volumes := map[string]map[string]any{}
+	vols, _, _ := unstructured.NestedSlice(spec, "volumes")
+	for _, v := range vols {
+		m := v.(map[string]any)
+		volumes[m["name"].(string)] = m
+	}
+	var envoy map[string]any
+	ctrs, _, _ := unstructured.NestedSlice(spec, "containers")
+	for _, c := range ctrs {
+		if m := c.(map[string]any); m["name"] == "envoy" {
+			envoy = m
+		}
+	}
+	mounted := func(path string) (map[string]any, string) {
+		mounts, _, _ := unstructured.NestedSlice(envoy, "volumeMounts")
+		for _, mt := range mounts {
+			m := mt.(map[string]any)
+			dir, _ := m["mountPath"].(string)
+			if rel, ok := strings.CutPrefix(path, strings.TrimSuffix(dir, "/")+"/"); ok && !strings.Contains(rel, "/") {
+				return volumes[m["name"].(string)], rel
+			}
+		}
+		return nil, ""
+	}
+
+	caVol, caName := mounted(caFile)
+	cm, _, _ := unstructured.NestedString(caVol, "configMap", "name")
+	if caVol == nil || cm != caConfigMap || caName != caKey {
+		t.Errorf("root_certs %s is not key %s of ConfigMap %s mounted in the Envoy container (volume %v, file %q)", caFile, caKey, caConfigMap, caVol, caName)
+	}
+	if !slices.Contains(kind.TLS.Generated.CANamespaces, dep.GetNamespace()) {
+		t.Errorf("%s: tls.generated.caNamespaces %v lacks %s: the chart would not write ConfigMap %s there, and Envoy's pod would not start",
+			kindValues, kind.TLS.Generated.CANamespaces, dep.GetNamespace(), caConfigMap)
+	}
+
+	tokVol, tokName := mounted(tokenFile)
+	sources, _, _ := unstructured.NestedSlice(tokVol, "projected", "sources")
+	var sat map[string]any
+	for _, src := range sources {
+		if m, ok := src.(map[string]any)["serviceAccountToken"].(map[string]any); ok && m["path"] == tokName {
+			sat = m
+		}
+	}
+	if sat == nil {
+		t.Fatalf("the token file %s is no serviceAccountToken of a projected volume mounted in the Envoy container (volume %v)", tokenFile, tokVol)
+	}
+	if sat["audience"] != def.XDS.TokenAudience {
+		t.Errorf("Envoy's token is for audience %v, the chart checks %q (xds.tokenAudience)", sat["audience"], def.XDS.TokenAudience)
+	}
+	if exp, ok := number(sat["expirationSeconds"]); !ok || exp < 600 {
+		t.Errorf("Envoy's token expirationSeconds %v: the kubelet needs at least 600", sat["expirationSeconds"])
+	}
+}
+
+// TestWalkthroughInstall: docs/helm.md installs the chart as the suite does:
+// the namespaces of examples/kubernetes first, then `helm install` with the
+// chart's TLS and authentication defaults and the CA ConfigMap written into
+// the namespaces of the kind values' tls.generated.caNamespaces.
+func TestWalkthroughInstall(t *testing.T) {
+	raw, err := os.ReadFile(root + "/docs/helm.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	start := strings.Index(doc, "## 1. Install the control plane")
+	end := strings.Index(doc, "## 2.")
+	if start < 0 || end < start {
+		t.Fatal("docs/helm.md has no section 1. Install the control plane")
+	}
+	section := doc[start:end]
+	block := regexp.MustCompile("(?s)```sh\n(.*?)```").FindStringSubmatch(section)
+	if block == nil {
+		t.Fatal("docs/helm.md section 1 has no sh block")
+	}
+	cmds := strings.ReplaceAll(block[1], "\\\n", " ")
+	ns := strings.Index(cmds, "kubectl apply -f examples/kubernetes/00-namespace.yaml")
+	install := strings.Index(cmds, "helm install poise charts/poise")
+	if ns < 0 || install < 0 || ns > install {
+		t.Fatalf("docs/helm.md section 1 does not apply 00-namespace.yaml before `helm install poise charts/poise`:\n%s", cmds)
+	}
+	line := cmds[install:]
+	line = line[:strings.IndexByte(line, '\n')]
+	for _, forbidden := range []string{"xds.auth", "tls.enabled", "tls.secretName"} {
+		if strings.Contains(line, forbidden) {
+			t.Errorf("the walkthrough's install sets %s: it must run on the chart's defaults, as the kind suite does\n%s", forbidden, line)
+		}
+	}
+	m := regexp.MustCompile(`tls\.generated\.caNamespaces=\{([^}]*)\}`).FindStringSubmatch(line)
+	var got []string
+	if m != nil {
+		got = strings.Split(m[1], ",")
+	}
+	if want := readValues(t, kindValues).TLS.Generated.CANamespaces; !slices.Equal(got, want) {
+		t.Errorf("the walkthrough's install writes the CA into %v, the kind suite's values into %v\n%s", got, want, line)
+	}
+}
+
+// TestKindValues: the chart values of the suite use the image it loads into
+// the nodes, never pulled from a registry.
+func TestKindValues(t *testing.T) {
+	v := readValues(t, kindValues)
 	if v.Image.PullPolicy != "Never" {
 		t.Errorf("%s: image.pullPolicy %q, want Never (the image is loaded with kind load docker-image)", kindValues, v.Image.PullPolicy)
 	}
@@ -883,22 +1115,7 @@ func TestSpatialCases(t *testing.T) {
 // default when nothing sets it.
 func spatialListenerPort(t *testing.T) (uint32, string) {
 	t.Helper()
-	type values struct {
-		SpatialListener string   `json:"spatialListener"`
-		ExtraArgs       []string `json:"extraArgs"`
-	}
-	read := func(path string) values {
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v values
-		if err := yaml.Unmarshal(raw, &v); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		return v
-	}
-	chart, kind := read(filepath.Join(chartDir, "values.yaml")), read(kindValues)
+	chart, kind := chartDefaults(t), readValues(t, kindValues)
 	addr, from := chart.SpatialListener, filepath.Join(chartDir, "values.yaml")+" spatialListener"
 	if addr != "" {
 		// The chart passes the value: its golden rendering (test/chart) shows it.

@@ -35,17 +35,20 @@ import (
 )
 
 // tokenCA is the certificate authority of one test: the plane's serving
-// certificate for 127.0.0.1, and the pool its clients trust.
+// certificate for 127.0.0.1, and the pool its clients trust (caFile, the
+// same as PEM, for clients that read a file).
 type tokenCA struct {
-	pool  *x509.CertPool
-	files *server.TLS
+	pool   *x509.CertPool
+	caFile string
+	files  *server.TLS
 }
 
 func newTokenCA(t *testing.T) *tokenCA {
 	t.Helper()
 	ca := testkit.NewCA(t, "poise test CA")
-	certFile, keyFile := testkit.WriteFiles(t, t.TempDir(), "server", ca.Issue(t, x509.ExtKeyUsageServerAuth, time.Now().Add(time.Hour)))
-	return &tokenCA{pool: ca.Pool(), files: &server.TLS{CertFile: certFile, KeyFile: keyFile}}
+	dir := t.TempDir()
+	certFile, keyFile := testkit.WriteFiles(t, dir, "server", ca.Issue(t, x509.ExtKeyUsageServerAuth, time.Now().Add(time.Hour)))
+	return &tokenCA{pool: ca.Pool(), caFile: ca.WriteCA(t, dir), files: &server.TLS{CertFile: certFile, KeyFile: keyFile}}
 }
 
 // bearer sends a token as gRPC call credentials, which grpc-go refuses to

@@ -68,15 +68,52 @@ Image reference: repository:tag, the tag defaulting to the chart's appVersion.
 {{- end }}
 
 {{/*
-Fail early on inconsistent TLS values.
+Fail early on inconsistent TLS and authentication values.
 */}}
 {{- define "poise.validateTLS" -}}
+{{- $modes := splitList "," .Values.xds.auth }}
 {{- if and .Values.tls.clientCA (not .Values.tls.enabled) }}
 {{- fail "tls.clientCA (mTLS) needs tls.enabled=true and tls.secretName" }}
 {{- end }}
-{{- if .Values.tls.enabled }}
-{{- $_ := required "tls.secretName is required when tls.enabled is true (a kubernetes.io/tls Secret with tls.crt and tls.key, and ca.crt for tls.clientCA)" .Values.tls.secretName }}
+{{- if and .Values.tls.clientCA (not .Values.tls.secretName) }}
+{{- fail "tls.clientCA (mTLS) needs tls.secretName: a Secret whose ca.crt is the CA that signs your clients' certificates (the chart's own CA signs only the serving certificate)" }}
 {{- end }}
+{{- if and (has "token" $modes) (not .Values.tls.enabled) }}
+{{- fail "xds.auth token needs tls.enabled: Envoy and gRPC clients send their token over TLS only; for plaintext development set xds.auth=none" }}
+{{- end }}
+{{- if and (has "mtls" $modes) (not (and .Values.tls.enabled .Values.tls.clientCA)) }}
+{{- fail "xds.auth mtls needs tls.enabled and tls.clientCA: the client certificates it reads are those the TLS handshake verifies" }}
+{{- end }}
+{{- if and .Values.tls.generated.caNamespaces (or (not .Values.tls.enabled) .Values.tls.secretName) }}
+{{- fail "tls.generated.caNamespaces publishes the chart's own CA, which exists only with tls.enabled and no tls.secretName: distribute the CA of your own Secret's issuer yourself (e.g. cert-manager's trust-manager)" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of the Secret the replicas serve xDS TLS with: tls.secretName, or the
+one the chart makes.
+*/}}
+{{- define "poise.tlsSecretName" -}}
+{{- default (printf "%s-tls" (include "poise.fullname" .) | trunc 63 | trimSuffix "-") .Values.tls.secretName }}
+{{- end }}
+
+{{/*
+Name of the chart's own CA: the Secret holding its certificate and key, and
+the ConfigMaps holding its certificate alone.
+*/}}
+{{- define "poise.caName" -}}
+{{- printf "%s-ca" (include "poise.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+DNS names of the generated serving certificate, comma-separated: the xDS
+Service's names in the cluster, then tls.generated.extraDNSNames.
+*/}}
+{{- define "poise.tlsDNSNames" -}}
+{{- $svc := include "poise.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- $names := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns .Values.tls.generated.clusterDomain) }}
+{{- concat $names .Values.tls.generated.extraDNSNames | uniq | join "," }}
 {{- end }}
 
 {{/*

@@ -426,3 +426,41 @@ func TestRestampWakesOnlyWhoGainsOrLoses(t *testing.T) {
 		})
 	}
 }
+
+// TestWithheldAudienceVariants: a client that reads an audience variant of
+// a name is withheld nothing of it, though the base is no client's; a
+// client no variant names is withheld the name, by name and in its
+// wildcard count.
+func TestWithheldAudienceVariants(t *testing.T) {
+	c := newCache()
+	c.Apply(xdscache.Update{Version: "v1", Changes: []xdscache.Change{
+		withAudiences(RDS, routeEntry(RDS, "spatial", "none", "v1").WithVisibility(xdscache.VisibleToNamespaces()),
+			routeEntry(RDS, "spatial", "A", "v1", "a")),
+		change(0, RDS, routeEntry(RDS, "web", "web", "v1")),
+	}})
+	for _, tc := range []struct {
+		aud      xdscache.Audience
+		wildcard bool
+		hidden   int
+	}{{ns("a"), false, 0}, {ns("a"), true, 0}, {ns("c"), false, 1}, {ns("c"), true, 1}} {
+		z := openFor(t, c, true, envoy, tc.aud)
+		z.typ = RDS
+		if tc.wildcard {
+			z.subscribe(nil, "*")
+		} else {
+			z.subscribe(nil, "spatial")
+		}
+		z.recv()
+		w := z.s.Withheld(10)
+		got := len(w.Hidden)
+		if tc.wildcard {
+			got = 0
+			for _, n := range w.Wildcard {
+				got += n.Count
+			}
+		}
+		if got != tc.hidden {
+			t.Errorf("%s (wildcard %v): withheld %+v, want %d of spatial", tc.aud, tc.wildcard, w, tc.hidden)
+		}
+	}
+}

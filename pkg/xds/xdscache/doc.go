@@ -14,5 +14,6 @@
 // audience class of disjoint namespaces, sent to those namespaces' streams
 // instead of its base under the same name (the spatial route, which holds
 // only the domains its reader may read); a change wakes only the streams
-// whose content of it changed.
+// whose content of it changed. What a stream asks for and is not sent, and
+// why, is read on demand for people, never on the send path.
 package xdscache
