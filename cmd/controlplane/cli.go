@@ -267,6 +267,7 @@ receive under the upstream's localityAffinity.`,
 	fs.StringVar(&o.source, "source", "files", "where the topology comes from: files (-f) or kubernetes (a live cluster, read once)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "explain what is in this cluster now (implies --source=kubernetes; default with --source=kubernetes: $KUBECONFIG, else the pod's service account, else ~/.kube/config)")
 	fs.StringVar(&o.namespace, "namespace", "", "with --source=kubernetes, read only this namespace (empty: all)")
+	visibilityFlags(fs, &o.visibility)
 	return command(c, func(cmd *cobra.Command, _ []string) int {
 		return runExplain(cmd.Context(), cmd.Flags(), o, stdout, stderr)
 	})
@@ -278,6 +279,7 @@ type explainOptions struct {
 	simulate, seed             uint64
 	// a live cluster instead of files
 	source, kubeconfig, namespace string
+	visibility                    visibilityOptions
 }
 
 func runExplain(ctx context.Context, fs *pflag.FlagSet, o explainOptions, stdout, stderr io.Writer) int {
@@ -291,6 +293,10 @@ func runExplain(ctx context.Context, fs *pflag.FlagSet, o explainOptions, stdout
 		return exitUsage
 	}
 	class, ok := classFlags(fs, *from, *demand, stderr)
+	if !ok {
+		return exitUsage
+	}
+	vis, ok := o.visibility.read(fs, stderr)
 	if !ok {
 		return exitUsage
 	}
@@ -345,6 +351,9 @@ func runExplain(ctx context.Context, fs *pflag.FlagSet, o explainOptions, stdout
 			fmt.Fprintf(stderr, "error: %v\n", err)
 			return exitInvalid
 		}
+	}
+	if vis != nil {
+		explain.ResolveVisibility(&rep, snap, *vis)
 	}
 	if *simulate > 0 {
 		for i := range rep.Upstreams {

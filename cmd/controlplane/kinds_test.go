@@ -12,7 +12,7 @@ import (
 // Deployments and ConfigMap are skipped with one note naming them.
 func TestKubernetesWalkthrough(t *testing.T) {
 	const dir = examples + "/kubernetes"
-	note := "note: skipped 18 objects of other kinds (Service 8, Deployment 7, Namespace 2, ConfigMap 1) in " + dir + "\n"
+	note := "note: skipped 19 objects of other kinds (Service 8, Deployment 7, Namespace 2, ConfigMap 1, ServiceAccount 1) in " + dir + "\n"
 	for _, tc := range []struct {
 		name string
 		args []string

@@ -127,7 +127,10 @@ type replicaCluster struct {
 }
 
 func writeStatusText(w io.Writer, rows []replicaClient, clusters []replicaCluster) error {
-	if err := writeClientsText(w, rows); err != nil || len(clusters) == 0 {
+	if err := writeClientsText(w, rows); err != nil {
+		return err
+	}
+	if err := writeWithheldText(w, rows); err != nil || len(clusters) == 0 {
 		return err
 	}
 	sort.SliceStable(clusters, func(i, j int) bool {
@@ -156,14 +159,14 @@ func writeStatusText(w io.Writer, rows []replicaClient, clusters []replicaCluste
 func writeClientsText(w io.Writer, rows []replicaClient) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	types := xdstype.Shorts() // a column each, in the order they are sent
-	fmt.Fprintln(tw, "NODE\tREPLICA\tKIND\tCLASS\t"+strings.Join(types, "\t")+"\tLAST NACK")
+	fmt.Fprintln(tw, "NODE\tREPLICA\tKIND\tAUDIENCE\tPRINCIPAL\tCLASS\t"+strings.Join(types, "\t")+"\tLAST NACK")
 	for _, r := range rows {
 		c := r.Client
 		class := c.Class
 		if class == "" {
 			class = "-"
 		}
-		cols := []string{orDash(c.NodeID), r.Replica, c.Kind, class}
+		cols := append(append([]string{orDash(c.NodeID), r.Replica, c.Kind}, identityCols(c)...), class)
 		var last *server.NACK
 		var lastType string
 		for _, t := range types {

@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
 
-	"poise.dev/poise/pkg/convert"
+	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
@@ -76,6 +75,11 @@ type Config struct {
 	// one reporter's counts for one endpoint); 0 is
 	// loadreport.DefaultMaxCells.
 	LoadReportMaxCells int
+	// LoadReportMaxRequests is the most requests one load reporter (a
+	// workload instance; an anonymous client's node) may weigh in one
+	// cluster over the window (loadreport.Config.MaxRequests); 0 is
+	// loadreport.DefaultMaxRequests.
+	LoadReportMaxRequests int
 	// HealthCheckConcurrency and HealthCheckMaxEndpoints bound the active
 	// health checks (healthcheck.Config); 0 is the package's default.
 	HealthCheckConcurrency, HealthCheckMaxEndpoints int
@@ -134,11 +138,15 @@ type Config struct {
 
 // The bounds Validate holds the fields to. A load-report bucket is a
 // window of 600 ms to 60 s; 100,000,000 load-report cells are a few GB,
-// beyond any replica's memory limit, so a larger figure is a typo.
+// beyond any replica's memory limit, so a larger figure is a typo. A
+// reporter's cap of fewer than 1,000 requests a window would cut ordinary
+// clients; above loadreport.MaxMaxRequests a kept count could saturate.
 const (
 	minLoadReportBucket     = 100 * time.Millisecond
 	maxLoadReportBucket     = 10 * time.Second
 	maxLoadReportCells      = 100_000_000
+	minLoadReportRequests   = 1_000
+	maxLoadReportRequests   = loadreport.MaxMaxRequests
 	maxClientClasses        = 4096
 	maxHealthCheckWorkers   = 1024
 	maxHealthCheckEndpoints = 100_000
@@ -157,7 +165,8 @@ const (
 //   - RemoteStaleAfter: kube.MinRemoteStaleAfter to kube.MaxRemoteStaleAfter;
 //     ClusterName: a name kube.ValidClusterName accepts.
 //   - MaxClientClasses: 1 to 4096; LoadReportMaxCells: 1 to 100,000,000;
-//     LoadReportBucket: 100ms to 10s.
+//     LoadReportBucket: 100ms to 10s; LoadReportMaxRequests: 1,000 to
+//     loadreport.MaxMaxRequests (2^32 − 1).
 //   - HealthCheckConcurrency: 1 to 1024; HealthCheckMaxEndpoints: 1 to
 //     100,000.
 //   - MetricsMaxUpstreams: not negative (0: none, as serve's flag says).
@@ -204,6 +213,9 @@ func (c Config) Validate() error {
 	if c.LoadReportMaxCells < 1 || c.LoadReportMaxCells > maxLoadReportCells {
 		add("--load-report-max-cells %d: want 1 to %d", c.LoadReportMaxCells, maxLoadReportCells)
 	}
+	if c.LoadReportMaxRequests < minLoadReportRequests || c.LoadReportMaxRequests > maxLoadReportRequests {
+		add("--load-report-max-requests-per-instance %d: want %d to %d", c.LoadReportMaxRequests, minLoadReportRequests, maxLoadReportRequests)
+	}
 	if c.HealthCheckConcurrency < 1 || c.HealthCheckConcurrency > maxHealthCheckWorkers {
 		add("--health-check-concurrency %d: want 1 to %d", c.HealthCheckConcurrency, maxHealthCheckWorkers)
 	}
@@ -216,11 +228,8 @@ func (c Config) Validate() error {
 	if c.MetricsMaxUpstreams < 0 {
 		add("--metrics-max-upstreams must not be negative")
 	}
-	if _, problems := convert.ExportTo(nil, c.DefaultExportTo, ""); len(problems) > 0 {
-		for _, p := range problems {
-			add("--default-export-to %q: %s", strings.Join(c.DefaultExportTo, ","), p.ErrorBody())
-		}
-	}
+	_, problems := DefaultExport(c.DefaultExportTo)
+	errs = append(errs, problems...)
 	if c.StatusWriters <= 0 {
 		add("--status-writers must be positive")
 	}

@@ -18,7 +18,8 @@ func complete() controlplane.Config {
 		MaxStreams: 10000, MaxStreamsPerConnection: 100, KubeQPS: 1000, KubeBurst: 2000,
 		RemoteStaleAfter: time.Minute, ClusterName: "home", MaxClientClasses: 64,
 		LoadReportMaxCells: 1 << 20, HealthCheckConcurrency: 64, HealthCheckMaxEndpoints: 10000,
-		LoadReportBucket: 10 * time.Second, MetricsMaxUpstreams: 1000, StatusWriters: 16, StatusShare: 0.8,
+		LoadReportMaxRequests: 30_000_000,
+		LoadReportBucket:      10 * time.Second, MetricsMaxUpstreams: 1000, StatusWriters: 16, StatusShare: 0.8,
 		XDSAddress: "127.0.0.1:18000", XDSAuth: []string{"none"}, XDSTokenAudience: "poise",
 	}
 }
@@ -52,6 +53,10 @@ func TestValidateBounds(t *testing.T) {
 		{"load-report-max-cells low", func(c *controlplane.Config) { c.LoadReportMaxCells = 1 }, func(c *controlplane.Config) { c.LoadReportMaxCells = 0 }, "--load-report-max-cells"},
 		{"load-report-max-cells high", func(c *controlplane.Config) { c.LoadReportMaxCells = 100_000_000 },
 			func(c *controlplane.Config) { c.LoadReportMaxCells = 100_000_001 }, "--load-report-max-cells"},
+		{"load-report-max-requests-per-instance low", func(c *controlplane.Config) { c.LoadReportMaxRequests = 1000 },
+			func(c *controlplane.Config) { c.LoadReportMaxRequests = 999 }, "--load-report-max-requests-per-instance"},
+		{"load-report-max-requests-per-instance high", func(c *controlplane.Config) { c.LoadReportMaxRequests = 1<<32 - 1 },
+			func(c *controlplane.Config) { c.LoadReportMaxRequests = 1 << 32 }, "--load-report-max-requests-per-instance"},
 		{"health-check-concurrency low", func(c *controlplane.Config) { c.HealthCheckConcurrency = 1 },
 			func(c *controlplane.Config) { c.HealthCheckConcurrency = 0 }, "--health-check-concurrency"},
 		{"health-check-concurrency high", func(c *controlplane.Config) { c.HealthCheckConcurrency = 1024 },

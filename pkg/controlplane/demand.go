@@ -1,8 +1,6 @@
 package controlplane
 
 import (
-	"time"
-
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/topology"
@@ -15,28 +13,7 @@ import (
 // Clusters outside the store's catalog (no spec.loadReporting) have none.
 func loadDemand(loads *loadreport.Store) publish.LoadDemand {
 	return publish.LoadDemand{Bucket: loads.Window() / loadreport.Buckets, Window: loads.Window(),
-		Requests: func(cluster string, now time.Time) (map[string]uint64, bool) {
-			return classRequests(loads.Cluster(cluster, now))
-		}}
-}
-
-// classRequests sums endpoint loads' issued requests per reporter class,
-// saturating; ok is false for a cluster the store does not know (nil).
-func classRequests(eps []loadreport.EndpointLoad) (map[string]uint64, bool) {
-	if eps == nil {
-		return nil, false
-	}
-	out := map[string]uint64{}
-	for _, e := range eps {
-		for _, c := range e.Classes {
-			sum := out[c.Class] + c.Issued
-			if sum < c.Issued {
-				sum = 1<<64 - 1
-			}
-			out[c.Class] = sum
-		}
-	}
-	return out, true
+		Requests: loads.ClassRequests}
 }
 
 // appliedDemand is the demand in force for explain: what the publisher

@@ -18,7 +18,6 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"poise.dev/poise/pkg/admin"
-	"poise.dev/poise/pkg/convert"
 	"poise.dev/poise/pkg/healthcheck"
 	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/loadreport"
@@ -50,9 +49,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if out == nil {
 		out = io.Discard
 	}
-	export, problems := convert.ExportTo(nil, cfg.DefaultExportTo, "")
+	export, problems := DefaultExport(cfg.DefaultExportTo)
 	if len(problems) > 0 {
-		return fmt.Errorf("--default-export-to: %w", problems.ToAggregate())
+		return errors.Join(problems...)
 	}
 	p := newParts(cfg, export, log)
 	// The first task to fail ends the others, the Kubernetes replica with
@@ -184,7 +183,9 @@ func newParts(cfg Config, export topology.Export, log *slog.Logger) *parts {
 	p.gauges = upstreamgauges.New(upstreamgauges.Options{Localities: !cfg.MetricsNoLocalityGauges, MaxUpstreams: maxUpstreams, Log: log})
 	// Clients of upstreams with spec.loadReporting report their load over
 	// LRS into loads, which keeps only what its catalog publishes.
-	p.loads = loadreport.NewStore(loadreport.Config{MaxCells: cfg.LoadReportMaxCells, Bucket: cfg.LoadReportBucket})
+	p.loads = loadreport.NewStore(loadreport.Config{MaxCells: cfg.LoadReportMaxCells, Bucket: cfg.LoadReportBucket,
+		MaxRequests: uint64(max(cfg.LoadReportMaxRequests, 0)), Log: log})
+	m.Outliers.SetCappedRequests(func() uint64 { return p.loads.Drops().Capped })
 	p.pub.SetLoadDemand(loadDemand(p.loads)) // a Balanced upstream's demand, where its clients report
 	m.Registry.MustRegister(p.gauges, loadreport.NewSpatialMetrics(p.loads))
 	p.observePublications()

@@ -22,6 +22,15 @@ type Report struct {
 	Upstreams []Upstream    `json:"upstreams"`
 	// Orphans are objects whose upstream does not exist.
 	Orphans []string `json:"orphans,omitempty"`
+	// DefaultExportTo is the rule of the objects without spec.exportTo the
+	// report resolved visibility with (--default-export-to, "*" unless
+	// given); absent when it resolved none (see ResolveVisibility).
+	DefaultExportTo string `json:"defaultExportTo,omitempty"`
+	// Audience is the client readability is judged for (--client-namespace,
+	// --client-anonymous), and SpatialDomains, with it, who may read each
+	// SpatialDomain and whether that client may.
+	Audience       *Audience                 `json:"audience,omitempty"`
+	SpatialDomains []SpatialDomainVisibility `json:"spatialDomains,omitempty"`
 }
 
 // Upstream explains one upstream. Figures named *Millionths, health,
@@ -45,8 +54,12 @@ type Upstream struct {
 	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
 	// Visibility is the upstream's spec.exportTo, when it sets one: the
 	// namespaces whose clients may read it. Absent, the control plane's
-	// default applies.
+	// default applies; a report that resolves visibility
+	// (ResolveVisibility) has it for every upstream, from either.
 	Visibility *Visibility `json:"visibility,omitempty"`
+	// Access, present when the report judges readability for a client
+	// (Report.Audience), says whether it may read the upstream, and why.
+	Access *Access `json:"access,omitempty"`
 	// Split is the None split: what every client receives without
 	// localityAffinity. Embedded, its fields are the upstream's own in JSON.
 	Split
@@ -104,13 +117,16 @@ func healthCheckOf(u *topology.Upstream) *HealthCheck {
 		UnhealthyThreshold: hc.UnhealthyThreshold, HealthyThreshold: hc.HealthyThreshold, JitterPercent: hc.JitterPercent}
 }
 
-// Visibility is an upstream's own exportTo rule.
+// Visibility is the exportTo rule of an upstream or SpatialDomain.
 type Visibility struct {
 	// All: exported to every namespace ("*"), and to clients of none.
 	All bool `json:"all"`
 	// Namespaces are the namespaces it is exported to, sorted, with "."
-	// resolved to the upstream's own; empty with All.
+	// resolved to the object's own; empty with All.
 	Namespaces []string `json:"namespaces"`
+	// Origin is what set the rule: OriginSpec (its own spec.exportTo) or
+	// OriginDefault (the control plane's default).
+	Origin string `json:"origin"`
 }
 
 func visibilityOf(u *topology.Upstream) *Visibility {
@@ -122,7 +138,7 @@ func visibilityOf(u *topology.Upstream) *Visibility {
 	if ns == nil {
 		ns = []string{}
 	}
-	return &Visibility{All: e.All, Namespaces: ns}
+	return &Visibility{All: e.All, Namespaces: ns, Origin: OriginSpec}
 }
 
 // Affinity is an upstream's client-locality affinity (docs/weights.md,

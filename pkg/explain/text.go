@@ -17,16 +17,18 @@ func Percent(m uint64) string {
 func WriteText(w io.Writer, rep Report) error {
 	tw := &textWriter{w: w}
 	tw.printf("Topology revision %d: %d upstream(s)\n", rep.Revision, len(rep.Upstreams))
+	writeAudience(tw, rep)
 	if rep.From != nil {
 		writeFrom(tw, rep)
 	}
 	for _, u := range rep.Upstreams {
 		tw.printf("\n")
-		writeUpstream(tw, u)
+		writeUpstream(tw, u, rep.Audience)
 		if u.Class != nil && rep.From != nil {
 			writeClass(tw, *rep.From, u)
 		}
 	}
+	writeSpatialDomains(tw, rep)
 	if len(rep.Orphans) > 0 {
 		tw.printf("\nObjects whose upstream does not exist (ignored until it does):\n")
 		for _, o := range rep.Orphans {
@@ -69,7 +71,7 @@ func (t *textWriter) printf(format string, a ...any) {
 	_, t.err = io.WriteString(t.w, b.String())
 }
 
-func writeUpstream(tw *textWriter, u Upstream) {
+func writeUpstream(tw *textWriter, u Upstream, aud *Audience) {
 	p := u.Policy
 	tw.printf("Upstream %s/%s\n", u.Namespace, u.Name)
 	tw.printf("  policy: overprovisioning factor %d%%, panic threshold %d%% (%s), draining capacity %s, health adjustment %s\n",
@@ -81,16 +83,23 @@ func writeUpstream(tw *textWriter, u Upstream) {
 	writeAffinity(tw, u.Affinity)
 	writeHealthCheck(tw, u.HealthCheck)
 	writeVisibility(tw, u.Visibility)
+	writeAccess(tw, aud, u.Access, "it")
 	writeSplit(tw, p, u.Split, nil)
 }
 
 func writeVisibility(tw *textWriter, v *Visibility) {
+	origin := "spec.exportTo"
+	if v != nil && v.Origin == OriginDefault {
+		origin = "the default: no spec.exportTo"
+	}
 	switch {
 	case v == nil:
 	case v.All:
-		tw.printf("  visibility: exported to every namespace (spec.exportTo)\n")
+		tw.printf("  visibility: exported to every namespace (%s)\n", origin)
+	case len(v.Namespaces) == 0:
+		tw.printf("  visibility: exported to no namespace (%s)\n", origin)
 	default:
-		tw.printf("  visibility: exported to namespace%s %s only (spec.exportTo)\n", plural(len(v.Namespaces)), strings.Join(v.Namespaces, ", "))
+		tw.printf("  visibility: exported to namespace%s %s only (%s)\n", plural(len(v.Namespaces)), strings.Join(v.Namespaces, ", "), origin)
 	}
 }
 

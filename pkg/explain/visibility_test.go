@@ -19,10 +19,10 @@ func TestVisibilityShown(t *testing.T) {
 		json  string
 	}{
 		{"unset", nil, "", "null"},
-		{"every namespace", []string{"*"}, "  visibility: exported to every namespace (spec.exportTo)\n", `{"all":true,"namespaces":[]}`},
-		{"own namespace", []string{"."}, "  visibility: exported to namespace shop only (spec.exportTo)\n", `{"all":false,"namespaces":["shop"]}`},
+		{"every namespace", []string{"*"}, "  visibility: exported to every namespace (spec.exportTo)\n", `{"all":true,"namespaces":[],"origin":"spec.exportTo"}`},
+		{"own namespace", []string{"."}, "  visibility: exported to namespace shop only (spec.exportTo)\n", `{"all":false,"namespaces":["shop"],"origin":"spec.exportTo"}`},
 		{"own and others", []string{"ui", ".", "api"},
-			"  visibility: exported to namespaces api, shop, ui only (spec.exportTo)\n", `{"all":false,"namespaces":["api","shop","ui"]}`},
+			"  visibility: exported to namespaces api, shop, ui only (spec.exportTo)\n", `{"all":false,"namespaces":["api","shop","ui"],"origin":"spec.exportTo"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := visibilityOf(&topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "api"}, ExportTo: topology.NewExport(tc.items, "shop")})

@@ -13,7 +13,8 @@ import (
 // FuzzLoadStats feeds arbitrary LoadStatsRequest bytes to a store: bad
 // localities, unknown clusters and endpoints, huge counts and anything
 // else a client may send are dropped or kept, never a crash, and the store
-// stays within its bounds.
+// stays within its bounds: no reporter weighs more than its cap in a
+// cluster's window.
 func FuzzLoadStats(f *testing.F) {
 	seeds := []*lrs.LoadStatsRequest{
 		report(envoyStats("bench/svc-0000", "10.0.0.0", 10, 8, 2)),
@@ -39,7 +40,8 @@ func FuzzLoadStats(f *testing.F) {
 		if proto.Unmarshal(data, req) != nil {
 			return
 		}
-		s := NewStore(Config{Bucket: time.Second, MaxCells: 50, MaxReporters: 2})
+		const maxReq = 1000
+		s := NewStore(Config{Bucket: time.Second, MaxCells: 50, MaxReporters: 2, MaxRequests: maxReq})
 		s.SetCatalog(cat)
 		now := t0
 		for i := range 3 {
@@ -62,6 +64,15 @@ func FuzzLoadStats(f *testing.F) {
 			sum := s.Cluster(name, now)
 			if !ok || len(rs.Reporters) > 2 || len(rs.Endpoints) != len(sum) {
 				t.Fatalf("%s: reports %+v", name, rs)
+			}
+			for _, r := range rs.Reporters {
+				var w uint64
+				for _, l := range r.Loads {
+					w += l.Weight()
+				}
+				if w > maxReq {
+					t.Fatalf("%s: reporter %s weighs %d, over the cap %d", name, r.ID, w, maxReq)
+				}
 			}
 			for i := range sum {
 				var l Load

@@ -2,6 +2,7 @@ package loadreport
 
 import (
 	"cmp"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -37,6 +38,21 @@ const (
 	MaxEndpointStats = 200000
 	// maxField bounds the bytes kept of a reporter's id, region and zone.
 	maxField = 256
+	// DefaultMaxRequests is the most requests one reporter's counts may
+	// weigh in one cluster over the window (Config.MaxRequests): thirty
+	// million, a million requests a second over the default 30 s window,
+	// which no single client sends to one cluster in normal operation.
+	DefaultMaxRequests = 30_000_000
+	// MaxMaxRequests is the largest such cap: a cell counts 32 bits a
+	// bucket, so under it no kept count saturates.
+	MaxMaxRequests = 1<<32 - 1
+	// cappedLogEvery bounds the log of capped reports: at most one line a
+	// period, the others counted on the next line.
+	cappedLogEvery = 10 * time.Second
+	// maxScratch is the most endpoint stats of one cluster the store keeps
+	// room for between reports (32 B each); a larger cluster's report
+	// allocates its own.
+	maxScratch = 1 << 14
 )
 
 // counts are one bucket's requests; they saturate rather than wrap.
@@ -53,6 +69,13 @@ type Config struct {
 	Bucket       time.Duration
 	MaxReporters int
 	MaxCells     int
+	// MaxRequests is the most requests one reporter's counts may weigh in
+	// one cluster over the window (see Stream.Report): zero is
+	// DefaultMaxRequests, and above MaxMaxRequests is MaxMaxRequests.
+	MaxRequests uint64
+	// Log, when set, receives a line for reports cut to MaxRequests, at
+	// most one every 10 s.
+	Log *slog.Logger
 }
 
 // Drops counts what reports carried that the store did not keep.
@@ -72,6 +95,11 @@ type Drops struct {
 	OverCap uint64 `json:"overCap"`
 	// Evicted: reporters dropped whole, oldest report first, to make room.
 	Evicted uint64 `json:"evicted"`
+	// Capped: requests (the weight of Load.Weight) reports carried past
+	// their reporter's cap of Config.MaxRequests a cluster and window, and
+	// CappedReports the cluster stats scaled down for it.
+	Capped        uint64 `json:"capped"`
+	CappedReports uint64 `json:"cappedReports"`
 	// SpatialOverCap: requests to spatial clusters kept in the store but
 	// not counted in poise_spatial_requests_total, which had
 	// MaxSpatialSeries counters already.
@@ -106,10 +134,14 @@ type reporter struct {
 }
 
 // block is one reporter's cells for one cluster, in the cluster's endpoint
-// order; stamps says which bucket (time / Bucket) each slot holds.
+// order; stamps says which bucket (time / Bucket) each slot holds, and
+// weights the weight the slot's reports were kept at (the sum over them of
+// Load.Weight per endpoint stat), which the cap of Config.MaxRequests
+// bounds over the window, so 32 bits hold it.
 type block struct {
 	cluster *catCluster
 	stamps  [Buckets]int64
+	weights [Buckets]uint32
 	cells   []cell
 }
 
@@ -124,12 +156,21 @@ type block struct {
 // the oldest last report is dropped whole and counted. A reporter whose
 // streams have all ended is freed one window later. The spatial counters
 // (spatial.go) add at most MaxSpatialSeries entries of ~150 B (1.2 MB), and
-// MaxSpatialClientRegions region names per reporting domain.
+// MaxSpatialClientRegions region names per reporting domain; the scratch
+// of the report being added keeps at most maxScratch stats (512 KiB)
+// between reports.
+//
+// One reporter's counts weigh at most Config.MaxRequests per cluster over
+// the window (see Stream.Report).
 type Store struct {
 	mu        sync.Mutex
 	bucket    int64 // ns
 	maxRep    int
 	maxCells  int
+	maxReq    uint64
+	log       *slog.Logger
+	capLog    capLog
+	scratch   []stat // one cluster's endpoint stats of the report being added
 	catalog   *Catalog
 	reporters map[string]*reporter
 	cells     int
@@ -154,7 +195,11 @@ func NewStore(cfg Config) *Store {
 	if cfg.MaxCells <= 0 {
 		cfg.MaxCells = DefaultMaxCells
 	}
+	if cfg.MaxRequests == 0 {
+		cfg.MaxRequests = DefaultMaxRequests
+	}
 	return &Store{bucket: int64(cfg.Bucket), maxRep: cfg.MaxReporters, maxCells: cfg.MaxCells,
+		maxReq: min(cfg.MaxRequests, MaxMaxRequests), log: cfg.Log,
 		catalog: NewCatalog(nil, nil, nil), reporters: map[string]*reporter{},
 		spatialTotals: map[spatialKey]uint64{}, spatialClients: map[string]map[string]struct{}{}}
 }
@@ -206,6 +251,14 @@ func (s *Store) remap(b *block, cc *catCluster) {
 	}
 	s.cells += len(cells) - len(b.cells)
 	b.cluster, b.cells = cc, cells
+	// what the slots keep now weighs at most what they kept
+	for slot := range b.weights {
+		var w uint64
+		for i := range cells {
+			w += cells[i][slot].weight()
+		}
+		b.weights[slot] = uint32(min(w, uint64(b.weights[slot])))
+	}
 }
 
 // Stream is one reporting stream's hold on its reporter.
@@ -278,11 +331,33 @@ func (st *Stream) Close(now time.Time) {
 // Report adds one LoadStatsRequest's counts, received at now, to the
 // stream's reporter. It keeps only what the catalog publishes and counts
 // the rest in Drops; it never fails.
+//
+// One reporter's counts are bounded per cluster and window: their weight,
+// summed over the cluster's endpoints (Load.Weight: the larger of issued
+// and finished requests), stays within Config.MaxRequests over any window.
+// A cluster's stats that would pass it are scaled down to the room left,
+// every count by the same fraction room / reported weight, rounded down:
+// each kept count is within one request below its exact share, so the
+// reporter's error ratio on each endpoint is kept (within 1 / its kept
+// finished requests) while its weight is cut. Stats within the room are
+// kept exactly as sent. What is cut is counted in Drops.Capped.
 func (st *Stream) Report(req *lrs.LoadStatsRequest, now time.Time) {
 	hidden := st.hidden(req)
 	s := st.s
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	line := st.report(req, now, hidden)
+	s.mu.Unlock()
+	if line != nil && s.log != nil {
+		s.log.Warn("load report capped: one reporter's requests to a cluster over the window exceed the cap; kept scaled down, its error ratio unchanged",
+			"reporter", line.reporter, "cluster", line.cluster, "reportedRequests", line.reported, "keptRequests", line.kept,
+			"maxRequests", s.maxReq, "window", time.Duration(s.bucket*Buckets).String(), "cappedNotLoggedSinceLastLine", line.unlogged)
+	}
+}
+
+// report is Report under the store's lock; it returns the log line of a
+// capped report when one is due.
+func (st *Stream) report(req *lrs.LoadStatsRequest, now time.Time, hidden []bool) *capLine {
+	s := st.s
 	// Time never goes back for the buckets: a report stamped before the
 	// latest one counts in the latest bucket.
 	t := max(now.UnixNano(), s.latest)
@@ -290,7 +365,7 @@ func (st *Stream) Report(req *lrs.LoadStatsRequest, now time.Time) {
 	epoch := t / s.bucket
 	s.sweep(epoch, t)
 	if st.r == nil {
-		return // closed
+		return nil // closed
 	}
 	if st.r.gone {
 		st.r = s.register(st.id, t)
@@ -298,6 +373,7 @@ func (st *Stream) Report(req *lrs.LoadStatsRequest, now time.Time) {
 	r := st.r
 	r.last = t
 	endpoints := 0
+	var line *capLine
 	for i, cs := range req.GetClusterStats() {
 		if i >= MaxClusterStats {
 			s.drops.OverLimit += uint64(len(req.GetClusterStats()) - i)
@@ -313,15 +389,20 @@ func (st *Stream) Report(req *lrs.LoadStatsRequest, now time.Time) {
 			s.drops.OverCap++
 			continue
 		}
-		slot := &b.stamps[epoch%Buckets]
-		if *slot != epoch {
+		slot := epoch % Buckets
+		if b.stamps[slot] != epoch {
 			for j := range b.cells {
-				b.cells[j][epoch%Buckets] = counts{}
+				b.cells[j][slot] = counts{}
 			}
-			*slot = epoch
+			b.stamps[slot], b.weights[slot] = epoch, 0
 		}
-		endpoints = s.addCluster(r, b, cs, int(epoch%Buckets), endpoints)
+		var c *capLine
+		endpoints, c = s.addCluster(r, b, cs, epoch, endpoints)
+		if line == nil {
+			line = c
+		}
 	}
+	return line
 }
 
 // hidden marks the cluster stats of req (of the first MaxClusterStats) the
@@ -362,9 +443,50 @@ func (s *Store) blockFor(r *reporter, cc *catCluster) *block {
 	return b
 }
 
-// addCluster adds one cluster's stats to b's slot; endpoints counts the
-// endpoint stats read so far in the request.
-func (s *Store) addCluster(r *reporter, b *block, cs *endpoint.ClusterStats, slot, endpoints int) int {
+// stat is one endpoint stat of a report: the endpoint's index in its
+// cluster and the counts.
+type stat struct {
+	i                       int32
+	issued, success, errors uint64
+}
+
+// addCluster adds one cluster's stats to b's slot of epoch, within the
+// reporter's cap (see Report); endpoints counts the endpoint stats read so
+// far in the request. When the stats were capped, it says what for the
+// log, if a line is due.
+func (s *Store) addCluster(r *reporter, b *block, cs *endpoint.ClusterStats, epoch int64, endpoints int) (int, *capLine) {
+	stats, w, endpoints := s.collect(b, cs, endpoints)
+	slot := int(epoch % Buckets)
+	room := s.room(b, epoch)
+	if w.hi == 0 && w.lo <= room {
+		for _, x := range stats {
+			s.add(r, b, x.i, slot, x.issued, x.success, x.errors)
+		}
+		b.weights[slot] += uint32(w.lo) // w.lo ≤ room: the slot stays within the cap
+		s.keepScratch()
+		return endpoints, nil
+	}
+	var kept uint64
+	for _, x := range stats {
+		issued, success, errs := scale(x.issued, room, w), scale(x.success, room, w), scale(x.errors, room, w)
+		s.add(r, b, x.i, slot, issued, success, errs)
+		kept += max(issued, success+errs)
+	}
+	s.keepScratch()
+	b.weights[slot] += uint32(kept) // kept ≤ room
+	cut := w.minus(kept).saturated()
+	s.drops.Capped = sat64(s.drops.Capped, cut)
+	s.drops.CappedReports++
+	return endpoints, s.capLog.note(r.ID, b.cluster.name, w.saturated(), kept, s.latest)
+}
+
+// collect reads one cluster's stats into the store's scratch: the stats of
+// the cluster's endpoints, within the request's bounds, and their weight
+// (the sum of Load.Weight over them, exactly); the rest is counted in
+// Drops.
+func (s *Store) collect(b *block, cs *endpoint.ClusterStats, endpoints int) ([]stat, u128, int) {
+	s.scratch = s.scratch[:0]
+	var w u128
 	for i, ls := range cs.GetUpstreamLocalityStats() {
 		if i >= MaxLocalityStats {
 			s.drops.OverLimit += uint64(len(cs.GetUpstreamLocalityStats()) - i)
@@ -382,7 +504,7 @@ func (s *Store) addCluster(r *reporter, b *block, cs *endpoint.ClusterStats, slo
 				continue
 			}
 			endpoints++
-			s.add(r, b, k, slot, ls.GetTotalIssuedRequests(), ls.GetTotalSuccessfulRequests(), ls.GetTotalErrorRequests())
+			s.take(b, k, ls.GetTotalIssuedRequests(), ls.GetTotalSuccessfulRequests(), ls.GetTotalErrorRequests(), &w)
 			continue
 		}
 		for j, es := range eps {
@@ -396,10 +518,42 @@ func (s *Store) addCluster(r *reporter, b *block, cs *endpoint.ClusterStats, slo
 				s.drops.UnknownEndpoint++
 				continue
 			}
-			s.add(r, b, k, slot, es.GetTotalIssuedRequests(), es.GetTotalSuccessfulRequests(), es.GetTotalErrorRequests())
+			s.take(b, k, es.GetTotalIssuedRequests(), es.GetTotalSuccessfulRequests(), es.GetTotalErrorRequests(), &w)
 		}
 	}
-	return endpoints
+	return s.scratch, w, endpoints
+}
+
+// take adds one endpoint's stat to the scratch and its weight to w, or
+// counts it dropped when the cluster has no such endpoint.
+func (s *Store) take(b *block, k endpointKey, issued, success, errs uint64, w *u128) {
+	i, ok := b.cluster.index[k]
+	if !ok {
+		s.drops.UnknownEndpoint++
+		return
+	}
+	s.scratch = append(s.scratch, stat{i, issued, success, errs})
+	*w = w.plus128(max128(u128{0, issued}, u128{0, success}.plus(errs)))
+}
+
+// keepScratch lets a large scratch go once used, so one huge report does
+// not hold its memory for good.
+func (s *Store) keepScratch() {
+	if cap(s.scratch) > maxScratch {
+		s.scratch = nil
+	}
+}
+
+// room is what b's reporter may still add to the window ending in the
+// bucket epoch: the cap less the weight the window keeps.
+func (s *Store) room(b *block, epoch int64) uint64 {
+	var used uint64 // at most Buckets × MaxMaxRequests
+	for slot, stamp := range b.stamps {
+		if stamp > epoch-Buckets && stamp <= epoch {
+			used += uint64(b.weights[slot])
+		}
+	}
+	return s.maxReq - min(used, s.maxReq)
 }
 
 func socketKey(a *core.Address) (endpointKey, bool) {
@@ -410,12 +564,7 @@ func socketKey(a *core.Address) (endpointKey, bool) {
 	return endpointKey{sa.GetAddress(), sa.GetPortValue()}, true
 }
 
-func (s *Store) add(r *reporter, b *block, k endpointKey, slot int, issued, success, errs uint64) {
-	i, ok := b.cluster.index[k]
-	if !ok {
-		s.drops.UnknownEndpoint++
-		return
-	}
+func (s *Store) add(r *reporter, b *block, i int32, slot int, issued, success, errs uint64) {
 	c := &b.cells[i][slot]
 	c.issued = sat32(c.issued, issued)
 	c.success = sat32(c.success, success)
@@ -423,6 +572,11 @@ func (s *Store) add(r *reporter, b *block, k endpointKey, slot int, issued, succ
 	if b.cluster.spatial != nil {
 		s.countSpatial(b.cluster, i, r, issued)
 	}
+}
+
+// weight is the counts' weight, as Load.Weight's.
+func (c counts) weight() uint64 {
+	return max(uint64(c.issued), uint64(c.success)+uint64(c.errors))
 }
 
 // sat32 is a + b, saturating at the largest uint32.
@@ -548,6 +702,13 @@ func (l *Load) plus(o Load) {
 
 func (l Load) zero() bool { return l == Load{} }
 
+// Weight is what the load weighs against a reporter's cap
+// (Config.MaxRequests): the larger of its issued and its finished
+// (successful and failed) requests, saturating. Demand reads the issued
+// requests and outlier detection the finished ones, so the cap bounds
+// both.
+func (l Load) Weight() uint64 { return max(l.Issued, sat64(l.Successes, l.Errors)) }
+
 // ClassLoad is the load reported by the reporters of one locality class.
 type ClassLoad struct {
 	Class string `json:"class"`
@@ -605,6 +766,30 @@ func (s *Store) Cluster(name string, now time.Time) []EndpointLoad {
 		}
 	}
 	return out
+}
+
+// ClassRequests is the requests issued to the endpoints of a cluster over
+// the window ending at now, summed per reporter locality class
+// (Reporter.Class), saturating: what a Balanced upstream's demand from load
+// reports reads (docs/weights.md). Each reporter weighs at most
+// Config.MaxRequests in it. ok is false for a cluster not in the catalog.
+func (s *Store) ClassRequests(cluster string, now time.Time) (requests map[string]uint64, ok bool) {
+	return classRequests(s.Cluster(cluster, now))
+}
+
+// classRequests sums endpoint loads' issued requests per reporter class,
+// saturating; ok is false for a cluster the store does not know (nil).
+func classRequests(eps []EndpointLoad) (map[string]uint64, bool) {
+	if eps == nil {
+		return nil, false
+	}
+	out := map[string]uint64{}
+	for _, e := range eps {
+		for _, c := range e.Classes {
+			out[c.Class] = sat64(out[c.Class], c.Issued)
+		}
+	}
+	return out, true
 }
 
 // Drops says what the store has dropped since it began.

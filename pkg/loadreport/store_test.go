@@ -2,6 +2,7 @@ package loadreport
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -168,19 +169,6 @@ func TestWindowSlides(t *testing.T) {
 	st.Report(report(envoyStats("bench/svc-0000", "10.0.0.0", 4, 4, 0)), t0)
 	if e := at(t, s.Cluster("bench/svc-0000", t0.Add(9*time.Second)), "10.0.0.0"); e.Issued != 10 {
 		t.Errorf("after a late report = %d, want 10", e.Issued)
-	}
-}
-
-func TestHugeCountsSaturate(t *testing.T) {
-	s := storeOf(t, 1, Config{})
-	a, b := s.Open(Reporter{ID: "a"}, t0), s.Open(Reporter{ID: "b"}, t0)
-	for range 3 {
-		a.Report(report(envoyStats("bench/svc-0000", "10.0.0.0", 1<<63, 1<<40, 1<<32-2)), t0)
-		b.Report(report(envoyStats("bench/svc-0000", "10.0.0.0", 1<<63, 1<<40, 1)), t0)
-	}
-	e := at(t, s.Cluster("bench/svc-0000", t0), "10.0.0.0")
-	if e.Issued != 2*(1<<32-1) || e.Successes != 2*(1<<32-1) || e.Errors != 1<<32-1+3 {
-		t.Errorf("saturated = %+v", e.Load)
 	}
 }
 
@@ -362,5 +350,39 @@ func TestReportsPerReporter(t *testing.T) {
 	}
 	if _, ok := s.Reports("bench/nope", t0); ok {
 		t.Error("an unknown cluster has reports")
+	}
+}
+
+func TestClassRequests(t *testing.T) {
+	if got, ok := classRequests(nil); ok || got != nil {
+		t.Errorf("a cluster the store does not know: %v %v", got, ok)
+	}
+	if got, ok := classRequests([]EndpointLoad{}); !ok || len(got) != 0 {
+		t.Errorf("a known cluster without endpoints: %v %v", got, ok)
+	}
+	cl := func(class string, issued uint64) ClassLoad {
+		return ClassLoad{Class: class, Load: Load{Issued: issued, Successes: 1}}
+	}
+	got, ok := classRequests([]EndpointLoad{
+		{Classes: []ClassLoad{cl("eu/a", 30), cl("eu/b", 10), cl("", 5)}},
+		{},
+		{Classes: []ClassLoad{cl("eu/a", 270), cl("eu/b", 1<<64-5)}},
+	})
+	want := map[string]uint64{"eu/a": 300, "eu/b": 1<<64 - 1, "": 5}
+	if !ok || !maps.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+
+	// from the store: each class's issued requests over its endpoints
+	s := storeOf(t, 1, Config{})
+	a := s.Open(Reporter{ID: "a", Region: "eu", Zone: "a"}, t0)
+	b := s.Open(Reporter{ID: "b", Region: "eu"}, t0)
+	a.Report(report(envoyStats("bench/svc-0000", "10.0.0.0", 10, 10, 0), envoyStats("bench/svc-0000", "10.0.0.1", 5, 5, 0)), t0)
+	b.Report(report(envoyStats("bench/svc-0000", "10.0.0.0", 7, 7, 0)), t0)
+	if got, ok := s.ClassRequests("bench/svc-0000", t0); !ok || !maps.Equal(got, map[string]uint64{"eu/a": 15, "eu": 7}) {
+		t.Errorf("store: %v %v", got, ok)
+	}
+	if _, ok := s.ClassRequests("bench/nope", t0); ok {
+		t.Error("a cluster not in the catalog has class requests")
 	}
 }

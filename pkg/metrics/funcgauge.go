@@ -58,3 +58,20 @@ func (g *funcGaugePairs) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// funcCounter is a counter without labels read from a function at each
+// scrape: a count its owner already keeps (0 while f is not set).
+type funcCounter struct {
+	desc *prometheus.Desc
+	f    atomic.Pointer[func() uint64]
+}
+
+func (c *funcCounter) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *funcCounter) Collect(ch chan<- prometheus.Metric) {
+	var v uint64
+	if f := c.f.Load(); f != nil {
+		v = (*f)()
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(v))
+}

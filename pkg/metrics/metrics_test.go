@@ -37,6 +37,7 @@ func TestSeriesExistAtZeroBeforeAnyEvent(t *testing.T) {
 		"poise_build_info":                          1,
 		"poise_status_writes_total":                 0, // the files source writes no status
 		"poise_xds_snapshot_build_duration_seconds": 1,
+		"poise_loadreport_capped_requests_total":    1,
 	} {
 		if got := testutil.CollectAndCount(m.Registry, name); got != want {
 			t.Errorf("%s: %d series, want %d", name, got, want)
@@ -129,5 +130,19 @@ func TestOutlierSeriesFollowTheDetection(t *testing.T) {
 	m.Outliers.Forget("ns/a")
 	if n := count(); n != 3 {
 		t.Fatalf("%d series after forgetting one, want 3", n)
+	}
+}
+
+// The capped requests are the store's count, read at each scrape.
+func TestCappedRequestsReadAtScrape(t *testing.T) {
+	m := New(Options{})
+	if v := testutil.ToFloat64(m.Outliers.capped); v != 0 {
+		t.Errorf("before the store is set: %v", v)
+	}
+	n := uint64(0)
+	m.Outliers.SetCappedRequests(func() uint64 { return n })
+	n = 12_345
+	if v := testutil.ToFloat64(m.Outliers.capped); v != 12_345 {
+		t.Errorf("capped = %v, want the store's 12345", v)
 	}
 }

@@ -122,12 +122,14 @@ func (c *Checks) SetEndpoints(f func() map[string]float64) {
 
 // Outliers are fleet outlier detection's metrics, per upstream with
 // spec.outlierDetection (upstream: NAMESPACE/NAME; the series go with the
-// detection, see Forget).
+// detection, see Forget), and the load reports' own: the requests cut to
+// one reporter's cap, a single series.
 type Outliers struct {
 	group
 	Ejections          *prometheus.CounterVec // upstream: ejections decided
 	Ejected            *prometheus.GaugeVec   // upstream: endpoints ejected now
 	UntrustedReporters *prometheus.GaugeVec   // upstream: reporters left out of the last window
+	capped             *funcCounter
 }
 
 func newOutliers() *Outliers {
@@ -142,9 +144,16 @@ func newOutliers() *Outliers {
 			Name: "poise_loadreport_untrusted_reporters", Help: "Load reporters left out of the last outlier evaluation of an upstream's window because they failed on more than half of the endpoints they reported on, by upstream.",
 		}, []string{"upstream"}),
 	}
-	o.group = group{o.Ejections, o.Ejected, o.UntrustedReporters}
+	o.capped = &funcCounter{desc: prometheus.NewDesc("poise_loadreport_capped_requests_total",
+		"Requests load reports carried past one reporter's cap (--load-report-max-requests-per-instance: requests to one cluster over the window, from one workload instance, or one node ID of an anonymous client), not kept: each such report is kept scaled down to the cap, its error ratio unchanged. This replica's clients only.",
+		nil, nil)}
+	o.group = group{o.Ejections, o.Ejected, o.UntrustedReporters, o.capped}
 	return o
 }
+
+// SetCappedRequests makes poise_loadreport_capped_requests_total read f at
+// each scrape (the load-report store's count).
+func (o *Outliers) SetCappedRequests(f func() uint64) { o.capped.f.Store(&f) }
 
 // Init creates an upstream's outlier detection series at 0.
 func (o *Outliers) Init(upstream string) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -15,9 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/xds"
 
 	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/splitcheck"
@@ -56,7 +53,7 @@ func (c *testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage, spiffe
 // file_watcher certificate provider) and whose node carries metadata.
 func newMTLSXDSClient(t *testing.T, xdsAddr, node, listener, caFile, certFile, keyFile string, metadata map[string]any) *grpc.ClientConn {
 	t.Helper()
-	bootstrap := map[string]any{
+	return splitcheck.DialXDS(t, map[string]any{
 		"xds_servers": []any{map[string]any{
 			"server_uri": "passthrough:///" + xdsAddr,
 			"channel_creds": []any{map[string]any{"type": "tls", "config": map[string]any{
@@ -64,22 +61,7 @@ func newMTLSXDSClient(t *testing.T, xdsAddr, node, listener, caFile, certFile, k
 			}}},
 		}},
 		"node": map[string]any{"id": node, "cluster": "poise-tests", "metadata": metadata},
-	}
-	b, err := json.Marshal(bootstrap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := xds.NewXDSResolverWithConfigForTesting(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient("xds:///"+listener, grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	conn.Connect()
-	return conn
+	}, listener)
 }
 
 // TestMTLSClientsThroughTheSplit: `serve -f --xds-auth=mtls` with real

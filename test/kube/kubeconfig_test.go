@@ -29,16 +29,7 @@ func TestServeFindsTheClusterThroughKUBECONFIG(t *testing.T) {
 	// built before HOME moves: the go command's caches live under it
 	bin := cpbinary.Build(t)
 	dir := t.TempDir()
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["envtest"] = &clientcmdapi.Cluster{Server: restConfig.Host, CertificateAuthorityData: restConfig.CAData}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: restConfig.CertData, ClientKeyData: restConfig.KeyData,
-		Token: restConfig.BearerToken}
-	cfg.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin", Namespace: "team-context"}
-	cfg.CurrentContext = "envtest"
-	path := filepath.Join(dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
+	path := writeKubeconfig(t, dir, "team-context")
 	t.Setenv("KUBECONFIG", path)
 	t.Setenv("HOME", filepath.Join(dir, "home")) // no ~/.kube/config to fall back on
 
@@ -92,4 +83,21 @@ func TestServeFindsTheClusterThroughKUBECONFIG(t *testing.T) {
 			t.Errorf("the start-up log does not say %q:\n%s", want, logs)
 		}
 	}
+}
+
+// writeKubeconfig writes a kubeconfig for the envtest apiserver, whose
+// context names namespace, and returns its path.
+func writeKubeconfig(t *testing.T, dir, namespace string) string {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["envtest"] = &clientcmdapi.Cluster{Server: restConfig.Host, CertificateAuthorityData: restConfig.CAData}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: restConfig.CertData, ClientKeyData: restConfig.KeyData,
+		Token: restConfig.BearerToken}
+	cfg.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin", Namespace: namespace}
+	cfg.CurrentContext = "envtest"
+	path := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -35,6 +35,10 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if err := withCallCreds(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	assets, skip, err := testkit.EnvtestAssets("test/kube")
 	switch {
 	case err != nil:

@@ -35,13 +35,14 @@ import (
 )
 
 // tokenCA is the certificate authority of one test: the plane's serving
-// certificate for 127.0.0.1, the pool its clients trust, and the CA's own
-// file, for planes that verify client certificates.
+// certificate for 127.0.0.1, the pool its clients trust (caFile, the same
+// as PEM, for clients that read a file, and for planes that verify client
+// certificates).
 type tokenCA struct {
 	ca     *testkit.CA
 	pool   *x509.CertPool
-	files  *server.TLS
 	caFile string
+	files  *server.TLS
 }
 
 func newTokenCA(t *testing.T) *tokenCA {

@@ -150,12 +150,24 @@ func NewXDSClientWith(t *testing.T, xdsAddr, node, listener string, n Node) *grp
 	if n.Region != "" || n.Zone != "" {
 		bn.Locality = &locality{Region: n.Region, Zone: n.Zone}
 	}
-	nodeJSON, err := json.Marshal(bn)
+	return DialXDS(t, map[string]any{
+		"xds_servers": []any{map[string]any{"server_uri": "passthrough:///" + xdsAddr, "channel_creds": []any{map[string]any{"type": "insecure"}}}},
+		"node":        bn,
+	}, listener)
+}
+
+// DialXDS dials xds:///listener through grpc-go's own xDS resolver with a
+// bootstrap of its own (the JSON of bootstrap: xds_servers with their
+// channel_creds and call_creds, node), so with an xDS client and stream of
+// its own, and starts resolving at once; the connection closes with the
+// test.
+func DialXDS(t *testing.T, bootstrap map[string]any, listener string) *grpc.ClientConn {
+	t.Helper()
+	b, err := json.Marshal(bootstrap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bootstrap := fmt.Sprintf(`{"xds_servers":[{"server_uri":"passthrough:///%s","channel_creds":[{"type":"insecure"}]}],"node":%s}`, xdsAddr, nodeJSON)
-	r, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	r, err := xds.NewXDSResolverWithConfigForTesting(b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -136,27 +136,52 @@ func replicaDown(u int, down bool) topology.Batch {
 // BenchmarkPublishSpatial compares a full rebuild with the incremental paths a spatial
 // domain adds: an endpoint flip outside any replica (the domain is not touched), inside
 // a replica (its CLAs and the pools, no RDS), and a replica losing all capacity (RDS
-// with the new DATA).
+// with the new DATA). With 16 more domains, each exported to its own namespace alone
+// (17 audience classes of the spatial route), the shared domain's replica health
+// renders every class's route again, and one tenant's replica health its class's alone.
 func BenchmarkPublishSpatial(b *testing.B) {
 	full := spatialBench()
 	b.Run("full-rebuild", func(b *testing.B) { benchFullRebuild(b, full) })
+	tenants := spatialBench()
+	for i := range spatialTenants {
+		topologytest.SpatialDomain(&tenants, tenantDomain(i), []string{"."})
+	}
 	for _, bc := range []struct {
 		name   string
+		full   topology.Batch
 		batch  func(i int) topology.Batch
 		routes int
 	}{
-		{"flip-outside-replicas", func(i int) topology.Batch { return topologytest.Flip(2500, i) }, 0},
-		{"flip-inside-replica", func(i int) topology.Batch { return topologytest.Flip(3, i) }, 0},
-		{"replica-health", func(i int) topology.Batch { return replicaDown(3, i%2 == 1) }, 1},
+		{"flip-outside-replicas", full, func(i int) topology.Batch { return topologytest.Flip(2500, i) }, 0},
+		{"flip-inside-replica", full, func(i int) topology.Batch { return topologytest.Flip(3, i) }, 0},
+		{"replica-health", full, func(i int) topology.Batch { return replicaDown(3, i%2 == 1) }, 1},
+		{fmt.Sprintf("classes=%d/replica-health", spatialTenants+1), tenants, func(i int) topology.Batch { return replicaDown(3, i%2 == 1) }, 1},
+		{fmt.Sprintf("classes=%d/tenant-replica-health", spatialTenants+1), tenants, func(i int) topology.Batch {
+			admin := weights.Ready
+			if i%2 == 1 {
+				admin = weights.Unavailable
+			}
+			var b topology.Batch
+			b.PutEndpointSet(topologytest.SpatialReplicaSet(tenantDomain(3), admin))
+			return b
+		}, 1},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			benchAlternating(b, full, [2]topology.Batch{bc.batch(0), bc.batch(1)}, func(st publish.Stats) {
+			benchAlternating(b, bc.full, [2]topology.Batch{bc.batch(0), bc.batch(1)}, func(st publish.Stats) {
 				if st.Changes.Of(routeType) != bc.routes {
 					b.Fatalf("published %v routes, want %d", st.Changes, bc.routes)
 				}
 			})
 		})
 	}
+}
+
+// spatialTenants is how many namespaces have a SpatialDomain of their own,
+// exported to them alone, in the audience-class benchmarks.
+const spatialTenants = 16
+
+func tenantDomain(i int) topology.Key {
+	return topology.Key{Namespace: fmt.Sprintf("tenant-%02d", i), Name: fmt.Sprintf("dom-%02d", i)}
 }
 
 const routeType = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"

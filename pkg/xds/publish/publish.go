@@ -269,12 +269,15 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 			clear(next)
 		}
 	}()
+	emit := func(ch xdscache.Change) {
+		changes = append(changes, ch)
+		st.Changes.add(ch.TypeURL)
+	}
 	put := func(view int, typeURL string, old, e *xdscache.Entry) {
 		if old == e {
 			return
 		}
-		changes = append(changes, xdscache.Change{View: view, TypeURL: typeURL, Name: e.Name, Entry: e})
-		st.Changes.add(typeURL)
+		emit(xdscache.Change{View: view, TypeURL: typeURL, Name: e.Name, Entry: e})
 	}
 	del := func(view int, typeURL string, e *xdscache.Entry) {
 		if e != nil {
@@ -330,7 +333,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 	}
 	var spatial spatialSet
 	if err == nil {
-		spatial, err = p.spatialUpdate(s, st.Version, put, del)
+		spatial, err = p.spatialUpdate(s, st.Version, put, del, emit)
 	}
 	if err != nil {
 		if p.OnReject != nil {

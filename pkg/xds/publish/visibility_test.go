@@ -3,6 +3,8 @@ package publish_test
 import (
 	"testing"
 
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/publish"
 	"poise.dev/poise/pkg/xds/translate"
@@ -11,8 +13,10 @@ import (
 
 // TestPublishVisibility: every entry of an upstream or of a spatial
 // domain's clusters says who may read it, from its own exportTo or the
-// plane's default; the shared spatial listener and route stay every
-// client's.
+// plane's default. The spatial listener is read by whom the domain is; the
+// spatial route's base (what a namespace no rule names reads) holds no
+// domain exported to fewer than every namespace and is no client's then,
+// and its one audience variant, holding the domain, is its readers'.
 func TestPublishVisibility(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -54,14 +58,21 @@ func TestPublishVisibility(t *testing.T) {
 				for typ, es := range c.Resources(int(v)) {
 					for _, e := range es {
 						want := tc.want
-						if e.Name == translate.SpatialListenerName || e.Name == translate.SpatialRouteName {
-							want = "*"
+						if typ == resource.RouteType && e.Name == translate.SpatialRouteName && tc.want != "*" {
+							want = "" // the base: no client's
 						}
 						if got := e.Visible.String(); got != want || (want == "*") == e.Visible.Restricted() {
 							t.Errorf("%s %s %s: visible to %q, want %q", v, xdscache.ShortType(typ), e.Name, got, want)
 						}
 					}
 				}
+			}
+			variants := c.AudienceVariants(int(translate.Weighted), resource.RouteType, translate.SpatialRouteName)
+			switch {
+			case tc.want == "*" && variants != nil:
+				t.Errorf("a domain every namespace may read: spatial route variants %v", variants)
+			case tc.want != "*" && (len(variants) != 1 || variants[0].Visible.String() != tc.want):
+				t.Errorf("spatial route variants %v, want one visible to %s", variants, tc.want)
 			}
 		})
 	}

@@ -75,6 +75,8 @@ type Client struct {
 	Features   []string              `json:"features"`
 	Connected  time.Time             `json:"connected"`
 	Types      map[string]*TypeState `json:"types"`
+	// Withheld is what it asks for and is not sent, and why (hidden.go).
+	Withheld *Withheld `json:"withheld,omitempty"`
 	// requested is when the stream last asked for each type (by
 	// xdstype index): a response to a new subscription converges from
 	// the request, not from the publication of a version it predates.
@@ -241,6 +243,7 @@ func (c *Clients) List() []Client {
 			if how != xdscache.Admitted {
 				out[i].ClassNote = how.String()
 			}
+			out[i].Withheld = withheldOf(st)
 		}
 	}
 	slices.SortFunc(out, func(a, b Client) int {

@@ -4,7 +4,8 @@
 // (nonces, ACK/NACK, ordered ADS, wildcard, removals), reading a SotW
 // request's repeated resource names by hash rather than decoding them. It
 // keeps a registry of connected clients — kind, features, what was sent,
-// ACKed and NACKed per type — for metrics, logs and /debug/clients. Given a
+// ACKed and NACKed per type, what each asked for and may not read — for
+// metrics, logs and /debug/clients. Given a
 // loadreport.Store it also serves LRS on the same port and stream bounds,
 // feeding clients' load reports into the store. Each stream and Fetch is
 // of the audience Config.Audience resolves from the call, and is sent only

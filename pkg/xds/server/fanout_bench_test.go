@@ -513,56 +513,120 @@ func BenchmarkACK(b *testing.B) {
 }
 
 // BenchmarkAudienceMemory measures what an audience costs the cache: 1,000
-// Delta clients, each subscribed to every CLA (wildcard) and holding them,
-// spread over one audience and then over A, with each of 10 namespaces'
-// own upstream published; the difference of live heap, per audience added,
-// is B/audience: a group of watches per (type, audience) and, for a type
-// with restricted resources, the audience's list of what it may read.
+// Delta clients, each subscribed to every CLA (wildcard) and to the spatial
+// route, holding them, spread over one audience and then over A, with each
+// of 10 namespaces' own upstream published, and a SpatialDomain exported to
+// every namespace beside one of each audience's namespace exported to it
+// alone (so each audience is an audience class of the spatial route); the
+// difference of live heap, per audience added, is B/audience: a group of
+// watches per (type, audience), for a type with restricted resources the
+// audience's list of what it may read, and its class's spatial route
+// (B/route: the bytes of one, which holds the shared domain's virtual host
+// too).
 func BenchmarkAudienceMemory(b *testing.B) {
 	f := newFixture(b)
+	spatialRoutes(b, 1) // what the first publication of a route initializes once is no audience's
 	for _, audiences := range []int{10, 100} {
 		b.Run(fmt.Sprintf("audiences=%d/clients=1000", audiences), func(b *testing.B) {
 			var perAudience float64
+			var route int
 			for b.Loop() {
-				one := heapWith(b, f, 1000, 1)
-				many := heapWith(b, f, 1000, audiences)
-				perAudience = float64(int64(many)-int64(one)) / float64(audiences-1)
+				one, _ := heapWith(b, f, 1000, 1)
+				many, r := heapWith(b, f, 1000, audiences)
+				perAudience, route = float64(int64(many)-int64(one))/float64(audiences-1), r
 			}
 			b.ReportMetric(perAudience, "B/audience")
+			b.ReportMetric(float64(route), "B/route")
 		})
 	}
 }
 
-// heapWith is the live heap while n Delta clients of the given audiences
-// hold every CLA of a cache with each namespace's own upstream.
-func heapWith(b *testing.B, f *fixture, n, audiences int) uint64 {
-	var ms runtime.MemStats
+// spatialRoutes is the spatial route the publisher renders for a
+// SpatialDomain exported to every namespace beside one domain of each of
+// the first audiences namespaces, exported to its own: the base and one
+// audience variant per namespace, as one change of view 0; and the size of
+// a variant.
+func spatialRoutes(b *testing.B, audiences int) (xdscache.Change, int) {
+	d := topology.NewDirectory()
+	c := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
+	var batch topology.Batch
+	topologytest.SpatialDomain(&batch, topology.Key{Namespace: "shared", Name: "atlas"}, []string{"*"})
+	for i := range audiences {
+		ns := audienceOf(i).Namespace
+		topologytest.SpatialDomain(&batch, topology.Key{Namespace: ns, Name: "maps-" + ns}, []string{"."})
+	}
+	snap, err := d.Apply(batch)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := publish.New(c, "bench", nil).Publish(snap); err != nil {
+		b.Fatal(err)
+	}
+	ch := xdscache.Change{TypeURL: resource.RouteType, Name: translate.SpatialRouteName,
+		Audiences: c.AudienceVariants(int(translate.Weighted), resource.RouteType, translate.SpatialRouteName)}
+	for _, e := range c.Resources(int(translate.Weighted))[resource.RouteType] {
+		if e.Name == translate.SpatialRouteName {
+			ch.Entry = e
+		}
+	}
+	if ch.Entry == nil || len(ch.Audiences) != audiences {
+		b.Fatalf("the spatial route has %d audience variants, want %d", len(ch.Audiences), audiences)
+	}
+	return ch, len(ch.Audiences[0].Any.GetValue())
+}
+
+// settledGC collects twice: what a sync.Pool held at the first (the
+// publisher's scratch) is freed only by the second.
+func settledGC() {
 	runtime.GC()
+	runtime.GC()
+}
+
+// heapWith is the live heap while n Delta clients of the given audiences
+// hold every CLA and the spatial route of a cache with each namespace's own
+// upstream and SpatialDomain; and the size of one spatial route variant.
+func heapWith(b *testing.B, f *fixture, n, audiences int) (heap uint64, route int) {
+	var ms runtime.MemStats
+	settledGC()
 	runtime.ReadMemStats(&ms)
 	before := ms.HeapAlloc
 	c := poiseCache(b, f)
 	withRestricted(b, f, c)
+	routes, route := spatialRoutes(b, audiences)
+	c.Apply(xdscache.Update{Version: "v0", Changes: []xdscache.Change{routes}})
 	streams := make([]*xdscache.Stream, n)
 	var out []xdscache.Response
 	for i := range streams {
 		st := c.NewStreamFor(true, audienceOf(i%audiences))
-		if err := st.Delta(xdscache.DeltaRequest{TypeURL: resource.EndpointType}); err != nil {
-			b.Fatal(err)
+		for _, req := range []xdscache.DeltaRequest{{TypeURL: resource.EndpointType},
+			{TypeURL: resource.RouteType, Subscribe: []string{translate.SpatialRouteName}}} {
+			if err := st.Delta(req); err != nil {
+				b.Fatal(err)
+			}
 		}
+		routes := 0
 		for {
 			out = st.Next(out[:0])
 			if len(out) == 0 {
 				break
 			}
-			if err := st.Delta(xdscache.DeltaRequest{TypeURL: resource.EndpointType, Nonce: out[0].Nonce}); err != nil {
-				b.Fatal(err)
+			for _, r := range out {
+				if r.TypeURL == resource.RouteType {
+					routes += len(r.Entries)
+				}
+				if err := st.Delta(xdscache.DeltaRequest{TypeURL: r.TypeURL, Nonce: r.Nonce}); err != nil {
+					b.Fatal(err)
+				}
 			}
+		}
+		if routes != 1 {
+			b.Fatalf("a client took %d spatial routes, want 1", routes)
 		}
 		streams[i] = st
 	}
-	runtime.GC()
+	settledGC()
 	runtime.ReadMemStats(&ms)
 	runtime.KeepAlive(streams)
 	runtime.KeepAlive(c)
-	return ms.HeapAlloc - before
+	return ms.HeapAlloc - before, route
 }

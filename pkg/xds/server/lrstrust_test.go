@@ -35,13 +35,16 @@ type trustedLRS struct {
 	loads *loadreport.Store
 }
 
-func serveTrustedLRS(t *testing.T) *trustedLRS {
+func serveTrustedLRS(t *testing.T) *trustedLRS { return serveTrustedLRSWith(t, loadreport.Config{}) }
+
+// serveTrustedLRSWith is serveTrustedLRS with a store of cfg.
+func serveTrustedLRSWith(t *testing.T, cfg loadreport.Config) *trustedLRS {
 	t.Helper()
 	snap, err := topology.NewDirectory().Apply(topologytest.Batch(2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &trustedLRS{ca: newSPIFFECA(t), loads: loadreport.NewStore(loadreport.Config{})}
+	s := &trustedLRS{ca: newSPIFFECA(t), loads: loadreport.NewStore(cfg)}
 	s.loads.SetCatalog(loadreport.NewCatalog(nil, snap, nil))
 	cache := xdscache.New(2, func(n *core.Node) int { return int(translate.RenderingFor(n)) })
 	shared, err := xdscache.NewEntry("bench/svc-0000", "v1", cluster("bench/svc-0000", 1))
@@ -177,6 +180,12 @@ func ejectedBy(t *testing.T, s *loadreport.Store) []string {
 	if !ok {
 		t.Fatal("bench/svc-0000 not in the catalog")
 	}
+	return ejectedFrom(r, s.Window())
+}
+
+// ejectedFrom is the endpoints fleet outlier detection ejects of
+// bench/svc-0000 from reports r over a window, with minReporters 2.
+func ejectedFrom(r loadreport.ClusterReports, window time.Duration) []string {
 	eps := make([]outlier.Endpoint, len(r.Endpoints))
 	for i, e := range r.Endpoints {
 		eps[i] = outlier.Endpoint{Address: e.Address, Port: e.Port, Weight: 1}
@@ -184,7 +193,7 @@ func ejectedBy(t *testing.T, s *loadreport.Store) []string {
 	cfg := topology.OutlierDetection{ErrorPercent: 20, MinRequestVolume: 100, MinReporters: 2,
 		BaseEjectionTime: 30 * time.Second, MaxEjectionTime: 300 * time.Second, MaxEjectionPercent: 10}
 	var out []string
-	for _, v := range outlier.NewDecider(s.Window()).Decide(topology.Key{Namespace: "bench", Name: "svc-0000"}, cfg,
+	for _, v := range outlier.NewDecider(window).Decide(topology.Key{Namespace: "bench", Name: "svc-0000"}, cfg,
 		outlier.Summarize(r, cfg.ErrorPercent), eps, time.Now()) {
 		if v.Ejected {
 			out = append(out, v.Address)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"net"
 	"os"
@@ -58,7 +59,10 @@ import (
 //   - Delta never re-sends what the client holds at that version, except
 //     when it subscribes to "*" (the server then sends its whole scope);
 //   - nothing is sent, resource or removal, for a name the client does not
-//     subscribe to (or no longer does), except to a wildcard subscription.
+//     subscribe to (or no longer does), except to a wildcard subscription;
+//   - nothing is sent that the client's audience may not read, and of a
+//     name with audience variants each client is sent its audience's
+//     variant or the base, and only when that content changes.
 
 // modelStepsPerCheck is how many actions one rapid check runs.
 const modelStepsPerCheck = 75
@@ -104,6 +108,7 @@ func TestProtocolModel(t *testing.T) {
 // modelStats counts what the checks did.
 type modelStats struct {
 	checks, steps, publications, changes, responses, resources, removals int
+	variants                                                             int // resources sent that are audience variants
 	acks, nacks, heldBack, reconnects                                    int
 }
 
@@ -115,6 +120,7 @@ func (s *modelStats) add(o modelStats) {
 	s.responses += o.responses
 	s.resources += o.resources
 	s.removals += o.removals
+	s.variants += o.variants
 	s.acks += o.acks
 	s.nacks += o.nacks
 	s.heldBack += o.heldBack
@@ -122,9 +128,9 @@ func (s *modelStats) add(o modelStats) {
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d steps in %d checks: %d publications of %d changes; %d responses of %d resources and %d removals; "+
+	return fmt.Sprintf("%d steps in %d checks: %d publications of %d changes; %d responses of %d resources (%d audience variants) and %d removals; "+
 		"%d ACKs, %d NACKs, %d responses held before their answer, %d reconnections",
-		s.steps, s.checks, s.publications, s.changes, s.responses, s.resources, s.removals, s.acks, s.nacks, s.heldBack, s.reconnects)
+		s.steps, s.checks, s.publications, s.changes, s.responses, s.resources, s.variants, s.removals, s.acks, s.nacks, s.heldBack, s.reconnects)
 }
 
 // runModel runs one check and returns what it did.
@@ -160,18 +166,60 @@ var modelTypeURLs = [2]string{CDS, EDS}
 // server always answers the change and the test knows it was processed
 // before the next action.
 var (
-	modelNames = []string{"a", "b", "c", "d"}
+	modelNames = []string{"a", "b", "c", "d", "e"}
 	modelPings = [2]string{"ping-0", "ping-1"}
 )
 
 // Each client is of an audience (anonymous, or namespace ns1 or ns2, as
 // the server's Audience hook says from its call), and two of the names
 // are visible to one namespace only: to a client of another audience they
-// do not exist.
+// do not exist. The base of modelVariantName is every client's, and each
+// of its puts may carry an audience variant for ns1, for ns2, or both:
+// their clients read that instead.
 var (
 	modelAudiences  = []string{"", "ns1", "ns2"}
 	modelVisibility = map[string]xdscache.Visibility{"c": xdscache.VisibleToNamespaces("ns1"), "d": xdscache.VisibleToNamespaces("ns2")}
 )
+
+const modelVariantName = "e"
+
+// modelVariant is an audience variant as published (src) and as the cache
+// sends it (sent: the same bytes under a version of its own).
+type modelVariant struct{ src, sent *xdscache.Entry }
+
+// modelState is what one type publishes: the base resources and the
+// audience variants of a name, by namespace.
+type modelState struct {
+	base     map[string]*xdscache.Entry
+	variants map[string]map[string]modelVariant
+}
+
+func (s modelState) clone() modelState {
+	return modelState{base: maps.Clone(s.base), variants: maps.Clone(s.variants)}
+}
+
+// get is what a client of aud is sent for name: its audience's variant,
+// else the base if it may read it; nil for nothing.
+func (s modelState) get(name string, aud xdscache.Audience) *xdscache.Entry {
+	if v, ok := s.variants[name][aud.Namespace]; ok && !aud.IsAnonymous() {
+		return v.sent
+	}
+	if e := s.base[name]; e != nil && e.VisibleTo(aud) {
+		return e
+	}
+	return nil
+}
+
+// read is everything a client of aud is sent, by name.
+func (s modelState) read(aud xdscache.Audience) map[string]*xdscache.Entry {
+	out := make(map[string]*xdscache.Entry, len(s.base))
+	for n := range s.base {
+		if e := s.get(n, aud); e != nil {
+			out[n] = e
+		}
+	}
+	return out
+}
 
 // modelWorld is the server under test and the model of what it publishes.
 type modelWorld struct {
@@ -182,10 +230,10 @@ type modelWorld struct {
 
 	seq     int
 	ids     int
-	cur     [2]map[string]*xdscache.Entry
+	cur     [2]modelState
 	version [2]string
 	// at holds each type's resources as they were at each version of it.
-	at      [2]map[string]map[string]*xdscache.Entry
+	at      [2]map[string]modelState
 	byBytes map[string]*xdscache.Entry
 	clients []*modelClient
 	stats   modelStats
@@ -194,8 +242,8 @@ type modelWorld struct {
 func newModelWorld(t *rapid.T) *modelWorld {
 	w := &modelWorld{t: t, byBytes: map[string]*xdscache.Entry{}}
 	for i := range 2 {
-		w.cur[i] = map[string]*xdscache.Entry{}
-		w.at[i] = map[string]map[string]*xdscache.Entry{}
+		w.cur[i] = modelState{base: map[string]*xdscache.Entry{}, variants: map[string]map[string]modelVariant{}}
+		w.at[i] = map[string]modelState{}
 	}
 	w.cache = xdscache.New(1, func(*core.Node) int { return 0 })
 	g, err := server.New(w.cache, server.NewClients(nil, nil), server.Config{Audience: testAudience})
@@ -256,45 +304,139 @@ func (w *modelWorld) newEntry(typ int, name, version string) *xdscache.Entry {
 
 func bytesKey(typ int, b []byte) string { return strconv.Itoa(typ) + "/" + string(b) }
 
+// newVariant makes a new content of modelVariantName for namespace ns.
+func (w *modelWorld) newVariant(typ int, ns, version string) modelVariant {
+	src := w.newEntry(typ, modelVariantName, version).WithVisibility(xdscache.VisibleToNamespaces(ns))
+	digest := maphash.Bytes(w.cache.Seed(), src.Any.GetValue())
+	sent := &xdscache.Entry{Name: src.Name, Version: version + "@" + strconv.FormatUint(digest, 16), Any: src.Any, Visible: src.Visible}
+	w.byBytes[bytesKey(typ, src.Any.GetValue())] = sent
+	return modelVariant{src, sent}
+}
+
 // modelChange is one change of a publication: a new content, or a
-// deletion (e nil).
+// deletion (e nil); variants are its audience variants, by namespace.
 type modelChange struct {
-	typ  int
-	name string
-	e    *xdscache.Entry
+	typ      int
+	name     string
+	e        *xdscache.Entry
+	variants map[string]modelVariant
+}
+
+// audiences are a change's variants as the cache takes them, in namespace order.
+func (ch modelChange) audiences() []*xdscache.Entry {
+	var out []*xdscache.Entry
+	for _, ns := range slices.Sorted(maps.Keys(ch.variants)) {
+		out = append(out, ch.variants[ns].src)
+	}
+	return out
 }
 
 // publish applies changes to the cache at a new version and to the model.
+// A change marks its name on each client that may read it before or after,
+// as the cache does, or, for a name with audience variants, on each client
+// whose content of it differs.
 func (w *modelWorld) publish(changes []modelChange) {
 	w.seq++
 	v := fmt.Sprintf("v%d", w.seq)
 	u := xdscache.Update{Version: v}
 	var changed [2][]string
+	marks := make([][2][]string, len(w.clients))
 	for _, ch := range changes {
-		u.Changes = append(u.Changes, xdscache.Change{TypeURL: modelTypeURLs[ch.typ], Name: ch.name, Entry: ch.e})
-		old, had := w.cur[ch.typ][ch.name]
+		u.Changes = append(u.Changes, xdscache.Change{TypeURL: modelTypeURLs[ch.typ], Name: ch.name, Entry: ch.e, Audiences: ch.audiences()})
+		cur := &w.cur[ch.typ]
+		old, had := cur.base[ch.name]
+		oldVariants := cur.variants[ch.name]
 		switch {
-		case ch.e == nil && !had, ch.e != nil && old == ch.e:
+		case ch.e == nil && !had, ch.e != nil && old == ch.e && maps.Equal(oldVariants, ch.variants):
 			continue // no change: the version does not move
-		case ch.e == nil:
-			delete(w.cur[ch.typ], ch.name)
-		default:
-			w.cur[ch.typ][ch.name] = ch.e
+		}
+		before := make([]*xdscache.Entry, len(w.clients))
+		for i, c := range w.clients {
+			before[i] = cur.get(ch.name, c.aud)
+		}
+		delete(cur.variants, ch.name)
+		if ch.e == nil {
+			delete(cur.base, ch.name)
+		} else {
+			cur.base[ch.name] = ch.e
+			if len(ch.variants) > 0 {
+				cur.variants[ch.name] = ch.variants
+			}
 		}
 		changed[ch.typ] = append(changed[ch.typ], ch.name)
+		withVariants := len(oldVariants) > 0 || len(ch.variants) > 0
+		for i, c := range w.clients {
+			now := cur.get(ch.name, c.aud)
+			if (withVariants && before[i] != now) || (!withVariants && (before[i] != nil || now != nil)) {
+				marks[i][ch.typ] = append(marks[i][ch.typ], ch.name)
+			}
+		}
 	}
 	for typ := range 2 {
 		if len(changed[typ]) > 0 || w.version[typ] == "" {
 			w.version[typ] = v
-			w.at[typ][v] = maps.Clone(w.cur[typ])
+			w.at[typ][v] = w.cur[typ].clone()
 		}
 	}
 	w.cache.Apply(u)
 	w.stats.publications++
 	w.stats.changes += len(changed[mCDS]) + len(changed[mEDS])
-	for _, c := range w.clients {
-		c.published(changed)
+	for i, c := range w.clients {
+		c.published(marks[i])
 	}
+}
+
+// modelDraft is what the changes drawn so far for one publication make of
+// the published state: a change drawn after another of the same name
+// starts from it, as a publisher's would.
+type modelDraft [2]modelState
+
+func (w *modelWorld) draft() *modelDraft {
+	return &modelDraft{w.cur[0].clone(), w.cur[1].clone()}
+}
+
+// take applies ch to the draft and returns it.
+func (d *modelDraft) take(ch modelChange) modelChange {
+	st := d[ch.typ]
+	delete(st.variants, ch.name)
+	if ch.e == nil {
+		delete(st.base, ch.name)
+		return ch
+	}
+	st.base[ch.name] = ch.e
+	if len(ch.variants) > 0 {
+		st.variants[ch.name] = ch.variants
+	}
+	return ch
+}
+
+// put is a change that puts a new content of name, with audience variants
+// drawn for modelVariantName: for each namespace none, the one it has, or
+// a new one.
+func (w *modelWorld) put(t *rapid.T, d *modelDraft, typ int, name, version string) modelChange {
+	ch := modelChange{typ: typ, name: name, e: w.newEntry(typ, name, version)}
+	if name == modelVariantName {
+		ch.variants = w.drawVariants(t, d, typ, version)
+	}
+	return d.take(ch)
+}
+
+func (w *modelWorld) drawVariants(t *rapid.T, d *modelDraft, typ int, version string) map[string]modelVariant {
+	out := map[string]modelVariant{}
+	for _, ns := range modelAudiences[1:] {
+		switch rapid.IntRange(0, 2).Draw(t, "variant of "+ns) {
+		case 1:
+			if v, ok := d[typ].variants[modelVariantName][ns]; ok {
+				out[ns] = v
+			}
+		case 2:
+			out[ns] = w.newVariant(typ, ns, version)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // publishInitial publishes the pings and some of the names.
@@ -303,11 +445,12 @@ func (w *modelWorld) publishInitial() {
 	var changes []modelChange
 	for typ := range 2 {
 		for _, p := range modelPings {
-			changes = append(changes, modelChange{typ, p, w.newEntry(typ, p, v)})
+			changes = append(changes, modelChange{typ: typ, name: p, e: w.newEntry(typ, p, v)})
 		}
 	}
+	d := w.draft()
 	for _, n := range rapid.SliceOfDistinct(rapid.SampledFrom(modelNames), rapid.ID).Draw(w.t, "initial") {
-		changes = append(changes, modelChange{mCDS, n, w.newEntry(mCDS, n, v)}, modelChange{mEDS, n, w.newEntry(mEDS, n, v)})
+		changes = append(changes, w.put(w.t, d, mCDS, n, v), w.put(w.t, d, mEDS, n, v))
 	}
 	w.publish(changes)
 }
@@ -320,7 +463,7 @@ func (w *modelWorld) step(t *rapid.T) {
 	case 0: // a publication that changes nothing: nothing is sent
 		var changes []modelChange
 		for _, n := range rapid.SliceOfN(rapid.SampledFrom(modelNames), 1, 2).Draw(t, "same") {
-			changes = append(changes, modelChange{typ, n, w.cur[typ][n]})
+			changes = append(changes, modelChange{typ, n, w.cur[typ].base[n], w.cur[typ].variants[n]})
 		}
 		w.publish(changes)
 	case 1, 2, 3:
@@ -355,17 +498,23 @@ func (w *modelWorld) step(t *rapid.T) {
 func (w *modelWorld) drawChanges(t *rapid.T) []modelChange {
 	v := fmt.Sprintf("v%d", w.seq+1)
 	var out []modelChange
+	d := w.draft()
 	for range rapid.IntRange(1, 3).Draw(t, "changes") {
 		n := rapid.SampledFrom(modelNames).Draw(t, "name")
 		switch rapid.IntRange(0, 3).Draw(t, "op") {
 		case 0:
-			out = append(out, modelChange{mCDS, n, w.newEntry(mCDS, n, v)}, modelChange{mEDS, n, w.newEntry(mEDS, n, v)})
+			out = append(out, w.put(t, d, mCDS, n, v), w.put(t, d, mEDS, n, v))
 		case 1:
-			out = append(out, modelChange{mEDS, n, w.newEntry(mEDS, n, v)})
+			typ := mEDS
+			if e := d[typ].base[n]; n == modelVariantName && e != nil && rapid.Bool().Draw(t, "variants alone") {
+				out = append(out, d.take(modelChange{typ, n, e, w.drawVariants(t, d, typ, v)})) // the base kept
+				continue
+			}
+			out = append(out, w.put(t, d, typ, n, v))
 		case 2:
-			out = append(out, modelChange{mCDS, n, w.newEntry(mCDS, n, v)})
+			out = append(out, w.put(t, d, mCDS, n, v))
 		case 3:
-			out = append(out, modelChange{mCDS, n, nil}, modelChange{mEDS, n, nil})
+			out = append(out, d.take(modelChange{typ: mCDS, name: n}), d.take(modelChange{typ: mEDS, name: n}))
 		}
 	}
 	return out
@@ -510,18 +659,7 @@ func (w *modelWorld) newClient(t *rapid.T, id int, delta bool) *modelClient {
 }
 
 // cur is what of the published resources of typ the client's audience may read.
-func (c *modelClient) cur(typ int) map[string]*xdscache.Entry {
-	out := make(map[string]*xdscache.Entry, len(c.w.cur[typ]))
-	for n, e := range c.w.cur[typ] {
-		if e.VisibleTo(c.aud) {
-			out[n] = e
-		}
-	}
-	return out
-}
-
-// sees is whether the client's audience may read name.
-func (c *modelClient) sees(name string) bool { return modelVisibility[name].Allows(c.aud) }
+func (c *modelClient) cur(typ int) map[string]*xdscache.Entry { return c.w.cur[typ].read(c.aud) }
 
 // scope is whether the client subscribes to name of typ.
 func (c *modelClient) scope(typ int, name string) bool { return c.wildcard[typ] || c.names[typ][name] }
@@ -834,6 +972,11 @@ func (c *modelClient) settle() {
 		c.expect[r.typ] = want[1:]
 		c.w.stats.responses++
 		c.w.stats.resources += len(r.entries)
+		for _, e := range r.entries {
+			if e.Visible.Restricted() && e.Name == modelVariantName {
+				c.w.stats.variants++
+			}
+		}
 		c.w.stats.removals += len(r.removed)
 		if c.hold[r.typ] {
 			c.w.stats.heldBack++ // held: what changes meanwhile is merged into the next
@@ -908,12 +1051,7 @@ func (c *modelClient) check(r *modelResponse) error {
 	if !ok {
 		return fmt.Errorf("version %q is not one at which %s changed", r.version, short(modelTypeURLs[typ]))
 	}
-	then := map[string]*xdscache.Entry{} // what the client's audience may read of it: nothing else may be sent
-	for n, e := range all {
-		if e.VisibleTo(c.aud) {
-			then[n] = e
-		}
-	}
+	then := all.read(c.aud) // what the client's audience may read of it: nothing else may be sent
 	if n := versionNumber(r.version); n < c.newest[typ] {
 		return fmt.Errorf("the version went backwards: v%d was received before", c.newest[typ])
 	} else {

@@ -25,13 +25,14 @@ type modelWatch struct {
 
 func (s *modelWatch) scope(name string) bool { return s.wildcard || s.names[name] }
 
-// published marks what a publication changed on the client's stream.
+// published marks what a publication changed for the client (what its
+// audience may read, see modelWorld.publish) on the client's stream.
 func (c *modelClient) published(changed [2][]string) {
 	for typ, names := range changed {
 		s := c.srv[typ]
 		for _, n := range names {
 			delete(c.stale[typ], n) // the server owes the client its new content
-			if s != nil && s.scope(n) && c.sees(n) {
+			if s != nil && s.scope(n) {
 				s.dirty[n] = true
 			}
 		}

@@ -95,12 +95,26 @@ func (e *Entry) Decode(m proto.Message) error {
 // deleting the base deletes its variants. The cache gives each variant its
 // own per-resource version (the entry's, "@" and the zone), so a Delta
 // client moving between base and variant content always sees a change.
+//
+// Audiences, on a put of a base, are the resource's audience variants: one
+// resource name whose content depends on who reads it (the spatial route,
+// which holds the virtual hosts of the domains its reader may read). Each
+// is sent, instead of the base and of any zone variant, to the clients of
+// the namespaces its Visible names; their visibilities are disjoint (a
+// namespace two name reads the first's), and an entry visible to every
+// client or to none is no variant. Every other client reads the base, if
+// its Visible allows. They replace the variants the name had: a put
+// without them drops them, as does deleting the base. The cache gives each
+// its own per-resource version (the entry's, "@" and a digest of its bytes,
+// maphash with the cache's Seed, in hex), and a change wakes only the
+// streams whose content changed.
 type Change struct {
-	View    int
-	TypeURL string
-	Name    string
-	Zone    string
-	Entry   *Entry
+	View      int
+	TypeURL   string
+	Name      string
+	Zone      string
+	Entry     *Entry
+	Audiences []*Entry
 }
 
 // Update is a set of changes published together at Version.
@@ -125,6 +139,7 @@ type Cache struct {
 
 	published publications // when the last versions were applied
 	moved     bool         // the current Apply moved a type's version
+	reads     []groupRead  // scratch for audience variants; reused
 
 	epoch  uint64    // counts Applies, to notify each stream once per Apply
 	notify []*Stream // streams to wake after the current Apply; reused
@@ -142,7 +157,9 @@ type typeState struct {
 	version   string // the version at which any resource of this type last changed
 	resources map[string]*Entry
 	sorted    []*Entry // every resource by name; nil when stale; never modified once built
-	gen       uint64   // counts the times sorted went stale: a group's visible list of another gen is stale too
+	// gen counts the times sorted went stale or an audience variant
+	// changed: a group's visible list of another gen is stale too.
+	gen uint64
 	// restricted counts the resources some audience may not read: while it
 	// is 0 every group shares sorted.
 	restricted int
@@ -161,6 +178,16 @@ type typeState struct {
 	// zones holds the watches of each zone's streams ("" for streams without
 	// one), a group per audience; a group goes with its last watch.
 	zones map[string]map[Audience]*group
+
+	// audiences holds the audience variants of a name, while its base is in
+	// resources: what each namespace they name reads instead of the base.
+	audiences map[string]*audienceVariants
+}
+
+// groupRead is what one group read of a name before a change.
+type groupRead struct {
+	g *group
+	e *Entry
 }
 
 // variant is one zone's variant of a resource: the entry published and the
@@ -255,6 +282,10 @@ func (c *Cache) Apply(u Update) {
 			continue
 		}
 		old := ts.resources[ch.Name]
+		if oldAV := ts.audiences[ch.Name]; oldAV != nil || (ch.Entry != nil && len(ch.Audiences) > 0) {
+			c.applyAudiences(ts, ch, old, oldAV, u.Version)
+			continue
+		}
 		if ch.Entry == nil {
 			if old == nil {
 				continue
@@ -364,15 +395,19 @@ func (p *publications) at(version string) (time.Time, bool) {
 // wants it and whose audience may read it, before (old) or now (cur), except
 // in the zones that have their own variant of it, unless who may read it
 // changed: then those zones' watches are sent the variant, or its removal.
+// An entry that only changes who may read it (the same bytes) is news only
+// to the audiences that gain or lose it.
 func (c *Cache) interested(ts *typeState, name string, old, cur *Entry) {
 	revisited := old == nil || cur == nil || old.Visible != cur.Visible
+	restamped := revisited && old != nil && cur != nil && old.Any == cur.Any
 	vs := ts.variants[name]
 	for zone, auds := range ts.zones {
 		if _, ok := vs[zone]; ok && zone != "" && !revisited {
 			continue
 		}
 		for aud, g := range auds {
-			if (old != nil && old.VisibleTo(aud)) || (cur != nil && cur.VisibleTo(aud)) {
+			before, now := old != nil && old.VisibleTo(aud), cur != nil && cur.VisibleTo(aud)
+			if (before || now) && !(restamped && before && now) {
 				c.interestedIn(g, name)
 			}
 		}
@@ -426,10 +461,74 @@ func (c *Cache) applyVariant(ts *typeState, ch Change, version string) {
 	c.setVersion(ts, version)
 	base := ts.resources[ch.Name]
 	for aud, g := range ts.zones[ch.Zone] {
-		if base != nil && base.VisibleTo(aud) {
+		if base != nil && base.VisibleTo(aud) && ts.audienceVariant(ch.Name, aud) == nil {
 			c.interestedIn(g, ch.Name)
 		}
 	}
+}
+
+// applyAudiences puts or deletes a base that has audience variants, before
+// (oldAV) or with this change, and the variants with it, then wakes the
+// watches that want the name in every group whose content of it changed:
+// what the group's zone and audience read before and now differ in bytes
+// or existence. A variant that moves to other namespaces with the same
+// bytes wakes only the clients that move to or from it.
+func (c *Cache) applyAudiences(ts *typeState, ch Change, old *Entry, oldAV *audienceVariants, version string) {
+	var av *audienceVariants
+	if ch.Entry != nil {
+		av = newAudienceVariants(ch.Name, ch.Audiences, oldAV, ts.seed)
+	}
+	if (ch.Entry == nil && old == nil) || (old == ch.Entry && oldAV.same(av)) {
+		return
+	}
+	reads := c.reads[:0]
+	for zone, auds := range ts.zones {
+		for aud, g := range auds {
+			reads = append(reads, groupRead{g, ts.get(ch.Name, zone, aud)})
+		}
+	}
+	if old != nil && old.Visible.Restricted() {
+		ts.restricted--
+	}
+	if ch.Entry == nil {
+		delete(ts.resources, ch.Name)
+		ts.dropVariants(ch.Name)
+	} else {
+		ts.resources[ch.Name] = ch.Entry
+		if ch.Entry.Visible.Restricted() {
+			ts.restricted++
+		}
+	}
+	if av == nil {
+		delete(ts.audiences, ch.Name)
+	} else {
+		if ts.audiences == nil {
+			ts.audiences = map[string]*audienceVariants{}
+		}
+		ts.audiences[ch.Name] = av
+	}
+	if old != ch.Entry {
+		ts.sorted = nil
+	}
+	ts.gen++
+	c.setVersion(ts, version)
+	for i, r := range reads {
+		if now := ts.get(ch.Name, r.g.zone, r.g.aud); bytesOf(now) != bytesOf(r.e) {
+			c.interestedIn(r.g, ch.Name)
+		}
+		reads[i] = groupRead{}
+	}
+	c.reads = reads[:0]
+}
+
+// bytesOf is what tells two contents of a resource apart: entries that
+// share their Any (a variant, its base or a restamp of either) send the
+// same bytes.
+func bytesOf(e *Entry) *anypb.Any {
+	if e == nil {
+		return nil
+	}
+	return e.Any
 }
 
 // dropVariants deletes every variant of name (its base is gone).
@@ -443,9 +542,12 @@ func (ts *typeState) dropVariants(name string) {
 }
 
 // get is the resource a stream of zone and audience aud is sent for name,
-// or nil: nil too when aud may not read it. A variant is read by whom its
-// base may be.
+// or nil: nil too when aud may not read it. An audience variant comes
+// first; a zone variant is read by whom its base may be.
 func (ts *typeState) get(name, zone string, aud Audience) *Entry {
+	if e := ts.audienceVariant(name, aud); e != nil {
+		return e
+	}
 	base := ts.resources[name]
 	if base == nil || !base.VisibleTo(aud) {
 		return nil
@@ -459,34 +561,36 @@ func (ts *typeState) get(name, zone string, aud Audience) *Entry {
 }
 
 // allFor is every resource a stream of zone and audience aud is sent,
-// sorted by name; the slice may be shared, with every group of the same
-// audience, or with every group when aud may read every resource. g, when
-// not nil, is the group of (zone, aud), which keeps the audience's list.
+// sorted by name; the slice may be shared, with every group that reads the
+// same (an audience class), or with every group when aud may read every
+// resource and no audience variant is its. g, when not nil, is the group
+// of (zone, aud), which keeps the audience's list.
 func (ts *typeState) allFor(zone string, aud Audience, g *group) []*Entry {
 	all := ts.all()
-	if ts.restricted > 0 {
+	if ts.restricted > 0 || len(ts.audiences) > 0 {
 		all = ts.visibleTo(aud, g)
 	}
-	return ts.withVariants(all, zone)
+	return ts.withVariants(all, zone, aud)
 }
 
-// withVariants is all with zone's variants in place of their bases.
-func (ts *typeState) withVariants(all []*Entry, zone string) []*Entry {
+// withVariants is all with zone's variants in place of their bases, save
+// where aud reads an audience variant.
+func (ts *typeState) withVariants(all []*Entry, zone string, aud Audience) []*Entry {
 	if zone == "" || ts.perZone[zone] == 0 {
 		return all
 	}
 	out := slices.Clone(all)
 	for i, e := range out {
-		if v, ok := ts.variants[e.Name][zone]; ok {
+		if v, ok := ts.variants[e.Name][zone]; ok && ts.audienceVariant(e.Name, aud) == nil {
 			out[i] = v.e
 		}
 	}
 	return out
 }
 
-// visibleTo is what of the sorted resources aud may read: the sorted list
-// itself when that is all of them. g, when not nil, keeps it until the
-// resources change.
+// visibleTo is what of the sorted resources aud may read, its audience
+// variants in place of their bases: the sorted list itself when that is
+// all of them. g, when not nil, keeps it until the resources change.
 func (ts *typeState) visibleTo(aud Audience, g *group) []*Entry {
 	if g != nil && g.visibleGen == ts.gen {
 		return g.visible
@@ -494,15 +598,24 @@ func (ts *typeState) visibleTo(aud Audience, g *group) []*Entry {
 	all := ts.all()
 	var out []*Entry
 	for i, e := range all {
-		if e.VisibleTo(aud) {
+		read := e
+		if v := ts.audienceVariant(e.Name, aud); v != nil {
+			read = v
+		} else if !e.VisibleTo(aud) {
+			read = nil
+		}
+		if read == e {
 			if out != nil {
 				out = append(out, e)
 			}
 			continue
 		}
 		if out == nil {
-			out = make([]*Entry, i, len(all)-1)
+			out = make([]*Entry, i, len(all))
 			copy(out, all[:i])
+		}
+		if read != nil {
+			out = append(out, read)
 		}
 	}
 	if out == nil {
@@ -531,6 +644,8 @@ func (ts *typeState) share(list []*Entry) []*Entry {
 	for _, e := range list {
 		if e.Visible.Restricted() { // what tells the lists of a gen apart
 			_, _ = h.WriteString(e.Name)
+			_ = h.WriteByte(0)
+			_, _ = h.WriteString(e.Version) // an audience variant's is its own
 			_ = h.WriteByte(0)
 		}
 	}
@@ -659,17 +774,48 @@ func (c *Cache) Resources(view int) map[string][]*Entry {
 // ZoneResources lists what one view sends a stream of zone now: the base
 // resources with the zone's variants in their place (their entries carry
 // the variant's version). Zone "" is the base. It is every audience's: each
-// entry says who may read it.
+// entry says who may read it, and a resource with audience variants is its
+// base (see AudienceVariants and ResourcesFor).
 func (c *Cache) ZoneResources(view int, zone string) map[string][]*Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string][]*Entry{}
 	for _, ts := range c.views[view].types {
 		if len(ts.resources) > 0 {
-			out[ts.typeURL] = slices.Clone(ts.withVariants(ts.all(), zone))
+			out[ts.typeURL] = slices.Clone(ts.withVariants(ts.all(), zone, Anonymous))
 		}
 	}
 	return out
+}
+
+// ResourcesFor lists what one view sends a wildcard stream of audience aud
+// and no zone now: what aud may read, its audience variants in place of
+// their bases (their entries carry the variant's version).
+func (c *Cache) ResourcesFor(view int, aud Audience) map[string][]*Entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string][]*Entry{}
+	for _, ts := range c.views[view].types {
+		if all := ts.allFor("", aud, nil); len(all) > 0 {
+			out[ts.typeURL] = slices.Clone(all)
+		}
+	}
+	return out
+}
+
+// AudienceVariants lists the audience variants of a resource in a view as
+// they were put (see Change), in their order; nil when it has none.
+func (c *Cache) AudienceVariants(view int, typeURL, name string) []*Entry {
+	t := xdstype.Index(typeURL)
+	if t < 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if av := c.views[view].types[t].audiences[name]; av != nil {
+		return slices.Clone(av.src)
+	}
+	return nil
 }
 
 // VariantZones lists, sorted, the zones that have a variant of some
@@ -724,8 +870,7 @@ func (c *Cache) Readable(aud Audience, node *core.Node, typeURL, name string) bo
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.views[c.viewOf(node)].types[t].resources[name]
-	return e != nil && e.VisibleTo(aud)
+	return c.views[c.viewOf(node)].types[t].get(name, "", aud) != nil
 }
 
 // ShortType names a type URL for people and metric labels: its xdstype

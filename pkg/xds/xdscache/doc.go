@@ -10,5 +10,10 @@
 // Each entry says who may read it and each stream has an audience (the
 // namespace its identity proves, or anonymous): the watches of each zone and
 // audience are a group of their own, and a stream is sent only what its
-// audience may read.
+// audience may read. A resource may also have audience variants, one per
+// audience class of disjoint namespaces, sent to those namespaces' streams
+// instead of its base under the same name (the spatial route, which holds
+// only the domains its reader may read); a change wakes only the streams
+// whose content of it changed. What a stream asks for and is not sent, and
+// why, is read on demand for people, never on the send path.
 package xdscache

@@ -449,8 +449,8 @@ func (s *Stream) Delta(r DeltaRequest) error {
 				}
 			}
 			if w.wildcard {
-				for name, e := range w.ts.resources {
-					if _, held := r.Initial[name]; !held && e.VisibleTo(s.aud) {
+				for name := range w.ts.resources {
+					if _, held := r.Initial[name]; !held && w.get(name) != nil {
 						w.mark(name)
 					}
 				}

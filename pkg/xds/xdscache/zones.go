@@ -303,7 +303,7 @@ func (c *Cache) Demand(typeURL, name string) map[string]uint64 {
 				continue
 			}
 			for aud, g := range auds {
-				if e != nil && !e.VisibleTo(aud) {
+				if e != nil && ts.get(name, "", aud) == nil {
 					continue // a client cannot want what it may not read
 				}
 				d := g.wildcardDemand

@@ -42,14 +42,23 @@ func del(zone, name string) xdscache.Change {
 	return xdscache.Change{TypeURL: EDS, Name: name, Zone: zone}
 }
 
-// zoneClient drives an EDS watch of one SotW or Delta stream and ACKs what it receives.
+// zoneClient drives a watch of one SotW or Delta stream and ACKs what it
+// receives: of EDS unless typ says another type.
 type zoneClient struct {
 	t     testing.TB
 	c     *xdscache.Cache
 	s     *xdscache.Stream
 	delta bool
+	typ   string
 	names []string
 	out   []xdscache.Response
+}
+
+func (z *zoneClient) typeURL() string {
+	if z.typ == "" {
+		return EDS
+	}
+	return z.typ
 }
 
 func openZoned(t testing.TB, c *xdscache.Cache, delta bool, node *core.Node) *zoneClient {
@@ -63,9 +72,9 @@ func (z *zoneClient) subscribe(initial map[string]string, names ...string) {
 	z.names = names
 	var err error
 	if z.delta {
-		err = z.s.Delta(xdscache.DeltaRequest{TypeURL: EDS, Subscribe: names, Initial: initial})
+		err = z.s.Delta(xdscache.DeltaRequest{TypeURL: z.typeURL(), Subscribe: names, Initial: initial})
 	} else {
-		err = z.s.Sotw(xdscache.SotwRequest{TypeURL: EDS, NamesHash: z.c.HashNames(names), Names: func() []string { return names }})
+		err = z.s.Sotw(xdscache.SotwRequest{TypeURL: z.typeURL(), NamesHash: z.c.HashNames(names), Names: func() []string { return names }})
 	}
 	if err != nil {
 		z.t.Fatal(err)
@@ -105,9 +114,9 @@ func (z *zoneClient) recv() string {
 	}
 	var err error
 	if z.delta {
-		err = z.s.Delta(xdscache.DeltaRequest{TypeURL: EDS, Nonce: r.Nonce})
+		err = z.s.Delta(xdscache.DeltaRequest{TypeURL: z.typeURL(), Nonce: r.Nonce})
 	} else {
-		err = z.s.Sotw(xdscache.SotwRequest{TypeURL: EDS, Version: r.Version, Nonce: r.Nonce,
+		err = z.s.Sotw(xdscache.SotwRequest{TypeURL: z.typeURL(), Version: r.Version, Nonce: r.Nonce,
 			NamesHash: z.c.HashNames(z.names), Names: func() []string { return z.names }})
 	}
 	if err != nil {
