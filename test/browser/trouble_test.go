@@ -150,30 +150,32 @@ func readTroubleNow(t *testing.T, ctx context.Context) trouble {
 	return *tr
 }
 
+// localities is every drawn locality, priority by priority.
+func (u troubleUpstream) localities() []troubleLocality {
+	var out []troubleLocality
+	for _, p := range u.Priorities {
+		out = append(out, p.Localities...)
+	}
+	return out
+}
+
 // locality finds a drawn locality by zone.
 func (u troubleUpstream) locality(t *testing.T, zone string) troubleLocality {
 	t.Helper()
-	for _, p := range u.Priorities {
-		for _, l := range p.Localities {
-			if l.Zone == zone {
-				return l
-			}
-		}
+	ls := u.localities()
+	i := slices.IndexFunc(ls, func(l troubleLocality) bool { return l.Zone == zone })
+	if i < 0 {
+		t.Fatalf("no locality %s drawn", zone)
 	}
-	t.Fatalf("no locality %s drawn", zone)
-	return troubleLocality{}
+	return ls[i]
 }
 
 // endpoint finds a drawn endpoint by address.
 func (u troubleUpstream) endpoint(t *testing.T, addr string) troubleEndpoint {
 	t.Helper()
-	for _, p := range u.Priorities {
-		for _, l := range p.Localities {
-			for _, e := range l.Endpoints {
-				if e.Address == addr {
-					return e
-				}
-			}
+	for _, l := range u.localities() {
+		if i := slices.IndexFunc(l.Endpoints, func(e troubleEndpoint) bool { return e.Address == addr }); i >= 0 {
+			return l.Endpoints[i]
 		}
 	}
 	t.Fatalf("no endpoint %s drawn", addr)
