@@ -485,7 +485,7 @@ func (x *xdsServer) fetch(ctx context.Context, req *discovery.DiscoveryRequest, 
 	if err != nil {
 		return nil, err
 	}
-	entries, version, ok, err := x.cache.Fetch(ctx, aud, req.GetNode(), typeURL, req.GetVersionInfo(), req.GetResourceNames())
+	entries, version, ok, err := x.cache.Fetch(ctx, aud, xdscache.ZoneKey(req.GetNode()), req.GetNode(), typeURL, req.GetVersionInfo(), req.GetResourceNames())
 	switch {
 	case err != nil:
 		return nil, unknownType(typeURL)
