@@ -189,12 +189,12 @@ func TestTokenCache(t *testing.T) {
 			t.Errorf("an expired token was reviewed: %+v", st)
 		}
 	})
-	t.Run("capped by the maximum lifetime", func(t *testing.T) {
+	t.Run("capped by the review interval", func(t *testing.T) {
 		kube := identitytest.New()
 		clk := &clock{now: time.Now()}
 		tok := identitytest.Token("b", clk.now.Add(24*time.Hour))
 		kube.Accept(tok, "ns", "sa", "", "", "")
-		v := identity.NewTokenVerifier(kube, identity.TokenOptions{Now: clk.Now, MaxLifetime: 10 * time.Minute})
+		v := identity.NewTokenVerifier(kube, identity.TokenOptions{Now: clk.Now, ReviewInterval: 10 * time.Minute})
 		id, err := v.Verify(context.Background(), tok)
 		if err != nil || !id.Expires.Equal(clk.now.Add(10*time.Minute)) {
 			t.Fatalf("%+v, %v: want it to expire at the cap", id, err)

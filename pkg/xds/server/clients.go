@@ -61,6 +61,7 @@ type Client struct {
 	ZoneFrom    string    `json:"zoneFrom,omitempty"`
 	ClaimedZone string    `json:"claimedZone,omitempty"`
 	placement   placement // where its identity places it
+	proof       *proven   // its identity as last proven (nil: anonymous)
 	// Class is the class whose variants the cache sends it: Zone, or its
 	// region when zone classes are over their bound (ClassNote says so), or
 	// none when region classes are over theirs too.
@@ -236,6 +237,9 @@ func (c *Clients) List() []Client {
 		cp.Features = slices.Clone(cl.Features)
 		if cl.Identity != nil {
 			id := *cl.Identity
+			if cl.proof != nil {
+				id.Expires = cl.proof.identity().Expires
+			}
 			cp.Identity = &id
 		}
 		out = append(out, cp)

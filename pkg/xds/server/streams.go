@@ -349,9 +349,7 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 	x.clients.open(key, st)
 	x.clients.capDemand(key, capped)
 	defer x.clients.closed(key)
-	if id, ok := IdentityFrom(ss.Context()); ok {
-		x.clients.setIdentity(key, id)
-	}
+	x.clients.setIdentity(key, provenFrom(ss.Context()))
 
 	hold := &largeHold{x: x, max: largeHoldMax}
 	defer hold.release()
