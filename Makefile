@@ -139,7 +139,7 @@ fuzz: ## Run each fuzz target, and the xDS protocol model test, for FUZZTIME (de
 clean:
 	rm -rf $(BIN)
 
-# ---- BEGIN code generation (api/v1alpha1 → deepcopy + config/crd + chart CRDs) ----
+# ---- BEGIN code generation (api/v1alpha1 → deepcopy + config/crd + the CRD chart) ----
 #
 # controller-gen is pinned and run through the Go module proxy; `go run pkg@version`
 # caches the built binary, so only the first run downloads and compiles it
@@ -148,13 +148,18 @@ CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 
 CRD_DIR := config/crd
 RBAC_DIR := config/rbac
-# The Helm chart ships byte-identical copies of the CRDs (helm installs crds/).
-CHART_CRD_DIR := charts/poise/crds
+# The CRD chart (charts/poise-crds) ships the CRDs as templates, so `helm
+# upgrade` applies their new schemas; hack/crdversion writes them there, each
+# with its schema version and helm.sh/resource-policy: keep.
+CHART_CRD_DIR := charts/poise-crds/templates
 
 # crd:allowDangerousTypes=true lets float64 fields through: a Partition's extent is
 # in degrees (CRS84 longitude/latitude), which integers cannot carry.
+# hack/crdversion then writes each CRD's schema version (poise.dev/schema-version,
+# a digest of its schemas, which the binary compares with the cluster's) into
+# config/crd, and copies the CRDs into the chart.
 .PHONY: generate
-generate: ## Regenerate api/v1alpha1/zz_generated.deepcopy.go, config/crd/*.yaml, config/rbac/role.yaml and charts/poise/crds.
+generate: ## Regenerate api/v1alpha1/zz_generated.deepcopy.go, config/crd/*.yaml (with their schema versions), config/rbac/role.yaml and charts/poise-crds/templates.
 	@mkdir -p $(CRD_DIR) $(RBAC_DIR) $(CHART_CRD_DIR)
 	rm -f $(CRD_DIR)/poise.dev_*.yaml $(RBAC_DIR)/role.yaml $(CHART_CRD_DIR)/poise.dev_*.yaml
 	$(CONTROLLER_GEN) \
@@ -164,18 +169,18 @@ generate: ## Regenerate api/v1alpha1/zz_generated.deepcopy.go, config/crd/*.yaml
 		output:crd:artifacts:config=$(CRD_DIR)
 	$(CONTROLLER_GEN) \
 		rbac:roleName=poise-controlplane \
-		paths="{./pkg/source/kube/...,./pkg/kubestatus/...,./pkg/leader/...,./pkg/identity/...}" \
+		paths="{./pkg/source/kube/...,./pkg/kubestatus/...,./pkg/leader/...,./pkg/identity/...,./pkg/crdschema/...}" \
 		output:rbac:artifacts:config=$(RBAC_DIR)
-	cp $(CRD_DIR)/poise.dev_*.yaml $(CHART_CRD_DIR)/
+	$(GO) run ./hack/crdversion -crds $(CRD_DIR) -chart $(CHART_CRD_DIR)
 
 # verify-generate regenerates into the working tree and fails if anything under
-# api/, config/crd, config/rbac or charts/poise/crds changed. It compares against
+# api/, config/crd, config/rbac or charts/poise-crds/templates changed. It compares against
 # a snapshot taken just before, not against git, so it works in a fresh clone,
 # with no commits, and with uncommitted edits. On failure the regenerated files are left in place for inspection.
 .PHONY: verify-generate
 verify-generate: ## Fail if generated code or CRDs are out of date.
 	@set -e; snap=$$(mktemp -d); trap 'rm -rf "$$snap"' EXIT; \
-	mkdir -p "$$snap/config" "$$snap/charts/poise" $(CRD_DIR) $(RBAC_DIR) $(CHART_CRD_DIR); \
+	mkdir -p "$$snap/config" "$$snap/charts/poise-crds" $(CRD_DIR) $(RBAC_DIR) $(CHART_CRD_DIR); \
 	cp -R api "$$snap/api"; cp -R $(CRD_DIR) "$$snap/$(CRD_DIR)"; cp -R $(RBAC_DIR) "$$snap/$(RBAC_DIR)"; \
 	cp -R $(CHART_CRD_DIR) "$$snap/$(CHART_CRD_DIR)"; \
 	$(MAKE) --no-print-directory generate; \

@@ -15,13 +15,17 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"poise.dev/poise/pkg/crdschema"
 	"poise.dev/poise/test/golden"
 )
 
 const (
 	chartDir = "../../charts/poise"
-	crdDir   = "../../config/crd"
-	roleFile = "../../config/rbac/role.yaml"
+	// crdChartDir is the CRD chart: the CRDs as templates, so that `helm
+	// upgrade` applies their new schemas.
+	crdChartDir = "../../charts/poise-crds"
+	crdDir      = "../../config/crd"
+	roleFile    = "../../config/rbac/role.yaml"
 )
 
 // helm returns the helm binary built by hack/helm.sh. A missing HELM fails
@@ -123,6 +127,13 @@ func (c renderCase) render(t *testing.T) string {
 }
 
 func TestLint(t *testing.T) {
+	t.Run("poise-crds", func(t *testing.T) {
+		if out, err := runHelm(t, "lint", crdChartDir, "--strict"); err != nil {
+			t.Fatal(err)
+		} else if !strings.Contains(out, "0 chart(s) failed") {
+			t.Fatalf("helm lint:\n%s", out)
+		}
+	})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			args := []string{"lint", chartDir, "--strict", "--namespace", c.namespace}
@@ -516,15 +527,20 @@ func checkWiring(t *testing.T, objs []obj) {
 	}
 }
 
-// grant is one (apiGroup, resource, verb) an RBAC rule allows.
-type grant struct{ group, resource, verb string }
+// grant is one (apiGroup, resource, verb) an RBAC rule allows, on the
+// objects of those names only when names is set (comma-separated, sorted).
+type grant struct{ group, resource, verb, names string }
 
-// String is group/resource, the core group spelled "core".
+// String is group/resource, the core group spelled "core", and [names].
 func (g grant) String() string {
+	out := g.group + "/" + g.resource
 	if g.group == "" {
-		return "core/" + g.resource
+		out = "core/" + g.resource
 	}
-	return g.group + "/" + g.resource
+	if g.names != "" {
+		out += "[" + g.names + "]"
+	}
+	return out
 }
 
 func grants(t *testing.T, role any) []grant {
@@ -532,13 +548,14 @@ func grants(t *testing.T, role any) []grant {
 	var out []grant
 	rules, _ := get(role, "rules").([]any)
 	for _, r := range rules {
-		if get(r, "nonResourceURLs") != nil || get(r, "resourceNames") != nil {
+		if get(r, "nonResourceURLs") != nil {
 			t.Errorf("unexpected rule shape %v", r)
 		}
+		names := strings.Join(sorted(strs(r, "resourceNames")), ",")
 		for _, g := range strs(r, "apiGroups") {
 			for _, res := range strs(r, "resources") {
 				for _, v := range strs(r, "verbs") {
-					out = append(out, grant{g, res, v})
+					out = append(out, grant{g, res, v, names})
 				}
 			}
 		}
@@ -554,6 +571,29 @@ var readVerbs = []string{"get", "list", "watch"}
 func tokenAuthentication(g grant) bool {
 	return g.group == "authentication.k8s.io" && g.resource == "tokenreviews" && g.verb == "create" ||
 		g.group == "" && g.resource == "pods" && g.verb == "get"
+}
+
+// crdNames are the names of the CRDs of config/crd, comma-separated and
+// sorted, as grant.names holds them.
+func crdNames(t *testing.T) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(crdDir, "poise.dev_*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no CRDs in %s: %v", crdDir, err)
+	}
+	var names []string
+	for _, f := range files {
+		// poise.dev_upstreams.yaml is upstreams.poise.dev
+		names = append(names, strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "poise.dev_"), ".yaml")+".poise.dev")
+	}
+	return strings.Join(sorted(names), ",")
+}
+
+// crdSchemaCheck is what the check of the cluster's CRD schemas needs,
+// cluster-wide: reading Poise's own CRDs, by name, and no other.
+func crdSchemaCheck(t *testing.T, g grant) bool {
+	return g.group == "apiextensions.k8s.io" && g.resource == "customresourcedefinitions" &&
+		slices.Contains(readVerbs, g.verb) && g.names == crdNames(t)
 }
 
 func TestRBAC(t *testing.T) {
@@ -580,11 +620,11 @@ func TestRBAC(t *testing.T) {
 			// and what token authentication needs wherever clients run.
 			if c.watchNamespace() != "" {
 				for _, g := range cluster {
-					if tokenAuthentication(g) {
+					if tokenAuthentication(g) || crdSchemaCheck(t, g) {
 						continue
 					}
 					if g.group != "" || g.resource != "nodes" || !slices.Contains(readVerbs, g.verb) {
-						t.Errorf("with watchNamespace the ClusterRole grants %q on %s: only reading Nodes (cluster-scoped) belongs there", g.verb, g)
+						t.Errorf("with watchNamespace the ClusterRole grants %q on %s: only reading Nodes and Poise's CRDs (cluster-scoped) belongs there", g.verb, g)
 					}
 				}
 				if len(topology) == 0 {
@@ -603,6 +643,9 @@ func TestRBAC(t *testing.T) {
 				}
 				if g.resource == "leases" || g.group == "coordination.k8s.io" {
 					t.Errorf("ClusterRole grants leases (%+v): the election belongs in the namespaced Role", g)
+				}
+				if g.resource == "customresourcedefinitions" && !crdSchemaCheck(t, g) {
+					t.Errorf("ClusterRole grants %q on %s: only reading Poise's own CRDs, by name (%s)", g.verb, g, crdNames(t))
 				}
 				if slices.Contains(readVerbs, g.verb) || tokenAuthentication(g) ||
 					(g.group == "events.k8s.io" && g.resource == "events" && (g.verb == "create" || g.verb == "patch")) {
@@ -686,8 +729,12 @@ func set(gs []grant) []string {
 	return slices.Compact(out)
 }
 
-// TestCRDsMatchGenerated: charts/poise/crds is a byte-identical copy of
-// config/crd, kept so by `make generate`.
+// TestCRDsMatchGenerated: the CRD chart's templates are the CRDs of
+// config/crd, each with helm.sh/resource-policy: keep beside its schema
+// version, and nothing else (`make generate` writes both); the chart's
+// rendering is exactly those CRDs; the poise chart ships none (a crds/
+// directory would be installed once and never upgraded), and the two charts
+// are released together.
 func TestCRDsMatchGenerated(t *testing.T) {
 	list := func(dir string) []string {
 		m, err := filepath.Glob(filepath.Join(dir, "poise.dev_*.yaml"))
@@ -699,30 +746,58 @@ func TestCRDsMatchGenerated(t *testing.T) {
 		}
 		return m
 	}
-	gen, chart := list(crdDir), list(filepath.Join(chartDir, "crds"))
+	templates := filepath.Join(crdChartDir, "templates")
+	gen, chart := list(crdDir), list(templates)
 	if len(gen) == 0 {
 		t.Fatalf("no CRDs in %s", crdDir)
 	}
 	if !slices.Equal(gen, chart) {
-		t.Fatalf("CRD files differ: config/crd has %v, charts/poise/crds has %v; run `make generate`", gen, chart)
+		t.Fatalf("CRD files differ: config/crd has %v, charts/poise-crds/templates has %v; run `make generate`", gen, chart)
+	}
+	read := func(path string) obj {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var o obj
+		if err := yaml.Unmarshal(raw, &o); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		return o
 	}
 	for _, name := range gen {
-		a, err := os.ReadFile(filepath.Join(crdDir, name))
-		if err != nil {
-			t.Fatal(err)
+		want, got := read(filepath.Join(crdDir, name)), read(filepath.Join(templates, name))
+		if str(want, "metadata", "annotations", crdschema.Annotation) == "" {
+			t.Errorf("config/crd/%s has no %s; run `make generate`", name, crdschema.Annotation)
 		}
-		b, err := os.ReadFile(filepath.Join(chartDir, "crds", name))
-		if err != nil {
-			t.Fatal(err)
-		}
+		get(want, "metadata", "annotations").(map[string]any)["helm.sh/resource-policy"] = "keep"
+		a, _ := json.Marshal(want)
+		b, _ := json.Marshal(got)
 		if !bytes.Equal(a, b) {
-			t.Errorf("charts/poise/crds/%s differs from config/crd/%s; run `make generate`", name, name)
+			t.Errorf("charts/poise-crds/templates/%s is not config/crd/%s with helm.sh/resource-policy: keep; run `make generate`", name, name)
 		}
+	}
+	rendered, err := runHelm(t, "template", "poise-crds", crdChartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := parse(t, rendered)
+	if len(objs) != len(gen) || len(byKind(objs, "CustomResourceDefinition")) != len(gen) {
+		t.Errorf("the CRD chart renders %d objects, want the %d CRDs", len(objs), len(gen))
+	}
+	if _, err := os.Stat(filepath.Join(chartDir, "crds")); !os.IsNotExist(err) {
+		t.Errorf("charts/poise/crds exists (%v): Helm installs it once and never upgrades it; the CRDs belong to charts/poise-crds", err)
+	}
+	meta := func(dir string) (v, app string) {
+		o := read(filepath.Join(dir, "Chart.yaml"))
+		return str(o, "version"), str(o, "appVersion")
+	}
+	v1, a1 := meta(chartDir)
+	if v2, a2 := meta(crdChartDir); v1 != v2 || a1 != a2 {
+		t.Errorf("charts/poise is %s (app %s), charts/poise-crds %s (app %s): release them together", v1, a1, v2, a2)
 	}
 }
 
-// TestInvalidValues: inconsistent TLS and authentication values, values the schema refuses and
-// misspelt keys fail at render time with a message that names them.
 func TestInvalidValues(t *testing.T) {
 	for _, tc := range []struct {
 		set  []string

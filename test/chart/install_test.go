@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"poise.dev/poise/pkg/crdschema"
 	"poise.dev/poise/test/golden"
 	"poise.dev/poise/test/kubemanifests"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -109,8 +110,8 @@ func startAPIServer(t *testing.T) *apiServer {
 	return &apiServer{env: env, cfg: cfg, kubeconfig: kubeconfig, c: c}
 }
 
-// TestInstall runs the real `helm install` of the chart against a real
-// kube-apiserver, with the default values and with the custom values file,
+// TestInstall runs the real `helm install` of the CRD chart, then of the
+// chart, against a real kube-apiserver, with the default values and with the custom values file,
 // checks that the server holds every object as the chart rendered it and
 // that the CRDs it serves are those of config/crd, then validates the
 // walkthrough's manifests and the kind suite's rendering on that server
@@ -130,6 +131,19 @@ func TestInstall(t *testing.T) {
 		}
 	}
 
+	// The CRD chart first, once for the cluster, as docs/helm.md says.
+	if !t.Run("install-crds", func(t *testing.T) {
+		out, err := runHelm(t, "install", "poise-crds", crdChartDir, "--namespace", cases[0].namespace, "--create-namespace",
+			"--kubeconfig", srv.kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "STATUS: deployed") {
+			t.Errorf("helm install poise-crds did not report STATUS: deployed:\n%s", out)
+		}
+	}) {
+		t.FailNow()
+	}
 	for _, c := range cases {
 		ok := t.Run("install-"+c.name, func(t *testing.T) {
 			args := []string{"install", c.release, chartDir, "--namespace", c.namespace, "--create-namespace",
@@ -186,6 +200,7 @@ func TestInstall(t *testing.T) {
 	if !t.Run("crds", func(t *testing.T) { checkServedCRDs(t, srv) }) {
 		t.FailNow()
 	}
+	t.Run("reads-its-own-crds-only", func(t *testing.T) { checkCRDAccess(t, srv, cases[0]) })
 	t.Run("status-writes-priority-level", func(t *testing.T) { checkStatusPriorityLevel(t, srv, cases[0]) })
 	t.Run("shop-manifests-dry-run", func(t *testing.T) { checkShopManifests(t, srv) })
 	t.Run("dry-run-rejects", func(t *testing.T) { checkDryRunRejects(t, srv) })
@@ -332,7 +347,7 @@ func subset(path string, want, got any) []string {
 // checkServedCRDs: the server serves exactly the CRDs of config/crd, which
 // the controllers and the envtest suites (test/kube) use, established, with
 // the same group, names, scope and versions (schemas, subresources, printer
-// columns) field for field.
+// columns) field for field, the same schema version, and kept by Helm.
 func checkServedCRDs(t *testing.T, srv *apiServer) {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(crdDir, "poise.dev_*.yaml"))
@@ -386,8 +401,14 @@ func checkServedCRDs(t *testing.T, srv *apiServer) {
 		if g, w := js(s.Spec), js(w.Spec); g != w {
 			t.Errorf("CRD %s as served differs from config/crd:\n%s", name, golden.Diff(w, g))
 		}
-		if g, w := s.Annotations["controller-gen.kubebuilder.io/version"], w.Annotations["controller-gen.kubebuilder.io/version"]; g != w {
-			t.Errorf("CRD %s: served controller-gen version %q, config/crd has %q", name, g, w)
+		for _, a := range []string{"controller-gen.kubebuilder.io/version", crdschema.Annotation} {
+			if g, w := s.Annotations[a], w.Annotations[a]; g != w || w == "" {
+				t.Errorf("CRD %s: served %s %q, config/crd has %q", name, a, g, w)
+			}
+		}
+		// the CRD chart's: uninstalling it leaves the CRDs, and every object of their kinds
+		if g := s.Annotations["helm.sh/resource-policy"]; g != "keep" {
+			t.Errorf("CRD %s: helm.sh/resource-policy %q, want keep", name, g)
 		}
 		var stored []string
 		for _, v := range w.Spec.Versions {
@@ -704,4 +725,45 @@ func checkKustomize(t *testing.T, srv *apiServer) {
 		}
 	}
 	t.Logf("kubectl apply -k %s: %d objects (%v) accepted (server-side apply, dry run); xDS %v from Secret %s", kustomizeDir, len(objs), kinds, kf, ks)
+}
+
+// checkCRDAccess: the release's ServiceAccount may read Poise's CRDs, each
+// by name (a get, and a list and watch with the field selector
+// metadata.name, as the replicas' schema check reads them), and no other
+// CRD, nor the list of every CRD.
+func checkCRDAccess(t *testing.T, srv *apiServer, c renderCase) {
+	t.Helper()
+	sa := releaseServiceAccount(t, srv, c)
+	hc, err := rest.HTTPClientFor(sa.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := strings.TrimSuffix(sa.Config().Host, "/") + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+	code := func(url string) int {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		what, url string
+		want      int
+	}{
+		{"get upstreams.poise.dev", base + "/upstreams.poise.dev", http.StatusOK},
+		{"list upstreams.poise.dev by name", base + "?fieldSelector=metadata.name%3Dupstreams.poise.dev", http.StatusOK},
+		{"watch partitions.poise.dev by name", base + "?watch=true&timeoutSeconds=1&fieldSelector=metadata.name%3Dpartitions.poise.dev", http.StatusOK},
+		{"list every CRD", base, http.StatusForbidden},
+		{"get another CRD", base + "/flowschemas.example.com", http.StatusForbidden},
+	} {
+		if got := code(tc.url); got != tc.want {
+			t.Errorf("%s as the release's ServiceAccount: %d, want %d", tc.what, got, tc.want)
+		}
+	}
 }

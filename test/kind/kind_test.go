@@ -361,6 +361,13 @@ func (s *suite) installChart(t *testing.T, image string) {
 	if os.Getenv("POISE_KIND_REUSE") == "1" {
 		verb = []string{"upgrade", "--install"}
 	}
+	// the CRD chart first, as docs/helm.md says (a cluster reused from before
+	// it existed holds CRDs Helm does not own: take them over)
+	crdArgs := append(slices.Clone(verb), "poise-crds", crdChartDir, "--namespace", systemNS, "--create-namespace", "--wait", "--timeout", "2m")
+	if os.Getenv("POISE_KIND_REUSE") == "1" {
+		crdArgs = append(crdArgs, "--take-ownership")
+	}
+	s.helmCmd(t, 3*time.Minute, crdArgs...)
 	args := append(verb, release, chartDir, "--namespace", systemNS, "--create-namespace",
 		"--values", kindValues, "--set", "image.repository="+image[:i], "--set", "image.tag="+image[i+1:],
 		"--wait", "--timeout", "5m")

@@ -46,11 +46,13 @@ import (
 )
 
 const (
-	root       = "../.."
-	chartDir   = root + "/charts/poise"
-	shopDir    = root + "/examples/kubernetes"
-	kindConfig = "testdata/kind-config.yaml"
-	kindValues = "testdata/values-kind.yaml"
+	root     = "../.."
+	chartDir = root + "/charts/poise"
+	// crdChartDir holds the CRDs, installed before chartDir
+	crdChartDir = root + "/charts/poise-crds"
+	shopDir     = root + "/examples/kubernetes"
+	kindConfig  = "testdata/kind-config.yaml"
+	kindValues  = "testdata/values-kind.yaml"
 
 	regionLabel = "topology.kubernetes.io/region"
 	zoneLabel   = "topology.kubernetes.io/zone"
