@@ -117,6 +117,7 @@ func runStatus(ctx context.Context, o statusOptions, stdout, stderr io.Writer) i
 	if c := writeReport(o.output, stdout, stderr, rows, func() error { return writeStatusText(stdout, rows, clusters) }); c != exitOK {
 		return c
 	}
+	writeCRDs(ctx, o, stdout, stderr)
 	return code
 }
 

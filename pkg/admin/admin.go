@@ -48,6 +48,9 @@ type Sources struct {
 	// Clusters, when set, lists the remote clusters and their sync state
 	// (/debug/clusters).
 	Clusters func() any
+	// CRDs, when set, lists the cluster's CRDs against those the binary
+	// was built with (/debug/crds).
+	CRDs func() any
 	// Metrics, when set, is what /metrics serves.
 	Metrics prometheus.Gatherer
 }
@@ -162,13 +165,10 @@ func addDebug(mux *http.ServeMux, s Sources) {
 	mux.HandleFunc("GET /debug/clients", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, map[string]any{"clients": s.Clients()})
 	})
-	mux.HandleFunc("GET /debug/clusters", func(w http.ResponseWriter, _ *http.Request) {
-		var cs any = []any{}
-		if s.Clusters != nil {
-			cs = s.Clusters()
-		}
-		writeJSON(w, map[string]any{"clusters": cs})
-	})
+	mux.HandleFunc("GET /debug/clusters", listing("clusters", s.Clusters))
+	// Kubernetes mode: how the cluster's CRDs stand to the binary's
+	// (package crdschema)
+	mux.HandleFunc("GET /debug/crds", listing("crds", s.CRDs))
 	addConfig(mux, s)
 	addLoads(mux, s)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -176,6 +176,18 @@ func addDebug(mux *http.ServeMux, s Sources) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+}
+
+// listing serves {"<key>": list()}, and an empty list without list (the
+// files source has no remote clusters and no CRDs).
+func listing(key string, list func() any) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		var items any = []any{}
+		if list != nil {
+			items = list()
+		}
+		writeJSON(w, map[string]any{key: items})
+	}
 }
 
 // classQuery reads from=REGION/ZONE[/SUBZONE] and demand=REGION/ZONE=N,...,

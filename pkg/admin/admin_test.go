@@ -275,18 +275,24 @@ func httpGet(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// /debug/clusters lists what Sources.Clusters returns, and an empty list
-// without it (the files source has no remote clusters).
-func TestDebugClusters(t *testing.T) {
+// /debug/clusters and /debug/crds list what Sources.Clusters and
+// Sources.CRDs return, and an empty list without them (the files source has
+// no remote clusters and reads no CRD).
+func TestDebugLists(t *testing.T) {
 	for _, tc := range []struct {
+		path     string
 		clusters func() any
+		crds     func() any
 		want     string
 	}{
-		{nil, `{"clusters":[]}`},
-		{func() any { return []map[string]string{{"name": "eu-2", "state": "Stale"}} }, `{"clusters":[{"name":"eu-2","state":"Stale"}]}`},
+		{"/debug/clusters", nil, nil, `{"clusters":[]}`},
+		{"/debug/clusters", func() any { return []map[string]string{{"name": "eu-2", "state": "Stale"}} }, nil, `{"clusters":[{"name":"eu-2","state":"Stale"}]}`},
+		{"/debug/crds", nil, nil, `{"crds":[]}`},
+		{"/debug/crds", nil, func() any { return []map[string]string{{"name": "upstreams.poise.dev", "state": "Outdated"}} },
+			`{"crds":[{"name":"upstreams.poise.dev","state":"Outdated"}]}`},
 	} {
-		srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Clusters: tc.clusters}))
-		resp, err := http.Get(srv.URL + "/debug/clusters")
+		srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Clusters: tc.clusters, CRDs: tc.crds}))
+		resp, err := http.Get(srv.URL + tc.path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -294,7 +300,7 @@ func TestDebugClusters(t *testing.T) {
 		resp.Body.Close()
 		srv.Close()
 		if resp.StatusCode != 200 || strings.Join(strings.Fields(string(body)), "") != tc.want {
-			t.Errorf("GET /debug/clusters = %d %s, want %s", resp.StatusCode, body, tc.want)
+			t.Errorf("GET %s = %d %s, want %s", tc.path, resp.StatusCode, body, tc.want)
 		}
 	}
 }

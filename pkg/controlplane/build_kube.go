@@ -70,8 +70,13 @@ func buildKube(ctx context.Context, cfg Config, p *parts) (mode, error) {
 			}},
 		},
 		admin: admin.Sources{
-			Warnings: func() []string { return append(replica.Watch.Warnings(), replica.Remotes.Warnings()...) },
+			// warnings never make the replica unready: every replica sees the same
+			// cluster, and an unready one would leave clients with no control plane
+			Warnings: func() []string {
+				return append(append(replica.Watch.Warnings(), replica.Remotes.Warnings()...), replica.CRDs.Warnings()...)
+			},
 			Clusters: func() any { return replica.Remotes.Status() }, // the remote clusters' states (/debug/clusters)
+			CRDs:     func() any { return replica.CRDs.Statuses() },  // the cluster's CRDs against the binary's (/debug/crds)
 		},
 		rest: rc,
 	}, nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -17,6 +18,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/config/crd"
+	"poise.dev/poise/pkg/crdschema"
 	"poise.dev/poise/pkg/healthcheck"
 	"poise.dev/poise/pkg/kubestatus"
 	"poise.dev/poise/pkg/leader"
@@ -120,7 +123,22 @@ type Replica struct {
 	Watch *kube.WatchHealth
 	// Remotes are the remote clusters Services are imported from.
 	Remotes *kube.Remotes
+	// CRDs says how the cluster's CRDs stand to those this binary was
+	// built with.
+	CRDs *crdschema.Watcher
+	log  *slog.Logger
 }
+
+// crdCheckWait bounds how long a replica that starts waits for the first
+// reading of the cluster's CRDs before its first publication.
+const crdCheckWait = 10 * time.Second
+
+// relistAfterCRDChange is how long after a CRD's spec changes the kind is
+// listed again (kube.WatchHealth.Relist): the apiserver serves new requests
+// from the new schema once its own CRD informer has the change, which may
+// come a little after this replica's, and tears the old storage down, ending
+// the watches opened before, a second or more later.
+const relistAfterCRDChange = 2 * time.Second
 
 // Metrics are the metrics the replica hands to what it assembles: the
 // source's, the status writer's (with the leader gauge), the active
@@ -144,8 +162,14 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 		log = slog.New(slog.DiscardHandler)
 	}
 	health := kube.NewWatchHealth(log)
+	crds, err := crdWatcher(cfg, log.With("component", "crd-schemas"))
+	if err != nil {
+		return nil, err
+	}
+	crds.SchemaChanged = func(kind string) { time.AfterFunc(relistAfterCRDChange, func() { health.Relist(kind) }) }
 	if o.Metrics.Source != nil {
 		o.Metrics.Source.SetKubeStale(health.StaleSeconds)
+		o.Metrics.Source.SetCRDSchemas(crds.Outdated, crds.PrunedFields)
 	}
 	id := o.LeaderElectionID
 	if id == "" {
@@ -207,8 +231,9 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	}
 	shares := &kubestatus.Shares{Writer: m.GetClient(), Reader: m.GetAPIReader(), Namespace: ns, Lease: id, Replica: o.HealthChecks.Name}
 	ow := &kubestatus.OutlierWriter{Client: m.GetClient(), Dir: dir, Shares: shares, Period: period, Window: window, Log: log, Metrics: o.Metrics.Outliers, Events: events}
+	ce := &kubestatus.CRDEvents{Schemas: crds, Events: events, LeaseNamespace: ns, LeaseName: id}
 	el := &leader.Elector{Config: cfg, Namespace: ns, Name: id, Identity: leader.NewIdentity(), LeaseDuration: lease, RenewDeadline: renew, RetryPeriod: retry,
-		Lead: leaderWork(sw, cw, ow, log), Log: log, Events: events, Leading: leading.Store}
+		Lead: leaderWork(sw, []leaderTask{cw.Run, ow.Run, ce.Run}, log), Log: log, Events: events, Leading: leading.Store}
 	if o.Metrics.Status != nil {
 		el.Leading = func(l bool) {
 			leading.Store(l)
@@ -222,7 +247,20 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	if err := m.Add(el); err != nil {
 		return nil, err
 	}
-	return &Replica{Manager: m, Source: src, Status: sw, Watch: health, Shares: shares, Remotes: remotes}, nil
+	return &Replica{Manager: m, Source: src, Status: sw, Watch: health, Shares: shares, Remotes: remotes, CRDs: crds, log: log}, nil
+}
+
+// crdWatcher follows the cluster's copies of the CRDs this binary embeds.
+func crdWatcher(cfg *rest.Config, log *slog.Logger) (*crdschema.Watcher, error) {
+	binary, err := crdschema.Load(crd.Files, crd.Pattern)
+	if err != nil {
+		return nil, fmt.Errorf("the CRDs this binary was built with: %w", err)
+	}
+	cs, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("CRD client: %w", err)
+	}
+	return crdschema.NewWatcher(cs.ApiextensionsV1().CustomResourceDefinitions(), binary, log), nil
 }
 
 // clientConfig is cfg with one token bucket for every client made from it,
@@ -295,17 +333,23 @@ func removedClusterEvents(r client.Reader, src *kube.Source, events kubestatus.E
 	}
 }
 
+// leaderTask is work the leader runs beside the status writer, until its
+// context ends.
+type leaderTask func(context.Context) error
+
 // leaderWork is what the leader runs while it holds the Lease: it writes
-// every status, runs the active checks and decides fleet outlier detection.
-func leaderWork(sw *kubestatus.StatusWriter, cw *kubestatus.CheckWriter, ow *kubestatus.OutlierWriter, log *slog.Logger) func(context.Context) error {
+// every status and, beside it, runs the active checks, decides fleet
+// outlier detection and records the CRD schema Events (tasks).
+func leaderWork(sw *kubestatus.StatusWriter, tasks []leaderTask, log *slog.Logger) func(context.Context) error {
 	return func(ctx context.Context) error {
 		cctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 2)
-		go func() { done <- cw.Run(cctx) }()
-		go func() { done <- ow.Run(cctx) }()
+		done := make(chan error, len(tasks))
+		for _, task := range tasks {
+			go func() { done <- task(cctx) }()
+		}
 		err := sw.Start(ctx)
 		cancel()
-		for range 2 {
+		for range tasks {
 			if lerr := <-done; lerr != nil {
 				log.Error("leader work stopped", "error", lerr)
 			}
@@ -315,9 +359,15 @@ func leaderWork(sw *kubestatus.StatusWriter, cw *kubestatus.CheckWriter, ow *kub
 }
 
 // Start registers the informers, starts the manager, and returns once the
-// caches are synced and the first batch (everything that exists) is applied.
-// The manager runs until ctx is done; its error arrives on the channel.
+// caches are synced, the cluster's CRDs read once (or crdCheckWait has
+// passed), and the first batch (everything that exists) is applied: a CRD
+// that prunes fields this binary knows is warned of before the first
+// publication. The manager runs until ctx is done; its error arrives on the
+// channel.
 func (r *Replica) Start(ctx context.Context) (<-chan error, error) {
+	// first, and outside the manager: a CRD that is not installed keeps the
+	// caches from syncing, and the watcher's log says why
+	go func() { _ = r.CRDs.Run(ctx) }()
 	if err := r.Source.Register(ctx, r.Manager.GetCache()); err != nil {
 		return nil, err
 	}
@@ -333,6 +383,13 @@ func (r *Replica) Start(ctx context.Context) (<-chan error, error) {
 		default:
 			return nil, fmt.Errorf("kubernetes caches did not sync")
 		}
+	}
+	select {
+	case <-r.CRDs.Checked():
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(crdCheckWait):
+		r.log.Warn("the cluster's CRDs were not read within the wait: serving meanwhile, the check goes on", "wait", crdCheckWait)
 	}
 	if err := r.Source.InitialSync(ctx); err != nil {
 		return nil, err

@@ -146,3 +146,33 @@ func TestCappedRequestsReadAtScrape(t *testing.T) {
 		t.Errorf("capped = %v, want the store's 12345", v)
 	}
 }
+
+// The CRD schema gauges are the Kubernetes source's: none until it sets
+// them, then one series per CRD it reports.
+func TestCRDSchemaGauges(t *testing.T) {
+	m := New(Options{Kinds: kinds})
+	for _, name := range []string{"poise_crd_schema_outdated", "poise_crd_pruned_fields"} {
+		if got := testutil.CollectAndCount(m.Registry, name); got != 0 {
+			t.Errorf("%s before the source sets it: %d series, want none", name, got)
+		}
+	}
+	m.Source.SetCRDSchemas(
+		func() map[string]float64 {
+			return map[string]float64{"upstreams.poise.dev": 1, "localities.poise.dev": 0}
+		},
+		func() map[string]float64 {
+			return map[string]float64{"upstreams.poise.dev": 2, "localities.poise.dev": 0}
+		})
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(`
+# HELP poise_crd_pruned_fields Fields this binary knows that the cluster's CRD lacks, which the apiserver prunes; Kubernetes source only, one series per CRD.
+# TYPE poise_crd_pruned_fields gauge
+poise_crd_pruned_fields{crd="localities.poise.dev"} 0
+poise_crd_pruned_fields{crd="upstreams.poise.dev"} 2
+# HELP poise_crd_schema_outdated 1 while the cluster's CRD lacks fields this binary knows (the apiserver prunes them from every object written) or is not installed, else 0; Kubernetes source only, one series per CRD.
+# TYPE poise_crd_schema_outdated gauge
+poise_crd_schema_outdated{crd="localities.poise.dev"} 0
+poise_crd_schema_outdated{crd="upstreams.poise.dev"} 1
+`), "poise_crd_schema_outdated", "poise_crd_pruned_fields"); err != nil {
+		t.Error(err)
+	}
+}

@@ -18,6 +18,9 @@ type Source struct {
 	remoteClusterLastSync *funcGaugeVec
 	// kind: objects the source sets aside as invalid (see SetInvalidObjects)
 	invalidObjects *funcGaugeVec
+	// crd: 1 while the cluster's CRD prunes fields the binary knows, and
+	// how many (see SetCRDSchemas)
+	crdOutdated, crdPruned *funcGaugeVec
 }
 
 // newSource makes a source's metrics, with the series of the source named
@@ -45,8 +48,15 @@ func newSource(name string, kinds []string) *Source {
 		invalidObjects: &funcGaugeVec{desc: prometheus.NewDesc("poise_source_invalid_objects",
 			"Objects the source sets aside because they are invalid (each has a status condition saying why; the rest of the topology serves), by kind. The files source refuses a whole change instead (poise_source_refusing), so it reports 0.",
 			[]string{"kind"}, nil), zero: kinds},
+		crdOutdated: &funcGaugeVec{desc: prometheus.NewDesc("poise_crd_schema_outdated",
+			"1 while the cluster's CRD lacks fields this binary knows (the apiserver prunes them from every object written) or is not installed, else 0; Kubernetes source only, one series per CRD.",
+			[]string{"crd"}, nil)},
+		crdPruned: &funcGaugeVec{desc: prometheus.NewDesc("poise_crd_pruned_fields",
+			"Fields this binary knows that the cluster's CRD lacks, which the apiserver prunes; Kubernetes source only, one series per CRD.",
+			[]string{"crd"}, nil)},
 	}
-	s.group = group{s.Revision, s.Batches, s.Refusing, s.kubeStale, s.invalidObjects, s.remoteClusterState, s.remoteClusterLastSync}
+	s.group = group{s.Revision, s.Batches, s.Refusing, s.kubeStale, s.invalidObjects, s.remoteClusterState, s.remoteClusterLastSync,
+		s.crdOutdated, s.crdPruned}
 	if name != "" {
 		for _, r := range SourceResults {
 			s.Batches.WithLabelValues(name, r)
@@ -71,3 +81,10 @@ func (s *Source) SetRemoteClusters(state func() map[[2]string]float64, lastSync 
 // SetInvalidObjects makes poise_source_invalid_objects report what f
 // returns at each scrape: objects set aside by kind (kinds it leaves out are 0).
 func (s *Source) SetInvalidObjects(f func() map[string]float64) { s.invalidObjects.f.Store(&f) }
+
+// SetCRDSchemas makes poise_crd_schema_outdated and poise_crd_pruned_fields
+// report what outdated and pruned return at each scrape, by CRD name.
+func (s *Source) SetCRDSchemas(outdated, pruned func() map[string]float64) {
+	s.crdOutdated.f.Store(&outdated)
+	s.crdPruned.f.Store(&pruned)
+}

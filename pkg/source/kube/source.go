@@ -152,6 +152,14 @@ func (s *Source) Register(ctx context.Context, c cache.Cache) error {
 // the source reads: the status writer's own status patches, a kubelet's
 // Node heartbeats, a resync.
 func (s *Source) update(kind string, o, n client.Object) {
+	if o.GetResourceVersion() == n.GetResourceVersion() && o.GetResourceVersion() != "" {
+		// a relist's copy of an object held: unchanged, unless the copy
+		// held was read with an older schema of its CRD (WatchHealth.Relist)
+		if !equality.Semantic.DeepEqual(o, n) {
+			s.mark(kind, n)
+		}
+		return
+	}
 	switch o := o.(type) {
 	case *v1alpha1.EndpointSet:
 		// its health comes from status, which does not move the generation

@@ -40,6 +40,8 @@ type WatchHealth struct {
 
 	mu    sync.Mutex
 	kinds map[string]*watchState
+	// lws are the informers' list-watchers by kind, for Relist.
+	lws map[string][]*retryingLW
 }
 
 type watchState struct {
@@ -52,7 +54,28 @@ func NewWatchHealth(log *slog.Logger) *WatchHealth {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &WatchHealth{Log: log, now: time.Now, kinds: map[string]*watchState{}}
+	return &WatchHealth{Log: log, now: time.Now, kinds: map[string]*watchState{}, lws: map[string][]*retryingLW{}}
+}
+
+// Relist has the informers of kind list it again from the apiserver: their
+// open watch ends, and the next one is answered "resource version
+// expired", on which the reflector lists. A CRD's new schema needs it: the
+// apiserver serves a watch opened before the CRD changed from the old
+// schema until it tears that storage down, pruning the fields the old
+// schema lacks, so objects read then are held without them, and nothing
+// moves them again until they change. The list that follows reads them
+// with the new schema, and the source marks every object that differs
+// from what it held.
+func (h *WatchHealth) Relist(kind string) {
+	h.mu.Lock()
+	lws := slices.Clone(h.lws[kind])
+	h.mu.Unlock()
+	for _, lw := range lws {
+		lw.relist()
+	}
+	if len(lws) > 0 {
+		h.Log.Info("listing a kind again: its CRD changed", "kind", kind)
+	}
 }
 
 // kind returns the state of a kind, tracking it.
@@ -179,10 +202,12 @@ func (h *WatchHealth) NewInformer(lw toolscache.ListerWatcher, obj runtime.Objec
 	if t := reflect.TypeOf(obj); t.Kind() == reflect.Pointer {
 		kind = t.Elem().Name()
 	}
+	rlw := &retryingLW{kind: kind, health: h, lw: toolscache.ToListerWatcherWithContext(lw), inner: lw}
 	h.mu.Lock()
 	h.kind(kind)
+	h.lws[kind] = append(h.lws[kind], rlw)
 	h.mu.Unlock()
-	return toolscache.NewSharedIndexInformer(&retryingLW{kind: kind, health: h, lw: toolscache.ToListerWatcherWithContext(lw), inner: lw}, obj, resync, indexers)
+	return toolscache.NewSharedIndexInformer(rlw, obj, resync, indexers)
 }
 
 // retryingLW lists and watches one kind, retrying what the apiserver did
@@ -194,6 +219,21 @@ type retryingLW struct {
 	health *WatchHealth
 	lw     toolscache.ListerWatcherWithContext
 	inner  toolscache.ListerWatcher
+
+	mu      sync.Mutex
+	current watch.Interface // the open watch, to end for a relist
+	expire  bool            // the next watch answers "expired": list again
+}
+
+// relist ends the open watch and has the next one answered "expired".
+func (r *retryingLW) relist() {
+	r.mu.Lock()
+	r.expire = true
+	w := r.current
+	r.mu.Unlock()
+	if w != nil {
+		w.Stop()
+	}
 }
 
 func (r *retryingLW) List(opts metav1.ListOptions) (runtime.Object, error) {
@@ -209,9 +249,24 @@ func (r *retryingLW) ListWithContext(ctx context.Context, opts metav1.ListOption
 }
 
 // WatchWithContext: a watch the apiserver accepted from the last resource
-// version seen delivers every change since, so the kind works again.
+// version seen delivers every change since, so the kind works again. After
+// a relist it answers "expired" once, as the apiserver would, and the
+// reflector lists.
 func (r *retryingLW) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	return retry(ctx, r, func() (watch.Interface, error) { return r.lw.WatchWithContext(ctx, opts) })
+	r.mu.Lock()
+	expire := r.expire
+	r.expire = false
+	r.mu.Unlock()
+	if expire {
+		return nil, apierrors.NewResourceExpired(fmt.Sprintf("the %s CRD changed: listing again to read every object with its new schema", r.kind))
+	}
+	w, err := retry(ctx, r, func() (watch.Interface, error) { return r.lw.WatchWithContext(ctx, opts) })
+	if err == nil {
+		r.mu.Lock()
+		r.current = w
+		r.mu.Unlock()
+	}
+	return w, err
 }
 
 // IsWatchListSemanticsUnSupported keeps the wrapped client's answer, so

@@ -9,7 +9,12 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"poise.dev/poise/api/v1alpha1"
 )
 
 // TestUnanswered: what the apiserver did not answer is retried by the
@@ -69,5 +74,66 @@ func TestWatchHealth(t *testing.T) {
 	h.working("Upstream")
 	if w := h.Warnings(); w != nil || h.StaleSeconds()["Upstream"] != 0 {
 		t.Errorf("after the watches work again: warnings %q, stale %v", w, h.StaleSeconds())
+	}
+}
+
+// TestRelist: Relist ends the open watch of the kind's informers and has
+// the next watch answered "expired", once, so the reflector lists again;
+// another kind's watch is left alone.
+func TestRelist(t *testing.T) {
+	h := NewWatchHealth(nil)
+	watches := map[string][]*watch.FakeWatcher{}
+	informer := func(kind string, obj runtime.Object) {
+		h.NewInformer(&toolscache.ListWatch{
+			ListFunc: func(metav1.ListOptions) (runtime.Object, error) { return &v1alpha1.UpstreamList{}, nil },
+			WatchFunc: func(metav1.ListOptions) (watch.Interface, error) {
+				w := watch.NewFake()
+				watches[kind] = append(watches[kind], w)
+				return w, nil
+			},
+		}, obj, 0, nil)
+	}
+	informer("Upstream", &v1alpha1.Upstream{})
+	informer("Locality", &v1alpha1.Locality{})
+	lw := func(kind string) *retryingLW { return h.lws[kind][0] }
+	ctx := t.Context()
+	for _, kind := range []string{"Upstream", "Locality"} {
+		if _, err := lw(kind).WatchWithContext(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Relist("Upstream")
+	if _, open := <-watches["Upstream"][0].ResultChan(); open {
+		t.Error("the Upstream watch is still open after Relist")
+	}
+	if watches["Locality"][0].IsStopped() {
+		t.Error("Relist of Upstream ended the Locality watch")
+	}
+	if _, err := lw("Upstream").WatchWithContext(ctx, metav1.ListOptions{}); !apierrors.IsResourceExpired(err) {
+		t.Errorf("the watch after Relist: %v, want resource version expired", err)
+	}
+	if _, err := lw("Upstream").WatchWithContext(ctx, metav1.ListOptions{}); err != nil || len(watches["Upstream"]) != 2 {
+		t.Errorf("the watch after that: %v (%d watches opened), want a watch", err, len(watches["Upstream"]))
+	}
+	if w := h.Warnings(); w != nil {
+		t.Errorf("a relist is no broken watch: %q", w)
+	}
+}
+
+// A relist's copy of an object held marks nothing, unless it differs: the
+// copy held was read while the CRD's schema pruned a field.
+func TestRelistedCopyThatDiffersIsMarked(t *testing.T) {
+	s := &Source{}
+	s.init()
+	held := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", ResourceVersion: "7", Generation: 1}}
+	s.update("Upstream", held, held.DeepCopy())
+	if d := s.dirtyNow(); len(d) != 0 {
+		t.Fatalf("an identical relisted copy marked %v", d)
+	}
+	full := held.DeepCopy()
+	full.Spec.ExportTo = []string{"."}
+	s.update("Upstream", held, full)
+	if d := s.dirtyNow(); len(d) != 1 {
+		t.Fatalf("a relisted copy with spec.exportTo, same resource version and generation: marked %v, want the Upstream", d)
 	}
 }
