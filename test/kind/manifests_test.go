@@ -654,7 +654,7 @@ func TestEnvoyCredentials(t *testing.T) {
 }
 
 // TestWalkthroughInstall: docs/helm.md installs the chart as the suite does:
-// the namespaces of examples/kubernetes first, then `helm install` with the
+// the namespaces of examples/kubernetes first, the CRD chart, then `helm install` with the
 // chart's TLS and authentication defaults and the CA ConfigMap written into
 // the namespaces of the kind values' tls.generated.caNamespaces.
 func TestWalkthroughInstall(t *testing.T) {
@@ -678,6 +678,9 @@ func TestWalkthroughInstall(t *testing.T) {
 	install := strings.Index(cmds, "helm install poise charts/poise")
 	if ns < 0 || install < 0 || ns > install {
 		t.Fatalf("docs/helm.md section 1 does not apply 00-namespace.yaml before `helm install poise charts/poise`:\n%s", cmds)
+	}
+	if crds := strings.Index(cmds, "helm install poise-crds charts/poise-crds"); crds < 0 || crds > install {
+		t.Fatalf("docs/helm.md section 1 does not install the CRD chart before `helm install poise charts/poise`, as the suite does:\n%s", cmds)
 	}
 	line := cmds[install:]
 	line = line[:strings.IndexByte(line, '\n')]
