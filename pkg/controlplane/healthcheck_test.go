@@ -157,7 +157,7 @@ func TestActiveHealthCheckInFilesMode(t *testing.T) {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	waitFor("eligible again", 2*interval+interval, func(e map[string]any) bool { return e["probe"] == "Healthy" && e["eligible"] == true })
 
-	turns := func() []map[string]any { return log.lines(t, "endpoint taken out", "endpoint brought back") }
+	turns := func() []map[string]any { return log.Records(t, "endpoint taken out", "endpoint brought back") }
 	testkit.Eventually(t, 5*time.Second, "two turns logged", func() (bool, string) { return len(turns()) >= 2, fmt.Sprint(turns()) })
 	time.Sleep(1500 * time.Millisecond) // a look at the publications later, nothing more
 	lines := turns()
@@ -176,7 +176,7 @@ func TestActiveHealthCheckInFilesMode(t *testing.T) {
 		t.Errorf("brought back from %q", back)
 	}
 	// its one endpoint out, the upstream is in total panic and back
-	states := log.lines(t, "upstream outcome, panic or drop changed")
+	states := log.Records(t, "upstream outcome, panic or drop changed")
 	if len(states) != 2 || states[0]["panic"] != "total" || states[1]["panic"] != "none" || states[0]["level"] != "WARN" {
 		t.Errorf("upstream states logged: %v", states)
 	}
@@ -210,7 +210,7 @@ func TestFlappingCheckIsBounded(t *testing.T) {
 	time.Sleep(period + 2*time.Second) // the line held, a look later
 	elapsed := time.Since(began)
 
-	lines := log.lines(t, "endpoint taken out", "endpoint brought back")
+	lines := log.Records(t, "endpoint taken out", "endpoint brought back")
 	turns := 0
 	for _, l := range lines {
 		turns += int(l["changes"].(float64))

@@ -1,15 +1,12 @@
 package controlplane_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,48 +15,11 @@ import (
 	"poise.dev/poise/test/testkit"
 )
 
-// logSink is a log the control plane writes JSON lines to from its own
-// goroutines.
-type logSink struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *logSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// lines are the records whose message is one of msgs.
-func (s *logSink) lines(t *testing.T, msgs ...string) []map[string]any {
-	t.Helper()
-	s.mu.Lock()
-	text := s.b.String()
-	s.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(text), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("%q: %v", l, err)
-		}
-		for _, msg := range msgs {
-			if m["msg"] == msg {
-				out = append(out, m)
-			}
-		}
-	}
-	return out
-}
-
 // startPlane runs the control plane with cfg on loopback ports, logging
-// into the sink it returns, until the test ends.
-func startPlane(t *testing.T, cfg controlplane.Config) (controlplane.Addrs, *logSink) {
+// into the Logs it returns, until the test ends.
+func startPlane(t *testing.T, cfg controlplane.Config) (controlplane.Addrs, *testkit.Logs) {
 	t.Helper()
-	sink := &logSink{}
+	sink := &testkit.Logs{}
 	cfg.Log = slog.New(slog.NewJSONHandler(sink, nil))
 	cfg.XDSAddress, cfg.AdminAddress = "127.0.0.1:0", "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
@@ -218,7 +178,7 @@ func TestPlaneLogInFilesMode(t *testing.T) {
 	}
 	a, log := startPlane(t, controlplane.Config{Paths: []string{dir}, Debounce: 20 * time.Millisecond})
 
-	loaded := log.lines(t, "manifests loaded")
+	loaded := log.Records(t, "manifests loaded")
 	if len(loaded) != 1 {
 		t.Fatalf("start-up lines: %v", loaded)
 	}
@@ -237,7 +197,7 @@ func TestPlaneLogInFilesMode(t *testing.T) {
 	}
 	write("checkout.yaml", strings.Replace(planeManifests, "zone: eu-west-1a, weight: 3", "zone: eu-west-1a, weight: 1", 1))
 	write("cart.yaml", strings.Replace(cartManifests, "zone: z1, weight: 1", "zone: z1, weight: 3", 1))
-	moved := func() []map[string]any { return log.lines(t, "upstream shares moved") }
+	moved := func() []map[string]any { return log.Records(t, "upstream shares moved") }
 	testkit.Eventually(t, 10*time.Second, "two summaries", func() (bool, string) {
 		return len(moved()) >= 2, fmt.Sprint(moved())
 	})
@@ -275,7 +235,7 @@ func TestPlaneLogInFilesMode(t *testing.T) {
 
 	// Saves that keep the other kinds as they were are not logged; one that
 	// changes them is, once.
-	skipped := func() int { return len(log.lines(t, "manifest objects of other kinds skipped")) }
+	skipped := func() int { return len(log.Records(t, "manifest objects of other kinds skipped")) }
 	rev := explained(t, a.Admin, "shop/checkout")
 	for i := range 3 {
 		write("checkout.yaml", strings.Replace(planeManifests, "weight: 2", fmt.Sprintf("weight: %d", 4+i), 1))
@@ -297,7 +257,7 @@ func TestPlaneLogInFilesMode(t *testing.T) {
 		})
 		rev = explained(t, a.Admin, "shop/checkout")
 	}
-	if got := log.lines(t, "manifest objects of other kinds skipped"); len(got) != 1 ||
+	if got := log.Records(t, "manifest objects of other kinds skipped"); len(got) != 1 ||
 		got[0]["skipped"] != "2 objects of other kinds (ConfigMap 1, Namespace 1)" || got[0]["file"] != filepath.Join(dir, "checkout.yaml") {
 		t.Fatalf("other kinds skipped: %v", got)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"iter"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -149,12 +150,7 @@ func (l *Log) Flush() time.Time {
 	l.mu.Unlock()
 
 	w := &writer{l: l, rev: rev, now: l.now()}
-	keys := make([]topology.Key, 0, len(pending))
-	for k := range pending {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, topology.Key.Compare)
-	for _, k := range keys {
+	for _, k := range slices.SortedFunc(maps.Keys(pending), topology.Key.Compare) {
 		c := pending[k]
 		if c.old == nil && c.cur == nil {
 			continue

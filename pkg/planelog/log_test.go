@@ -1,8 +1,6 @@
 package planelog
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/topology/topologytest"
 	"poise.dev/poise/pkg/weights"
+	"poise.dev/poise/test/testkit"
 )
 
 // plane is a Directory whose publications a Log follows on a clock the
@@ -21,14 +20,14 @@ type plane struct {
 	t    *testing.T
 	dir  *topology.Directory
 	log  *Log
-	buf  bytes.Buffer
+	logs testkit.Logs
 	now  time.Time
 	last *topology.Snapshot
 }
 
 func newPlane(t *testing.T, b topology.Batch) *plane {
 	p := &plane{t: t, dir: topology.NewDirectory(), now: time.Unix(1_700_000_000, 0)}
-	p.log = New(Options{Log: slog.New(slog.NewJSONHandler(&p.buf, nil))})
+	p.log = New(Options{Log: slog.New(slog.NewJSONHandler(&p.logs, nil))})
 	p.log.now = func() time.Time { return p.now }
 	p.last = p.dir.Current()
 	p.apply(b)
@@ -67,29 +66,7 @@ func (p *plane) flush(d time.Duration) {
 // of them without msgs).
 func (p *plane) lines(msgs ...string) []map[string]any {
 	p.t.Helper()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(p.buf.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			p.t.Fatalf("%q: %v", l, err)
-		}
-		if len(msgs) == 0 || contains(msgs, m["msg"].(string)) {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	return p.logs.Records(p.t, msgs...)
 }
 
 // verdict is a batch putting an active check's verdict on endpoint i of

@@ -2,10 +2,8 @@ package server_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,31 +14,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"poise.dev/poise/pkg/xds/server"
+	"poise.dev/poise/test/testkit"
 )
-
-// logLines are the JSON lines of log whose message is msg.
-func logLines(t *testing.T, log *lockedBuffer, msg string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(log.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("%q: %v", l, err)
-		}
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 // A client's connect and disconnect are logged at INFO with who it is and
 // where it is placed.
 func TestClientConnectLogged(t *testing.T) {
-	var log lockedBuffer
+	var log testkit.Logs
 	h := newHarnessWith(t, server.Config{}, slog.New(slog.NewJSONHandler(&log, nil)))
 	publishV1(t, h)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -58,8 +38,8 @@ func TestClientConnectLogged(t *testing.T) {
 	}
 	cancel()
 	eventually(t, "the stream closed", func() bool { return len(h.clients.List()) == 0 })
-	up := logLines(t, &log, "xDS client connected")
-	down := logLines(t, &log, "xDS client disconnected")
+	up := log.Records(t, "xDS client connected")
+	down := log.Records(t, "xDS client disconnected")
 	if len(up) != 1 || len(down) != 1 {
 		t.Fatalf("connects %v, disconnects %v", up, down)
 	}
@@ -81,7 +61,7 @@ func TestClientConnectLogged(t *testing.T) {
 func TestClientConnectBurstBounded(t *testing.T) {
 	const clients, conns = 1000, 10
 	const period = time.Second
-	var log lockedBuffer
+	var log testkit.Logs
 	h := newHarnessWith(t, server.Config{}, slog.New(slog.NewJSONHandler(&log, nil)))
 	server.SetClientLogEvery(h.clients, period)
 	publishV1(t, h)
@@ -125,9 +105,9 @@ func TestClientConnectBurstBounded(t *testing.T) {
 	// the line counting the last period's rest
 	time.Sleep(period + 200*time.Millisecond)
 
-	up := logLines(t, &log, "xDS client connected")
-	down := logLines(t, &log, "xDS client disconnected")
-	rest := logLines(t, &log, "xDS client connects and disconnects not logged one by one")
+	up := log.Records(t, "xDS client connected")
+	down := log.Records(t, "xDS client disconnected")
+	rest := log.Records(t, "xDS client connects and disconnects not logged one by one")
 	periods := int(elapsed/period) + 2
 	if lines, limit := len(up)+len(down)+len(rest), periods*(20+1); lines > limit {
 		t.Fatalf("%d lines in %v, want at most %d", lines, elapsed, limit)
