@@ -54,8 +54,12 @@ func writeCRDs(ctx context.Context, o statusOptions, stdout, stderr io.Writer) {
 	fmt.Fprintln(tw, "CRD\tREPLICA\tSTATE\tINSTALLED\tBINARY\tSINCE\tWHAT IT MEANS")
 	for _, r := range rows {
 		c := r.CRD
+		since := "-" // not read yet
+		if !c.Since.IsZero() {
+			since = c.Since.UTC().Format(time.RFC3339)
+		}
 		fmt.Fprintln(tw, strings.Join([]string{c.Name, r.Replica, string(c.State), orDash(c.InstalledVersion), c.BinaryVersion,
-			c.Since.UTC().Format(time.RFC3339), crdMeaning(c)}, "\t"))
+			since, crdMeaning(c)}, "\t"))
 	}
 	_ = tw.Flush()
 }

@@ -1,11 +1,12 @@
 package kube_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -177,6 +178,20 @@ func TestCRDSchemaOlderThanTheBinary(t *testing.T) {
 		!strings.Contains(status, "the apiserver prunes spec.exportTo: upgrade the CRDs") {
 		t.Errorf("controlplane status:\n%s\nwant a row: upstreams.poise.dev %s Outdated %s %s … the apiserver prunes spec.exportTo", status, p.addrs.Admin, installed, binary)
 	}
+	// -o json keeps stdout the list of streams and says it on stderr
+	cmd := exec.Command(bin, "status", "--admin-address", p.addrs.Admin, "-o", "json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("controlplane status -o json: %v\n%s", err, stderr.String())
+	}
+	var streams []any
+	if err := json.Unmarshal(stdout.Bytes(), &streams); err != nil {
+		t.Errorf("controlplane status -o json: stdout is not the list of streams: %v\n%s", err, stdout.String())
+	}
+	if want := fmt.Sprintf("warning: replica %s: CRD upstreams.poise.dev is older than this binary's (installed %s, binary %s)", p.addrs.Admin, installed, binary); !strings.Contains(stderr.String(), want) {
+		t.Errorf("controlplane status -o json: stderr\n%s\nwant %q", stderr.String(), want)
+	}
 	// what the plane serves holds no rule: the field never reached it, and
 	// the warning says so
 	if rep, err := p.explainOf(ns, "private"); err != nil || rep.Upstreams[0].Visibility != nil {
@@ -231,14 +246,8 @@ func TestCRDSchemaOlderThanTheBinary(t *testing.T) {
 // from a plane's /metrics: "outdated CRD" and "pruned CRD" to the value.
 func crdGauges(t *testing.T, p *plane) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(p.adminURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range metricLines(t, p) {
 		var crd string
 		var v float64
 		if n, _ := fmt.Sscanf(line, `poise_crd_schema_outdated{crd=%q} %g`, &crd, &v); n == 2 {

@@ -189,8 +189,8 @@ func TestActiveChecksAcrossReplicas(t *testing.T) {
 	})
 }
 
-// metricValue reads one series of a plane's /metrics (0 when absent).
-func metricValue(t *testing.T, p *plane, series string) float64 {
+// metricLines are the lines of a plane's /metrics.
+func metricLines(t *testing.T, p *plane) []string {
 	t.Helper()
 	resp, err := http.Get(p.adminURL + "/metrics")
 	if err != nil {
@@ -198,7 +198,13 @@ func metricValue(t *testing.T, p *plane, series string) float64 {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
+	return strings.Split(string(body), "\n")
+}
+
+// metricValue reads one series of a plane's /metrics (0 when absent).
+func metricValue(t *testing.T, p *plane, series string) float64 {
+	t.Helper()
+	for _, line := range metricLines(t, p) {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, _ := strconv.ParseFloat(v, 64)
 			return f
