@@ -116,6 +116,9 @@ type Directory struct {
 	// scratch is reused by every Apply (they are serialized), so a small
 	// change allocates only what the new snapshot keeps.
 	scratch applyScratch
+	// complete: every batch must leave the topology complete
+	// (RequireComplete).
+	complete bool
 
 	current atomic.Pointer[Snapshot]
 }
@@ -178,6 +181,9 @@ func (d *Directory) Apply(b Batch) (*Snapshot, error) {
 		if p != nil {
 			problems = append(problems, *p)
 		}
+	}
+	if d.complete {
+		problems = append(problems, st.referenceProblems(keys, states)...)
 	}
 	if len(problems) > 0 {
 		return prev, &BatchError{Problems: problems}
