@@ -72,7 +72,9 @@ func (b *burster) burst(pending bool) time.Duration {
 	return b.h.src.applyBurst(ch, b.log)
 }
 
-func (b *burster) refusing() float64 { return testutil.ToFloat64(b.m.Refusing.WithLabelValues("files")) }
+func (b *burster) refusing() float64 {
+	return testutil.ToFloat64(b.m.Refusing.WithLabelValues("files"))
+}
 func (b *burster) rejected() float64 {
 	return testutil.ToFloat64(b.m.Batches.WithLabelValues("files", "rejected"))
 }
