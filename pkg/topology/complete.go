@@ -171,6 +171,18 @@ func (st *staged) domain(k Key) (SpatialDomain, bool) {
 	return v, ok
 }
 
+// set is an endpoint set after the batch.
+func (st *staged) set(k Key) (EndpointSet, bool) {
+	if v, ok := st.b.sets[k]; ok {
+		if v == nil {
+			return EndpointSet{}, false
+		}
+		return *v, true
+	}
+	v, ok := st.d.sets[k]
+	return v, ok
+}
+
 // partition is a Partition after the batch.
 func (st *staged) partition(k Key) (Partition, bool) {
 	if v, ok := st.b.partitions[k]; ok {
@@ -229,15 +241,21 @@ const maxReferenceProblems = 50
 func (st *staged) referenceProblems(keys []Key, states []*UpstreamState) []Problem {
 	var out []Problem
 	hints := &nameHints{}
+	// the endpoint sets naming a missing upstream, by where they are: a
+	// Locality matching nothing there is most likely theirs
+	var astray []EndpointSet
 	for _, dg := range st.dangling() {
 		out = append(out, hints.dangling(st, dg))
+		if s, ok := st.set(dg.Object.Key); ok && dg.Field == "spec.upstream" && dg.Object.Kind == s.Kind {
+			astray = append(astray, s)
+		}
 	}
 	out = append(out, st.unknownReplicas()...)
 	for i, state := range states {
 		if state == nil || state.Upstream.Service != nil {
 			continue // gone, refused, or its endpoints are imported
 		}
-		out = append(out, unmatchedLocalities(keys[i], state)...)
+		out = append(out, unmatchedLocalities(keys[i], state, astray)...)
 	}
 	if len(out) > maxReferenceProblems {
 		more := len(out) - maxReferenceProblems
@@ -411,14 +429,22 @@ func (st *staged) unknownReplicas() []Problem {
 
 // unmatchedLocalities is the problems of upstream k's Locality objects that
 // place no endpoint set: the field most likely at fault, and where the
-// upstream's sets are that no Locality object places.
-func unmatchedLocalities(k Key, s *UpstreamState) []Problem {
+// upstream's sets are that no Locality object places, or the set of astray
+// (sets naming a missing upstream) that is where the Locality is.
+func unmatchedLocalities(k Key, s *UpstreamState, astray []EndpointSet) []Problem {
 	var out []Problem
 	for _, g := range s.Groups {
 		if len(g.LocalityObjects) == 0 || len(g.Sets) > 0 {
 			continue
 		}
 		field, hint, near := unmatchedHint(s, g)
+		if i := slices.IndexFunc(astray, func(a EndpointSet) bool {
+			return a.Key.Namespace == k.Namespace && a.Locality == g.Locality && (a.Priority == nil || *a.Priority == g.Priority)
+		}); i >= 0 {
+			a := astray[i]
+			ref := ObjectRef{a.Kind, a.Key}
+			field, hint, near = "spec.upstream", fmt.Sprintf(" (%s is in that locality, and names Upstream %s)", ref, a.Upstream), &ref
+		}
 		for _, lk := range g.LocalityObjects {
 			p := Problem{Upstream: k, Objects: []ObjectRef{{KindLocality, lk}}, Field: field}
 			if near != nil {

@@ -67,7 +67,7 @@ func TestCompleteRefusesWhatNamesNothing(t *testing.T) {
 			reason: ErrUpstreamNotFound,
 			want: []string{
 				"EndpointSet shop/checkout-eu-west-1b: spec.upstream: no Upstream shop/checkuot (did you mean checkout?)",
-				`Locality shop/checkout-eu-west-1b: spec.zone: matches no endpoints of Upstream shop/checkout: no endpoint set is in priority 0, locality region "eu-west" zone "eu-west-1b"`,
+				`Locality shop/checkout-eu-west-1b: spec.upstream: matches no endpoints of Upstream shop/checkout: no endpoint set is in priority 0, locality region "eu-west" zone "eu-west-1b" (EndpointSet shop/checkout-eu-west-1b is in that locality, and names Upstream checkuot)`,
 			},
 		},
 		{

@@ -111,7 +111,7 @@ func TestOneCharacterMistakesAreRefused(t *testing.T) {
 			new:  "  name: checkout-us-east-1b\n  namespace: shop\nspec:\n  upstream: checkuot\n  locality",
 			want: []string{
 				"EndpointSet shop/checkout-us-east-1b (DIR/checkout.yaml document 12): spec.upstream: no Upstream shop/checkuot (did you mean checkout?) (see Upstream shop/checkout (DIR/checkout.yaml document 2))",
-				`Locality shop/checkout-us-east-1b (DIR/checkout.yaml document 7): spec.zone: matches no endpoints of Upstream shop/checkout: no endpoint set is in priority 1, locality region "us-east" zone "us-east-1b"`,
+				`Locality shop/checkout-us-east-1b (DIR/checkout.yaml document 7): spec.upstream: matches no endpoints of Upstream shop/checkout: no endpoint set is in priority 1, locality region "us-east" zone "us-east-1b" (EndpointSet shop/checkout-us-east-1b is in that locality, and names Upstream checkuot) (see EndpointSet shop/checkout-us-east-1b (DIR/checkout.yaml document 12))`,
 			},
 		},
 		{
