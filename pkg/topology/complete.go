@@ -160,39 +160,14 @@ func (st *staged) dangling() []Dangling {
 }
 
 // domain is a SpatialDomain after the batch.
-func (st *staged) domain(k Key) (SpatialDomain, bool) {
-	if v, ok := st.b.domains[k]; ok {
-		if v == nil {
-			return SpatialDomain{}, false
-		}
-		return *v, true
-	}
-	v, ok := st.d.domains[k]
-	return v, ok
-}
+func (st *staged) domain(k Key) (SpatialDomain, bool) { return after(st.b.domains, st.d.domains, k) }
 
 // set is an endpoint set after the batch.
-func (st *staged) set(k Key) (EndpointSet, bool) {
-	if v, ok := st.b.sets[k]; ok {
-		if v == nil {
-			return EndpointSet{}, false
-		}
-		return *v, true
-	}
-	v, ok := st.d.sets[k]
-	return v, ok
-}
+func (st *staged) set(k Key) (EndpointSet, bool) { return after(st.b.sets, st.d.sets, k) }
 
 // partition is a Partition after the batch.
 func (st *staged) partition(k Key) (Partition, bool) {
-	if v, ok := st.b.partitions[k]; ok {
-		if v == nil {
-			return Partition{}, false
-		}
-		return *v, true
-	}
-	v, ok := st.d.partitions[k]
-	return v, ok
+	return after(st.b.partitions, st.d.partitions, k)
 }
 
 // domainsNaming lists, sorted, the SpatialDomains with a replica on

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,36 +27,18 @@ func checkoutExample(t *testing.T) string {
 	return string(b)
 }
 
-// lockedBuffer is a log destination the source's goroutine and the test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // burster applies a harness's bursts as Run does, with its log, /readyz's
 // refusal and the metrics.
 type burster struct {
 	h    *harness
 	m    *metrics.Source
-	logs *lockedBuffer
+	logs *bytes.Buffer // applyBurst logs on the test's goroutine
 	log  *slog.Logger
 }
 
 func newBurster(t *testing.T, files map[string]string) *burster {
 	h := newHarness(t, files)
-	b := &burster{h: h, m: metrics.New(metrics.Options{Source: "files"}).Source, logs: &lockedBuffer{}}
+	b := &burster{h: h, m: metrics.New(metrics.Options{Source: "files"}).Source, logs: &bytes.Buffer{}}
 	b.log = slog.New(slog.NewTextHandler(b.logs, nil))
 	h.src.Metrics, h.src.Log = b.m, b.log
 	return b
@@ -213,7 +194,8 @@ func TestOneCharacterMistakesAreRefused(t *testing.T) {
 // rule counts them: a file losing its Upstream's namespace is held back
 // (as a truncated file would be), and once it has stayed so for the settle
 // time, refused, naming the objects it orphans. An Upstream moved to
-// another file in the same change orphans nothing and is applied at once.
+// another file in the same change orphans nothing and is applied at once;
+// a new file naming an Upstream that another is about to bring waits for it.
 func TestSettleCountsOrphanedObjects(t *testing.T) {
 	good := checkoutExample(t)
 	b := newBurster(t, map[string]string{"checkout.yaml": good})
@@ -249,7 +231,31 @@ func TestSettleCountsOrphanedObjects(t *testing.T) {
 	if r := b.h.src.Refusal(); r != "" {
 		t.Fatalf("moving the Upstream to another file: %q", r)
 	}
-	if after := b.h.src.Dir.Current(); after == before || after.Upstream(topology.Key{Namespace: "shop", Name: "checkout"}) == nil {
+	moved := b.h.src.Dir.Current()
+	if moved == before || moved.Upstream(topology.Key{Namespace: "shop", Name: "checkout"}) == nil {
 		t.Fatal("the move was not applied")
+	}
+
+	// a new file naming an Upstream another file brings a moment later
+	// waits for it, rather than being refused
+	b.h.write("payments-sets.yaml", `apiVersion: poise.dev/v1alpha1
+kind: EndpointSet
+metadata: {name: payments-a, namespace: shop}
+spec:
+  upstream: payments
+  locality: {region: eu-west, zone: eu-west-1a}
+  endpoints: [{address: 10.9.0.1, port: 80}]
+`)
+	b.burst(false)
+	if r := b.h.src.Refusal(); !strings.Contains(r, "payments-sets.yaml would leave 1 object naming an Upstream or SpatialDomain no file defines") {
+		t.Fatalf("a set written before its Upstream: %q, want it held", r)
+	}
+	b.h.write("payments.yaml", "apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: payments, namespace: shop}\n")
+	b.burst(false)
+	if r := b.h.src.Refusal(); r != "" || b.h.src.Dir.Current().Upstream(topology.Key{Namespace: "shop", Name: "payments"}) == nil {
+		t.Fatalf("the Upstream written: %q; want both files applied", r)
+	}
+	if b.rejected() != 1 {
+		t.Errorf("%v changes refused, want only the namespace lost", b.rejected())
 	}
 }

@@ -18,11 +18,17 @@ type shrink struct {
 }
 
 func (k shrink) String() string {
-	text := fmt.Sprintf("%s would take %d of its %d objects away", k.file, k.lost, k.of)
-	if k.orphaned > 0 {
-		text += fmt.Sprintf(" and leave %d objects naming an Upstream or SpatialDomain no file defines", k.orphaned)
+	if k.orphaned == 0 {
+		return fmt.Sprintf("%s would take %d of its %d objects away", k.file, k.lost, k.of)
 	}
-	return text
+	orphans := fmt.Sprintf("%d objects naming an Upstream or SpatialDomain no file defines", k.orphaned)
+	if k.orphaned == 1 {
+		orphans = "1 object naming an Upstream or SpatialDomain no file defines"
+	}
+	if k.lost == 0 {
+		return fmt.Sprintf("%s would leave %s", k.file, orphans)
+	}
+	return fmt.Sprintf("%s would take %d of its %d objects away and leave %s", k.file, k.lost, k.of, orphans)
 }
 
 // heldBack applies the settle rule: it returns the pending files that take at
