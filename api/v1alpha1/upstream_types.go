@@ -697,8 +697,8 @@ type EjectedEndpoint struct {
 	// +kubebuilder:validation:Maximum=65535
 	Port int32 `json:"port"`
 
-	// origin is the evidence, e.g. "load reports: 7 clients, 1,240 requests,
-	// 48 % errors, window 30 s".
+	// origin is the evidence, e.g. "load reports: 7 clients, at least 3
+	// failing, 1,240 requests, 48 % errors, window 30 s".
 	// +kubebuilder:validation:MaxLength=256
 	Origin string `json:"origin"`
 

@@ -27,9 +27,9 @@ func newStatusCmd(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "status --admin-address HOST:PORT...",
 		Short: "List every xDS client of every replica (node, locality class, acked versions, last NACK), and each replica's remote clusters",
 		Long: `status reads /debug/clients of each replica's admin address and lists every
-connected xDS stream: its node, kind and locality class, the version it last
-ACKed of each type (and the one sent, when it has not ACKed it yet), and its
-last NACK. Below, in text, it lists each replica's remote clusters
+connected xDS stream: its node, kind and locality class (and the zone its node
+claims, when its identity placed it elsewhere), the version it last ACKed of
+each type (and the one sent, when it has not ACKed it yet), and its last NACK. Below, in text, it lists each replica's remote clusters
 (/debug/clusters, docs/multicluster.md): state, since when, last sync, error.
 The admin port listens on loopback: reach a pod's with kubectl port-forward.`,
 		Example: `  kubectl -n poise port-forward pod/poise-0 19000:19000 &
@@ -162,9 +162,10 @@ func writeClientsText(w io.Writer, rows []replicaClient) error {
 	fmt.Fprintln(tw, "NODE\tREPLICA\tKIND\tAUDIENCE\tPRINCIPAL\tCLASS\t"+strings.Join(types, "\t")+"\tLAST NACK")
 	for _, r := range rows {
 		c := r.Client
-		class := c.Class
-		if class == "" {
-			class = "-"
+		class := orDash(c.Class)
+		if c.ClaimedZone != "" {
+			// the identity placed it elsewhere than its node claims
+			class += " (claimed " + c.ClaimedZone + ")"
 		}
 		cols := append(append([]string{orDash(c.NodeID), r.Replica, c.Kind}, identityCols(c)...), class)
 		var last *server.NACK

@@ -20,6 +20,8 @@ import (
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/xds/server"
+	"poise.dev/poise/test/golden"
 )
 
 // startPlane runs the control plane on the examples in-process and returns
@@ -252,4 +254,32 @@ func TestStatusClusters(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestStatusPlacedZone: the CLASS column shows the class a client is in
+// and, when its identity placed it elsewhere than its node claims, the
+// claimed zone beside it; a client placed where it claims, or classed by
+// its claim, shows its class alone.
+func TestStatusPlacedZone(t *testing.T) {
+	acked := func(v string) map[string]*server.TypeState {
+		return map[string]*server.TypeState{"CDS": {LastAckedVersion: v, LastSentVersion: v}, "EDS": {LastAckedVersion: v, LastSentVersion: v}}
+	}
+	token := func(sa string) *server.ClientIdentity {
+		return &server.ClientIdentity{Principal: "shop/" + sa, Method: "token"}
+	}
+	rows := []replicaClient{
+		{Replica: "127.0.0.1:19000", Client: server.Client{Stream: 1, NodeID: "checkout-0.envoy", Kind: "envoy", Audience: "shop", Identity: token("checkout"),
+			Zone: "eu-west/eu-west-c", ZoneFrom: server.ZoneFromIdentity, ClaimedZone: "eu-west/eu-west-a", Class: "eu-west/eu-west-c", Types: acked("a1b2c3-7")}},
+		{Replica: "127.0.0.1:19000", Client: server.Client{Stream: 2, NodeID: "checkout-1.envoy", Kind: "envoy", Audience: "shop", Identity: token("checkout"),
+			Zone: "eu-west/eu-west-a", ZoneFrom: server.ZoneFromIdentity, Class: "eu-west/eu-west-a", Types: acked("a1b2c3-7")}},
+		{Replica: "127.0.0.1:19000", Client: server.Client{Stream: 3, NodeID: "ledger-0.grpc", Kind: "grpc", Audience: "anonymous",
+			Zone: "eu-west/eu-west-b", ZoneFrom: server.ZoneFromNode, Class: "eu-west/eu-west-b", Types: acked("a1b2c3-7")}},
+		{Replica: "127.0.0.1:19000", Client: server.Client{Stream: 4, NodeID: "pay-0.envoy", Kind: "envoy", Audience: "shop", Identity: token("pay"),
+			ZoneFrom: server.ZoneFromIdentity, ClaimedZone: "eu-west/eu-west-a", Types: acked("a1b2c3-7")}},
+	}
+	var b strings.Builder
+	if err := writeStatusText(&b, rows, nil); err != nil {
+		t.Fatal(err)
+	}
+	golden.Check(t, "status-placed", b.String())
 }

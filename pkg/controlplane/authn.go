@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -52,6 +53,9 @@ func (c Config) validateAuth() []error {
 	if c.authenticates(AuthToken) && c.XDSTokenAudience == "" {
 		add("--xds-token-audience must not be empty with --xds-auth=token")
 	}
+	if c.XDSTokenReviewInterval < minTokenReviewInterval || c.XDSTokenReviewInterval > maxTokenReviewInterval {
+		add("--xds-token-review-interval %v: want %v to %v", c.XDSTokenReviewInterval, minTokenReviewInterval, maxTokenReviewInterval)
+	}
 	if err := c.checkAnonymous(); err != nil {
 		errs = append(errs, err)
 	}
@@ -75,9 +79,16 @@ func (c Config) authNote() string {
 	}
 	note := "authentication: " + strings.Join(c.authModes(), ",")
 	if c.authenticates(AuthToken) {
-		note += fmt.Sprintf(" (audience %q)", c.tokenAudience())
+		note += fmt.Sprintf(" (audience %q, reviewed every %v)", c.tokenAudience(), c.tokenReviewInterval())
 	}
 	return note
+}
+
+func (c Config) tokenReviewInterval() time.Duration {
+	if c.XDSTokenReviewInterval == 0 {
+		return identity.DefaultReviewInterval
+	}
+	return c.XDSTokenReviewInterval
 }
 
 func (c Config) tokenAudience() string {
@@ -109,7 +120,8 @@ func newAuthenticator(cfg Config, rc *rest.Config, p *parts) (*identity.Authenti
 		if err != nil {
 			return nil, fmt.Errorf("--xds-auth=token: kubernetes client: %w", err)
 		}
-		o.Tokens = identity.NewTokenVerifier(identity.NewKube(cs), identity.TokenOptions{Audiences: []string{cfg.tokenAudience()}})
+		o.Tokens = identity.NewTokenVerifier(identity.NewKube(cs), identity.TokenOptions{Audiences: []string{cfg.tokenAudience()},
+			ReviewInterval: cfg.tokenReviewInterval()})
 	}
 	return identity.New(o), nil
 }

@@ -53,6 +53,12 @@ type Config struct {
 	XDSAuth          []string
 	XDSTokenAudience string
 	XDSTrustDomain   string
+	// XDSTokenReviewInterval is how long a token TokenReview accepted is
+	// trusted before it is reviewed again: a stream whose token is refused
+	// then (its pod deleted) ends, so it bounds how long a revoked token
+	// keeps a stream open (plus the apiserver's own token cache). 0 reads
+	// as identity.DefaultReviewInterval.
+	XDSTokenReviewInterval time.Duration
 	// XDSAllowAnonymousNonLoopback lets XDSAuth none serve on an address
 	// that is not loopback; without it Validate and Run refuse to.
 	XDSAllowAnonymousNonLoopback bool
@@ -150,6 +156,8 @@ const (
 	maxClientClasses        = 4096
 	maxHealthCheckWorkers   = 1024
 	maxHealthCheckEndpoints = 100_000
+	minTokenReviewInterval  = time.Second
+	maxTokenReviewInterval  = 24 * time.Hour
 )
 
 // Validate reports every field out of its range at once (errors.Join),
@@ -173,6 +181,7 @@ const (
 //   - XDSAuth: none alone, or mtls and token once each; mtls needs TLS
 //     with a client CA; token a non-empty XDSTokenAudience; none on an
 //     XDSAddress that is not loopback needs XDSAllowAnonymousNonLoopback.
+//   - XDSTokenReviewInterval: 1s to 24h.
 //   - XDSDemandGrant: each NS/SA=N with N 1 to affinity.MaxDemandWeight,
 //     each principal once.
 //   - DefaultExportTo: a list spec.exportTo accepts (convert.ExportTo);

@@ -20,7 +20,7 @@ func complete() controlplane.Config {
 		LoadReportMaxCells: 1 << 20, HealthCheckConcurrency: 64, HealthCheckMaxEndpoints: 10000,
 		LoadReportMaxRequests: 30_000_000,
 		LoadReportBucket:      10 * time.Second, MetricsMaxUpstreams: 1000, StatusWriters: 16, StatusShare: 0.8,
-		XDSAddress: "127.0.0.1:18000", XDSAuth: []string{"none"}, XDSTokenAudience: "poise",
+		XDSAddress: "127.0.0.1:18000", XDSAuth: []string{"none"}, XDSTokenAudience: "poise", XDSTokenReviewInterval: time.Hour,
 	}
 }
 
@@ -93,6 +93,10 @@ func TestValidateBounds(t *testing.T) {
 			}, "--tls-client-ca"},
 		{"xds-token-audience", func(c *controlplane.Config) { c.XDSAuth = []string{"token"} },
 			func(c *controlplane.Config) { c.XDSAuth, c.XDSTokenAudience = []string{"token"}, "" }, "--xds-token-audience"},
+		{"xds-token-review-interval low", func(c *controlplane.Config) { c.XDSTokenReviewInterval = time.Second },
+			func(c *controlplane.Config) { c.XDSTokenReviewInterval = time.Second - 1 }, "--xds-token-review-interval"},
+		{"xds-token-review-interval high", func(c *controlplane.Config) { c.XDSTokenReviewInterval = 24 * time.Hour },
+			func(c *controlplane.Config) { c.XDSTokenReviewInterval = 24*time.Hour + 1 }, "--xds-token-review-interval"},
 		{"xds-demand-grant", func(c *controlplane.Config) { c.XDSDemandGrant = []string{"a/pay=1", "b/pay=1000000"} },
 			func(c *controlplane.Config) { c.XDSDemandGrant = []string{"a/pay=-1"} }, "--xds-demand-grant"},
 		{"anonymous on loopback only", func(c *controlplane.Config) { c.XDSAddress = "[::1]:18000" },

@@ -43,7 +43,7 @@ func shareLoads(ctx context.Context, dir *topology.Directory, loads *loadreport.
 				}
 			case len(aggs) > 0:
 				var payload []byte
-				if payload, err = encodeShare(aggs); err == nil {
+				if payload, err = outlier.EncodeShare(aggs, kubestatus.MaxSharePayload); err == nil {
 					if err = shares.Put(ctx, payload, now); err == nil {
 						shared = true
 					}
@@ -57,7 +57,10 @@ func shareLoads(ctx context.Context, dir *topology.Directory, loads *loadreport.
 	}
 }
 
-// summarizeAll is this replica's aggregate of each upstream with a detection.
+// summarizeAll is this replica's aggregate of each upstream with a
+// detection, each endpoint's failing instances cut to the minReporters
+// smallest: all the leader needs to count distinct instances over the
+// replicas.
 func summarizeAll(snap *topology.Snapshot, loads *loadreport.Store, now time.Time) map[string]outlier.Aggregate {
 	aggs := map[string]outlier.Aggregate{}
 	for _, u := range snap.Upstreams() {
@@ -67,18 +70,7 @@ func summarizeAll(snap *topology.Snapshot, loads *loadreport.Store, now time.Tim
 		}
 		// an upstream not yet in the store's catalog has no reports
 		reports, _ := loads.Reports(xdsname.Cluster(u.Upstream.Key), now)
-		aggs[u.Upstream.Key.String()] = outlier.Summarize(reports, od.ErrorPercent)
+		aggs[u.Upstream.Key.String()] = outlier.Summarize(reports, od.ErrorPercent).KeepInstances(od.MinReporters)
 	}
 	return aggs
-}
-
-// encodeShare compacts and encodes aggregates within the share's bound,
-// halving the endpoints kept until they fit (the most errors kept first).
-func encodeShare(aggs map[string]outlier.Aggregate) ([]byte, error) {
-	for limit := outlier.MaxSharedEndpoints; ; limit /= 2 {
-		b, err := outlier.Compact(aggs, limit).Encode()
-		if err != nil || len(b) <= kubestatus.MaxSharePayload || limit <= 1 {
-			return b, err
-		}
-	}
 }

@@ -82,7 +82,7 @@ func TestOutlierLoopInFilesMode(t *testing.T) {
 
 	o.evaluate(now)
 	got := ejectedIn(t, dir.Current())
-	want := map[string]string{"10.1.0.2": "load reports: 3 clients, 150 requests, 50 % errors, window 6 s"}
+	want := map[string]string{"10.1.0.2": "load reports: 3 clients, at least 3 failing, 150 requests, 50 % errors, window 6 s"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("ejected %v, want %v", got, want)
 	}

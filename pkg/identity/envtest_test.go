@@ -250,7 +250,7 @@ func TestTokenReviewEnvtest(t *testing.T) {
 	t.Run("pod deleted", func(t *testing.T) {
 		kube := &countingKube{Kube: identity.NewKube(clientset)}
 		clk := &clock{now: time.Now()}
-		v := identity.NewTokenVerifier(kube, identity.TokenOptions{Now: clk.Now, MaxLifetime: time.Second})
+		v := identity.NewTokenVerifier(kube, identity.TokenOptions{Now: clk.Now, ReviewInterval: time.Second})
 		auth := identity.New(identity.Options{Tokens: v})
 		pod := c.newPod(t, "pay-doomed")
 		tok := c.token(t, pod, "poise")
@@ -263,7 +263,7 @@ func TestTokenReviewEnvtest(t *testing.T) {
 		if _, err := authenticate(auth, tok); err != nil {
 			t.Fatalf("still cached: %v", err)
 		}
-		// past the cache entry (MaxLifetime, not the token's exp), the
+		// past the cache entry (ReviewInterval, not the token's exp), the
 		// apiserver is asked again; its own short token cache may answer
 		// from before the deletion for a few seconds
 		start := time.Now()

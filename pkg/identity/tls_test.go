@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"poise.dev/poise/pkg/identity"
+	"poise.dev/poise/pkg/identity/identitytest"
 	"poise.dev/poise/test/testkit"
 )
 
@@ -216,15 +217,15 @@ func TestCertificateAndTokenOverGRPC(t *testing.T) {
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		ClientCAs:    authority.pool(),
 	}))
-	kube := newFakeKube()
+	kube := identitytest.New()
 	exp := time.Now().Add(30 * time.Minute).Truncate(time.Second)
-	kube.accept(fakeToken("pay-pod", exp), "tenant-a", "pay", "pay-0", "uid-0", "node-a")
-	kube.nodes["node-a"] = map[string]string{"topology.kubernetes.io/region": "r1", "topology.kubernetes.io/zone": "z1"}
+	kube.Accept(identitytest.Token("pay-pod", exp), "tenant-a", "pay", "pay-0", "uid-0", "node-a")
+	kube.SetZone("node-a", "r1", "z1")
 	srv.auth.Store(identity.New(identity.Options{Tokens: identity.NewTokenVerifier(kube, identity.TokenOptions{})}))
 	clientTLS := func(cert tls.Certificate) credentials.TransportCredentials {
 		return credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: authority.pool(), ServerName: "127.0.0.1"})
 	}
-	bearer := "Bearer " + fakeToken("pay-pod", exp)
+	bearer := "Bearer " + identitytest.Token("pay-pod", exp)
 
 	same := authority.issue(t, x509.ExtKeyUsageClientAuth, time.Now().Add(time.Hour), "spiffe://cluster.local/ns/tenant-a/sa/pay")
 	id, err := srv.call(t, clientTLS(same), "authorization", bearer)

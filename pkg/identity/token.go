@@ -24,6 +24,9 @@ const (
 	DefaultAudience = "poise"
 	// MaxTokenBytes bounds a bearer token; longer ones are refused unread.
 	MaxTokenBytes = 16 << 10
+	// DefaultReviewInterval is how long an accepted token is trusted
+	// without a new TokenReview unless TokenOptions say otherwise.
+	DefaultReviewInterval = time.Hour
 )
 
 // The TokenReview extra keys the apiserver sets for a pod-bound token, and
@@ -42,12 +45,14 @@ const serviceAccountPrefix = "system:serviceaccount:"
 type TokenOptions struct {
 	// Audiences a token must be meant for (default: DefaultAudience).
 	Audiences []string
-	// MaxLifetime caps how long an accepted token is trusted without a new
-	// TokenReview (default 1h, a projected token's usual lifetime): an
-	// identity expires at the token's exp claim or this long after the
-	// review, whichever is first. It bounds how long a revoked token (its
-	// pod deleted) keeps being accepted.
-	MaxLifetime time.Duration
+	// ReviewInterval is how long an accepted token is trusted without a
+	// new TokenReview (default DefaultReviewInterval, a projected token's
+	// usual lifetime): the identity it proves expires at the token's exp
+	// claim or this long after the review, whichever is first, and the
+	// token is reviewed again when it is next presented. It bounds how long
+	// a revoked token (its pod deleted) keeps being accepted, to this plus
+	// the apiserver's own token cache.
+	ReviewInterval time.Duration
 	// CacheSize bounds the tokens remembered, accepted or refused (default
 	// 10,000); the least recently used go first.
 	CacheSize int
@@ -68,8 +73,9 @@ type TokenOptions struct {
 
 // TokenVerifier checks Kubernetes service-account tokens with TokenReview
 // and remembers the answer, keyed by a hash of the token (never the token),
-// so a token is reviewed once per lifetime, not per stream or request:
-// concurrent first uses of a token share one review.
+// so a token is reviewed once per review interval (or lifetime, when
+// shorter), not per stream or request: concurrent uses of a token whose
+// review is due share one review.
 type TokenVerifier struct {
 	kube   Kube
 	o      TokenOptions
@@ -113,8 +119,8 @@ func NewTokenVerifier(kube Kube, o TokenOptions) *TokenVerifier {
 		o.Audiences = []string{DefaultAudience}
 	}
 	o.Audiences = slices.Clone(o.Audiences)
-	if o.MaxLifetime <= 0 {
-		o.MaxLifetime = time.Hour
+	if o.ReviewInterval <= 0 {
+		o.ReviewInterval = DefaultReviewInterval
 	}
 	if o.CacheSize <= 0 {
 		o.CacheSize = 10_000
@@ -273,7 +279,7 @@ func (v *TokenVerifier) review(ctx context.Context, token string) (e tokenEntry,
 		}
 	}
 	now := v.o.Now()
-	id.Expires = now.Add(v.o.MaxLifetime)
+	id.Expires = now.Add(v.o.ReviewInterval)
 	if exp, ok := jwtExpiry(token); ok && exp.Before(id.Expires) {
 		id.Expires = exp
 	}

@@ -2,12 +2,10 @@ package identity_test
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,88 +15,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	authenticationv1 "k8s.io/api/authentication/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"poise.dev/poise/pkg/identity"
+	"poise.dev/poise/pkg/identity/identitytest"
 )
-
-// fakeToken is a JWS-shaped token with an exp claim; only fakeKube checks
-// it.
-func fakeToken(name string, exp time.Time) string {
-	enc := base64.RawURLEncoding.EncodeToString
-	return enc([]byte(`{"alg":"none"}`)) + "." + enc(fmt.Appendf(nil, `{"sub":%q,"exp":%d}`, name, exp.Unix())) + "." + enc([]byte("sig"))
-}
-
-// fakeKube answers TokenReviews from a table, for the unit tests; the
-// envtest suite runs the real thing.
-type fakeKube struct {
-	mu      sync.Mutex
-	tokens  map[string]authenticationv1.TokenReviewStatus
-	pods    map[string][2]string // ns/name → uid, node
-	nodes   map[string]map[string]string
-	fail    error
-	block   chan struct{} // when set, reviews wait for it
-	reviews atomic.Int64
-}
-
-func newFakeKube() *fakeKube {
-	return &fakeKube{tokens: map[string]authenticationv1.TokenReviewStatus{}, pods: map[string][2]string{}, nodes: map[string]map[string]string{}}
-}
-
-func (k *fakeKube) accept(token, ns, sa, pod, uid, node string) {
-	extra := map[string]authenticationv1.ExtraValue{}
-	if pod != "" {
-		extra["authentication.kubernetes.io/pod-name"] = authenticationv1.ExtraValue{pod}
-		extra["authentication.kubernetes.io/pod-uid"] = authenticationv1.ExtraValue{uid}
-	}
-	if node != "" {
-		extra["authentication.kubernetes.io/node-name"] = authenticationv1.ExtraValue{node}
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.tokens[token] = authenticationv1.TokenReviewStatus{
-		Authenticated: true, Audiences: []string{"poise"},
-		User: authenticationv1.UserInfo{Username: "system:serviceaccount:" + ns + ":" + sa, Extra: extra},
-	}
-}
-
-func (k *fakeKube) ReviewToken(ctx context.Context, token string, audiences []string) (authenticationv1.TokenReviewStatus, error) {
-	k.reviews.Add(1)
-	if k.block != nil {
-		<-k.block
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.fail != nil {
-		return authenticationv1.TokenReviewStatus{}, k.fail
-	}
-	st, ok := k.tokens[token]
-	if !ok {
-		return authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}, nil
-	}
-	return st, nil
-}
-
-func (k *fakeKube) PodNode(ctx context.Context, ns, name string) (string, string, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	p, ok := k.pods[ns+"/"+name]
-	if !ok {
-		return "", "", apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, name)
-	}
-	return p[0], p[1], nil
-}
-
-func (k *fakeKube) NodeLabels(ctx context.Context, name string) (map[string]string, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	l, ok := k.nodes[name]
-	if !ok {
-		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "nodes"}, name)
-	}
-	return l, nil
-}
 
 func bearerCtx(values ...string) context.Context {
 	md := metadata.MD{}
@@ -109,9 +29,9 @@ func bearerCtx(values ...string) context.Context {
 }
 
 func TestBearerBounds(t *testing.T) {
-	kube := newFakeKube()
-	good := fakeToken("ok", time.Now().Add(time.Hour))
-	kube.accept(good, "ns", "sa", "", "", "")
+	kube := identitytest.New()
+	good := identitytest.Token("ok", time.Now().Add(time.Hour))
+	kube.Accept(good, "ns", "sa", "", "", "")
 	auth := identity.New(identity.Options{Tokens: identity.NewTokenVerifier(kube, identity.TokenOptions{})})
 	for _, tc := range []struct {
 		name   string
@@ -130,11 +50,11 @@ func TestBearerBounds(t *testing.T) {
 		{"16 KiB", []string{"Bearer " + strings.Repeat("a", identity.MaxTokenBytes)}, identity.ReasonBadToken},
 		{"over 16 KiB", []string{"Bearer " + strings.Repeat("a", identity.MaxTokenBytes+1)}, identity.ReasonMalformedCredentials},
 		{"a megabyte", []string{"Bearer " + strings.Repeat("a", 1<<20)}, identity.ReasonMalformedCredentials},
-		{"unknown token", []string{"Bearer " + fakeToken("nobody", time.Now().Add(time.Hour))}, identity.ReasonBadToken},
-		{"past exp", []string{"Bearer " + fakeToken("old", time.Now().Add(-time.Second))}, identity.ReasonExpired},
+		{"unknown token", []string{"Bearer " + identitytest.Token("nobody", time.Now().Add(time.Hour))}, identity.ReasonBadToken},
+		{"past exp", []string{"Bearer " + identitytest.Token("old", time.Now().Add(-time.Second))}, identity.ReasonExpired},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := kube.reviews.Load()
+			before := kube.Reviews()
 			id, err := auth.Authenticate(bearerCtx(tc.values...))
 			if got := identity.ReasonOf(err); got != tc.reason {
 				t.Fatalf("reason %q (%v), want %q", got, err, tc.reason)
@@ -142,7 +62,7 @@ func TestBearerBounds(t *testing.T) {
 			if err == nil && (id.Namespace != "ns" || id.ServiceAccount != "sa" || id.Instance != "sa:ns/sa") {
 				t.Errorf("identity %+v", id)
 			}
-			reviewed := kube.reviews.Load() - before
+			reviewed := kube.Reviews() - before
 			if tc.reason == identity.ReasonMalformedCredentials || tc.reason == identity.ReasonExpired || tc.reason == identity.ReasonNoCredentials {
 				if reviewed != 0 {
 					t.Errorf("%d TokenReviews for a token refused unread", reviewed)
@@ -157,15 +77,15 @@ func TestBearerBounds(t *testing.T) {
 
 func TestTokenReviewAnswers(t *testing.T) {
 	exp := time.Now().Add(20 * time.Minute).Truncate(time.Second)
-	type setup func(k *fakeKube, token string)
+	type setup func(k *identitytest.Kube, token string)
 	extra := func(kv ...string) setup {
-		return func(k *fakeKube, token string) {
+		return func(k *identitytest.Kube, token string) {
 			st := authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"poise"},
 				User: authenticationv1.UserInfo{Username: "system:serviceaccount:tenant-a:pay", Extra: map[string]authenticationv1.ExtraValue{}}}
 			for i := 0; i < len(kv); i += 2 {
 				st.User.Extra[kv[i]] = append(st.User.Extra[kv[i]], kv[i+1])
 			}
-			k.tokens[token] = st
+			k.SetStatus(token, st)
 		}
 	}
 	const podName, podUID, nodeName = "authentication.kubernetes.io/pod-name", "authentication.kubernetes.io/pod-uid", "authentication.kubernetes.io/node-name"
@@ -193,27 +113,27 @@ func TestTokenReviewAnswers(t *testing.T) {
 		{name: "pod recreated under the name", setup: extra(podName, "pay-1", podUID, "old-uid"), reason: identity.ReasonBadToken},
 		{name: "pod name without UID", setup: extra(podName, "pay-0"), reason: identity.ReasonBadToken},
 		{name: "two pod names", setup: extra(podName, "pay-0", podName, "pay-1", podUID, "u0"), reason: identity.ReasonBadToken},
-		{name: "a user, not a service account", setup: func(k *fakeKube, token string) {
-			k.tokens[token] = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"poise"}, User: authenticationv1.UserInfo{Username: "alice"}}
+		{name: "a user, not a service account", setup: func(k *identitytest.Kube, token string) {
+			k.SetStatus(token, authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"poise"}, User: authenticationv1.UserInfo{Username: "alice"}})
 		}, reason: identity.ReasonNotServiceAccount},
-		{name: "a service account name with a colon", setup: func(k *fakeKube, token string) {
-			k.tokens[token] = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"poise"}, User: authenticationv1.UserInfo{Username: "system:serviceaccount:a:b:c"}}
+		{name: "a service account name with a colon", setup: func(k *identitytest.Kube, token string) {
+			k.SetStatus(token, authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"poise"}, User: authenticationv1.UserInfo{Username: "system:serviceaccount:a:b:c"}})
 		}, reason: identity.ReasonNotServiceAccount},
-		{name: "another audience", setup: func(k *fakeKube, token string) {
-			k.tokens[token] = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"vault"}, User: authenticationv1.UserInfo{Username: "system:serviceaccount:a:b"}}
+		{name: "another audience", setup: func(k *identitytest.Kube, token string) {
+			k.SetStatus(token, authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{"vault"}, User: authenticationv1.UserInfo{Username: "system:serviceaccount:a:b"}})
 		}, reason: identity.ReasonBadToken},
-		{name: "no audience returned", setup: func(k *fakeKube, token string) {
-			k.tokens[token] = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "system:serviceaccount:a:b"}}
+		{name: "no audience returned", setup: func(k *identitytest.Kube, token string) {
+			k.SetStatus(token, authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "system:serviceaccount:a:b"}})
 		}, reason: identity.ReasonBadToken},
-		{name: "refused", setup: func(*fakeKube, string) {}, reason: identity.ReasonBadToken},
-		{name: "apiserver down", setup: func(k *fakeKube, _ string) { k.fail = errors.New("connection refused") }, reason: identity.ReasonTokenReviewFailed},
+		{name: "refused", setup: func(*identitytest.Kube, string) {}, reason: identity.ReasonBadToken},
+		{name: "apiserver down", setup: func(k *identitytest.Kube, _ string) { k.Fail(errors.New("connection refused")) }, reason: identity.ReasonTokenReviewFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			kube := newFakeKube()
-			kube.pods["tenant-a/pay-1"] = [2]string{"u1", "n1"}
-			kube.nodes["n1"] = map[string]string{"topology.kubernetes.io/region": "r1", "topology.kubernetes.io/zone": "z1"}
-			kube.nodes["bare"] = map[string]string{}
-			token := fakeToken(tc.name, exp)
+			kube := identitytest.New()
+			kube.SetPod("tenant-a", "pay-1", "u1", "n1")
+			kube.SetZone("n1", "r1", "z1")
+			kube.SetNode("bare", map[string]string{})
+			token := identitytest.Token(tc.name, exp)
 			tc.setup(kube, token)
 			v := identity.NewTokenVerifier(kube, identity.TokenOptions{})
 			id, err := v.Verify(context.Background(), token)
@@ -245,12 +165,12 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.U
 
 func TestTokenCache(t *testing.T) {
 	t.Run("a review per token lifetime", func(t *testing.T) {
-		kube := newFakeKube()
+		kube := identitytest.New()
 		clk := &clock{now: time.Now()}
 		exp := clk.now.Add(30 * time.Minute)
-		tok := fakeToken("a", exp)
-		kube.accept(tok, "ns", "sa", "p", "u", "")
-		kube.pods["ns/p"] = [2]string{"u", ""}
+		tok := identitytest.Token("a", exp)
+		kube.Accept(tok, "ns", "sa", "p", "u", "")
+		kube.SetPod("ns", "p", "u", "")
 		v := identity.NewTokenVerifier(kube, identity.TokenOptions{Now: clk.Now})
 		for i := 0; i < 1000; i++ {
 			if _, err := v.Verify(context.Background(), tok); err != nil {
@@ -269,12 +189,12 @@ func TestTokenCache(t *testing.T) {
 			t.Errorf("an expired token was reviewed: %+v", st)
 		}
 	})
-	t.Run("capped by the maximum lifetime", func(t *testing.T) {
-		kube := newFakeKube()
+	t.Run("capped by the review interval", func(t *testing.T) {
+		kube := identitytest.New()
 		clk := &clock{now: time.Now()}
-		tok := fakeToken("b", clk.now.Add(24*time.Hour))
-		kube.accept(tok, "ns", "sa", "", "", "")
-		v := identity.NewTokenVerifier(kube, identity.TokenOptions{Now: clk.Now, MaxLifetime: 10 * time.Minute})
+		tok := identitytest.Token("b", clk.now.Add(24*time.Hour))
+		kube.Accept(tok, "ns", "sa", "", "", "")
+		v := identity.NewTokenVerifier(kube, identity.TokenOptions{Now: clk.Now, ReviewInterval: 10 * time.Minute})
 		id, err := v.Verify(context.Background(), tok)
 		if err != nil || !id.Expires.Equal(clk.now.Add(10*time.Minute)) {
 			t.Fatalf("%+v, %v: want it to expire at the cap", id, err)
@@ -288,44 +208,44 @@ func TestTokenCache(t *testing.T) {
 		}
 	})
 	t.Run("refusals remembered briefly", func(t *testing.T) {
-		kube := newFakeKube()
+		kube := identitytest.New()
 		clk := &clock{now: time.Now()}
-		tok := fakeToken("c", clk.now.Add(time.Hour))
+		tok := identitytest.Token("c", clk.now.Add(time.Hour))
 		v := identity.NewTokenVerifier(kube, identity.TokenOptions{Now: clk.Now, NegativeTTL: 5 * time.Second})
 		for range 10 {
 			if _, err := v.Verify(context.Background(), tok); identity.ReasonOf(err) != identity.ReasonBadToken {
 				t.Fatal(err)
 			}
 		}
-		if n := kube.reviews.Load(); n != 1 {
+		if n := kube.Reviews(); n != 1 {
 			t.Errorf("%d reviews of a refused token within the negative TTL, want 1", n)
 		}
-		kube.accept(tok, "ns", "sa", "", "", "")
+		kube.Accept(tok, "ns", "sa", "", "", "")
 		clk.Add(5 * time.Second)
 		if _, err := v.Verify(context.Background(), tok); err != nil {
 			t.Errorf("after the negative TTL: %v", err)
 		}
 	})
 	t.Run("failures to ask are not remembered", func(t *testing.T) {
-		kube := newFakeKube()
-		tok := fakeToken("d", time.Now().Add(time.Hour))
-		kube.accept(tok, "ns", "sa", "", "", "")
-		kube.fail = errors.New("connection refused")
+		kube := identitytest.New()
+		tok := identitytest.Token("d", time.Now().Add(time.Hour))
+		kube.Accept(tok, "ns", "sa", "", "", "")
+		kube.Fail(errors.New("connection refused"))
 		v := identity.NewTokenVerifier(kube, identity.TokenOptions{})
 		_, err := v.Verify(context.Background(), tok)
 		if identity.ReasonOf(err) != identity.ReasonTokenReviewFailed || status.Code(err) != codes.Unavailable {
 			t.Fatalf("%v (%v), want token-review-failed, Unavailable", err, status.Code(err))
 		}
-		kube.fail = nil
+		kube.Fail(nil)
 		if _, err := v.Verify(context.Background(), tok); err != nil {
 			t.Errorf("once the apiserver is back: %v", err)
 		}
 	})
 	t.Run("one review in flight per token", func(t *testing.T) {
-		kube := newFakeKube()
-		kube.block = make(chan struct{})
-		tok := fakeToken("e", time.Now().Add(time.Hour))
-		kube.accept(tok, "ns", "sa", "", "", "")
+		kube := identitytest.New()
+		release := kube.Block()
+		tok := identitytest.Token("e", time.Now().Add(time.Hour))
+		kube.Accept(tok, "ns", "sa", "", "", "")
 		v := identity.NewTokenVerifier(kube, identity.TokenOptions{})
 		var wg sync.WaitGroup
 		errs := make(chan error, 100)
@@ -341,11 +261,11 @@ func TestTokenCache(t *testing.T) {
 				errs <- err
 			})
 		}
-		for kube.reviews.Load() == 0 {
+		for kube.Reviews() == 0 {
 			time.Sleep(time.Millisecond)
 		}
 		time.Sleep(50 * time.Millisecond) // let the others join the flight
-		close(kube.block)
+		release()
 		wg.Wait()
 		close(errs)
 		for err := range errs {
@@ -353,16 +273,16 @@ func TestTokenCache(t *testing.T) {
 				t.Error(err)
 			}
 		}
-		if n := kube.reviews.Load(); n != 1 {
+		if n := kube.Reviews(); n != 1 {
 			t.Errorf("%d reviews for 100 concurrent first uses, want 1", n)
 		}
 	})
 	t.Run("bounded in count", func(t *testing.T) {
-		kube := newFakeKube()
+		kube := identitytest.New()
 		var toks []string
 		for i := range 10 {
-			tok := fakeToken(fmt.Sprint("f", i), time.Now().Add(time.Hour))
-			kube.accept(tok, "ns", "sa", "", "", "")
+			tok := identitytest.Token(fmt.Sprint("f", i), time.Now().Add(time.Hour))
+			kube.Accept(tok, "ns", "sa", "", "", "")
 			toks = append(toks, tok)
 		}
 		v := identity.NewTokenVerifier(kube, identity.TokenOptions{CacheSize: 4})

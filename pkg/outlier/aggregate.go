@@ -17,10 +17,12 @@ const MaxEndpoints = 1 << 16
 // Aggregate is one upstream's load reports over one window, summed per
 // endpoint over the trusted reporters: what a replica contributes and what
 // the decider reads. Aggregates of the same window from several replicas
-// add up with Merge. Its JSON shape is
+// add up with Merge. Its JSON shape, as a replica shares it (DecodeShared
+// reads it back), is
 //
 //	{"reporters":7,"untrusted":1,"endpoints":[{"address":"10.0.0.1","port":8080,
-//	 "requests":1240,"errors":595,"reporters":7,"failing":5}]}
+//	 "requests":1240,"errors":595,"reporters":7,"failingInstances":5,
+//	 "instances":"BASE64"}]}
 //
 // with endpoints sorted by address, then port, and only endpoints with
 // requests listed.
@@ -45,9 +47,31 @@ type EndpointSummary struct {
 	Errors   uint64 `json:"errors"`
 	// Reporters is the trusted reporters with requests on the endpoint;
 	// Failing those among them whose own error ratio on it is at least
-	// errorPercent.
+	// errorPercent. One replica's reporters are distinct instances; Merge
+	// adds replicas' counts, so an instance reporting to k replicas is k
+	// here: the decider counts FailingInstances instead. Failing's JSON
+	// key is not the previous version's "failing", so a leader of that
+	// version, which would add it up, reads none (see DecodeShared).
 	Reporters uint64 `json:"reporters"`
-	Failing   uint64 `json:"failing"`
+	Failing   uint64 `json:"failingInstances"`
+	// Instances is the failing reporters' InstanceSet: the smallest of
+	// their hashes, at most MaxInstances (a share keeps minReporters of
+	// them: KeepInstances), the union of the replicas' after Merge.
+	Instances InstanceSet `json:"instances,omitempty"`
+	// FailingFloor is what is known of the distinct failing instances
+	// besides Instances: the most failing reporters any one replica's
+	// summary merged here counted (a replica's are distinct). It is not
+	// shared: a decoded share's is its Failing.
+	FailingFloor uint64 `json:"-"`
+}
+
+// FailingInstances is the failing reporters as distinct workload
+// instances, as far as the evidence shows: never more than there are, and,
+// when no set was cut shorter than minReporters, at least minReporters
+// whenever there are that many (see "Counting failing instances over
+// replicas").
+func (e EndpointSummary) FailingInstances() uint64 {
+	return max(uint64(len(e.Instances)), e.FailingFloor)
 }
 
 func compareSummary(a, b EndpointSummary) int {
@@ -71,12 +95,41 @@ func atLeast(errors, requests uint64, percent uint32) bool {
 // error ratio is at least errorPercent on more than half of the endpoints
 // it reported on is the failing party (a client whose calls fail locally
 // fails on every endpoint): it is counted in Untrusted and its reports are
-// left out. The result depends only on the reports, not their order.
+// left out. Each endpoint's failing reporters are kept as an InstanceSet of
+// MaxInstances at most (KeepInstances cuts it for a share). The result
+// depends only on the reports, not their order.
 func Summarize(r loadreport.ClusterReports, errorPercent uint32) Aggregate {
-	sums := make([]EndpointSummary, len(r.Endpoints))
+	size := len(r.Endpoints)
+	// A catalog names each endpoint once; should two entries name one
+	// endpoint, they are one: a reporter's loads on both add up, at the
+	// first entry.
+	slot := make([]int, size)
+	first := make(map[loadreport.Endpoint]int, size)
+	for i, e := range r.Endpoints {
+		j, ok := first[e]
+		if !ok {
+			j = i
+			first[e] = i
+		}
+		slot[i] = j
+	}
+	var folded []loadreport.Load
+	if len(first) < size {
+		folded = make([]loadreport.Load, size)
+	}
+	sums := make([]EndpointSummary, size)
+	sets := make([][]uint64, size)
 	var agg Aggregate
 	for _, rep := range r.Reporters {
-		loads := rep.Loads[:min(len(rep.Loads), len(r.Endpoints))]
+		loads := rep.Loads[:min(len(rep.Loads), size)]
+		if folded != nil {
+			clear(folded)
+			for i, l := range loads {
+				f := &folded[slot[i]]
+				f.Issued, f.Successes, f.Errors = sat(f.Issued, l.Issued), sat(f.Successes, l.Successes), sat(f.Errors, l.Errors)
+			}
+			loads = folded
+		}
 		reported, failing := 0, 0
 		for _, l := range loads {
 			if n := requests(l); n > 0 {
@@ -94,6 +147,10 @@ func Summarize(r loadreport.ClusterReports, errorPercent uint32) Aggregate {
 			continue
 		}
 		agg.Reporters++
+		var h uint64
+		if failing > 0 {
+			h = InstanceHash(rep.ID)
+		}
 		for i, l := range loads {
 			n := requests(l)
 			if n == 0 {
@@ -105,6 +162,7 @@ func Summarize(r loadreport.ClusterReports, errorPercent uint32) Aggregate {
 			e.Reporters++
 			if atLeast(min(l.Errors, n), n, errorPercent) {
 				e.Failing++
+				sets[i] = append(sets[i], h)
 			}
 		}
 	}
@@ -113,21 +171,34 @@ func Summarize(r loadreport.ClusterReports, errorPercent uint32) Aggregate {
 			continue
 		}
 		e.Address, e.Port = r.Endpoints[i].Address, r.Endpoints[i].Port
+		e.Instances = bottom(sets[i], MaxInstances)
+		e.FailingFloor = e.Failing
 		agg.Endpoints = append(agg.Endpoints, e)
 	}
 	slices.SortFunc(agg.Endpoints, compareSummary)
-	// A catalog names each endpoint once; should two entries name one
-	// endpoint, they are one.
-	agg.Endpoints = mergeSorted(agg.Endpoints)
 	return agg
+}
+
+// KeepInstances is the aggregate with each endpoint's InstanceSet cut to
+// its k smallest: a share needs no more than minReporters of them.
+func (a Aggregate) KeepInstances(k uint32) Aggregate {
+	a.Endpoints = slices.Clone(a.Endpoints)
+	for i := range a.Endpoints {
+		e := &a.Endpoints[i]
+		if n := min(len(e.Instances), int(min(k, MaxInstances))); n < len(e.Instances) {
+			e.Instances = e.Instances[:n:n]
+		}
+	}
+	return a
 }
 
 // requests is a load's finished requests, saturating.
 func requests(l loadreport.Load) uint64 { return sat(l.Successes, l.Errors) }
 
 // Merge sums aggregates of the same upstream and window (one per replica):
-// counts add, saturating, per endpoint. The result does not depend on the
-// order of aggs, and holds at most MaxEndpoints endpoints.
+// counts add, saturating, per endpoint, and the InstanceSets unite (their
+// MaxInstances smallest), FailingFloor the largest. The result does not
+// depend on the order of aggs, and holds at most MaxEndpoints endpoints.
 func Merge(aggs ...Aggregate) Aggregate {
 	var out Aggregate
 	n := 0
@@ -150,7 +221,8 @@ func Merge(aggs ...Aggregate) Aggregate {
 	return out
 }
 
-// mergeSorted adds up neighbours naming the same endpoint, in place.
+// mergeSorted adds up neighbours naming the same endpoint, in place; the
+// entries' InstanceSets are not written to.
 func mergeSorted(es []EndpointSummary) []EndpointSummary {
 	out := es[:0]
 	for _, e := range es {
@@ -160,6 +232,8 @@ func mergeSorted(es []EndpointSummary) []EndpointSummary {
 			o.Errors = sat(o.Errors, e.Errors)
 			o.Reporters = sat(o.Reporters, e.Reporters)
 			o.Failing = sat(o.Failing, e.Failing)
+			o.Instances = union(o.Instances, e.Instances, MaxInstances)
+			o.FailingFloor = max(o.FailingFloor, e.FailingFloor)
 			continue
 		}
 		out = append(out, e)

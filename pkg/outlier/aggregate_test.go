@@ -1,6 +1,8 @@
 package outlier
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"math/rand/v2"
 	"reflect"
@@ -29,6 +31,19 @@ func reports(n int, reporters map[string][][2]uint64) loadreport.ClusterReports 
 
 func addr(i int) string { return "10.0.0." + string(rune('0'+i/10)) + string(rune('0'+i%10)) }
 
+// summary is an endpoint's summary as one replica makes it: failing names
+// the failing reporters, counted and kept as their InstanceSet.
+func summary(address string, port uint32, requests, errors, reporters uint64, failing ...string) EndpointSummary {
+	e := EndpointSummary{Address: address, Port: port, Requests: requests, Errors: errors, Reporters: reporters,
+		Failing: uint64(len(failing)), FailingFloor: uint64(len(failing))}
+	var hs []uint64
+	for _, id := range failing {
+		hs = append(hs, InstanceHash(id))
+	}
+	e.Instances = bottom(hs, MaxInstances)
+	return e
+}
+
 func TestSummarize(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -42,31 +57,31 @@ func TestSummarize(t *testing.T) {
 			"b": {{40, 60}, {100, 0}, {100, 0}, {100, 0}},
 			"c": {{90, 10}, {100, 0}, {100, 0}, {0, 0}},
 		}, Aggregate{Reporters: 3, Endpoints: []EndpointSummary{
-			{addr(0), 8080, 300, 120, 3, 2},
-			{addr(1), 8080, 300, 0, 3, 0},
-			{addr(2), 8080, 300, 0, 3, 0},
-			{addr(3), 8080, 200, 0, 2, 0},
+			summary(addr(0), 8080, 300, 120, 3, "a", "b"),
+			summary(addr(1), 8080, 300, 0, 3),
+			summary(addr(2), 8080, 300, 0, 3),
+			summary(addr(3), 8080, 200, 0, 2),
 		}}},
 		{"a client failing everywhere is left out", 2, map[string][][2]uint64{
 			"bad":  {{0, 10}, {0, 10}},
 			"good": {{10, 0}, {10, 0}},
 		}, Aggregate{Reporters: 1, Untrusted: 1, Endpoints: []EndpointSummary{
-			{addr(0), 8080, 10, 0, 1, 0}, {addr(1), 8080, 10, 0, 1, 0},
+			summary(addr(0), 8080, 10, 0, 1), summary(addr(1), 8080, 10, 0, 1),
 		}}},
 		{"failing on exactly half is trusted", 4, map[string][][2]uint64{
 			"a": {{0, 10}, {0, 10}, {10, 0}, {10, 0}},
 		}, Aggregate{Reporters: 1, Endpoints: []EndpointSummary{
-			{addr(0), 8080, 10, 10, 1, 1}, {addr(1), 8080, 10, 10, 1, 1}, {addr(2), 8080, 10, 0, 1, 0}, {addr(3), 8080, 10, 0, 1, 0},
+			summary(addr(0), 8080, 10, 10, 1, "a"), summary(addr(1), 8080, 10, 10, 1, "a"), summary(addr(2), 8080, 10, 0, 1), summary(addr(3), 8080, 10, 0, 1),
 		}}},
 		{"a client of one endpoint that fails is the failing party", 3, map[string][][2]uint64{
 			"a": {{0, 5}},
 		}, Aggregate{Untrusted: 1}},
 		{"the threshold is inclusive: 20 of 100 is 20 %", 1, map[string][][2]uint64{
 			"a": {{80, 20}}, "b": {{81, 19}}, "c": {{100, 0}},
-		}, Aggregate{Reporters: 2, Untrusted: 1, Endpoints: []EndpointSummary{{addr(0), 8080, 200, 19, 2, 0}}}},
+		}, Aggregate{Reporters: 2, Untrusted: 1, Endpoints: []EndpointSummary{summary(addr(0), 8080, 200, 19, 2)}}},
 		{"huge counts saturate", 1, map[string][][2]uint64{
 			"a": {{1<<64 - 1, 0}}, "b": {{1 << 63, 0}},
-		}, Aggregate{Reporters: 2, Endpoints: []EndpointSummary{{addr(0), 8080, 1<<64 - 1, 0, 2, 0}}}},
+		}, Aggregate{Reporters: 2, Endpoints: []EndpointSummary{summary(addr(0), 8080, 1<<64-1, 0, 2)}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Summarize(reports(tc.n, tc.reporters), 20)
@@ -91,16 +106,27 @@ func TestSummarizeIgnoresReporterOrderAndExtraLoads(t *testing.T) {
 	}
 }
 
+// TestMerge: counts add up; the failing instances unite, so one instance
+// failing on two replicas is two failing reporters but one instance.
 func TestMerge(t *testing.T) {
-	a := Aggregate{Reporters: 2, Untrusted: 1, Endpoints: []EndpointSummary{{"10.0.0.1", 80, 10, 5, 2, 1}, {"10.0.0.2", 80, 4, 0, 1, 0}}}
-	b := Aggregate{Reporters: 3, Endpoints: []EndpointSummary{{"10.0.0.1", 80, 1, 1, 1, 1}, {"10.0.0.1", 81, 2, 0, 1, 0}}}
+	a := Aggregate{Reporters: 2, Untrusted: 1, Endpoints: []EndpointSummary{summary("10.0.0.1", 80, 10, 5, 2, "x"), summary("10.0.0.2", 80, 4, 0, 1)}}
+	b := Aggregate{Reporters: 3, Endpoints: []EndpointSummary{summary("10.0.0.1", 80, 1, 1, 1, "x"), summary("10.0.0.1", 81, 2, 0, 1)}}
+	one := summary("10.0.0.1", 80, 11, 6, 3, "x")
+	one.Failing = 2
 	want := Aggregate{Reporters: 5, Untrusted: 1, Endpoints: []EndpointSummary{
-		{"10.0.0.1", 80, 11, 6, 3, 2}, {"10.0.0.1", 81, 2, 0, 1, 0}, {"10.0.0.2", 80, 4, 0, 1, 0}}}
+		one, summary("10.0.0.1", 81, 2, 0, 1), summary("10.0.0.2", 80, 4, 0, 1)}}
 	if got := Merge(a, b); !reflect.DeepEqual(got, want) {
 		t.Errorf("Merge(a, b) = %+v\nwant %+v", got, want)
 	}
 	if got := Merge(b, a); !reflect.DeepEqual(got, want) {
 		t.Errorf("Merge(b, a) = %+v", got)
+	}
+	if got := Merge(a, b).Endpoints[0].FailingInstances(); got != 1 {
+		t.Errorf("one instance failing on two replicas: %d failing instances", got)
+	}
+	c := Aggregate{Reporters: 1, Endpoints: []EndpointSummary{summary("10.0.0.1", 80, 5, 5, 1, "y")}}
+	if got := Merge(a, b, c).Endpoints[0]; got.Failing != 3 || got.FailingInstances() != 2 {
+		t.Errorf("x on two replicas and y: %d failing, %d instances", got.Failing, got.FailingInstances())
 	}
 	if got := Merge(); got.Reporters != 0 || len(got.Endpoints) != 0 {
 		t.Errorf("Merge() = %+v", got)
@@ -110,13 +136,24 @@ func TestMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const shape = `{"reporters":2,"untrusted":1,"endpoints":[{"address":"10.0.0.1","port":80,"requests":10,"errors":5,"reporters":2,"failing":1},{"address":"10.0.0.2","port":80,"requests":4,"errors":0,"reporters":1,"failing":0}]}`
+	hx := sha256.Sum256([]byte("x"))
+	shape := `{"reporters":2,"untrusted":1,"endpoints":[{"address":"10.0.0.1","port":80,"requests":10,"errors":5,"reporters":2,"failingInstances":1,` +
+		`"instances":"` + base64.StdEncoding.EncodeToString(hx[:8]) + `"},{"address":"10.0.0.2","port":80,"requests":4,"errors":0,"reporters":1,"failingInstances":0}]}`
 	if string(js) != shape {
 		t.Errorf("JSON\n got %s\nwant %s", js, shape)
 	}
-	var back Aggregate
-	if err := json.Unmarshal(js, &back); err != nil || !reflect.DeepEqual(back, Merge(a)) {
+	back, err := decodeSharedJSON([]byte(`{"upstreams":{"ns/a":` + string(js) + `}}`))
+	if err != nil || !reflect.DeepEqual(back.Upstreams["ns/a"], Merge(a)) {
 		t.Errorf("round trip: %+v, %v", back, err)
+	}
+	// a leader of the previous version reads no "failing" in it
+	var previous struct {
+		Endpoints []struct {
+			Failing *uint64 `json:"failing"`
+		} `json:"endpoints"`
+	}
+	if err := json.Unmarshal(js, &previous); err != nil || previous.Endpoints[0].Failing != nil {
+		t.Errorf("the previous version reads %+v, %v: want no failing reporters", previous, err)
 	}
 }
 
@@ -165,11 +202,20 @@ func FuzzSummarizeMerge(f *testing.F) {
 		x, y := r, r
 		x.Reporters, y.Reporters = r.Reporters[:cut], r.Reporters[cut:]
 		merged := Merge(Summarize(y, percent), Summarize(x, percent))
-		if !reflect.DeepEqual(Merge(whole), merged) {
+		// a replica's own count of failing instances is the most one
+		// replica saw; with the sets whole, the count is the same
+		w := Merge(whole)
+		for i := range min(len(w.Endpoints), len(merged.Endpoints)) {
+			if a, b := w.Endpoints[i].FailingInstances(), merged.Endpoints[i].FailingInstances(); a != b || a != w.Endpoints[i].Failing {
+				t.Fatalf("%s: %d failing instances whole, %d split, %d failing", w.Endpoints[i].Address, a, b, w.Endpoints[i].Failing)
+			}
+			w.Endpoints[i].FailingFloor, merged.Endpoints[i].FailingFloor = 0, 0
+		}
+		if !reflect.DeepEqual(w, merged) {
 			t.Fatalf("split over replicas:\n%+v\nwhole:\n%+v", merged, whole)
 		}
 		for _, e := range merged.Endpoints {
-			if e.Failing > e.Reporters || e.Errors > e.Requests || e.Requests == 0 {
+			if e.Failing > e.Reporters || e.Errors > e.Requests || e.Requests == 0 || uint64(len(e.Instances)) > e.Failing {
 				t.Fatalf("endpoint %+v", e)
 			}
 		}

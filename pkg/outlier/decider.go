@@ -81,7 +81,9 @@ func key(address string, port uint32) Endpoint { return Endpoint{Address: addres
 //   - an ejection ends when its time is up, and the endpoint returns;
 //   - an endpoint is an outlier when its trusted error ratio is at least
 //     ErrorPercent, with at least MinRequestVolume requests and at least
-//     MinReporters trusted reporters each at or over the threshold;
+//     MinReporters trusted reporters each at or over the threshold, counted
+//     as distinct workload instances (FailingInstances): one instance
+//     reporting to several replicas is one;
 //   - an outlier not ejected is a candidate unless its last ejection began
 //     less than a window ago (the window may still hold the evidence of that
 //     one: only new evidence ejects again) or ended at this evaluation;
@@ -154,7 +156,7 @@ func (d *Decider) Decide(u topology.Key, cfg topology.OutlierDetection, agg Aggr
 	for _, e := range Merge(agg).Endpoints {
 		k := key(e.Address, e.Port)
 		m, ok := members[k]
-		if !ok || e.Requests < cfg.MinRequestVolume || e.Failing < uint64(cfg.MinReporters) || !atLeast(e.Errors, e.Requests, cfg.ErrorPercent) {
+		if !ok || e.Requests < cfg.MinRequestVolume || e.FailingInstances() < uint64(cfg.MinReporters) || !atLeast(e.Errors, e.Requests, cfg.ErrorPercent) {
 			continue
 		}
 		outliers[k] = true
@@ -276,8 +278,12 @@ func (d *Decider) Ejections(u topology.Key) []Ejection {
 }
 
 // Origin is the outlier signal's origin for an endpoint's evidence, e.g.
-// "load reports: 7 clients, 1,240 requests, 48 % errors, window 30 s"
-// (the percent rounded down).
+// "load reports: 7 clients, at least 3 failing, 1,240 requests, 48 %
+// errors, window 30 s": the trusted reporters as the replicas counted them,
+// added up (an instance reporting to two replicas counts on each); the
+// failing ones as distinct workload instances (FailingInstances, what
+// minReporters is held against: a lower bound, as the leader knows only
+// each replica's minReporters smallest); the percent rounded down.
 func Origin(e EndpointSummary, window time.Duration) string {
 	pct := uint64(0)
 	if e.Requests > 0 {
@@ -286,8 +292,8 @@ func Origin(e EndpointSummary, window time.Duration) string {
 		p := mul64(min(e.Errors, e.Requests), 100)
 		pct, _ = bits.Div64(p.hi, p.lo, e.Requests)
 	}
-	return fmt.Sprintf("load reports: %s clients, %s requests, %d %% errors, window %s",
-		thousands(e.Reporters), thousands(e.Requests), min(pct, 100), windowText(window))
+	return fmt.Sprintf("load reports: %s clients, at least %s failing, %s requests, %d %% errors, window %s",
+		thousands(e.Reporters), thousands(e.FailingInstances()), thousands(e.Requests), min(pct, 100), windowText(window))
 }
 
 func windowText(d time.Duration) string {

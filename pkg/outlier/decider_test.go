@@ -32,9 +32,9 @@ func endpoints(n int) []Endpoint {
 func bad(n int, errPct uint64, idx ...int) Aggregate {
 	agg := Aggregate{Reporters: 5}
 	for i := range n {
-		e := EndpointSummary{Address: addr(i), Port: 8080, Requests: 1000, Reporters: 5}
+		e := summary(addr(i), 8080, 1000, 0, 5)
 		if slices.Contains(idx, i) {
-			e.Errors, e.Failing = errPct*10, 5
+			e = summary(addr(i), 8080, 1000, errPct*10, 5, "c0", "c1", "c2", "c3", "c4")
 		}
 		agg.Endpoints = append(agg.Endpoints, e)
 	}
@@ -119,7 +119,7 @@ func TestEjectionLifecycle(t *testing.T) {
 	agg.Endpoints[3].Requests, agg.Endpoints[3].Errors, agg.Endpoints[3].Reporters = 1240, 600, 7
 
 	v := d.Decide(up, c, agg, eps, t0)
-	want := []Verdict{{Address: addr(3), Port: 8080, Ejected: true, Origin: "load reports: 7 clients, 1,240 requests, 48 % errors, window 30 s"}}
+	want := []Verdict{{Address: addr(3), Port: 8080, Ejected: true, Origin: "load reports: 7 clients, at least 5 failing, 1,240 requests, 48 % errors, window 30 s"}}
 	if !reflect.DeepEqual(v, want) {
 		t.Fatalf("first: %+v", v)
 	}
@@ -187,9 +187,11 @@ func TestOriginFigures(t *testing.T) {
 		w    time.Duration
 		want string
 	}{
-		{EndpointSummary{Requests: 12400, Errors: 5084, Reporters: 37}, 30 * time.Second, "load reports: 37 clients, 12,400 requests, 41 % errors, window 30 s"},
-		{EndpointSummary{Requests: 1<<64 - 1, Errors: 1<<64 - 1, Reporters: 1000}, 1500 * time.Millisecond, "load reports: 1,000 clients, 18,446,744,073,709,551,615 requests, 100 % errors, window 1500 ms"},
-		{EndpointSummary{Requests: 3, Errors: 2, Reporters: 1}, time.Minute, "load reports: 1 clients, 3 requests, 66 % errors, window 60 s"},
+		{EndpointSummary{Requests: 12400, Errors: 5084, Reporters: 37, Failing: 20, FailingFloor: 12, Instances: InstanceSet{1, 2, 3}}, 30 * time.Second,
+			"load reports: 37 clients, at least 12 failing, 12,400 requests, 41 % errors, window 30 s"},
+		{EndpointSummary{Requests: 1<<64 - 1, Errors: 1<<64 - 1, Reporters: 1000, Failing: 1500, FailingFloor: 700, Instances: make(InstanceSet, 1000)}, 1500 * time.Millisecond,
+			"load reports: 1,000 clients, at least 1,000 failing, 18,446,744,073,709,551,615 requests, 100 % errors, window 1500 ms"},
+		{EndpointSummary{Requests: 3, Errors: 2, Reporters: 1}, time.Minute, "load reports: 1 clients, at least 0 failing, 3 requests, 66 % errors, window 60 s"},
 	} {
 		if got := Origin(tc.e, tc.w); got != tc.want {
 			t.Errorf("Origin(%+v) = %q, want %q", tc.e, got, tc.want)
@@ -220,8 +222,9 @@ func TestDecideProperties(t *testing.T) {
 			for i := range n {
 				req := rng.Uint64N(400)
 				rep := rng.Uint64N(6)
+				failing := rng.Uint64N(rep + 1)
 				agg.Endpoints = append(agg.Endpoints, EndpointSummary{Address: addr(i), Port: 8080, Requests: req,
-					Errors: rng.Uint64N(req + 1), Reporters: rep, Failing: rng.Uint64N(rep + 1)})
+					Errors: rng.Uint64N(req + 1), Reporters: rep, Failing: failing, FailingFloor: failing})
 			}
 			shuffled := agg
 			shuffled.Endpoints = slices.Clone(agg.Endpoints)

@@ -1,6 +1,7 @@
 package trafficmap
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,21 +35,31 @@ const (
 	top     = 6
 	maxBand = 160 // tenths of a pixel: a band carrying 100 % is 16 px wide
 	minBand = 5   // tenths: a band carrying anything is at least 0.5 px
+	// lineH is the distance between the two lines of a two-line box.
+	lineH = 14
+	// textPad is the space left of a box's text and right of it.
+	textPad = 6
+	// charW is the advance of one character of DejaVu Sans Mono at 12 px
+	// (0.602 em), the font the stylesheet draws the diagrams in, in
+	// thousandths of a pixel: what sets how many characters fit a box.
+	charW = 7225
 )
 
-// column is one of the four columns of the diagram, and the longest label
-// (in runes) that fits its boxes.
-type column struct{ x, w, label int }
+// column is one of the four columns of the diagram.
+type column struct{ x, w int }
+
+// runes is how many characters fit on one line of the column's boxes.
+func (c column) runes() int { return (c.w - 2*textPad) * 1000 / charW }
 
 var (
-	colUpstream = column{8, 180, 24}
-	colPriority = column{228, 190, 26}
-	colLocality = column{458, 260, 22}
-	colEndpoint = column{758, 320, 34}
+	colUpstream = column{8, 170}
+	colPriority = column{208, 230}
+	colLocality = column{468, 290}
+	colEndpoint = column{788, 330}
 	svgWidth    = colEndpoint.x + colEndpoint.w + 8
 )
 
-// Box is a node's rectangle, its text baseline and its traffic bar.
+// Box is a node's rectangle, its text and its traffic bar.
 type Box struct {
 	X, Y, W, H int
 	TextX      int
@@ -56,10 +67,19 @@ type Box struct {
 	// BarW is the width of the bar along the box's foot: traffic × W.
 	BarW int
 	BarY int
-	// Label is the text drawn (shortened to fit), Figure the percentage
-	// after it, Title the full description shown on hover.
-	Label, Figure, Title string
+	// The first line reads Flag (a warning word such as DOWN, in bold),
+	// Label (the name, shortened to fit), Tag (a word in its own colour:
+	// an endpoint's reason, PANIC) and Figure (the traffic). Sub is the
+	// second line of a box two rows high, at SubY. Title is the full
+	// description shown on hover.
+	Flag, Label, Tag, Figure string
+	Sub                      string
+	SubY                     int
+	Title                    string
 }
+
+// text is what a box prints.
+type text struct{ flag, label, tag, figure, sub, title string }
 
 // Band is the curve from a parent node to a child, as wide as its traffic.
 type Band struct {
@@ -75,13 +95,19 @@ type Upstream struct {
 	Namespace, Name string
 	// Split is "none" for the upstream's own split, "class" for what the
 	// clients of the selected locality receive.
-	Split      string
-	Heading    string
-	Notes      []string
-	Badges     []Badge
-	Outcome    string
-	Dropped    uint64
+	Split   string
+	Heading string
+	Notes   []string
+	Badges  []Badge
+	Outcome string
+	Dropped uint64
+	// Spill is the traffic beyond the split's first priority, in
+	// millionths, and Severity its grade (see Severity).
+	Spill      uint64
+	Severity   Severity
 	TotalPanic bool
+	// Down counts the localities with no eligible capacity, drawn or not.
+	Down       int
 	Width      int
 	Height     int
 	Class      string
@@ -98,10 +124,19 @@ type Badge struct{ Class, Text string }
 
 // Priority is one drawn priority.
 type Priority struct {
-	Priority   uint32
-	Load       uint64
-	InPanic    bool
-	Dropped    uint64
+	Priority         uint32
+	Load             uint64
+	Health           uint64
+	ConfiguredWeight uint64
+	EligibleWeight   uint64
+	InPanic          bool
+	Dropped          uint64
+	// Down: no endpoint of the priority is eligible.
+	Down bool
+	// Effective is set when Priority is an effective priority of a client
+	// locality's class: the configured priority and proximity rank it
+	// stands for.
+	Effective  *Effective
 	Class      string
 	Box        Box
 	Band       Band
@@ -109,15 +144,36 @@ type Priority struct {
 	More       *More
 }
 
+// Effective is the (configured priority, rank) pair an effective priority
+// of a class split stands for, and the proximity of that rank.
+type Effective struct {
+	ConfiguredPriority uint32
+	Rank               uint32
+	// Proximity is SameZone, SameRegion, FailoverRegion or OtherRegion;
+	// empty when no zone of the upstream has the rank.
+	Proximity string
+}
+
 // Locality is one drawn locality.
 type Locality struct {
 	Region, Zone, SubZone string
 	Traffic               uint64
-	Class                 string
-	Box                   Box
-	Band                  Band
-	Endpoints             []Endpoint
-	More                  *More
+	// Weight is the locality weight; ConfiguredWeight, SelectableWeight
+	// and EligibleWeight sum the weights of its endpoints that count as
+	// configured, that are selectable and that are eligible.
+	Weight           uint64
+	ConfiguredWeight uint64
+	SelectableWeight uint64
+	EligibleWeight   uint64
+	Availability     uint64
+	// Down: no endpoint of the locality is eligible. It may still carry
+	// traffic in panic.
+	Down      bool
+	Class     string
+	Box       Box
+	Band      Band
+	Endpoints []Endpoint
+	More      *More
 }
 
 // Endpoint is one drawn endpoint.
@@ -126,9 +182,12 @@ type Endpoint struct {
 	Port    uint32
 	Share   uint64
 	Reason  string
-	Class   string
-	Box     Box
-	Band    Band
+	// Signal is the input the reason comes from (weights.Reason.Signal),
+	// lower case; empty for an eligible endpoint.
+	Signal string
+	Class  string
+	Box    Box
+	Band   Band
 }
 
 // More is a row that stands for several nodes not drawn one by one (or,
@@ -142,19 +201,39 @@ type More struct {
 }
 
 // layout places one upstream's split on rows: an endpoint (or a "+N more")
-// per row, a locality spanning its endpoints, a priority its localities.
+// per row, a locality spanning its endpoints (two rows at least, for its
+// second line), a priority its localities.
 type layout struct {
 	row int
+	// reasons finds a reason by the name explain prints.
+	reasons map[string]weights.Reason
+	// spill is the class of the nodes that carry spilled traffic.
+	spill string
 }
 
 func (l *layout) y(row int) int { return top + row*rowH }
 
-// box spans rows [from, l.row) of a column; traffic sets its bar.
-func (l *layout) box(c column, from int, label, figure, title string, traffic uint64) Box {
+// atLeast pads the rows from `from` to n.
+func (l *layout) atLeast(from, n int) { l.row = max(l.row, from+n) }
+
+// box spans rows [from, l.row) of a column; traffic sets its bar. The
+// label is shortened so that the first line fits the box, and the second
+// line is drawn only on a box two rows high.
+func (l *layout) box(c column, from int, t text, traffic uint64) Box {
 	rows := max(l.row-from, 1)
-	b := Box{X: c.x, Y: l.y(from) + 2, W: c.w, H: rows*rowH - 4, TextX: c.x + 6, Label: shorten(label, c.label),
-		Figure: figure, Title: title}
+	b := Box{X: c.x, Y: l.y(from) + 2, W: c.w, H: rows*rowH - 4, TextX: c.x + textPad,
+		Flag: t.flag, Tag: t.tag, Figure: t.figure, Title: t.title}
+	room := c.runes()
+	for _, w := range []string{t.flag, t.tag, t.figure} {
+		if w != "" {
+			room -= utf8.RuneCountInString(w) + 1
+		}
+	}
+	b.Label = shorten(t.label, room)
 	b.TextY = b.Y + 12
+	if rows > 1 && t.sub != "" {
+		b.Sub, b.SubY = shorten(t.sub, c.runes()), b.TextY+lineH
+	}
 	b.BarY = b.Y + b.H - 2
 	b.BarW = int(min(traffic, weights.Million) * uint64(c.w) / weights.Million)
 	return b
@@ -180,7 +259,7 @@ func band(parent, child Box, traffic uint64) Band {
 func classes(base string, flags ...any) string {
 	out := []string{base}
 	for i := 0; i+1 < len(flags); i += 2 {
-		if flags[i+1].(bool) {
+		if flags[i+1].(bool) && flags[i].(string) != "" {
 			out = append(out, flags[i].(string))
 		}
 	}
@@ -189,7 +268,7 @@ func classes(base string, flags ...any) string {
 
 // layoutUpstream draws u: its class split when the report is for a client
 // locality and the class has one of its own, else the upstream's split.
-func layoutUpstream(u explain.Upstream, from *explain.From) Upstream {
+func layoutUpstream(u explain.Upstream, from *explain.From, reasons map[string]weights.Reason) Upstream {
 	split := u.Split
 	out := Upstream{Namespace: u.Namespace, Name: u.Name, Split: "none", Heading: u.Namespace + "/" + u.Name}
 	out.Notes = append(out.Notes, fmt.Sprintf("locality affinity %s; outcome %s; normalized total availability %s",
@@ -197,6 +276,7 @@ func layoutUpstream(u explain.Upstream, from *explain.From) Upstream {
 	if u.SplitBy == "Proxy" {
 		out.Notes = append(out.Notes, "healthAdjustment Proxy: clients apply their own math to the published topology; these are the figures the control plane would use")
 	}
+	var effective map[uint32]Effective
 	if from != nil && u.Class != nil {
 		switch {
 		case u.Class.Split != nil:
@@ -204,21 +284,45 @@ func layoutUpstream(u explain.Upstream, from *explain.From) Upstream {
 			out.Split = "class"
 			out.Badges = append(out.Badges, Badge{"class", "clients in " + from.String()})
 			out.Notes = append(out.Notes, fmt.Sprintf("what clients in %s receive under %s; outcome %s", from, u.Class.Mode, split.Outcome))
+			effective = effectiveOf(u.Class)
+			if n := ranksNote(u.Class); n != "" {
+				out.Notes = append(out.Notes, n)
+			}
 		default:
 			out.Notes = append(out.Notes, fmt.Sprintf("clients in %s receive the upstream's own split: %s", from, u.Class.Reason))
 		}
 	}
 	out.Outcome, out.Dropped, out.TotalPanic = split.Outcome, split.DroppedMillionths, split.TotalPanic
+	for i, pr := range split.Priorities {
+		if i > 0 {
+			out.Spill += pr.Load
+		}
+		for _, loc := range pr.Localities {
+			if eligibleWeight(loc) == 0 {
+				out.Down++
+			}
+		}
+	}
+	out.Spill = min(out.Spill, weights.Million)
+	out.Severity = spillSeverity(out.Spill, u.Policy.OverprovisioningFactor)
 
-	var l layout
-	var spill, panic bool
+	l := layout{reasons: reasons}
+	if out.Spill > 0 {
+		l.spill = "spill " + string(out.Severity)
+		first := priorityName(split.Priorities[0].Priority, effective != nil)
+		out.Notes = append(out.Notes, spillNote(out.Spill, out.Severity, first, u.Policy.OverprovisioningFactor))
+	}
+	var panic bool
 	for pi, pr := range split.Priorities {
 		if pi == MaxPriorities {
 			out.More = more(&l, colPriority, split.Priorities[pi:], func(p explain.Priority) uint64 { return p.Load }, "priorities")
 			break
 		}
-		p := l.priority(pr)
-		spill = spill || pr.Priority > 0 && pr.Load > 0
+		var eff *Effective
+		if e, ok := effective[pr.Priority]; ok {
+			eff = &e
+		}
+		p := l.priority(pr, pi > 0 && pr.Load > 0, eff)
 		panic = panic || pr.InPanic
 		out.Priorities = append(out.Priorities, p)
 	}
@@ -226,17 +330,16 @@ func layoutUpstream(u explain.Upstream, from *explain.From) Upstream {
 		from := l.row
 		l.row++
 		out.Drop = &More{Traffic: split.DroppedMillionths, Class: "more drop",
-			Box: l.box(colPriority, from, "dropped", explain.Percent(split.DroppedMillionths),
-				"traffic that reaches no endpoint (FailClosed panic)", split.DroppedMillionths)}
+			Box: l.box(colPriority, from, text{label: "dropped", figure: explain.Percent(split.DroppedMillionths),
+				title: "traffic that reaches no endpoint (FailClosed panic)"}, split.DroppedMillionths)}
 	}
 	if len(split.Priorities) == 0 {
 		l.row++
 		out.Notes = append(out.Notes, "no endpoints")
 	}
 	served := weights.Million - min(split.DroppedMillionths, weights.Million)
-	out.Box = l.box(colUpstream, 0, out.Heading, explain.Percent(served),
-		fmt.Sprintf("%s: outcome %s, %s served", out.Heading, split.Outcome, explain.Percent(served)), served)
-	out.Box.Figure = ""
+	out.Box = l.box(colUpstream, 0, text{label: out.Heading,
+		title: fmt.Sprintf("%s: outcome %s, %s served", out.Heading, split.Outcome, explain.Percent(served))}, served)
 	out.Class = classes("node upstream", "panic", split.TotalPanic, "drop", split.DroppedMillionths > 0)
 	for i := range out.Priorities {
 		out.Priorities[i].Band = band(out.Box, out.Priorities[i].Box, out.Priorities[i].Load)
@@ -247,8 +350,16 @@ func layoutUpstream(u explain.Upstream, from *explain.From) Upstream {
 	if out.Drop != nil {
 		out.Drop.Band = band(out.Box, out.Drop.Box, out.Drop.Traffic)
 	}
-	if spill {
-		out.Badges = append(out.Badges, Badge{"spill", "spill"})
+	if out.Down > 0 {
+		what := "localities"
+		if out.Down == 1 {
+			what = "locality"
+		}
+		out.Badges = append(out.Badges, Badge{"down", fmt.Sprintf("%d %s down", out.Down, what)})
+	}
+	if out.Spill > 0 {
+		out.Badges = append(out.Badges, Badge{"spill " + string(out.Severity),
+			fmt.Sprintf("spill %s (%s)", explain.Percent(out.Spill), out.Severity)})
 	}
 	if panic || split.TotalPanic {
 		text := "panic"
@@ -264,10 +375,64 @@ func layoutUpstream(u explain.Upstream, from *explain.From) Upstream {
 	return out
 }
 
-func (l *layout) priority(pr explain.Priority) Priority {
-	spill := pr.Priority > 0 && pr.Load > 0
-	p := Priority{Priority: pr.Priority, Load: pr.Load, InPanic: pr.InPanic, Dropped: pr.DroppedMillionths,
-		Class: classes("node priority", "spill", spill, "panic", pr.InPanic, "drop", pr.DroppedMillionths > 0)}
+// priorityName names a priority of the split drawn: an effective priority
+// under a client locality's class.
+func priorityName(p uint32, effective bool) string {
+	if effective {
+		return fmt.Sprintf("eff. priority %d", p)
+	}
+	return fmt.Sprintf("priority %d", p)
+}
+
+// effectiveOf maps each effective priority of a class to the configured
+// priority and rank it stands for.
+func effectiveOf(c *explain.Class) map[uint32]Effective {
+	if len(c.Effective) == 0 {
+		return nil
+	}
+	proximity := map[uint32]string{}
+	for _, r := range c.Ranks {
+		proximity[r.Rank] = r.Proximity // one proximity per rank
+	}
+	m := make(map[uint32]Effective, len(c.Effective))
+	for _, e := range c.Effective {
+		m[e.EffectivePriority] = Effective{ConfiguredPriority: e.ConfiguredPriority, Rank: e.Rank, Proximity: proximity[e.Rank]}
+	}
+	return m
+}
+
+// maxRanksNoted bounds the ranks the note names (a rank per failover region).
+const maxRanksNoted = MaxPriorities
+
+// ranksNote names the proximity of each rank of a class, for the labels
+// "configured P · rank R" of its effective priorities.
+func ranksNote(c *explain.Class) string {
+	var ranks []string
+	seen := map[uint32]bool{}
+	rs := slices.Clone(c.Ranks)
+	slices.SortStableFunc(rs, func(a, b explain.ZoneRank) int { return cmp.Compare(a.Rank, b.Rank) })
+	for _, r := range rs {
+		if seen[r.Rank] {
+			continue
+		}
+		seen[r.Rank] = true
+		if len(ranks) == maxRanksNoted {
+			ranks = append(ranks, "…")
+			break
+		}
+		ranks = append(ranks, fmt.Sprintf("%d %s", r.Rank, r.Proximity))
+	}
+	if len(ranks) == 0 {
+		return ""
+	}
+	return "effective priority = (configured priority, rank); ranks: " + strings.Join(ranks, ", ")
+}
+
+func (l *layout) priority(pr explain.Priority, spill bool, eff *Effective) Priority {
+	p := Priority{Priority: pr.Priority, Load: pr.Load, Health: pr.Health, ConfiguredWeight: pr.ConfiguredWeight,
+		EligibleWeight: pr.EligibleWeight, InPanic: pr.InPanic, Dropped: pr.DroppedMillionths,
+		Down: pr.EligibleWeight == 0, Effective: eff}
+	p.Class = classes("node priority", l.spill, spill, "panic", pr.InPanic, "drop", pr.DroppedMillionths > 0, "down", p.Down)
 	from := l.row
 	for li, loc := range pr.Localities {
 		if li == MaxLocalities {
@@ -279,16 +444,30 @@ func (l *layout) priority(pr explain.Priority) Priority {
 	if len(pr.Localities) == 0 {
 		l.row++
 	}
-	label := fmt.Sprintf("priority %d", pr.Priority)
-	title := fmt.Sprintf("priority %d: health %s, load %s", pr.Priority, explain.Percent(pr.Health), explain.Percent(pr.Load))
+	l.atLeast(from, 2)
+	t := text{label: priorityName(pr.Priority, eff != nil), figure: explain.Percent(pr.Load),
+		sub: fmt.Sprintf("health %s (%d/%d)", explain.Percent(pr.Health), pr.EligibleWeight, pr.ConfiguredWeight)}
+	t.title = fmt.Sprintf("%s: health %s = min(100%%, factor × eligible %d / configured %d), load %s",
+		t.label, explain.Percent(pr.Health), pr.EligibleWeight, pr.ConfiguredWeight, explain.Percent(pr.Load))
+	if eff != nil {
+		t.sub = fmt.Sprintf("configured %d · rank %d", eff.ConfiguredPriority, eff.Rank)
+		t.title += fmt.Sprintf("; configured priority %d, rank %d", eff.ConfiguredPriority, eff.Rank)
+		if eff.Proximity != "" {
+			t.title += " (" + eff.Proximity + ")"
+		}
+	}
+	if p.Down {
+		t.flag = "DOWN"
+		t.title += "; down: no eligible capacity"
+	}
 	if pr.InPanic {
-		label += " PANIC"
-		title += ", in panic"
+		t.tag = "PANIC"
+		t.title += ", in panic"
 	}
 	if pr.DroppedMillionths > 0 {
-		title += ", dropped " + explain.Percent(pr.DroppedMillionths)
+		t.title += ", dropped " + explain.Percent(pr.DroppedMillionths)
 	}
-	p.Box = l.box(colPriority, from, label, explain.Percent(pr.Load), title, pr.Load)
+	p.Box = l.box(colPriority, from, t, pr.Load)
 	for i := range p.Localities {
 		p.Localities[i].Band = band(p.Box, p.Localities[i].Box, p.Localities[i].Traffic)
 	}
@@ -298,43 +477,56 @@ func (l *layout) priority(pr explain.Priority) Priority {
 	return p
 }
 
+// eligibleWeight sums the weights of a locality's eligible endpoints.
+func eligibleWeight(loc explain.Locality) uint64 {
+	var w uint64
+	for _, e := range loc.Endpoints {
+		if e.Eligible {
+			w += e.Weight
+		}
+	}
+	return w
+}
+
 func (l *layout) locality(loc explain.Locality, spill bool) Locality {
 	out := Locality{Region: loc.Region, Zone: loc.Zone, SubZone: loc.SubZone, Traffic: loc.Traffic,
-		Class: classes("node locality", "spill", spill && loc.Traffic > 0)}
+		Weight: loc.LocalityWeight, ConfiguredWeight: loc.ConfiguredWeight, SelectableWeight: loc.SelectableWeight,
+		EligibleWeight: eligibleWeight(loc), Availability: loc.Availability}
+	out.Down = out.EligibleWeight == 0
+	out.Class = classes("node locality", l.spill, spill && loc.Traffic > 0, "down", out.Down)
 	from := l.row
+	ineligible := map[string]int{}
 	for ei, e := range loc.Endpoints {
-		if ei == MaxEndpoints {
-			out.More = more(l, colEndpoint, loc.Endpoints[ei:], func(x explain.Endpoint) uint64 { return x.Share }, "endpoints")
-			break
+		if !e.Eligible {
+			ineligible[e.Reason]++
 		}
-		hp := hostPort(e.Address, e.Port)
-		label, title := hp, fmt.Sprintf("%s weight %d %s: %s", hp, e.Weight, e.AdminState, e.Reason)
-		if e.ReasonFrom != "" {
-			title += " (from " + e.ReasonFrom + ")"
+		if ei >= MaxEndpoints {
+			continue
 		}
-		if e.Reason != "Eligible" {
-			label = shorten(hp, colEndpoint.label-len(e.Reason)-1) + " " + e.Reason
-		}
-		if e.Selectable && !e.Eligible {
-			title += ", selectable in panic"
-		}
-		ep := Endpoint{Address: e.Address, Port: e.Port, Share: e.Share, Reason: e.Reason,
-			Class: classes("node endpoint", "spill", spill && e.Share > 0, "ineligible", !e.Eligible)}
-		row := l.row
-		l.row++
-		ep.Box = l.box(colEndpoint, row, label, explain.Percent(e.Share), title, e.Share)
-		out.Endpoints = append(out.Endpoints, ep)
+		out.Endpoints = append(out.Endpoints, l.endpoint(e, spill))
+	}
+	if len(loc.Endpoints) > MaxEndpoints {
+		out.More = more(l, colEndpoint, loc.Endpoints[MaxEndpoints:], func(x explain.Endpoint) uint64 { return x.Share }, "endpoints")
 	}
 	if len(loc.Endpoints) == 0 {
 		l.row++
 	}
+	l.atLeast(from, 2)
 	name := loc.Region + "/" + loc.Zone
 	if loc.SubZone != "" {
 		name += "/" + loc.SubZone
 	}
-	out.Box = l.box(colLocality, from, name, explain.Percent(loc.Traffic),
-		fmt.Sprintf("%s: availability %s, share in priority %s, traffic %s", name, explain.Percent(loc.Availability),
-			explain.Percent(loc.ShareInPriority), explain.Percent(loc.Traffic)), loc.Traffic)
+	t := text{label: name, figure: explain.Percent(loc.Traffic),
+		sub: fmt.Sprintf("weight %d · avail %s (%d/%d)", loc.LocalityWeight, explain.Percent(loc.Availability),
+			loc.SelectableWeight, loc.ConfiguredWeight)}
+	t.title = fmt.Sprintf("%s: locality weight %d; availability %s = min(100%%, factor × selectable %d / configured %d); "+
+		"eligible weight %d; share in priority %s, traffic %s", name, loc.LocalityWeight, explain.Percent(loc.Availability),
+		loc.SelectableWeight, loc.ConfiguredWeight, out.EligibleWeight, explain.Percent(loc.ShareInPriority), explain.Percent(loc.Traffic))
+	if out.Down {
+		t.flag = "DOWN"
+		t.title += "; down: no eligible capacity (" + l.reasonCounts(ineligible) + ")"
+	}
+	out.Box = l.box(colLocality, from, t, loc.Traffic)
 	for i := range out.Endpoints {
 		out.Endpoints[i].Band = band(out.Box, out.Endpoints[i].Box, out.Endpoints[i].Share)
 	}
@@ -342,6 +534,48 @@ func (l *layout) locality(loc explain.Locality, spill bool) Locality {
 		out.More.Band = band(out.Box, out.More.Box, out.More.Traffic)
 	}
 	return out
+}
+
+// reasonCounts says how many endpoints each reason holds back, in the
+// reasons' declared order.
+func (l *layout) reasonCounts(n map[string]int) string {
+	var parts []string
+	for _, r := range weights.Reasons() {
+		if c := n[r.String()]; c > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c, r))
+		}
+	}
+	if len(parts) == 0 {
+		return "no endpoints"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (l *layout) endpoint(e explain.Endpoint, spill bool) Endpoint {
+	hp := hostPort(e.Address, e.Port)
+	t := text{label: hp, figure: explain.Percent(e.Share), title: fmt.Sprintf("%s weight %d %s: %s", hp, e.Weight, e.AdminState, e.Reason)}
+	if e.ReasonFrom != "" {
+		t.title += " (from " + e.ReasonFrom + ")"
+	}
+	ep := Endpoint{Address: e.Address, Port: e.Port, Share: e.Share, Reason: e.Reason}
+	var reasonClasses string
+	if !e.Eligible {
+		t.tag = e.Reason
+		reasonClasses = "reason-unknown"
+		if r, ok := l.reasons[e.Reason]; ok {
+			ep.Signal = signalName(r)
+			reasonClasses = reasonClass(r) + " signal-" + ep.Signal
+			t.title += "; signal " + ep.Signal
+		}
+	}
+	if e.Selectable && !e.Eligible {
+		t.title += ", selectable in panic"
+	}
+	ep.Class = classes("node endpoint", l.spill, spill && e.Share > 0, "ineligible", !e.Eligible, reasonClasses, !e.Eligible)
+	row := l.row
+	l.row++
+	ep.Box = l.box(colEndpoint, row, t, e.Share)
+	return ep
 }
 
 // more is one row summing the traffic of the nodes that are not drawn.
@@ -352,8 +586,8 @@ func more[T any](l *layout, c column, rest []T, traffic func(T) uint64, what str
 	}
 	from := l.row
 	l.row++
-	m.Box = l.box(c, from, fmt.Sprintf("+%d more %s", m.Count, what), explain.Percent(m.Traffic),
-		fmt.Sprintf("%d more %s, not drawn one by one, carry %s", m.Count, what, explain.Percent(m.Traffic)), m.Traffic)
+	m.Box = l.box(c, from, text{label: fmt.Sprintf("+%d more %s", m.Count, what), figure: explain.Percent(m.Traffic),
+		title: fmt.Sprintf("%d more %s, not drawn one by one, carry %s", m.Count, what, explain.Percent(m.Traffic))}, m.Traffic)
 	return m
 }
 

@@ -46,15 +46,20 @@ type data struct {
 	Next      string
 	Range     string
 	PerPage   int
+	// Reasons is the key of the reasons an endpoint is not eligible.
+	Reasons []ReasonKey
+	// Spills is the key of the grades of a spill.
+	Spills []SpillKey
 }
 
 func (v View) data() data {
-	d := data{View: v, Zones: zones(v.Report), PerPage: PerPage}
+	d := data{View: v, Zones: zones(v.Report), PerPage: PerPage, Reasons: reasonKeys(), Spills: spillKeys()}
 	if v.Report.From != nil {
 		d.From = v.Report.From.String()
 	}
+	reasons := reasonsByName()
 	for _, u := range v.Report.Upstreams {
-		d.Upstreams = append(d.Upstreams, layoutUpstream(u, v.Report.From))
+		d.Upstreams = append(d.Upstreams, layoutUpstream(u, v.Report.From, reasons))
 	}
 	if v.Total > 0 {
 		d.Range = fmt.Sprintf("upstreams %d–%d of %d", v.First+1, v.First+len(v.Report.Upstreams), v.Total)

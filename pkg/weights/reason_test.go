@@ -16,6 +16,9 @@ func TestEveryReasonIsClassified(t *testing.T) {
 		if _, _, ok := r.classify(); !ok {
 			t.Errorf("reason %d (%s) has no case in classify", r, r)
 		}
+		if s := r.Signal(); s.String() == "Invalid" {
+			t.Errorf("reason %s: signal %d has no name in signalNames", r, s)
+		}
 	}
 	if _, _, ok := reasonCount.classify(); ok {
 		t.Errorf("classify accepts reasonCount, which is no reason")

@@ -13,6 +13,10 @@ var (
 		ReasonDraining: "Draining", ReasonProbeUnhealthy: "ProbeUnhealthy",
 		ReasonCircuitOpen: "CircuitOpen", ReasonOutlierEjected: "OutlierEjected",
 	}
+	signalNames = [...]string{
+		SignalNone: "None", SignalScope: "Scope", SignalAdmin: "Admin",
+		SignalProbe: "Probe", SignalCircuit: "Circuit", SignalOutlier: "Outlier",
+	}
 )
 
 func name(names []string, i int) string {
@@ -30,3 +34,4 @@ func (m PanicMode) String() string        { return name(panicNames[:], int(m)) }
 func (d DrainingCapacity) String() string { return name(drainNames[:], int(d)) }
 func (o Outcome) String() string          { return name(outcomeNames[:], int(o)) }
 func (r Reason) String() string           { return name(reasonNames[:], int(r)) }
+func (s Signal) String() string           { return name(signalNames[:], int(s)) }

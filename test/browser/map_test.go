@@ -238,7 +238,7 @@ func TestTrafficMapDrawsExplainLive(t *testing.T) {
 	}
 	// Priority 1 carries 2 %: the example already spills, without panic.
 	pr := p.Upstreams[0].Priorities
-	if !slices.Equal(p.Upstreams[0].Badges, []string{"spill"}) || !strings.Contains(pr[1].Class, "spill") || strings.Contains(pr[0].Class, "spill") {
+	if !slices.Equal(p.Upstreams[0].Badges, []string{"spill 2.0000% (headroom)"}) || !strings.Contains(pr[1].Class, "spill") || strings.Contains(pr[0].Class, "spill") {
 		t.Errorf("checkout: badges %v, priority classes %q, %q; want a spill at priority 1 only", p.Upstreams[0].Badges, pr[0].Class, pr[1].Class)
 	}
 	if pr[0].BandStroke == pr[1].BandStroke {
@@ -268,9 +268,10 @@ func TestTrafficMapDrawsExplainLive(t *testing.T) {
 		t.Error("the page was reloaded; it must update in place")
 	}
 	pr = p.Upstreams[0].Priorities
-	if !slices.Equal(p.Upstreams[0].Badges, []string{"spill", "total panic"}) || !strings.Contains(pr[0].Class, "panic") ||
+	badges := []string{"2 localities down", "spill " + explain.Percent(spillOf(want.Upstreams[0].Split)) + " (degraded)", "total panic"}
+	if !slices.Equal(p.Upstreams[0].Badges, badges) || !strings.Contains(pr[0].Class, "panic") ||
 		!strings.Contains(pr[1].Class, "spill") || !strings.Contains(pr[1].Class, "panic") {
-		t.Errorf("after the change: badges %v, priority classes %q, %q; want panic at both and spill at 1", p.Upstreams[0].Badges, pr[0].Class, pr[1].Class)
+		t.Errorf("after the change: badges %v, priority classes %q, %q; want badges %v, panic at both and spill at 1", p.Upstreams[0].Badges, pr[0].Class, pr[1].Class, badges)
 	}
 	screenshot(t, ctx, "checkout-spill-panic.png")
 

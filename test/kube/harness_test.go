@@ -306,18 +306,26 @@ type edsStream struct {
 	err       error // why the stream ended, once it has
 }
 
-// watchEDS opens an edsStream as node; it is closed when the test ends.
+// watchEDS opens an edsStream as node over a plaintext connection; it is
+// closed when the test ends.
 func watchEDS(t *testing.T, xdsAddr string, node *core.Node, clusters ...string) *edsStream {
 	t.Helper()
 	conn, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { conn.Close() })
+	return watchEDSOn(t, conn, node, clusters...)
+}
+
+// watchEDSOn opens an edsStream as node over conn (which may carry call
+// credentials); the stream is closed when the test ends.
+func watchEDSOn(t *testing.T, conn *grpc.ClientConn, node *core.Node, clusters ...string) *edsStream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stream, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		cancel()
-		conn.Close()
 		t.Fatalf("node %s: %v", node.GetId(), err)
 	}
 	w := &edsStream{node: node, clas: map[string]*endpointv3.ClusterLoadAssignment{}}
@@ -332,7 +340,6 @@ func watchEDS(t *testing.T, xdsAddr string, node *core.Node, clusters ...string)
 	t.Cleanup(func() {
 		cancel()
 		<-done
-		conn.Close()
 	})
 	return w
 }

@@ -1,17 +1,28 @@
 package kube_test
 
 import (
+	"context"
 	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+	"google.golang.org/grpc"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/kubestatus"
+	"poise.dev/poise/pkg/outlier"
 	"poise.dev/poise/test/splitcheck"
 	"poise.dev/poise/test/testkit"
 )
@@ -184,4 +195,225 @@ func TestFleetOutlierDetectionAcrossReplicas(t *testing.T) {
 		return st == nil, fmt.Sprintf("%+v", st)
 	})
 	waitEvents(t, ns, "Upstream/echo Normal OutlierReturned")
+}
+
+// reportLoads opens an LRS stream over conn as node and, until the test
+// ends, reports every period the given requests per endpoint of cluster
+// ("address:port" → successes, errors), as a client does once an interval.
+func reportLoads(t *testing.T, conn *grpc.ClientConn, node *core.Node, cluster string, loads map[string][2]uint64, period time.Duration) {
+	t.Helper()
+	stats := &endpointv3.ClusterStats{ClusterName: cluster, UpstreamLocalityStats: []*endpointv3.UpstreamLocalityStats{{}}}
+	for _, hp := range slices.Sorted(maps.Keys(loads)) {
+		host, port, _ := net.SplitHostPort(hp)
+		p, _ := strconv.ParseUint(port, 10, 32)
+		se := loads[hp]
+		stats.UpstreamLocalityStats[0].UpstreamEndpointStats = append(stats.UpstreamLocalityStats[0].UpstreamEndpointStats, &endpointv3.UpstreamEndpointStats{
+			Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+				Address: host, PortSpecifier: &core.SocketAddress_PortValue{PortValue: uint32(p)}}}},
+			TotalIssuedRequests: se[0] + se[1], TotalSuccessfulRequests: se[0], TotalErrorRequests: se[1]})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	stream, err := lrs.NewLoadReportingServiceClient(conn).StreamLoadStats(ctx)
+	if err != nil {
+		close(done)
+		t.Fatal(err)
+	}
+	if err := stream.Send(&lrs.LoadStatsRequest{Node: node, ClusterStats: []*endpointv3.ClusterStats{stats}}); err != nil {
+		close(done)
+		t.Fatalf("LRS as %s: %v", node.GetId(), err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		close(done)
+		t.Fatalf("LRS as %s: %v", node.GetId(), err)
+	}
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if err := stream.Send(&lrs.LoadStatsRequest{ClusterStats: []*endpointv3.ClusterStats{stats}}); err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("LRS as %s: %v", node.GetId(), err)
+					}
+					return
+				}
+			}
+		}
+	}()
+}
+
+// sharedFailing is what each replica's share says of an endpoint of
+// upstream: its failing reporters and their instance set, by replica.
+func sharedFailing(t *testing.T, ns, upstream, address string, port uint32) map[string]outlier.EndpointSummary {
+	t.Helper()
+	shares := &kubestatus.Shares{Writer: k8s, Reader: k8s, Namespace: ns, Lease: "poise-status-writer"}
+	list, err := shares.List(t.Context(), time.Now(), 5*time.Second, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]outlier.EndpointSummary{}
+	for _, s := range list {
+		sh, err := outlier.DecodeShared(s.Payload)
+		if err != nil {
+			t.Fatalf("replica %s's share: %v", s.Replica, err)
+		}
+		for _, e := range sh.Upstreams[upstream].Endpoints {
+			if e.Address == address && e.Port == port && e.Failing > 0 {
+				out[s.Replica] = e
+			}
+		}
+	}
+	return out
+}
+
+// TestOneInstanceIsOneReporterAcrossReplicas: minReporters counts workload
+// instances across replicas. Two replicas verify client certificates
+// (mTLS); minReporters is 2. One certificate reports errors on endpoint x
+// to both replicas under two node IDs: both replicas' shares carry its
+// failures, whose sum would have reached minReporters, and nothing is
+// ejected for a window and more. Then two other certificates of the same
+// service account (two pods of a Deployment), one on each replica, report
+// errors on endpoint y: y is ejected, on both replicas, and x still not.
+func TestOneInstanceIsOneReporterAcrossReplicas(t *testing.T) {
+	ns := namespace(t)
+	ca := newTokenCA(t)
+	od := &v1alpha1.OutlierDetection{ErrorPercent: new(int32(20)), MinRequestVolume: new(int32(100)), MinReporters: new(int32(2)),
+		BaseEjectionTime: &metav1.Duration{Duration: 30 * time.Second}, MaxEjectionTime: &metav1.Duration{Duration: time.Minute}, MaxEjectionPercent: new(int32(50))}
+	var eps []v1alpha1.Endpoint
+	for i := range 4 {
+		eps = append(eps, v1alpha1.Endpoint{Address: "127.0.0.1", Port: int32(20001 + i)})
+	}
+	for _, o := range []client.Object{
+		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{
+			AddressPolicy: &v1alpha1.AddressPolicy{AllowLoopback: true}, LoadReporting: &v1alpha1.LoadReporting{Interval: &metav1.Duration{Duration: time.Second}},
+			OutlierDetection: od}},
+		&v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}, Spec: v1alpha1.EndpointSetSpec{Upstream: "echo", Locality: v1alpha1.LocalityID{Zone: "a"}, Endpoints: eps}},
+	} {
+		if err := k8s.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const bucket = 500 * time.Millisecond // a 3 s window, decided twice a second
+	const window = 6 * bucket
+	tune := func(name string) func(*controlplane.Config) {
+		return func(c *controlplane.Config) {
+			c.ReplicaName, c.LoadReportBucket = name, bucket
+			c.TLS, c.XDSAuth = ca.mtls(), []string{controlplane.AuthMTLS}
+		}
+	}
+	one := startPlaneWith(t, ns, "one", tune("one"))
+	testkit.Eventually(t, 10*time.Second, "plane one leads", func() (bool, string) { return one.leads(), one.logs.tail(5) })
+	two := startPlaneWith(t, ns, "two", tune("two"))
+
+	cluster, upstream := ns+"/echo", ns+"/echo"
+	hostPort := func(e v1alpha1.Endpoint) string { return net.JoinHostPort(e.Address, strconv.Itoa(int(e.Port))) }
+	// 50 requests an interval on every endpoint; 30 of them fail on bad
+	failingOn := func(bad v1alpha1.Endpoint) map[string][2]uint64 {
+		m := map[string][2]uint64{}
+		for _, e := range eps {
+			m[hostPort(e)] = [2]uint64{50, 0}
+		}
+		m[hostPort(bad)] = [2]uint64{20, 30}
+		return m
+	}
+	x, y := eps[0], eps[1]
+	ejectedNow := func() []string {
+		var out []string
+		if st := outlierStatusOf(t, ns, "echo"); st != nil {
+			for _, e := range st.Ejected {
+				out = append(out, fmt.Sprintf("%s:%d (%s)", e.Address, e.Port, e.Origin))
+			}
+		}
+		return out
+	}
+
+	// one certificate, two node IDs, two replicas
+	a := ca.workloadCert(t, ns, "checkout")
+	reportLoads(t, ca.dialCert(t, one.addrs.XDS, a), claims("checkout-a.on-one", ns, "checkout"), cluster, failingOn(x), bucket/2)
+	reportLoads(t, ca.dialCert(t, two.addrs.XDS, a), claims("checkout-a.on-two", ns, "checkout"), cluster, failingOn(x), bucket/2)
+	start := time.Now()
+	testkit.Eventually(t, 15*time.Second, "both replicas share the certificate's failures on x", func() (bool, string) {
+		got := sharedFailing(t, ns, upstream, x.Address, uint32(x.Port))
+		var failing, requests, errs uint64
+		for _, e := range got {
+			failing += e.Failing
+			requests += e.Requests
+			errs += e.Errors
+		}
+		// the rule before instances were counted: the replicas' sum
+		summed := failing >= 2 && requests >= 100 && errs*100 >= requests*20
+		one, two := got["one"], got["two"]
+		same := len(one.Instances) == 1 && slices.Equal(one.Instances, two.Instances)
+		return summed && same, fmt.Sprintf("%+v", got)
+	})
+	t.Logf("both shares hold one instance failing on x %v after the reports began; the replicas' failing reporters add up to 2",
+		time.Since(start).Round(time.Millisecond))
+	// a window and four evaluations on that evidence: nothing is ejected
+	for end := time.Now().Add(window + 4*bucket); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if got := ejectedNow(); len(got) > 0 {
+			t.Fatalf("one certificate on two replicas ejected %v", got)
+		}
+	}
+	for _, p := range []*plane{one, two} {
+		rep, err := p.explainOf(ns, "echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range rep.Upstreams {
+			for _, pr := range u.Priorities {
+				for _, l := range pr.Localities {
+					for _, e := range l.Endpoints {
+						if !e.Eligible {
+							t.Fatalf("plane %s: %s:%d not eligible: %s (from %s)", p.name, e.Address, e.Port, e.Reason, e.ReasonFrom)
+						}
+					}
+				}
+			}
+		}
+	}
+
+	// two certificates of one service account, one on each replica
+	reportLoads(t, ca.dialCert(t, one.addrs.XDS, ca.workloadCert(t, ns, "checkout")), claims("checkout-b", ns, "checkout"), cluster, failingOn(y), bucket/2)
+	reportLoads(t, ca.dialCert(t, two.addrs.XDS, ca.workloadCert(t, ns, "checkout")), claims("checkout-c", ns, "checkout"), cluster, failingOn(y), bucket/2)
+	start = time.Now()
+	testkit.Eventually(t, 15*time.Second, "y ejected", func() (bool, string) {
+		st := outlierStatusOf(t, ns, "echo")
+		return st != nil && len(st.Ejected) > 0, fmt.Sprint(ejectedNow())
+	})
+	took := time.Since(start)
+	st := outlierStatusOf(t, ns, "echo")
+	if len(st.Ejected) != 1 || st.Ejected[0].Port != y.Port {
+		t.Fatalf("ejected %v, want y (port %d) alone", ejectedNow(), y.Port)
+	}
+	// y: a and b on plane one, a and c on plane two
+	if o := st.Ejected[0].Origin; !strings.HasPrefix(o, "load reports: 4 clients, at least 2 failing, ") {
+		t.Errorf("origin %q", o)
+	}
+	t.Logf("two certificates on two replicas: y ejected %v after their reports began: %s", took.Round(time.Millisecond), st.Ejected[0].Origin)
+	for _, p := range []*plane{one, two} {
+		p.waitExplain(t, ns, "echo", "plane "+p.name+" publishes y's ejection", func(u explain.Upstream) (bool, string) {
+			for _, pr := range u.Priorities {
+				for _, l := range pr.Localities {
+					for _, e := range l.Endpoints {
+						if e.Port == uint32(y.Port) {
+							return !e.Eligible && e.Reason == "OutlierEjected", fmt.Sprintf("%+v", e)
+						}
+					}
+				}
+			}
+			return false, "y not explained"
+		})
+	}
+	// x, failing on both replicas all along, still is not
+	for end := time.Now().Add(4 * bucket); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if got := ejectedNow(); len(got) != 1 {
+			t.Fatalf("ejected %v, want y alone", got)
+		}
+	}
 }

@@ -35,9 +35,11 @@ import (
 )
 
 // tokenCA is the certificate authority of one test: the plane's serving
-// certificate for 127.0.0.1, and the pool its clients trust (caFile, the
-// same as PEM, for clients that read a file).
+// certificate for 127.0.0.1, the pool its clients trust (caFile, the same
+// as PEM, for clients that read a file, and for planes that verify client
+// certificates).
 type tokenCA struct {
+	ca     *testkit.CA
 	pool   *x509.CertPool
 	caFile string
 	files  *server.TLS
@@ -48,7 +50,33 @@ func newTokenCA(t *testing.T) *tokenCA {
 	ca := testkit.NewCA(t, "poise test CA")
 	dir := t.TempDir()
 	certFile, keyFile := testkit.WriteFiles(t, dir, "server", ca.Issue(t, x509.ExtKeyUsageServerAuth, time.Now().Add(time.Hour)))
-	return &tokenCA{pool: ca.Pool(), caFile: ca.WriteCA(t, dir), files: &server.TLS{CertFile: certFile, KeyFile: keyFile}}
+	return &tokenCA{ca: ca, pool: ca.Pool(), files: &server.TLS{CertFile: certFile, KeyFile: keyFile}, caFile: ca.WriteCA(t, dir)}
+}
+
+// mtls is the plane's TLS when it verifies client certificates from this CA.
+func (c *tokenCA) mtls() *server.TLS {
+	f := *c.files
+	f.ClientCAFile = c.caFile
+	return &f
+}
+
+// workloadCert is a client certificate with the SPIFFE ID of service
+// account sa in namespace ns: one workload instance.
+func (c *tokenCA) workloadCert(t *testing.T, ns, sa string) tls.Certificate {
+	t.Helper()
+	return c.ca.Issue(t, x509.ExtKeyUsageClientAuth, time.Now().Add(time.Hour), "spiffe://cluster.local/ns/"+ns+"/sa/"+sa)
+}
+
+// dialCert is a mutual-TLS connection to addr with the client certificate.
+func (c *tokenCA) dialCert(t *testing.T, addr string, cert tls.Certificate) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(
+		&tls.Config{RootCAs: c.pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert}})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
 
 // bearer sends a token as gRPC call credentials, which grpc-go refuses to

@@ -39,9 +39,11 @@ var layers = []struct {
 		"pkg/weights",
 		"pkg/xds/xdstype",
 	}},
-	// The share math run again per client locality.
+	// The share math run again per client locality; the token verifier's
+	// questions answered from tables, for tests.
 	{"affinity", []string{
 		"pkg/affinity",
+		"pkg/identity/identitytest",
 	}},
 	// The single-writer model every source feeds and every reader reads.
 	{"model", []string{

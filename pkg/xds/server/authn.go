@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -21,19 +23,60 @@ import (
 // or counts anything, so no method can be served without it. The node's
 // claims are checked against the identity on every request that carries a
 // node, in the same place (the stream's RecvMsg, the unary request).
+//
+// A stream's proof holds until its identity's Expires: a certificate's
+// NotAfter, or for a token the end of its review (the verifier's review
+// interval after TokenReview accepted it) or its exp, whichever is first.
+// There the stream proves itself again with the credentials it was opened
+// with (keepProving): a token whose review ended is reviewed again (one
+// TokenReview per token, however many streams present it: the verifier's
+// cache and its single flight), and the stream goes on while it is accepted;
+// a token refused (its pod deleted), a token or certificate past its own
+// expiry, or an apiserver that cannot be asked ends the stream with the
+// refusal, counted and logged as any refusal is.
 
 type identityKey struct{}
+
+// proven is the identity of a call, as last proven: a stream's expiry moves
+// on each time it proves itself again.
+type proven struct {
+	id      identity.Identity
+	expires atomic.Int64 // Unix nanoseconds of id.Expires as renewed; 0 while not renewed
+}
+
+func newProven(id identity.Identity) *proven { return &proven{id: id} }
+
+// identity is the identity with its current expiry.
+func (p *proven) identity() identity.Identity {
+	id := p.id
+	if ns := p.expires.Load(); ns != 0 {
+		id.Expires = time.Unix(0, ns)
+	}
+	return id
+}
+
+// renew moves the expiry to until.
+func (p *proven) renew(until time.Time) { p.expires.Store(until.UnixNano()) }
 
 // IdentityFrom is the identity the server proved for the client of the
 // RPC of ctx (anonymous when the server authenticates no one), and whether
 // ctx is that of one of its RPCs.
 func IdentityFrom(ctx context.Context) (identity.Identity, bool) {
-	id, ok := ctx.Value(identityKey{}).(identity.Identity)
-	return id, ok
+	p, ok := ctx.Value(identityKey{}).(*proven)
+	if !ok {
+		return identity.Identity{}, false
+	}
+	return p.identity(), true
 }
 
-// errExpired is the cause of a stream's context when its identity's proof
-// expires: the stream then ends with Unauthenticated.
+// provenFrom is the proof of the RPC of ctx, or nil.
+func provenFrom(ctx context.Context) *proven {
+	p, _ := ctx.Value(identityKey{}).(*proven)
+	return p
+}
+
+// errExpired is why a stream ends when its proof expires: it ends with
+// Unauthenticated.
 var errExpired = &identity.Error{Reason: identity.ReasonExpired, Detail: "credentials expired; reconnect with fresh ones"}
 
 // authenticate is the identity of the client of the RPC of ctx, or the
@@ -65,20 +108,70 @@ func (x *xdsServer) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 	if err != nil {
 		return err
 	}
-	ctx := context.WithValue(ss.Context(), identityKey{}, id)
+	p := newProven(id)
+	ctx, end := context.WithCancelCause(context.WithValue(ss.Context(), identityKey{}, p))
+	defer end(nil)
 	if !id.Expires.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadlineCause(ctx, id.Expires, errExpired)
-		defer cancel()
+		stop := x.keepProving(ss.Context(), info.FullMethod, p, end)
+		defer stop()
 	}
 	label := x.clients.identityOpened(id)
 	defer x.clients.identityClosed(label)
 	err = handler(srv, &authedStream{ServerStream: ss, ctx: ctx, x: x, id: id, method: info.FullMethod})
-	if context.Cause(ctx) == errExpired && ss.Context().Err() == nil {
-		x.clients.refused(ss.Context(), info.FullMethod, id, fmt.Errorf("%w at %s", errExpired, id.Expires.UTC().Format(time.RFC3339)))
-		return refusal(errExpired)
+	if cause := context.Cause(ctx); cause != nil && ss.Context().Err() == nil {
+		return refusal(cause) // keepProving ended the stream
 	}
 	return err
+}
+
+// keepProving proves a stream's identity again each time its proof expires,
+// from the credentials of the stream's call (callCtx), until stop: it renews
+// p while the same identity is proven and not yet expired again, and ends
+// the stream with the refusal otherwise, counted and logged under its reason.
+// Between proofs it holds a timer, not a goroutine.
+func (x *xdsServer) keepProving(callCtx context.Context, method string, p *proven, end context.CancelCauseFunc) (stop func()) {
+	var (
+		mu      sync.Mutex
+		timer   *time.Timer
+		stopped bool
+	)
+	prove := func() {
+		if callCtx.Err() != nil {
+			return // the client is gone
+		}
+		was := p.identity()
+		id, err := x.authn.Authenticate(callCtx)
+		now := time.Now()
+		switch {
+		case err == nil && (id.Principal() != was.Principal() || id.Instance != was.Instance):
+			err = fmt.Errorf("%w: the credentials now prove %s (%s), not %s (%s)", errExpired, id.Principal(), id.Instance, was.Principal(), was.Instance)
+		case err == nil && !id.Expires.After(now):
+			err = fmt.Errorf("%w at %s", errExpired, id.Expires.UTC().Format(time.RFC3339))
+		case identity.ReasonOf(err) == identity.ReasonExpired:
+			err = fmt.Errorf("%w: %w", errExpired, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		if err != nil {
+			x.clients.refused(callCtx, method, was, err)
+			end(err)
+			return
+		}
+		p.renew(id.Expires)
+		timer.Reset(time.Until(id.Expires))
+	}
+	mu.Lock()
+	timer = time.AfterFunc(time.Until(p.id.Expires), prove)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		timer.Stop()
+	}
 }
 
 func (x *xdsServer) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -91,7 +184,7 @@ func (x *xdsServer) authUnary(ctx context.Context, req any, info *grpc.UnaryServ
 			return nil, err
 		}
 	}
-	return handler(context.WithValue(ctx, identityKey{}, id), req)
+	return handler(context.WithValue(ctx, identityKey{}, newProven(id)), req)
 }
 
 // checkClaims refuses a node whose claims its identity does not back.

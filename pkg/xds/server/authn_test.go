@@ -143,7 +143,12 @@ func (s *authServer) refused(reason identity.Reason) float64 {
 // call calls one method of the server as a client would, with the node,
 // and returns the status the call ends with (nil: it was answered).
 func call(conn *grpc.ClientConn, method string, stream bool, node *core.Node) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	return callIn(context.Background(), conn, method, stream, node)
+}
+
+// callIn is call in ctx, which may carry call metadata.
+func callIn(parent context.Context, conn *grpc.ClientConn, method string, stream bool, node *core.Node) error {
+	ctx, cancel := context.WithTimeout(parent, 5*time.Second)
 	defer cancel()
 	var req, resp any
 	switch {

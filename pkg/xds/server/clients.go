@@ -51,9 +51,17 @@ type Client struct {
 	UserAgent string `json:"userAgent"`
 	Kind      string `json:"kind"`
 	Rendering string `json:"rendering"`
-	// Zone is the node's locality class as it claims it: "region/zone", or
-	// the region alone when it names no zone (xdscache.ZoneKey).
-	Zone string `json:"zone,omitempty"`
+	// Zone is the locality class the client is placed in: "region/zone", or
+	// the region alone when there is no zone (xdscache.ClassKey). ZoneFrom
+	// says what decided it: "identity" (its proven identity names its
+	// locality: a pod-bound token's pod's node) or "node" (its node's
+	// claim, where the identity names none). ClaimedZone is the node's
+	// claim when the identity placed the client elsewhere.
+	Zone        string    `json:"zone,omitempty"`
+	ZoneFrom    string    `json:"zoneFrom,omitempty"`
+	ClaimedZone string    `json:"claimedZone,omitempty"`
+	placement   placement // where its identity places it
+	proof       *proven   // its identity as last proven (nil: anonymous)
 	// Class is the class whose variants the cache sends it: Zone, or its
 	// region when zone classes are over their bound (ClassNote says so), or
 	// none when region classes are over theirs too.
@@ -229,6 +237,9 @@ func (c *Clients) List() []Client {
 		cp.Features = slices.Clone(cl.Features)
 		if cl.Identity != nil {
 			id := *cl.Identity
+			if cl.proof != nil {
+				id.Expires = cl.proof.identity().Expires
+			}
 			cp.Identity = &id
 		}
 		out = append(out, cp)
@@ -375,7 +386,7 @@ func (c *Clients) identify(cl *Client, n *core.Node) {
 	}
 	cl.NodeID, cl.Cluster, cl.UserAgent, cl.Kind = truncate(n.GetId(), maxNodeField), truncate(n.GetCluster(), maxNodeField),
 		truncate(n.GetUserAgentName(), maxNodeField), kind
-	cl.Zone = truncate(xdscache.ZoneKey(n), maxNodeField)
+	cl.placeZone(n)
 	features := n.GetClientFeatures()
 	cl.Features = make([]string, 0, min(len(features), maxNodeFeatures))
 	for _, f := range features[:min(len(features), maxNodeFeatures)] {
@@ -391,6 +402,27 @@ func (c *Clients) identify(cl *Client, n *core.Node) {
 		cl.DemandNote = fmt.Sprintf("metadata %s is not an integer 1..%d; counted as 1", xdscache.DemandWeightKey, affinity.MaxDemandWeight)
 	} else if cl.demandCap > 0 && w > cl.demandCap {
 		cl.DemandNote = fmt.Sprintf("metadata %s claims %d; capped at %d, the demand its identity is granted", xdscache.DemandWeightKey, w, cl.demandCap)
+	}
+}
+
+// Where a client's zone comes from (Client.ZoneFrom).
+const (
+	ZoneFromIdentity = "identity"
+	ZoneFromNode     = "node"
+)
+
+// placeZone records the client's zone, where it comes from, and the node's
+// claim when the identity placed it elsewhere.
+func (cl *Client) placeZone(n *core.Node) {
+	claimed := truncate(xdscache.ZoneKey(n), maxNodeField)
+	switch {
+	case cl.placement.proven:
+		cl.Zone, cl.ZoneFrom = truncate(cl.placement.class(n), maxNodeField), ZoneFromIdentity
+		if claimed != cl.Zone {
+			cl.ClaimedZone = claimed
+		}
+	case claimed != "":
+		cl.Zone, cl.ZoneFrom = claimed, ZoneFromNode
 	}
 }
 

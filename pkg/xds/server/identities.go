@@ -21,10 +21,15 @@ type ClientIdentity struct {
 	Method    string `json:"method"`
 	// Instance tells the workload instances of one principal apart: a pod
 	// (from its token) or a client certificate.
-	Instance string    `json:"instance,omitempty"`
-	SPIFFEID string    `json:"spiffeId,omitempty"`
-	Pod      string    `json:"pod,omitempty"`
-	Expires  time.Time `json:"expires,omitzero"`
+	Instance string `json:"instance,omitempty"`
+	SPIFFEID string `json:"spiffeId,omitempty"`
+	// Pod is the pod a token is bound to, Node the node it runs on.
+	Pod  string `json:"pod,omitempty"`
+	Node string `json:"node,omitempty"`
+	// Expires is when the proof ends unless the stream proves itself
+	// again: a certificate's NotAfter, or the end of a token's review (or
+	// its expiry, when sooner), moved on at each review that accepts it.
+	Expires time.Time `json:"expires,omitzero"`
 	// ClaimedNamespace is the namespace the node claims (node metadata
 	// NAMESPACE or poise.dev/namespace) when it is not the proven one.
 	ClaimedNamespace string `json:"claimedNamespace,omitempty"`
@@ -111,12 +116,14 @@ func (c *Clients) identityClosed(label string) {
 	c.metrics.IdentityStreams.DeleteLabelValues(label)
 }
 
-// setIdentity records who stream k's client proved to be; an anonymous
-// client shows none.
-func (c *Clients) setIdentity(k streamKey, id identity.Identity) {
-	if id.Anonymous() {
+// setIdentity records who stream k's client proved to be (p, whose expiry
+// moves on as the stream proves itself again), and where that places it; an
+// anonymous client shows none.
+func (c *Clients) setIdentity(k streamKey, p *proven) {
+	if p == nil || p.id.Anonymous() {
 		return
 	}
+	id := p.identity()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cl := c.streams[k]; cl != nil {
@@ -126,7 +133,9 @@ func (c *Clients) setIdentity(k streamKey, id identity.Identity) {
 		if id.Pod.Name != "" {
 			ci.Pod = truncate(id.Pod.Namespace+"/"+id.Pod.Name, maxNodeField)
 		}
+		ci.Node = truncate(id.Node, maxNodeField)
 		cl.Identity = ci
+		cl.proof, cl.placement = p, placed(id)
 	}
 }
 

@@ -92,7 +92,9 @@ func (x *xdsServer) loadStats(ss grpc.ServerStream) error {
 // recvLoadStats reads the stream's requests. An authenticated client
 // reports as its workload instance, whatever node IDs it names, so several
 // streams or node IDs of one instance count once; and only on the clusters
-// its audience may read. An anonymous client reports as its node.
+// its audience may read. An anonymous client reports as its node. The
+// reporter's region and zone are where its identity places it, else its
+// node's claim (placement.go).
 func (x *xdsServer) recvLoadStats(ss grpc.ServerStream, id identity.Identity, aud Audience) error {
 	var st *loadreport.Stream
 	defer func() {
@@ -109,8 +111,8 @@ func (x *xdsServer) recvLoadStats(ss grpc.ServerStream, id identity.Identity, au
 		now := time.Now()
 		if st == nil {
 			node := req.GetNode()
-			l := node.GetLocality()
-			who := loadreport.Reporter{ID: node.GetId(), Region: l.GetRegion(), Zone: l.GetZone()}
+			who := loadreport.Reporter{ID: node.GetId()}
+			who.Region, who.Zone = placed(id).locality(node)
 			if !id.Anonymous() {
 				who.ID = id.Instance
 			}

@@ -56,9 +56,12 @@ type Config struct {
 	// Authenticator, when set, resolves who the client of every RPC (ADS,
 	// the per-type services, SotW, Delta, Fetch and LRS) is before its
 	// handler runs, refuses those it cannot prove, and binds the node's
-	// namespace and service-account claims to the identity; a stream ends
-	// when its proof expires. The identity is on the RPC's context
-	// (IdentityFrom). nil: every client is anonymous.
+	// namespace and service-account claims to the identity. When a
+	// stream's proof expires it proves itself again with the credentials it
+	// was opened with (a token whose review interval ended is reviewed
+	// again), and ends with the refusal when they no longer hold. The
+	// identity is on the RPC's context (IdentityFrom). nil: every client is
+	// anonymous.
 	Authenticator *identity.Authenticator
 	// Audience resolves who the client of a stream or unary Fetch is, from
 	// its call (the transport's identity, never the node message), before

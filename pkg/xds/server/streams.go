@@ -343,12 +343,13 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 	defer st.Close()
 	capped, instance := x.demandCap(ss.Context())
 	st.CapDemand(capped, instance)
+	if p := placementOf(ss.Context()); p.proven {
+		st.Place(p.class(nil))
+	}
 	x.clients.open(key, st)
 	x.clients.capDemand(key, capped)
 	defer x.clients.closed(key)
-	if id, ok := IdentityFrom(ss.Context()); ok {
-		x.clients.setIdentity(key, id)
-	}
+	x.clients.setIdentity(key, provenFrom(ss.Context()))
 
 	hold := &largeHold{x: x, max: largeHoldMax}
 	defer hold.release()
@@ -485,7 +486,8 @@ func (x *xdsServer) fetch(ctx context.Context, req *discovery.DiscoveryRequest, 
 	if err != nil {
 		return nil, err
 	}
-	entries, version, ok, err := x.cache.Fetch(ctx, aud, req.GetNode(), typeURL, req.GetVersionInfo(), req.GetResourceNames())
+	node := req.GetNode()
+	entries, version, ok, err := x.cache.Fetch(ctx, aud, placementOf(ctx).class(node), node, typeURL, req.GetVersionInfo(), req.GetResourceNames())
 	switch {
 	case err != nil:
 		return nil, unknownType(typeURL)

@@ -834,10 +834,12 @@ func (c *Cache) VariantZones(view int) []string {
 }
 
 // Fetch answers a one-shot (REST-style) request of a client of audience aud
-// with the current resources of a type it may read: those named, or all of
-// them. It returns no entries and ok=false when nothing is published yet or
-// the client holds the current version.
-func (c *Cache) Fetch(_ context.Context, aud Audience, node *core.Node, typeURL, version string, names []string) (entries []*Entry, current string, ok bool, err error) {
+// in locality class class (ZoneKey of its node, unless the client is placed
+// elsewhere: see Stream.Place) with the current resources of a type it may
+// read, its class's variants where there are: those named, or all of them.
+// It returns no entries and ok=false when nothing is published yet or the
+// client holds the current version.
+func (c *Cache) Fetch(_ context.Context, aud Audience, class string, node *core.Node, typeURL, version string, names []string) (entries []*Entry, current string, ok bool, err error) {
 	t := xdstype.Index(typeURL)
 	if t < 0 {
 		return nil, "", false, ErrUnknownType
@@ -848,7 +850,7 @@ func (c *Cache) Fetch(_ context.Context, aud Audience, node *core.Node, typeURL,
 	if ts.version == "" || version == ts.version {
 		return nil, ts.version, false, nil
 	}
-	zone := ZoneKey(node)
+	zone := class
 	if len(names) == 0 {
 		return slices.Clone(ts.allFor(zone, aud, nil)), ts.version, true, nil
 	}

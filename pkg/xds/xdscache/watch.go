@@ -42,6 +42,11 @@ type Stream struct {
 	// proven identity is granted (0: unbounded, for an anonymous client).
 	demandCap uint64
 	instance  string // the workload instance it is of, counted once in Demand ("": on its own)
+
+	// placed is the class Place put the stream in, whatever its node
+	// claims (isPlaced: Place was called).
+	placed   string
+	isPlaced bool
 }
 
 // Watch is one stream's subscription to one type.
@@ -117,7 +122,8 @@ func (s *Stream) signal() {
 }
 
 // SetNode chooses the stream's view and zone from the first node it sees,
-// before its first watch, and counts the stream in its zone's census.
+// before its first watch (the zone where Place put it, else the node's), and
+// counts the stream in its zone's census.
 func (s *Stream) SetNode(n *core.Node) {
 	if n == nil {
 		return
@@ -130,7 +136,7 @@ func (s *Stream) SetNode(n *core.Node) {
 		if s.demandCap > 0 {
 			s.demand = min(s.demand, s.demandCap)
 		}
-		s.zone, s.admitted = s.c.zones.admit(s.view, ZoneKey(n))
+		s.zone, s.admitted = s.c.zones.admit(s.view, s.classKey(n))
 		if s.instance != "" {
 			s.c.zones.joinInstance(s.instance)
 		}

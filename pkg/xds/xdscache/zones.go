@@ -27,14 +27,20 @@ const MaxZoneKey = 256
 // has no class ("" too): its keys could not be told apart.
 func ZoneKey(n *core.Node) string {
 	l := n.GetLocality()
-	region := l.GetRegion()
+	return ClassKey(l.GetRegion(), l.GetZone())
+}
+
+// ClassKey is the locality class of a region and a zone, by ZoneKey's rule:
+// "region/zone", the region alone when there is no zone, "" when there is
+// no region or it holds "/".
+func ClassKey(region, zone string) string {
 	if region == "" || strings.Contains(region, "/") {
 		return ""
 	}
-	if l.GetZone() == "" {
+	if zone == "" {
 		return region
 	}
-	return region + "/" + l.GetZone()
+	return region + "/" + zone
 }
 
 // IsRegionKey says whether a class key is a region-level class.
@@ -224,6 +230,28 @@ func (s *Stream) CapDemand(max uint64, instance string) {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
 	s.demandCap, s.instance = max, instance
+}
+
+// Place puts the stream in locality class key (see ClassKey), whatever
+// its node claims: where the client's proven identity says it runs (a
+// pod-bound token names the pod's node, whose topology labels give its
+// region and zone). Its class, the variants it is sent and the zone its
+// demand counts in follow from key as they would from a claim. It takes
+// effect at SetNode, so it is called before it; a stream never placed is
+// classed by its node's claim (ZoneKey).
+func (s *Stream) Place(key string) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	s.placed, s.isPlaced = key, true
+}
+
+// classKey is the class s claims with node n: where it is placed, else
+// what n says; s.c.mu is held.
+func (s *Stream) classKey(n *core.Node) string {
+	if s.isPlaced {
+		return s.placed
+	}
+	return ZoneKey(n)
 }
 
 // joinInstance counts an open stream of a workload instance.

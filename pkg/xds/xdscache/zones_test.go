@@ -279,7 +279,7 @@ func TestZoneVariantListings(t *testing.T) {
 		if got := show(c.ZoneResources(0, tc.zone)[EDS]); got != tc.want {
 			t.Errorf("ZoneResources(%q): %s, want %s", tc.zone, got, tc.want)
 		}
-		es, _, _, err := c.Fetch(t.Context(), xdscache.Anonymous, tc.node, EDS, "", nil)
+		es, _, _, err := c.Fetch(t.Context(), xdscache.Anonymous, xdscache.ZoneKey(tc.node), tc.node, EDS, "", nil)
 		if got := show(es); err != nil || got != tc.want {
 			t.Errorf("Fetch from %q: %s %v, want %s", tc.zone, got, err, tc.want)
 		}
@@ -490,6 +490,9 @@ func TestZoneKey(t *testing.T) {
 	} {
 		if got := xdscache.ZoneKey(zoneNode("n", tc.region, tc.zone)); got != tc.want {
 			t.Errorf("ZoneKey(%q, %q) = %q, want %q", tc.region, tc.zone, got, tc.want)
+		}
+		if got := xdscache.ClassKey(tc.region, tc.zone); got != tc.want {
+			t.Errorf("ClassKey(%q, %q) = %q, want %q", tc.region, tc.zone, got, tc.want)
 		}
 	}
 }
