@@ -92,29 +92,36 @@ func (d *Directory) Dangling(b Batch) []Dangling {
 // left so: it puts them, or it removes what they name.
 func (st *staged) dangling() []Dangling {
 	var out []Dangling
-	upstreams := map[Key]struct{}{}
+	// the upstreams the batch removes or names that do not exist after it;
+	// a first load names every upstream, and keeps none of them here
+	var upstreams map[Key]struct{}
+	consider := func(up Key) {
+		if _, ok := st.upstream(up); !ok {
+			if upstreams == nil {
+				upstreams = map[Key]struct{}{}
+			}
+			upstreams[up] = struct{}{}
+		}
+	}
 	for k, u := range st.b.upstreams {
 		if u == nil {
-			upstreams[k] = struct{}{}
+			consider(k)
 		}
 	}
 	for _, n := range st.batchLocalities {
-		upstreams[n.upstream] = struct{}{}
+		consider(n.upstream)
 	}
 	for _, n := range st.batchSets {
-		upstreams[n.upstream] = struct{}{}
+		consider(n.upstream)
 	}
 	for k, dom := range st.b.domains {
 		if dom != nil {
 			for _, r := range dom.Domain.Replicas {
-				upstreams[Key{k.Namespace, r.Upstream}] = struct{}{}
+				consider(Key{k.Namespace, r.Upstream})
 			}
 		}
 	}
 	for up := range upstreams {
-		if _, ok := st.upstream(up); ok {
-			continue
-		}
 		target := ObjectRef{KindUpstream, up}
 		for _, l := range st.localitiesOf(nil, up) {
 			out = append(out, Dangling{ObjectRef{KindLocality, l.Key}, "spec.upstream", target})
@@ -131,21 +138,26 @@ func (st *staged) dangling() []Dangling {
 			}
 		}
 	}
-	domains := map[Key]struct{}{}
+	var domains map[Key]struct{}
+	considerDomain := func(dk Key) {
+		if _, ok := st.domain(dk); !ok {
+			if domains == nil {
+				domains = map[Key]struct{}{}
+			}
+			domains[dk] = struct{}{}
+		}
+	}
 	for k, dom := range st.b.domains {
 		if dom == nil {
-			domains[k] = struct{}{}
+			considerDomain(k)
 		}
 	}
 	for k, p := range st.b.partitions {
 		if p != nil {
-			domains[Key{k.Namespace, p.Domain}] = struct{}{}
+			considerDomain(Key{k.Namespace, p.Domain})
 		}
 	}
 	for dk := range domains {
-		if _, ok := st.domain(dk); ok {
-			continue
-		}
 		for _, pk := range st.partitionsOf(dk) {
 			out = append(out, Dangling{ObjectRef{KindPartition, pk}, "spec.domain", ObjectRef{KindSpatialDomain, dk}})
 		}
