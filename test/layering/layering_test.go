@@ -27,8 +27,8 @@ var layers = []struct {
 }{
 	// Standard library and third-party code only: the share math, the API
 	// types and their generated CRDs, the CRD schema check, the spatial cell
-	// map, the Lease election, the table of xDS types and the Prometheus
-	// collectors.
+	// map, the Lease election, the table of xDS types, the Prometheus
+	// collectors and the "did you mean" of names.
 	{"leaves", []string{
 		"api/v1alpha1",
 		"config/crd",
@@ -38,6 +38,7 @@ var layers = []struct {
 		"pkg/metrics",
 		"pkg/partitionmap",
 		"pkg/partitionmap/luatest",
+		"pkg/suggest",
 		"pkg/weights",
 		"pkg/xds/xdstype",
 	}},
