@@ -126,7 +126,7 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.IntVar(&cfg.MetricsMaxUpstreams, "metrics-max-upstreams", upstreamgauges.DefaultMaxUpstreams,
 		"upstreams with per-upstream gauges, at most (the first seen; 0: none); the others are logged once and have their figures in status and /debug/explain")
 	fs.IntVar(&cfg.LoadReportMaxCells, "load-report-max-cells", loadreport.DefaultMaxCells,
-		fmt.Sprintf("hard cap of the load-report store, in cells (one client's counts for one endpoint, %d bytes each); past it the clients that reported least recently are dropped, counted and logged", loadreport.CellBytes))
+		fmt.Sprintf("hard cap of the load-report store, in cells (one client's counts for one endpoint, %d bytes each); past it the clients that reported least recently are dropped and counted (/debug/loads drops.evicted)", loadreport.CellBytes))
 	fs.IntVar(&cfg.LoadReportMaxRequests, "load-report-max-requests-per-instance", loadreport.DefaultMaxRequests,
 		"the most requests one workload instance (one node ID of an anonymous client) may weigh in the load reports of one cluster over the window (30 s), 1000 to 4294967295; past it its reports are kept scaled down to it, their error ratio unchanged, and the excess counted (poise_loadreport_capped_requests_total) and logged")
 	fs.IntVar(&cfg.HealthCheckConcurrency, "health-check-concurrency", healthcheck.DefaultConcurrency,
