@@ -26,8 +26,8 @@ var layers = []struct {
 	packages []string
 }{
 	// Standard library and third-party code only: the share math, the API
-	// types, the spatial cell map, the Lease election, the table of xDS types
-	// and the Prometheus collectors.
+	// types, the spatial cell map, the Lease election, the table of xDS types,
+	// the Prometheus collectors and the "did you mean" of names.
 	{"leaves", []string{
 		"api/v1alpha1",
 		"pkg/identity",
@@ -35,6 +35,7 @@ var layers = []struct {
 		"pkg/metrics",
 		"pkg/partitionmap",
 		"pkg/partitionmap/luatest",
+		"pkg/suggest",
 		"pkg/weights",
 		"pkg/xds/xdstype",
 	}},
