@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,28 +51,31 @@ type Sources struct {
 	Clusters func() any
 	// Metrics, when set, is what /metrics serves.
 	Metrics prometheus.Gatherer
+	// Version is the version the process runs (what controlplane version
+	// says) and Instance its instance id: /debug/version.
+	Version, Instance string
 }
 
 // HealthHandler serves what probes and scrapers need and nothing else:
 // /healthz, /readyz and /metrics. It can be exposed where the debug
 // endpoints (every endpoint address, profiles) must not be.
 func HealthHandler(s Sources) http.Handler {
-	mux := http.NewServeMux()
+	mux := newRoutes()
 	addHealth(mux, s)
-	return mux
+	return mux.mux
 }
 
 // Handler returns the admin mux: the health endpoints, explain, the
 // traffic map, the connected clients and pprof.
 func Handler(s Sources) http.Handler {
-	mux := http.NewServeMux()
+	mux := newRoutes()
 	addHealth(mux, s)
 	addDebug(mux, s)
 	addMap(mux, s)
-	return mux
+	return mux.mux
 }
 
-func addHealth(mux *http.ServeMux, s Sources) {
+func addHealth(mux *routes, s Sources) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -92,7 +96,7 @@ func addHealth(mux *http.ServeMux, s Sources) {
 	}
 }
 
-func addDebug(mux *http.ServeMux, s Sources) {
+func addDebug(mux *routes, s Sources) {
 	mux.HandleFunc("GET /debug/explain", func(w http.ResponseWriter, r *http.Request) {
 		snap := s.Snapshot()
 		var keys []topology.Key
@@ -103,7 +107,8 @@ func addDebug(mux *http.ServeMux, s Sources) {
 				return
 			}
 			if snap.Upstream(k) == nil {
-				writeJSONError(w, http.StatusNotFound, fmt.Sprintf("upstream %s not found in revision %d", k, snap.Revision))
+				writeJSONError(w, http.StatusNotFound, fmt.Sprintf("upstream %s not found in revision %d%s", k, snap.Revision,
+					explain.DidYouMean(explain.SuggestUpstream(snap, k))))
 				return
 			}
 			keys = append(keys, k)
@@ -169,6 +174,9 @@ func addDebug(mux *http.ServeMux, s Sources) {
 		}
 		writeJSON(w, map[string]any{"clusters": cs})
 	})
+	mux.HandleFunc("GET /debug/version", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, Version{Version: s.Version, Instance: s.Instance, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH})
+	})
 	addConfig(mux, s)
 	addLoads(mux, s)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -176,6 +184,16 @@ func addDebug(mux *http.ServeMux, s Sources) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+}
+
+// Version is what /debug/version says of the process: the version it runs
+// (what controlplane version says), its instance id (the prefix of the xDS
+// versions it publishes), its Go release and platform.
+type Version struct {
+	Version   string `json:"version"`
+	Instance  string `json:"instance"`
+	GoVersion string `json:"goVersion"`
+	Platform  string `json:"platform"`
 }
 
 // classQuery reads from=REGION/ZONE[/SUBZONE] and demand=REGION/ZONE=N,...,
