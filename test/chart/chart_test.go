@@ -149,6 +149,27 @@ func TestGolden(t *testing.T) {
 	}
 }
 
+// TestCLIFindsThePods: the pods of a release carry the labels
+// `controlplane status --release RELEASE` selects them by, and their
+// container serves the admin port the CLI reads from its --admin-address
+// (docs/cli.md, "Which replicas").
+func TestCLIFindsThePods(t *testing.T) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := one(t, parse(t, c.render(t)), "Deployment")
+			for key, want := range map[string]string{"app.kubernetes.io/instance": c.release, "app.kubernetes.io/part-of": "poise",
+				"app.kubernetes.io/component": "controlplane"} {
+				if got := str(d, "spec", "template", "metadata", "labels", key); got != want {
+					t.Errorf("pod label %s = %q, want %q", key, got, want)
+				}
+			}
+			if args := strs(d, "spec", "template", "spec", "containers", 0, "args"); !slices.Contains(args, "--admin-address=127.0.0.1:19000") {
+				t.Errorf("container args %v: no --admin-address=127.0.0.1:19000", args)
+			}
+		})
+	}
+}
+
 // obj is one rendered object, as unstructured maps.
 type obj map[string]any
 
