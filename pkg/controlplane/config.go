@@ -133,7 +133,12 @@ type Config struct {
 	// negative: at once.
 	Settle time.Duration
 	Log    *slog.Logger
-	Out    io.Writer // where the start-up banner goes; nil for none
+	// LogPeriod bounds the log of what publications changed: each
+	// upstream's and endpoint's lines, past a burst of two, one per period
+	// (planelog.Options.Period). 0 is planelog.DefaultPeriod; shorter is
+	// for tests.
+	LogPeriod time.Duration
+	Out       io.Writer // where the start-up banner goes; nil for none
 	// BannerFormat is "json" for a banner that is one JSON object (a log
 	// record beside the others under --log-format json); else text.
 	BannerFormat string

@@ -1,7 +1,6 @@
 package controlplane_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"poise.dev/poise/pkg/controlplane"
+	"poise.dev/poise/test/testkit"
 )
 
 // explainEndpoints returns every endpoint object in /debug/explain's report
@@ -56,11 +56,12 @@ func explainEndpoints(t *testing.T, admin, upstream string) map[string]map[strin
 	return out
 }
 
-// TestActiveHealthCheckInFilesMode runs the plane on a manifest whose
-// upstream checks a real gRPC health server: its endpoint turns ineligible,
-// with the check as the origin, once the server says NOT_SERVING for
-// unhealthyThreshold checks, and eligible again once it serves.
-func TestActiveHealthCheckInFilesMode(t *testing.T) {
+// checkedUpstream writes, in a new directory, Upstream shop/api whose one
+// endpoint is a real gRPC health server its active check asks every second,
+// out after unhealthy failures and back after one pass. It returns the
+// server, the directory and the endpoint's address.
+func checkedUpstream(t *testing.T, unhealthy int) (*health.Server, string, string) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -71,8 +72,6 @@ func TestActiveHealthCheckInFilesMode(t *testing.T) {
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	port := lis.Addr().(*net.TCPAddr).Port
-
-	const interval, threshold = time.Second, 2 // the API's shortest interval
 	dir := t.TempDir()
 	manifest := fmt.Sprintf(`apiVersion: poise.dev/v1alpha1
 kind: Upstream
@@ -90,34 +89,26 @@ spec:
   locality: {region: r1}
   endpoints:
   - {address: 127.0.0.1, port: %d}
-`, interval, threshold, port)
+`, checkInterval, unhealthy, port)
 	if err := os.WriteFile(filepath.Join(dir, "api.yaml"), []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return hs, dir, fmt.Sprintf("127.0.0.1:%d", port)
+}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan controlplane.Addrs, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- controlplane.Run(ctx, controlplane.Config{Paths: []string{dir}, XDSAddress: "127.0.0.1:0", AdminAddress: "127.0.0.1:0",
-			Started: func(a controlplane.Addrs) { started <- a }})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	var admin string
-	select {
-	case a := <-started:
-		admin = a.Admin
-	case err := <-done:
-		t.Fatalf("control plane: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("control plane did not start")
-	}
-	target := fmt.Sprintf("127.0.0.1:%d", port)
+// checkInterval is the API's shortest.
+const checkInterval = time.Second
+
+// TestActiveHealthCheckInFilesMode runs the plane on a manifest whose
+// upstream checks a real gRPC health server: its endpoint turns ineligible,
+// with the check as the origin, once the server says NOT_SERVING for
+// unhealthyThreshold checks, and eligible again once it serves. The log
+// warns of each turn, with explain's origin, and of the upstream's panic.
+func TestActiveHealthCheckInFilesMode(t *testing.T) {
+	const interval, threshold = checkInterval, 2
+	hs, dir, target := checkedUpstream(t, threshold)
+	a, log := startPlane(t, controlplane.Config{Paths: []string{dir}})
+	admin := a.Admin
 	// waitFor polls explain until the endpoint is as wanted, or fails
 	// after within.
 	waitFor := func(what string, within time.Duration, ok func(e map[string]any) bool) map[string]any {
@@ -165,4 +156,74 @@ spec:
 
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	waitFor("eligible again", 2*interval+interval, func(e map[string]any) bool { return e["probe"] == "Healthy" && e["eligible"] == true })
+
+	turns := func() []map[string]any { return log.Records(t, "endpoint taken out", "endpoint brought back") }
+	testkit.Eventually(t, 5*time.Second, "two turns logged", func() (bool, string) { return len(turns()) >= 2, fmt.Sprint(turns()) })
+	time.Sleep(1500 * time.Millisecond) // a look at the publications later, nothing more
+	lines := turns()
+	if len(lines) != 2 || lines[0]["msg"] != "endpoint taken out" || lines[1]["msg"] != "endpoint brought back" {
+		t.Fatalf("turns logged: %v", lines)
+	}
+	for i, l := range lines {
+		if l["level"] != "WARN" || l["upstream"] != "shop/api" || l["endpoint"] != target || l["reason"] != "ProbeUnhealthy" || l["changes"] != 1.0 {
+			t.Errorf("turn %d: %v", i, l)
+		}
+	}
+	if lines[0]["reasonFrom"] != from {
+		t.Errorf("taken out from %q, explain says %q", lines[0]["reasonFrom"], from)
+	}
+	if back, _ := lines[1]["reasonFrom"].(string); !strings.HasPrefix(back, "active check by ") || !strings.Contains(back, "pass") {
+		t.Errorf("brought back from %q", back)
+	}
+	// its one endpoint out, the upstream is in total panic and back
+	states := log.Records(t, "upstream outcome, panic or drop changed")
+	if len(states) != 2 || states[0]["panic"] != "total" || states[1]["panic"] != "none" || states[0]["level"] != "WARN" {
+		t.Errorf("upstream states logged: %v", states)
+	}
+}
+
+// TestFlappingCheckIsBounded: an endpoint whose health server turns every
+// second, checked every second, is logged at most a line a period past its
+// first two turns; the lines count every turn they stand for, and the last
+// says where it ended.
+func TestFlappingCheckIsBounded(t *testing.T) {
+	const period = 3 * time.Second
+	hs, dir, target := checkedUpstream(t, 1)
+	a, log := startPlane(t, controlplane.Config{Paths: []string{dir}, LogPeriod: period})
+	eligible := func() (bool, string) {
+		e := explainEndpoints(t, a.Admin, "shop/api")[target]
+		return e["probe"] == "Healthy" && e["eligible"] == true, fmt.Sprint(e)
+	}
+	testkit.Eventually(t, 5*checkInterval, "healthy", eligible)
+
+	began := time.Now()
+	for i := 0; time.Since(began) < 12*time.Second; i++ {
+		s := healthpb.HealthCheckResponse_NOT_SERVING
+		if i%2 == 1 {
+			s = healthpb.HealthCheckResponse_SERVING
+		}
+		hs.SetServingStatus("", s)
+		time.Sleep(checkInterval)
+	}
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	testkit.Eventually(t, 3*checkInterval, "healthy at the end", eligible)
+	time.Sleep(period + 2*time.Second) // the line held, a look later
+	elapsed := time.Since(began)
+
+	lines := log.Records(t, "endpoint taken out", "endpoint brought back")
+	turns := 0
+	for _, l := range lines {
+		turns += int(l["changes"].(float64))
+	}
+	limit := 2 + int((elapsed+period-1)/period) + 1
+	t.Logf("%d turns over %v in %d lines (at most %d)", turns, elapsed.Round(time.Millisecond), len(lines), limit)
+	if len(lines) > limit {
+		t.Fatalf("%d lines over %v, want at most %d: %v", len(lines), elapsed, limit, lines)
+	}
+	if turns <= len(lines) {
+		t.Errorf("%d turns in %d lines: the flapping was not merged", turns, len(lines))
+	}
+	if last := lines[len(lines)-1]; last["msg"] != "endpoint brought back" {
+		t.Errorf("the last line %v, want the endpoint back", last)
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/planelog"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/upstreamgauges"
 	"poise.dev/poise/pkg/xds/publish"
@@ -139,6 +140,7 @@ type parts struct {
 	log      *slog.Logger
 	m        *metrics.Metrics
 	gauges   *upstreamgauges.Gauges // the per-upstream gauges, following the publications
+	plane    *planelog.Log          // what each publication changed, in the log
 	dir      *topology.Directory
 	instance string
 	cache    *xdscache.Cache
@@ -181,6 +183,7 @@ func newParts(cfg Config, export topology.Export, log *slog.Logger) *parts {
 		maxUpstreams = upstreamgauges.DefaultMaxUpstreams
 	}
 	p.gauges = upstreamgauges.New(upstreamgauges.Options{Localities: !cfg.MetricsNoLocalityGauges, MaxUpstreams: maxUpstreams, Log: log})
+	p.plane = planelog.New(planelog.Options{Log: log, Period: cfg.LogPeriod})
 	// Clients of upstreams with spec.loadReporting report their load over
 	// LRS into loads, which keeps only what its catalog publishes.
 	p.loads = loadreport.NewStore(loadreport.Config{MaxCells: cfg.LoadReportMaxCells, Bucket: cfg.LoadReportBucket,
@@ -215,7 +218,7 @@ func metricsOptions(cfg Config) metrics.Options {
 // observePublications keeps the load-report catalog and the publication
 // metrics following what the publisher publishes or refuses.
 func (p *parts) observePublications() {
-	m, loads, gauges := p.m.Publication, p.loads, p.gauges
+	m, loads, gauges, plane := p.m.Publication, p.loads, p.gauges, p.plane
 	p.pub.OnPublish = func(st publish.Stats) {
 		if len(st.Changed) > 0 || loads.Catalog().SpatialChanged(st.Snapshot) {
 			// the catalog follows every upstream change before clients
@@ -228,6 +231,13 @@ func (p *parts) observePublications() {
 		for _, c := range st.Changed {
 			gauges.Queue(c.Old, c.Cur)
 		}
+		plane.Queue(st.Revision, func(yield func(old, cur *topology.UpstreamState) bool) {
+			for _, c := range st.Changed {
+				if !yield(c.Old, c.Cur) {
+					return
+				}
+			}
+		})
 		m.Builds.WithLabelValues("published").Inc()
 		m.BuildDuration.Observe(st.Duration.Seconds())
 		m.PublishedRevision.Set(float64(st.Revision))
@@ -256,6 +266,7 @@ func (p *parts) tasks() []task {
 		{"publisher", func(ctx context.Context) error { return p.pub.Run(ctx, p.dir) }},
 		{"client classes", p.pub.RunClasses},
 		{"upstream gauges", p.gauges.Run},
+		{"plane log", p.plane.Run},
 	}
 }
 

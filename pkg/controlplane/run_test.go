@@ -1,7 +1,6 @@
 package controlplane_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"strings"
@@ -15,24 +14,8 @@ import (
 // the upstream gauges are set.
 func scrape(t *testing.T, cfg controlplane.Config) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan controlplane.Addrs, 1)
-	cfg.Paths, cfg.XDSAddress, cfg.AdminAddress = []string{"../../examples"}, "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Started = func(a controlplane.Addrs) { addrs <- a }
-	done := make(chan error, 1)
-	go func() { done <- controlplane.Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	var a controlplane.Addrs
-	select {
-	case a = <-addrs:
-	case err := <-done:
-		t.Fatal(err)
-	}
+	cfg.Paths = []string{"../../examples"}
+	a, _ := startPlane(t, cfg)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		resp, err := http.Get("http://" + a.Admin + "/metrics")

@@ -22,31 +22,14 @@ import (
 // client reads none; the audience comes from Config.Audience, not from the
 // node, which claims shop.
 func TestDefaultExportTo(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan controlplane.Addrs, 1)
-	cfg := controlplane.Config{Paths: []string{"../../examples"}, XDSAddress: "127.0.0.1:0", AdminAddress: "127.0.0.1:0",
-		DefaultExportTo: []string{"."}, Started: func(a controlplane.Addrs) { addrs <- a },
+	a, _ := startPlane(t, controlplane.Config{Paths: []string{"../../examples"}, DefaultExportTo: []string{"."},
 		Audience: func(ctx context.Context) (server.Audience, error) {
 			md, _ := metadata.FromIncomingContext(ctx)
 			if ns := md.Get("x-test-namespace"); len(ns) > 0 {
 				return server.Audience{Namespace: ns[0]}, nil
 			}
 			return server.Audience{}, nil
-		}}
-	done := make(chan error, 1)
-	go func() { done <- controlplane.Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	var a controlplane.Addrs
-	select {
-	case a = <-addrs:
-	case err := <-done:
-		t.Fatal(err)
-	}
+		}})
 	conn, err := grpc.NewClient(a.XDS, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

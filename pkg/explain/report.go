@@ -327,7 +327,7 @@ func buildSplit(u *topology.UpstreamState, configured []topology.EffectivePriori
 					OutlierEjected: e.Ejected, Scope: e.Scope.String(),
 					Configured: er.Configured, Eligible: er.Eligible, PanicEligible: er.PanicEligible,
 					Selectable: er.Selectable, Reason: er.Reason.String(),
-					ReasonFrom: reasonOrigin(er.Reason, origin), Share: er.Share, From: origin.Set.String(),
+					ReasonFrom: ReasonOrigin(er.Reason, origin), Share: er.Share, From: origin.Set.String(),
 					Origin: origin.Health.AdminOrigin,
 				})
 			}
@@ -338,9 +338,11 @@ func buildSplit(u *topology.UpstreamState, configured []topology.EffectivePriori
 	return out
 }
 
-// reasonOrigin is the origin of the signal a reason comes from; an admin
-// state nothing else set is the endpoint's object's own spec.
-func reasonOrigin(r weights.Reason, o topology.Origin) string {
+// ReasonOrigin is the origin of the signal a reason comes from (who said
+// so, on what evidence); an admin state nothing else set is the endpoint's
+// object's own spec. Explain prints it as reasonFrom, the plane's log beside
+// an endpoint taken out or brought back.
+func ReasonOrigin(r weights.Reason, o topology.Origin) string {
 	switch r.Signal() {
 	case weights.SignalProbe:
 		return o.Health.ProbeOrigin

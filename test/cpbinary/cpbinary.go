@@ -109,6 +109,23 @@ func (p *Process) Logs() string {
 	return p.out.String()
 }
 
+// Signal sends sig to the process: syscall.SIGTERM is what the kubelet
+// sends a pod's container when the pod is deleted or replaced.
+func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// Done is closed once the process has ended; ExitCode is then its exit
+// code.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// ExitCode is the exit code of an ended process (-1 when a signal ended
+// it, or before it has ended).
+func (p *Process) ExitCode() int {
+	if !p.Exited() {
+		return -1
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
 // Exited reports whether the process has ended.
 func (p *Process) Exited() bool {
 	select {

@@ -68,6 +68,21 @@ func (p *pinger) halt() (ok int, failures []error) {
 	return p.ok, p.failures
 }
 
+// haltAndCheck halts the pinger and logs what it saw since started; any
+// failed RPC fails the test, and so do fewer than 100 RPCs. across says
+// what the RPCs went through ("across the handover").
+func (p *pinger) haltAndCheck(t *testing.T, phase, across string, started time.Time) {
+	t.Helper()
+	ok, failures := p.halt()
+	t.Logf("%s: %d RPCs over %v, %d failed", phase, ok, time.Since(started).Round(time.Millisecond), len(failures))
+	if len(failures) > 0 {
+		t.Errorf("%d RPCs failed %s; first: %v", len(failures), across, failures[0])
+	}
+	if ok < 100 {
+		t.Errorf("only %d RPCs went through %s", ok, across)
+	}
+}
+
 func leaseHolder(t *testing.T, ns string) string {
 	t.Helper()
 	var l coordinationv1.Lease
@@ -198,13 +213,6 @@ func TestLeaderHandover(t *testing.T) {
 		time.Sleep(rest)
 	}
 
-	ok, failures := ping.halt()
-	t.Logf("6 leader: %d RPCs over %v through the follower, %d failed", ok, time.Since(pingStart).Round(time.Millisecond), len(failures))
-	if len(failures) > 0 {
-		t.Errorf("%d RPCs failed through the follower across the handover; first: %v", len(failures), failures[0])
-	}
-	if ok < 100 {
-		t.Errorf("only %d RPCs went through during the handover", ok)
-	}
+	ping.haltAndCheck(t, "6 leader, through the follower", "through the follower across the handover", pingStart)
 	measure(t, "6e after the handover", conn, splitcheck.ExpectationOf(t, rep))
 }

@@ -171,12 +171,7 @@ func (p *cutProxy) serve(c net.Conn) {
 	}
 	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
 	p.mu.Unlock()
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
-	<-done
-	c.Close()
-	up.Close()
+	pipe(c, up)
 	p.mu.Lock()
 	delete(p.conns, c)
 	delete(p.conns, up)

@@ -322,6 +322,14 @@ type adsClient struct {
 	responses int
 	firstType string // of the first response on the current stream
 	problems  []string
+	// observe, when set, is told of every response (a DiscoveryResponse
+	// or a DeltaDiscoveryResponse) as it arrives, c.mu held.
+	observe func(proto.Message)
+	// oldNonce: a new stream's first request of each type carries the
+	// nonce of the last response the client accepted on its last stream,
+	// which a nonce per stream makes meaningless there (Envoy sends none).
+	oldNonce bool
+	nonces   [2]string // of the last response ACKed, per type
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -382,6 +390,16 @@ func (c *adsClient) startedWithCDS(t *testing.T) {
 	if c.firstType != resource.ClusterType {
 		t.Errorf("client %s (%s) on plane %s was first answered %s, not CDS", c.node.GetId(), c.protocol(), c.on.String(), c.firstType)
 	}
+}
+
+// staleNonce is what a new stream's first request of type i carries as
+// its response_nonce: nothing, or with oldNonce the last one ACKed on the
+// last stream; c.mu is held.
+func (c *adsClient) staleNonce(i int) string {
+	if !c.oldNonce {
+		return ""
+	}
+	return c.nonces[i]
 }
 
 func (c *adsClient) problem(format string, args ...any) {
@@ -476,10 +494,11 @@ func (c *adsClient) runSotw(ctx context.Context, ads discoverygrpc.AggregatedDis
 		return err
 	}
 	c.mu.Lock()
-	out := []*discoverygrpc.DiscoveryRequest{{Node: c.node, TypeUrl: resource.ClusterType, VersionInfo: c.versions[cdsIdx]}}
+	out := []*discoverygrpc.DiscoveryRequest{{Node: c.node, TypeUrl: resource.ClusterType, VersionInfo: c.versions[cdsIdx], ResponseNonce: c.staleNonce(cdsIdx)}}
 	edsAsked := len(c.clusters) > 0
 	if edsAsked {
-		out = append(out, &discoverygrpc.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: c.versions[edsIdx], ResourceNames: slices.Clone(c.clusters)})
+		out = append(out, &discoverygrpc.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: c.versions[edsIdx], ResourceNames: slices.Clone(c.clusters),
+			ResponseNonce: c.staleNonce(edsIdx)})
 	}
 	c.mu.Unlock()
 	edsNonce := ""
@@ -496,6 +515,9 @@ func (c *adsClient) runSotw(ctx context.Context, ads discoverygrpc.AggregatedDis
 		out = out[:0]
 		c.mu.Lock()
 		c.responded(resp.GetTypeUrl())
+		if c.observe != nil {
+			c.observe(resp)
+		}
 		switch resp.GetTypeUrl() {
 		case resource.ClusterType:
 			var names []string
@@ -512,7 +534,7 @@ func (c *adsClient) runSotw(ctx context.Context, ads discoverygrpc.AggregatedDis
 				break
 			}
 			added, removed := c.setClusters(names)
-			c.versions[cdsIdx] = resp.GetVersionInfo()
+			c.versions[cdsIdx], c.nonces[cdsIdx] = resp.GetVersionInfo(), resp.GetNonce()
 			out = append(out, &discoverygrpc.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()})
 			if !edsAsked || len(added)+len(removed) > 0 {
 				out = append(out, &discoverygrpc.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: c.versions[edsIdx], ResponseNonce: edsNonce,
@@ -532,7 +554,7 @@ func (c *adsClient) runSotw(ctx context.Context, ads discoverygrpc.AggregatedDis
 					ResourceNames: slices.Clone(c.clusters), ErrorDetail: nack(err)})
 				break
 			}
-			c.versions[edsIdx] = resp.GetVersionInfo()
+			c.versions[edsIdx], c.nonces[edsIdx] = resp.GetVersionInfo(), resp.GetNonce()
 			out = append(out, &discoverygrpc.DiscoveryRequest{TypeUrl: resource.EndpointType, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce(),
 				ResourceNames: slices.Clone(c.clusters)})
 		default:
@@ -551,11 +573,12 @@ func (c *adsClient) runDelta(ctx context.Context, ads discoverygrpc.AggregatedDi
 		return err
 	}
 	c.mu.Lock()
-	out := []*discoverygrpc.DeltaDiscoveryRequest{{Node: c.node, TypeUrl: resource.ClusterType, InitialResourceVersions: maps.Clone(c.resources[cdsIdx])}}
+	out := []*discoverygrpc.DeltaDiscoveryRequest{{Node: c.node, TypeUrl: resource.ClusterType, InitialResourceVersions: maps.Clone(c.resources[cdsIdx]),
+		ResponseNonce: c.staleNonce(cdsIdx)}}
 	edsAsked := len(c.clusters) > 0
 	if edsAsked {
 		out = append(out, &discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: slices.Clone(c.clusters),
-			InitialResourceVersions: maps.Clone(c.resources[edsIdx])})
+			InitialResourceVersions: maps.Clone(c.resources[edsIdx]), ResponseNonce: c.staleNonce(edsIdx)})
 	}
 	c.mu.Unlock()
 	for {
@@ -571,6 +594,9 @@ func (c *adsClient) runDelta(ctx context.Context, ads discoverygrpc.AggregatedDi
 		out = out[:0]
 		c.mu.Lock()
 		c.responded(resp.GetTypeUrl())
+		if c.observe != nil {
+			c.observe(resp)
+		}
 		ack := &discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}
 		switch resp.GetTypeUrl() {
 		case resource.ClusterType:
@@ -593,7 +619,7 @@ func (c *adsClient) runDelta(ctx context.Context, ads discoverygrpc.AggregatedDi
 				delete(held, n)
 			}
 			c.resources[cdsIdx] = held
-			c.versions[cdsIdx] = resp.GetSystemVersionInfo()
+			c.versions[cdsIdx], c.nonces[cdsIdx] = resp.GetSystemVersionInfo(), resp.GetNonce()
 			added, removed := c.setClusters(slices.Collect(maps.Keys(held)))
 			out = append(out, ack)
 			if !edsAsked {
@@ -625,7 +651,7 @@ func (c *adsClient) runDelta(ctx context.Context, ads discoverygrpc.AggregatedDi
 				}
 				delete(c.resources[edsIdx], n)
 			}
-			c.versions[edsIdx] = resp.GetSystemVersionInfo()
+			c.versions[edsIdx], c.nonces[edsIdx] = resp.GetSystemVersionInfo(), resp.GetNonce()
 			out = append(out, ack)
 		default:
 			c.problem("a Delta response of type %s, never asked for", resp.GetTypeUrl())

@@ -72,6 +72,7 @@ var layers = []struct {
 		"pkg/xds/server",
 	}},
 	{"sources and views", []string{
+		"pkg/planelog",
 		"pkg/source/files",
 		"pkg/source/kube",
 		"pkg/trafficmap",

@@ -142,10 +142,7 @@ func (s *Source) recordRead(f *file, r *fileRead) {
 				}
 				s.Log.Warn("manifest content will be ignored", "warning", w)
 			}
-			if r.out.Others.Total() > 0 {
-				// kubectl applies them from the same files; they are not ours
-				s.Log.Info("manifest objects of other kinds skipped", "file", f.name, "skipped", r.out.Others.String())
-			}
+			s.logSkipped(f, r.out.Others)
 		}
 	case f.disk != nil && f.disk.Sum == r.sum:
 	case f.applied != nil && f.applied.Sum == r.sum:

@@ -77,6 +77,9 @@ type Source struct {
 	// defined in.
 	owners map[topology.ObjectRef]string
 	warned map[string]bool // spatial problems already logged
+	// loading: Load is reading the files, whose skipped objects its
+	// start-up line sums up.
+	loading bool
 	// refused: the last change was refused (so a return to the applied
 	// files is worth a log line).
 	refused bool
@@ -115,6 +118,9 @@ type file struct {
 	// absent) taking most of its objects away; zero when it is not.
 	shrunk   time.Time
 	shrunkTo *manifest.File
+	// skipped is what the file's objects of other kinds were last logged
+	// as ("" none), so a save that keeps them is not logged again.
+	skipped string
 }
 
 func (f *file) settled() bool { return f.err == nil && f.disk == f.applied }
@@ -129,12 +135,16 @@ func (s *Source) Load() (*topology.Snapshot, error) {
 		s.countBatch("rejected")
 		return nil, err
 	}
+	s.loading = true
 	out, err := s.sync(newChanges(), true)
+	s.loading = false
 	if err != nil {
 		return nil, err
 	}
-	if out.snap == nil {
-		return s.Dir.Current(), nil
+	snap := out.snap
+	if snap == nil {
+		snap = s.Dir.Current()
 	}
-	return out.snap, nil
+	s.logLoaded(snap)
+	return snap, nil
 }

@@ -215,6 +215,8 @@ type Clients struct {
 	// count the open streams of each principal with a series of its own.
 	refusals   map[identity.Reason]*refusalLog
 	principals map[string]int
+	// clientLog bounds the log of connects and disconnects.
+	clientLog clientLog
 }
 
 type streamKey struct {
@@ -234,7 +236,7 @@ func NewClients(m *metrics.XDS, log *slog.Logger) *Clients {
 	}
 	c := &Clients{streams: map[streamKey]*Client{}, metrics: m, log: log, now: time.Now,
 		rejected: map[string]map[streamKey]string{}, rejectedChanged: make(chan struct{}),
-		refusals: map[identity.Reason]*refusalLog{}, principals: map[string]int{}}
+		refusals: map[identity.Reason]*refusalLog{}, principals: map[string]int{}, clientLog: clientLog{every: clientLogEvery}}
 	if m != nil {
 		for t, typ := range xdstype.All() {
 			short := typ.Short
@@ -347,6 +349,7 @@ func (c *Clients) closed(k streamKey) {
 	defer c.mu.Unlock()
 	if cl, ok := c.streams[k]; ok {
 		c.gauge(cl.Kind, -1)
+		c.logDisconnected(cl)
 		delete(c.streams, k)
 		changed := false
 		for _, ts := range cl.Types {
@@ -452,6 +455,7 @@ func (c *Clients) identify(cl *Client, n *core.Node) {
 	} else if cl.demandCap > 0 && w > cl.demandCap {
 		cl.DemandNote = fmt.Sprintf("metadata %s claims %d; capped at %d, the demand its identity is granted", xdscache.DemandWeightKey, w, cl.demandCap)
 	}
+	c.logConnected(cl)
 }
 
 // Where a client's zone comes from (Client.ZoneFrom).

@@ -1,7 +1,18 @@
 package server
 
-import "google.golang.org/grpc"
+import (
+	"time"
+
+	"google.golang.org/grpc"
+)
 
 // ServiceInfo is every service and method s registers, for tests that call
 // each of them.
 func ServiceInfo(s *Server) map[string]grpc.ServiceInfo { return s.g.GetServiceInfo() }
+
+// SetClientLogEvery sets the period of c's connect and disconnect budget.
+func SetClientLogEvery(c *Clients, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clientLog.every = d
+}

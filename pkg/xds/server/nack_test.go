@@ -1,33 +1,17 @@
 package server_test
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"poise.dev/poise/pkg/xds/server"
+	"poise.dev/poise/test/testkit"
 )
 
 // lockedBuffer is a log sink the server writes to from its own goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = testkit.Logs
 
 // A client cannot make the server count, keep or log what it never sent,
 // nor fill the log: NACKs with nonces the server did not send last are
