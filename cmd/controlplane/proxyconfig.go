@@ -111,18 +111,14 @@ func viewTypes(view string) ([]string, error) {
 }
 
 func runProxyConfig(ctx context.Context, fs *pflag.FlagSet, node string, o proxyConfigOptions, stdout, stderr io.Writer) int {
-	if !checkReplicaFlags(o.output, &o.replicaFlags, fs, stderr) {
-		return exitUsage
-	}
 	types, err := viewTypes(o.view)
 	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return exitUsage
 	}
-	replicas, stop, err := o.replicas(ctx, fs, stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitFor(err)
+	replicas, stop, code := openReplicas(ctx, fs, &o.replicaFlags, o.output, stderr)
+	if code != exitOK {
+		return code
 	}
 	defer stop()
 	q := url.Values{"node": {node}}
@@ -138,7 +134,6 @@ func runProxyConfig(ctx context.Context, fs *pflag.FlagSet, node string, o proxy
 		wg.Go(func() { errs[i] = getAdmin(ctx, r, "/debug/config?"+q.Encode(), o.timeout, &bodies[i]) })
 	}
 	wg.Wait()
-	code := exitOK
 	out := []replicaConfig{}
 	var missingResource []string
 	for i, r := range replicas {

@@ -94,6 +94,21 @@ func checkReplicaFlags(output string, f *replicaFlags, fs *pflag.FlagSet, stderr
 	return true
 }
 
+// openReplicas checks the flags status and proxy-config share and finds
+// the replicas they name; a code other than exitOK ends the command, having
+// said why, and stop ends the port-forwards to the replicas.
+func openReplicas(ctx context.Context, fs *pflag.FlagSet, f *replicaFlags, output string, stderr io.Writer) (replicas []replica, stop func(), code int) {
+	if !checkReplicaFlags(output, f, fs, stderr) {
+		return nil, nil, exitUsage
+	}
+	replicas, stop, err := f.replicas(ctx, fs, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return nil, nil, exitFor(err)
+	}
+	return replicas, stop, exitOK
+}
+
 // replicaAnswer is what one replica answered status.
 type replicaAnswer struct {
 	version  admin.Version
@@ -129,13 +144,9 @@ func askReplica(ctx context.Context, r replica, timeout time.Duration) replicaAn
 }
 
 func runStatus(ctx context.Context, fs *pflag.FlagSet, o statusOptions, stdout, stderr io.Writer) int {
-	if !checkReplicaFlags(o.output, &o.replicaFlags, fs, stderr) {
-		return exitUsage
-	}
-	replicas, stop, err := o.replicas(ctx, fs, stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return exitFor(err)
+	replicas, stop, code := openReplicas(ctx, fs, &o.replicaFlags, o.output, stderr)
+	if code != exitOK {
+		return code
 	}
 	defer stop()
 	answers := make([]replicaAnswer, len(replicas))
@@ -144,7 +155,6 @@ func runStatus(ctx context.Context, fs *pflag.FlagSet, o statusOptions, stdout, 
 		wg.Go(func() { answers[i] = askReplica(ctx, r, o.timeout) })
 	}
 	wg.Wait()
-	code := exitOK
 	rep := statusReport{Replicas: []replicaVersion{}, Clients: []replicaClient{}, Clusters: []replicaCluster{}}
 	for i, a := range answers {
 		name := replicas[i].Name

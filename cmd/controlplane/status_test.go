@@ -13,14 +13,13 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/server"
+	"poise.dev/poise/test/adstest"
 	"poise.dev/poise/test/golden"
 )
 
@@ -71,27 +70,12 @@ func startPlaneWith(t *testing.T, cfg controlplane.Config) controlplane.Addrs {
 // adsStream opens a raw ADS stream to xds, closed with the test.
 func adsStream(t *testing.T, xds string) discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
 	t.Helper()
-	conn, ctx := dial(t, xds)
+	conn, ctx := adstest.Conn(t, xds)
 	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st
-}
-
-// dial connects to xds for 30 s at most; both end with the test. test/soak
-// keeps a dial of its own that is tied to no test: its hostile actors redial
-// from their own goroutines, with requests past gRPC's default size limit.
-func dial(t *testing.T, xds string) (*grpc.ClientConn, context.Context) {
-	t.Helper()
-	conn, err := grpc.NewClient(xds, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return conn, ctx
 }
 
 // TestProxyConfig: proxy-config shows what a connected client is served,

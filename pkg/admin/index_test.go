@@ -16,10 +16,10 @@ import (
 	"poise.dev/poise/test/golden"
 )
 
-// examplesServer serves the admin port on the bundled examples.
-func examplesServer(t *testing.T) *httptest.Server {
+// snapshotOf is the current snapshot of the manifests of paths.
+func snapshotOf(t *testing.T, paths ...string) func() *topology.Snapshot {
 	t.Helper()
-	set, err := manifest.Load("../../examples", "../../examples/spatial")
+	set, err := manifest.Load(paths...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,13 @@ func examplesServer(t *testing.T) *httptest.Server {
 	if _, err := d.Apply(set.Batch); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: d.Current,
+	return d.Current
+}
+
+// examplesServer serves the admin port on the bundled examples.
+func examplesServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: snapshotOf(t, "../../examples", "../../examples/spatial"),
 		Clients: func() []server.Client { return []server.Client{{Stream: 1, NodeID: "envoy-eu-1"}} },
 		Serving: func(string, int, func(string) bool) []server.ClientServing { return nil },
 		Metrics: metrics.New(metrics.Options{}).Gatherer(), Version: "v9.8.7", Instance: "5d1c8e0f2a9b7c31"}))

@@ -25,9 +25,9 @@ type Client struct {
 	sent  bool                // the node went with the first request
 }
 
-// Dial opens an ADS stream to addr as node; every call on it waits at
-// most 30 s.
-func Dial(t testing.TB, addr string, node *core.Node) *Client {
+// Conn connects to addr in plaintext, and a context of 30 s for the calls
+// on it; both end with the test.
+func Conn(t testing.TB, addr string) (*grpc.ClientConn, context.Context) {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -36,6 +36,14 @@ func Dial(t testing.TB, addr string, node *core.Node) *Client {
 	t.Cleanup(func() { conn.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
+	return conn, ctx
+}
+
+// Dial opens an ADS stream to addr as node; every call on it waits at
+// most 30 s.
+func Dial(t testing.TB, addr string, node *core.Node) *Client {
+	t.Helper()
+	conn, ctx := Conn(t, addr)
 	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
