@@ -191,9 +191,22 @@ func load(files paths, stderr io.Writer) (*topology.Snapshot, *manifest.Set, boo
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 	notes(files, set, stderr)
-	snap, err := topology.NewDirectory().Apply(set.Batch)
+	// The manifests are the whole truth, as serve -f holds them: a name no
+	// object defines is a mistake.
+	dir := topology.NewDirectory()
+	if err := dir.RequireComplete(); err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return nil, nil, false
+	}
+	snap, err := dir.Apply(set.Batch)
 	if err != nil {
-		fmt.Fprintf(stderr, "error: the topology is rejected:\n%s\n", indent(describeProblems(set.Locate(err))))
+		references, others := describeProblems(set, set.Locate(err))
+		if references != "" {
+			fmt.Fprintf(stderr, "error: invalid manifests:\n%s\n", indent(references))
+		}
+		if others != "" {
+			fmt.Fprintf(stderr, "error: the topology is rejected:\n%s\n", indent(others))
+		}
 		return nil, nil, false
 	}
 	return snap, set, true
@@ -229,20 +242,48 @@ func notes(files paths, set *manifest.Set, stderr io.Writer) {
 		"where kubectl apply puts them only when its context names no other: %s\n", n, strings.Join(bare, ", "))
 }
 
-// describeProblems prints one line per problem of a rejected batch.
-func describeProblems(err error) string {
+// describeProblems prints the problems of a rejected batch: a reference
+// that does not resolve as a manifest error is printed, one line with the
+// file, document, object and field (references); any other problem with
+// the objects it involves (others).
+func describeProblems(set *manifest.Set, err error) (references, others string) {
 	var be *topology.BatchError
 	if !errors.As(err, &be) {
-		return err.Error()
+		return "", err.Error()
 	}
-	var b strings.Builder
+	// references in file and document order, as a manifest's other
+	// problems are printed
+	type reference struct {
+		at   int // the object's place in the set; past the end when unknown
+		line string
+	}
+	var refs []reference
+	var rest strings.Builder
 	for _, p := range be.Problems {
-		fmt.Fprintf(&b, "upstream %s: %v\n", p.Upstream, p.Err)
-		for i := range p.Objects {
-			fmt.Fprintf(&b, "  involves %s\n", p.Involved(i))
+		switch {
+		case p.Field != "" && len(p.Objects) > 0:
+			at := slices.IndexFunc(set.Objects, func(o manifest.Object) bool { return o.Ref() == p.Objects[0] })
+			if at < 0 {
+				refs = append(refs, reference{len(set.Objects), p.Error()})
+				continue
+			}
+			o := set.Objects[at]
+			refs = append(refs, reference{at, fmt.Sprintf("%s: document %d (%s): %s: %v%s", o.File, o.Document, p.Objects[0], p.Field, p.Err, p.SeeAlso())})
+		case len(p.Objects) == 0:
+			refs = append(refs, reference{len(set.Objects) + 1, p.Error()})
+		default:
+			fmt.Fprintf(&rest, "upstream %s: %v\n", p.Upstream, p.Err)
+			for i := range p.Objects {
+				fmt.Fprintf(&rest, "  involves %s\n", p.Involved(i))
+			}
 		}
 	}
-	return strings.TrimRight(b.String(), "\n")
+	slices.SortStableFunc(refs, func(a, b reference) int { return cmp.Compare(a.at, b.at) })
+	lines := make([]string, len(refs))
+	for i, r := range refs {
+		lines[i] = r.line
+	}
+	return strings.Join(lines, "\n"), strings.TrimRight(rest.String(), "\n")
 }
 
 func indent(s string) string {
@@ -277,13 +318,6 @@ func runValidate(files paths, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "valid: %d object(s), %d upstream(s), %d endpoint(s)\n", len(set.Objects), len(snap.Upstreams()), endpoints)
 	if n := len(snap.Spatial()); n > 0 {
 		fmt.Fprintf(stdout, "spatial: %d domain(s)\n", n)
-	}
-	for _, o := range snap.Orphans() {
-		what := "an upstream"
-		if o.Kind == topology.KindPartition {
-			what = "a SpatialDomain"
-		}
-		fmt.Fprintf(stdout, "warning: %s (%s) names %s that does not exist; it is ignored until it does\n", o, set.Where(o), what)
 	}
 	for _, p := range snap.SpatialProblems() {
 		fmt.Fprintf(stdout, "warning: %s (%s): %s: %s\n", p.Object, set.Where(p.Object), p.Field, p.Message)

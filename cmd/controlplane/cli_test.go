@@ -218,31 +218,55 @@ func TestVersionAndHelp(t *testing.T) {
 	}
 }
 
-func TestValidateWarnsAboutOrphans(t *testing.T) {
+// TestValidateRefusesOrphans: a manifest set is the whole truth, so an
+// object naming an upstream no object defines is an error naming the file,
+// document, object and field.
+func TestValidateRefusesOrphans(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "orphan.yaml", locality("l", "missing", 0, "eu", 1))
 	code, stdout, stderr := runCLI("validate", "-f", dir)
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, stderr)
+	if code != exitInvalid || stdout != "" {
+		t.Fatalf("exit %d, want %d; stdout %q", code, exitInvalid, stdout)
 	}
-	want := "valid: 1 object(s), 0 upstream(s), 0 endpoint(s)\nwarning: Locality shop/l (" + filepath.Join(dir, "orphan.yaml") +
-		" document 1) names an upstream that does not exist; it is ignored until it does\n"
-	if stdout != want {
-		t.Errorf("stdout:\n%s\nwant:\n%s", stdout, want)
+	want := "error: invalid manifests:\n  " + filepath.Join(dir, "orphan.yaml") + ": document 1 (Locality shop/l): spec.upstream: no Upstream shop/missing\n"
+	if stderr != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", stderr, want)
 	}
 }
 
-// TestValidateWarnsAboutSpatialProblems: what only shows across spatial objects is a
-// warning naming the object, where it is defined, and the field.
-func TestValidateWarnsAboutSpatialProblems(t *testing.T) {
+// TestValidateSpatialProblems: what only shows across spatial objects is a
+// warning naming the object, where it is defined, and the field; a name no
+// object defines (a replica's Upstream, a Partition's domain or replica) is
+// an error, in file and document order.
+func TestValidateSpatialProblems(t *testing.T) {
 	dir := t.TempDir()
-	write(t, dir, "spatial.yaml", `apiVersion: poise.dev/v1alpha1
+	const domain = `apiVersion: poise.dev/v1alpha1
 kind: SpatialDomain
 metadata: {name: roads, namespace: geo}
 spec:
   replicas: [{name: eu, upstream: roads-eu, region: eu}]
-  products: [{name: maps, pathPrefix: /maps, allowedRegions: [eu]}]
+  products: [{name: maps, pathPrefix: /maps, allowedRegions: [us]}]
 ---
+apiVersion: poise.dev/v1alpha1
+kind: Upstream
+metadata: {name: roads-eu, namespace: geo}
+`
+	write(t, dir, "spatial.yaml", domain)
+	code, stdout, stderr := runCLI("validate", "-f", dir)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	file := filepath.Join(dir, "spatial.yaml")
+	for _, want := range []string{
+		"spatial: 1 domain(s)",
+		"warning: SpatialDomain geo/roads (" + file + " document 1): spec.products[maps].allowedRegions: no replica is in regions [us]",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+
+	write(t, dir, "spatial.yaml", strings.Replace(domain, "name: roads-eu, namespace", "name: roads-ue, namespace", 1)+`---
 apiVersion: poise.dev/v1alpha1
 kind: Partition
 metadata: {name: alps, namespace: geo}
@@ -253,20 +277,14 @@ kind: Partition
 metadata: {name: stray, namespace: geo}
 spec: {domain: rivers, extent: {west: 5, south: 44, east: 16, north: 48}, replicas: [eu]}
 `)
-	code, stdout, stderr := runCLI("validate", "-f", dir)
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
-	file := filepath.Join(dir, "spatial.yaml")
-	for _, want := range []string{
-		"spatial: 1 domain(s)",
-		"warning: Partition geo/stray (" + file + " document 3) names a SpatialDomain that does not exist",
-		"warning: Partition geo/alps (" + file + " document 2): spec.replicas[1]: domain roads has no replica \"us\"; the partition is left out of the map",
-		"warning: SpatialDomain geo/roads (" + file + " document 1): spec.replicas[eu].upstream: Upstream geo/roads-eu not found",
-	} {
-		if !strings.Contains(stdout, want) {
-			t.Errorf("stdout lacks %q:\n%s", want, stdout)
-		}
+	code, stdout, stderr = runCLI("validate", "-f", dir)
+	want := strings.ReplaceAll(`error: invalid manifests:
+  FILE: document 1 (SpatialDomain geo/roads): spec.replicas[0].upstream: no Upstream geo/roads-eu (did you mean roads-ue?) (see Upstream geo/roads-ue (FILE document 2))
+  FILE: document 3 (Partition geo/alps): spec.replicas[1]: SpatialDomain geo/roads has no replica "us" (see SpatialDomain geo/roads (FILE document 1))
+  FILE: document 4 (Partition geo/stray): spec.domain: no SpatialDomain geo/rivers
+`, "FILE", file)
+	if code != exitInvalid || stdout != "" || stderr != want {
+		t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant:\n%s", code, stdout, stderr, want)
 	}
 }
 
@@ -486,6 +504,9 @@ func TestBinary(t *testing.T) {
 	afterEnd := write(t, t.TempDir(), "end.yaml", upstream("web")+"...\nspec: {panicThreshold: 40}\n")
 	vms := write(t, t.TempDir(), "vms.yaml", upstream("web")+"---\n"+
 		endpointSet("web-a", "web", "a", "[{address: vm1.example.internal, port: 80}, {address: 169.254.169.254, port: 80}]"))
+	// a Locality's zone typo'd: its weight would apply to nothing
+	zoneTypo := write(t, t.TempDir(), "zone.yaml", upstream("web")+"---\n"+locality("web-a", "web", 0, "eu-west-la", 3)+"---\n"+
+		endpointSet("web-a", "web", "eu-west-1a", "[{address: 10.0.0.1, port: 80}]"))
 	tests := []struct {
 		args      []string
 		code      int
@@ -501,6 +522,7 @@ func TestBinary(t *testing.T) {
 		{[]string{"validate", "-f", afterEnd}, 0, "valid: 1 object", afterEnd + `: document 1: line 5 comes after the document end marker "..."`, 0},
 		{[]string{"validate", "-f", vms}, 1, "", vms + ": document 2 (EndpointSet shop/web-a): spec.endpoints[0].address: Invalid value: \"vm1.example.internal\": address is not an IP address", 0},
 		{[]string{"validate", "-f", vms}, 1, "", vms + ": document 2 (EndpointSet shop/web-a): spec.endpoints[1].address: Invalid value: \"169.254.169.254\": address is a link-local address", 0},
+		{[]string{"validate", "-f", zoneTypo}, 1, "", zoneTypo + `: document 2 (Locality shop/web-a): spec.zone: matches no endpoints of Upstream shop/web: no endpoint set is in priority 0, locality region "eu" zone "eu-west-la" (did you mean zone "eu-west-1a"?`, 0},
 		{[]string{"bogus"}, 2, "", "unknown command", 0},
 	}
 	for _, tc := range tests {

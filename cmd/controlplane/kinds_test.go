@@ -91,7 +91,7 @@ func TestOtherKindsAndNamespaces(t *testing.T) {
 				"  FILE: document 1: apiVersion and kind are required",
 				`  FILE: document 2 (Upstream shop/web): apiVersion: unsupported apiVersion "poise.dev/v1beta1": want poise.dev/v1alpha1`,
 				"  FILE: document 4 (Upstream shop/web): spec.colour: unknown field",
-				"  FILE: document 4 (Upstream shop/web): spec.protcol: unknown field",
+				"  FILE: document 4 (Upstream shop/web): spec.protcol: unknown field (did you mean spec.protocol?)",
 				"  FILE: document 4 (Upstream shop/web): spec.panicThreshold: Invalid value: 101: must be between 0 and 100",
 			},
 		},

@@ -19,7 +19,7 @@ import (
 // the cluster once its caches sync, and returns what Kubernetes mode runs:
 // the replica until ctx is done, and this replica's share of the clients'
 // loads with the leader, which decides fleet outlier detection for all.
-func buildKube(ctx context.Context, cfg Config, p *parts) (mode, error) {
+func buildKube(ctx, stopping context.Context, cfg Config, p *parts) (mode, error) {
 	routeLibraryLogs(p.log)
 	rc, contextNamespace := cfg.RestConfig, ""
 	if rc == nil {
@@ -32,8 +32,8 @@ func buildKube(ctx context.Context, cfg Config, p *parts) (mode, error) {
 	}
 	replica, err := kubereplica.NewReplica(rc, p.dir, kubereplica.Options{
 		Namespace: cfg.Namespace, LeaderElectionNamespace: cfg.LeaderElectionNamespace, LeaderElectionID: cfg.LeaderElectionID,
-		ContextNamespace: contextNamespace,
-		LeaseDuration:    cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
+		ContextNamespace: contextNamespace, StopLeading: stopping,
+		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
 		Debounce: cfg.Debounce, Log: p.log,
 		Metrics:     kubereplica.Metrics{Source: p.m.Source, Status: p.m.Status, Checks: p.m.Checks, Outliers: p.m.Outliers},
 		Publication: rejectingPublication{p.pub, p.clients}, ClientQPS: cfg.KubeQPS, ClientBurst: cfg.KubeBurst, StatusShare: cfg.StatusShare,

@@ -55,11 +55,18 @@ func Run(ctx context.Context, cfg Config) error {
 		return errors.Join(problems...)
 	}
 	p := newParts(cfg, export, log)
-	// The first task to fail ends the others, the Kubernetes replica with
-	// them; so does a failure before the tasks start.
+	// Stopping begins when ctx ends or the first task fails (so does a
+	// failure before the tasks start): the xDS server then drains its
+	// streams over the drain period, and the Kubernetes replica hands the
+	// Lease on at once. What follows the cluster or the files (the source,
+	// the publisher, the admin port) goes on until the xDS server has
+	// stopped, so a client still connected to a stopping replica receives
+	// every change until its stream ends.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	g, ctx := errgroup.WithContext(ctx)
+	g, stopping := errgroup.WithContext(ctx)
+	ctx, stopFollowing := context.WithCancel(context.WithoutCancel(stopping))
+	defer stopFollowing()
 
 	// The source fills the directory before anything is served, so the first
 	// publication is the whole topology.
@@ -67,7 +74,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var err error
 	switch cfg.Source {
 	case "kubernetes":
-		md, err = buildKube(ctx, cfg, p)
+		md, err = buildKube(ctx, stopping, cfg, p)
 	default:
 		md, err = buildFiles(cfg, p)
 	}
@@ -94,6 +101,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	freeAfterFirstPublication(ctx, p.pub)
+	g.Go(func() error {
+		defer stopFollowing()
+		return srv.xdsTask().in(stopping)()
+	})
 	for _, t := range slices.Concat(p.tasks(), srv.tasks(), md.tasks) {
 		g.Go(t.in(ctx))
 	}
@@ -356,9 +367,14 @@ func (s *servers) addrs(instance string) Addrs {
 	return a
 }
 
+// xdsTask serves xDS until its context ends, then drains the streams.
+func (s *servers) xdsTask() task {
+	return task{"xds server", func(ctx context.Context) error { return server.Serve(ctx, s.xds, s.xdsLis) }}
+}
+
+// tasks are the HTTP servers, which answer until the xDS server has drained.
 func (s *servers) tasks() []task {
 	t := []task{
-		{"xds server", func(ctx context.Context) error { return server.Serve(ctx, s.xds, s.xdsLis) }},
 		{"admin server", func(ctx context.Context) error { return serveHTTP(ctx, s.admin, s.adminLis) }},
 	}
 	if s.metrics != nil {

@@ -66,6 +66,38 @@ type Upstream struct {
 	// Class, present when a client locality is given (--from, ?from=), is
 	// what the clients of that locality receive and how it was derived.
 	Class *Class `json:"class,omitempty"`
+	// UnmatchedLocalities are the Locality objects of the upstream that
+	// place no endpoint set: their weight applies to nothing. Manifest files
+	// refuse them (unless the upstream imports a Service); a cluster's
+	// objects may have them while endpoints are yet to come.
+	UnmatchedLocalities []UnmatchedLocality `json:"unmatchedLocalities,omitempty"`
+}
+
+// UnmatchedLocality is a Locality object that matches no endpoints.
+type UnmatchedLocality struct {
+	// Locality is "Locality ns/name".
+	Locality       string `json:"locality"`
+	Priority       uint32 `json:"priority"`
+	Region         string `json:"region"`
+	Zone           string `json:"zone"`
+	SubZone        string `json:"subZone"`
+	LocalityWeight uint64 `json:"localityWeight"`
+}
+
+// unmatchedLocalities lists the Locality objects of u's groups without
+// endpoint sets, in group order.
+func unmatchedLocalities(u *topology.UpstreamState) []UnmatchedLocality {
+	var out []UnmatchedLocality
+	for _, g := range u.Groups {
+		if len(g.Sets) > 0 {
+			continue
+		}
+		for _, k := range g.LocalityObjects {
+			out = append(out, UnmatchedLocality{Locality: "Locality " + k.String(), Priority: g.Priority,
+				Region: g.Locality.Region, Zone: g.Locality.Zone, SubZone: g.Locality.SubZone, LocalityWeight: g.LocalityWeight})
+		}
+	}
+	return out
 }
 
 // Split is one priority → locality → endpoint derivation.
@@ -269,6 +301,8 @@ func BuildUpstream(u *topology.UpstreamState) Upstream {
 		HealthCheck:   healthCheckOf(&u.Upstream),
 		Visibility:    visibilityOf(&u.Upstream),
 		Split:         buildSplit(u, nil),
+
+		UnmatchedLocalities: unmatchedLocalities(u),
 	}
 	if out.SplitBy == "" {
 		out.SplitBy = string(topology.ControlPlane)

@@ -85,6 +85,12 @@ func writeUpstream(tw *textWriter, u Upstream, aud *Audience) {
 	writeVisibility(tw, u.Visibility)
 	writeAccess(tw, aud, u.Access, "it")
 	writeSplit(tw, p, u.Split, nil)
+	if len(u.UnmatchedLocalities) > 0 {
+		tw.printf("\n  Locality objects that match no endpoints (their weight applies to nothing):\n")
+		for _, l := range u.UnmatchedLocalities {
+			tw.printf("    priority %d, region=%q zone=%q subZone=%q: weight %d (%s)\n", l.Priority, l.Region, l.Zone, l.SubZone, l.LocalityWeight, l.Locality)
+		}
+	}
 }
 
 func writeVisibility(tw *textWriter, v *Visibility) {

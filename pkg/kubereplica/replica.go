@@ -36,6 +36,11 @@ type Options struct {
 	// LeaderElectionNamespace and LeaderElectionID name the Lease that
 	// elects the status writer.
 	LeaderElectionNamespace, LeaderElectionID string
+	// StopLeading, when set, ends this replica's part in the election (and
+	// the leader's work with it) before the context Start runs on ends: a
+	// stopping replica hands the Lease on at once and goes on reading the
+	// cluster for its xDS clients while their streams drain.
+	StopLeading context.Context
 	// ContextNamespace is the namespace of the kubeconfig context the
 	// replica runs with, outside a pod: where the Lease lives when neither
 	// flag nor the pod's own namespace says.
@@ -208,7 +213,7 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	shares := &kubestatus.Shares{Writer: m.GetClient(), Reader: m.GetAPIReader(), Namespace: ns, Lease: id, Replica: o.HealthChecks.Name}
 	ow := &kubestatus.OutlierWriter{Client: m.GetClient(), Dir: dir, Shares: shares, Period: period, Window: window, Log: log, Metrics: o.Metrics.Outliers, Events: events}
 	el := &leader.Elector{Config: cfg, Namespace: ns, Name: id, Identity: leader.NewIdentity(), LeaseDuration: lease, RenewDeadline: renew, RetryPeriod: retry,
-		Lead: leaderWork(sw, cw, ow, log), Log: log, Events: events, Leading: leading.Store}
+		Lead: leaderWork(sw, cw, ow, log), Log: log, Events: events, Leading: leading.Store, Until: o.StopLeading}
 	if o.Metrics.Status != nil {
 		el.Leading = func(l bool) {
 			leading.Store(l)

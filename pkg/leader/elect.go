@@ -50,6 +50,10 @@ type Elector struct {
 	// Events, when set, receives a LeaderElected Event on the Lease each
 	// time this replica takes it.
 	Events EventRecorder
+	// Until, when set, ends the election before Start's context does: a
+	// replica that is stopping releases the Lease at once, so another takes
+	// the leader's work over, while it goes on serving its xDS clients.
+	Until context.Context
 }
 
 // NeedLeaderElection: the elector does its own election.
@@ -57,6 +61,13 @@ func (e *Elector) NeedLeaderElection() bool { return false }
 
 // Start competes for the Lease until ctx is done.
 func (e *Elector) Start(ctx context.Context) error {
+	if e.Until != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(e.Until, cancel)
+		defer stop()
+	}
 	cs, err := kubernetes.NewForConfig(e.Config)
 	if err != nil {
 		return fmt.Errorf("leader election client: %w", err)

@@ -21,7 +21,7 @@ func checkFast(t testing.TB, p *fastParser, raw []byte) bool {
 	t.Helper()
 	obj, ok := p.apiObject(raw)
 	fast, fastOK := p.fastDecode("f.yaml", 3, raw)
-	general, errs := decodeGeneral("f.yaml", 3, raw)
+	general, errs := decodeGeneral("f.yaml", 3, 1, raw)
 	if !ok {
 		if fastOK {
 			t.Fatalf("fast path decoded what it could not parse:\n%s", raw)
@@ -386,7 +386,7 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 	for i := range n {
 		g.noise = []int{0, 0, 100, 20, 5}[i%5]
 		raw := g.render(g.doc())
-		if _, errs := decodeGeneral("f.yaml", 3, raw); errs == nil {
+		if _, errs := decodeGeneral("f.yaml", 3, 1, raw); errs == nil {
 			valid++
 		}
 		if checkFast(t, &p, raw) {
@@ -413,7 +413,7 @@ func TestFastPathTakesExamples(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := splitDocuments(path, data, func(_ int, raw []byte) {
+		if err := splitDocuments(path, data, func(_, _ int, raw []byte) {
 			if checkFast(t, &p, raw) {
 				took++
 			}
@@ -461,11 +461,44 @@ func FuzzFastPath(f *testing.F) {
 		f.Add(g.render(g.doc()))
 	}
 	f.Add([]byte(scaleDocument))
+	for _, doc := range fastMistakes {
+		f.Add([]byte(doc))
+	}
 	var p fastParser
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		// documents as splitDocuments hands them over
-		_ = splitDocuments("f.yaml", raw, func(_ int, doc []byte) { checkFast(t, &p, doc) }, nil)
+		_ = splitDocuments("f.yaml", raw, func(_, _ int, doc []byte) { checkFast(t, &p, doc) }, nil)
 	})
+}
+
+// fastMistakes are documents the fast path parses but must leave to the
+// general path, which names their problems: a quoted number, an unknown
+// field one edit from a known one, a mistyped group or kind.
+var fastMistakes = []string{
+	"apiVersion: poise.dev/v1alpha1\nkind: Locality\nmetadata: {name: l, namespace: shop}\nspec: {upstream: u, weight: \"3\"}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Locality\nmetadata: {name: l, namespace: shop}\nspec: {upstream: u, weigth: 3}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: EndpointSet\nmetadata: {name: s, namespace: shop}\nspec:\n  upstream: u\n  endpoints:\n  - {address: 10.0.0.1, port: \"80\"}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: EndpointSet\nmetadata: {name: s, namespace: shop}\nspec:\n  upstream: u\n  endpoints:\n  - {adress: 10.0.0.1, port: 80}\n",
+	"apiVersion: poise.io/v1alpha1\nkind: Upstream\nmetadata: {name: u, namespace: shop}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Upstrem\nmetadata: {name: u, namespace: shop}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: u, namespace: shop}\nspec: {connectTimeout: 10, protocol: 2}\n",
+}
+
+// TestFastPathLeavesMistakesToTheGeneralPath: a document with a one-character
+// mistake is never decoded by the fast path; the general path names the
+// field (or the apiVersion, or the kind) of each.
+func TestFastPathLeavesMistakesToTheGeneralPath(t *testing.T) {
+	var p fastParser
+	for _, doc := range fastMistakes {
+		raw := []byte(doc)
+		if checkFast(t, &p, raw) {
+			t.Errorf("the fast path decoded a document with a mistake:\n%s", doc)
+		}
+		_, errs := decodeDocument(&p, "f.yaml", 1, 1, raw)
+		if len(errs) == 0 || errs[0].Field == "" {
+			t.Errorf("want a problem naming a field, got %v:\n%s", errs, doc)
+		}
+	}
 }
 
 // scaleUpstream is an Upstream as test/scale's generator writes it.
@@ -484,7 +517,7 @@ func BenchmarkDecodeDocument(b *testing.B) {
 		b.Run(doc.name+"/general", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, errs := decodeGeneral("f.yaml", 1, raw); errs != nil {
+				if _, errs := decodeGeneral("f.yaml", 1, 1, raw); errs != nil {
 					b.Fatal(errs)
 				}
 			}
@@ -493,7 +526,7 @@ func BenchmarkDecodeDocument(b *testing.B) {
 			b.ReportAllocs()
 			var p fastParser
 			for b.Loop() {
-				if _, errs := decodeDocument(&p, "f.yaml", 1, raw); errs != nil {
+				if _, errs := decodeDocument(&p, "f.yaml", 1, 1, raw); errs != nil {
 					b.Fatal(errs)
 				}
 			}

@@ -117,7 +117,7 @@ func (d *Decoder) DecodeFile(name string, data []byte, prev *File) *File {
 			known[prev.Documents[i].Sum] = &prev.Documents[i]
 		}
 	}
-	err := splitDocuments(name, data, func(doc int, raw []byte) {
+	err := splitDocuments(name, data, func(doc, line int, raw []byte) {
 		sum := sha256.Sum256(raw)
 		if prev != nil {
 			if kind, ok := prev.otherKinds[sum]; ok {
@@ -132,7 +132,7 @@ func (d *Decoder) DecodeFile(name string, data []byte, prev *File) *File {
 			return
 		}
 		f.Decoded++
-		d, errs := decodeDocument(&d.fast, name, doc, raw)
+		d, errs := decodeDocument(&d.fast, name, doc, line, raw)
 		if errs != nil {
 			f.Errors = append(f.Errors, errs...)
 			return

@@ -61,6 +61,25 @@ var fuzzSeeds = []string{
 	"apiVersion: poise.dev/v1alpha1\nkind: Partition\nmetadata: {name: p}\nspec: {domain: nowhere, extent: {west: 0, south: 0, east: 0, north: 0}, replicas: [ghost]}\n",
 }
 
+// mistakeSeeds are the one-character mistakes whose errors name the field
+// and the file's line: a type error, an unknown field near a known one, a
+// syntax error in a later document, a mistyped group or kind.
+var mistakeSeeds = []string{
+	upstreamX + "---\n" + localityX + "---\n" + strings.Replace(upstreamX, "protocol: GRPC", "protocol: GRPC\n   bad: indent", 1),
+	strings.Replace(localityX, "weight: 2", "weight: \"3\"", 1),
+	strings.Replace(localityX, "weight: 2", "weigth: 2", 1),
+	strings.Replace(localityX, "weight: 2", "weight: [2]\n  priority: {a: 1}\n  zone: 7", 1),
+	strings.Replace(setX, "port: 80, weight: 3", "port: \"80\", weigth: 3", 1),
+	strings.Replace(setX, "{address: 10.0.0.1,", "{adress: 10.0.0.1,", 1),
+	strings.Replace(upstreamX, "poise.dev/", "poise.io/", 1),
+	strings.Replace(upstreamX, "kind: Upstream", "kind: Upstrem", 1),
+	strings.Replace(upstreamX, "protocol: GRPC", "connectTimeout: 10\n  addressPolicy: {allowLoopback: \"yes\"}\n  exportTo: shop", 1),
+	strings.Replace(upstreamX, "protocol: GRPC", "protocol: GRPC\n  protocol: TCP", 1) + "---\n" + localityX + "  weight: 3\n",
+	"apiVersion: 1\nkind: [Upstream]\nmetadata: {name: 7}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: SpatialDomain\nmetadata: {name: d}\nspec: {gridDegrees: \"10\", replicas: [{name: a, upstrem: u, region: eu}]}\n",
+	"apiVersion: poise.dev/v1alpha1\nkind: Partition\nmetadata: {name: p}\nspec: {domain: d, extent: {wset: 1, south: \"0\", east: true, north: null}, replicas: a}\n",
+}
+
 // checkDecodeFile: DecodeFile agrees with Decode on the same data, and
 // reusing documents from another version of the file changes nothing.
 func checkDecodeFile(t *testing.T, data []byte, set *manifest.Set, err error, prev *manifest.File) {
@@ -112,7 +131,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	joined := []byte(strings.Join(all, "\n---\n"))
 	f.Add(joined)
-	for _, s := range fuzzSeeds {
+	for _, s := range append(fuzzSeeds, mistakeSeeds...) {
 		f.Add([]byte(s))
 	}
 	prev := manifest.DecodeFile("fuzz.yaml", joined, nil)

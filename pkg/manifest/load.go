@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -192,8 +193,8 @@ func decodeInto(set *Set, seen map[string]Object, file string, data []byte) Erro
 		errs Errors
 		fast fastParser
 	)
-	err := splitDocuments(file, data, func(doc int, raw []byte) {
-		d, e := decodeDocument(&fast, file, doc, raw)
+	err := splitDocuments(file, data, func(doc, line int, raw []byte) {
+		d, e := decodeDocument(&fast, file, doc, line, raw)
 		if e != nil {
 			errs = append(errs, e...)
 			return
@@ -218,8 +219,10 @@ func decodeInto(set *Set, seen map[string]Object, file string, data []byte) Erro
 }
 
 // splitDocuments calls fn with each document of a file that holds more than
-// comments, numbered from 1. A file that cannot be split is reported at the
-// document where splitting failed.
+// comments, numbered from 1, and the line of the file its text starts on (so
+// a problem a decoder finds on the document's line n is on the file's line
+// line+n-1). A file that cannot be split is reported at the document where
+// splitting failed.
 //
 // It splits as Kubernetes' YAML reader (utilyaml.NewYAMLReader) does: a
 // document is the lines up to a line starting with "---", each line ended by
@@ -232,10 +235,11 @@ func decodeInto(set *Set, seen map[string]Object, file string, data []byte) Erro
 // further; warn (when set) is called with the document and the 1-based line
 // of the first content that follows such a marker before the next "---",
 // which would be silently ignored.
-func splitDocuments(file string, data []byte, fn func(doc int, raw []byte), warn func(doc, line int)) *Error {
+func splitDocuments(file string, data []byte, fn func(doc, line int, raw []byte), warn func(doc, line int)) *Error {
 	doc := 1
 	start := -1 // where the current document starts in data; -1: none yet
 	lineNo, ended := 0, false
+	startLine := 0 // the line start is on
 	emit := func(end int) {
 		raw := data[start:end]
 		if bytes.IndexByte(raw, '\r') >= 0 || raw[len(raw)-1] != '\n' {
@@ -246,7 +250,7 @@ func splitDocuments(file string, data []byte, fn func(doc int, raw []byte), warn
 		}
 		start = -1
 		if !isEmptyDocument(raw) {
-			fn(doc, raw)
+			fn(doc, startLine, raw)
 			doc++
 		}
 	}
@@ -278,7 +282,7 @@ func splitDocuments(file string, data []byte, fn func(doc int, raw []byte), warn
 			ended = false // once per marker
 		}
 		if start < 0 {
-			start = pos
+			start, startLine = pos, lineNo
 		}
 		pos = next
 	}
@@ -310,16 +314,19 @@ func isEmptyDocument(raw []byte) bool {
 // wrong with it. Whether the object is defined elsewhere too is for the caller.
 // The fast path (fastdecode.go) takes the documents it can; the others, and every
 // document with a problem, take the general path.
-func decodeDocument(fast *fastParser, file string, doc int, raw []byte) (Document, Errors) {
+// line is the file's line the document starts on, for the problems a YAML
+// decoder finds on a line.
+func decodeDocument(fast *fastParser, file string, doc, line int, raw []byte) (Document, Errors) {
 	if d, ok := fast.fastDecode(file, doc, raw); ok {
 		return d, nil
 	}
-	return decodeGeneral(file, doc, raw)
+	return decodeGeneral(file, doc, line, raw)
 }
 
 // decodeGeneral decodes any document as Kubernetes does: YAML to JSON
-// (rejecting repeated keys), then JSON strictly into the API type.
-func decodeGeneral(file string, doc int, raw []byte) (Document, Errors) {
+// (rejecting repeated keys), then JSON strictly into the API type. line is
+// the file's line the document starts on.
+func decodeGeneral(file string, doc, line int, raw []byte) (Document, Errors) {
 	fail := func(object, fieldPath, detail string) (Document, Errors) {
 		return Document{}, Errors{{File: file, Document: doc, Object: object, Field: fieldPath, Detail: detail}}
 	}
@@ -332,11 +339,17 @@ func decodeGeneral(file string, doc int, raw []byte) (Document, Errors) {
 	if dupErr != nil {
 		var err error
 		if js, err = yaml.YAMLToJSON(raw); err != nil {
-			return fail("", "", fmt.Sprintf("not valid YAML: %v", err))
+			return fail("", "", "not valid YAML: "+fileLines(err.Error(), line))
 		}
 	}
 	var tm typeMeta
 	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(js, &tm); err != nil {
+		if _, wrong := walkDocument(js, reflect.TypeFor[typeMeta](), true); len(wrong) > 0 {
+			if wrong[0].field == "" {
+				return fail("", "", "not a Kubernetes object: "+wrong[0].detail)
+			}
+			return fail("", wrong[0].field, "not a Kubernetes object: "+wrong[0].detail)
+		}
 		return fail("", "", fmt.Sprintf("not a Kubernetes object: %v", err))
 	}
 	ns := tm.Metadata.Namespace
@@ -346,6 +359,9 @@ func decodeGeneral(file string, doc int, raw []byte) (Document, Errors) {
 	object := fmt.Sprintf("%s %s/%s", tm.Kind, ns, tm.Metadata.Name)
 	if tm.APIVersion == "" || tm.Kind == "" {
 		return fail("", "", "apiVersion and kind are required")
+	}
+	if mistypedGroup(tm.APIVersion, tm.Kind) {
+		return fail(object, "apiVersion", fmt.Sprintf("unknown apiVersion %q for kind %s: did you mean %s?", tm.APIVersion, tm.Kind, v1alpha1.GroupVersion))
 	}
 	if !isPoise(tm.APIVersion, tm.Kind) {
 		// Another kind (a Namespace, a Deployment, ...) in the files
@@ -360,7 +376,7 @@ func decodeGeneral(file string, doc int, raw []byte) (Document, Errors) {
 	// fields and invalid values, so one edit can fix them all.
 	var errs Errors
 	if dupErr != nil {
-		errs = duplicateKeys(file, doc, object, raw, dupErr)
+		errs = duplicateKeys(file, doc, line, object, raw, dupErr)
 	}
 	at := func(fieldPath, detail string) *Error {
 		return &Error{File: file, Document: doc, Object: object, Field: fieldPath, Detail: detail}
@@ -381,7 +397,7 @@ func decodeGeneral(file string, doc int, raw []byte) (Document, Errors) {
 	case topology.KindPartition:
 		value, key = decodeAs(js, at, &errs, convert.Partition, func(p topology.Partition) topology.Key { return p.Key })
 	default:
-		errs = append(errs, at("kind", fmt.Sprintf("unknown kind %q: want Upstream, Locality, EndpointSet, SpatialDomain or Partition", tm.Kind)))
+		errs = append(errs, at("kind", unknownKind(tm.Kind)))
 	}
 	if len(errs) > 0 {
 		return Document{}, boundProblems(errs)
@@ -411,7 +427,9 @@ func boundProblems(errs Errors) Errors {
 // serve is an error, not another kind); so is a Poise kind in the core group
 // ("v1alpha1" without its group, say), which has no such kind and can only be
 // a Poise object with its group left out. Everything else belongs to someone
-// else: another project may well have a kind named Upstream in its own group.
+// else: another project may well have a kind named Upstream in its own group
+// (a group that looks like a slip of poise.dev is caught before, by
+// mistypedGroup).
 func isPoise(apiVersion, kind string) bool {
 	group, _, versioned := strings.Cut(apiVersion, "/")
 	if !versioned {
@@ -433,9 +451,10 @@ func isPoise(apiVersion, kind string) bool {
 }
 
 // duplicateKeys reports each key repeated in one mapping of a document with
-// its field path. cause is the YAML decoder's error, reported as is when the
+// its field path and the file's lines, the document starting on the file's
+// line firstLine. cause is the YAML decoder's error, reported as is when the
 // keys cannot be located.
-func duplicateKeys(file string, doc int, object string, raw []byte, cause error) Errors {
+func duplicateKeys(file string, doc, firstLine int, object string, raw []byte, cause error) Errors {
 	var errs Errors
 	var root yamlv3.Node
 	if yamlv3.Unmarshal(raw, &root) == nil {
@@ -463,7 +482,7 @@ func duplicateKeys(file string, doc int, object string, raw []byte, cause error)
 					}
 					if line, dup := first[k.Value]; dup {
 						errs = append(errs, &Error{File: file, Document: doc, Object: object, Field: p,
-							Detail: fmt.Sprintf("duplicate field: set on line %d and again on line %d", line, k.Line)})
+							Detail: fmt.Sprintf("duplicate field: set on line %d and again on line %d", line+firstLine-1, k.Line+firstLine-1)})
 					} else {
 						first[k.Value] = k.Line
 					}
@@ -475,24 +494,35 @@ func duplicateKeys(file string, doc int, object string, raw []byte, cause error)
 	}
 	if len(errs) == 0 {
 		errs = Errors{{File: file, Document: doc, Object: object,
-			Detail: "duplicate field: " + strings.Join(strings.Fields(cause.Error()), " ")}}
+			Detail: "duplicate field: " + fileLines(strings.Join(strings.Fields(cause.Error()), " "), firstLine)}}
 	}
 	return errs
 }
 
 // decodeAs decodes one object of API type T strictly, validates and converts
 // it, adding every problem to errs through at. An object that does not decode
-// (a string where a number goes) is not validated: its fields would say more
+// (a string where a number goes) has its unknown fields and every value of
+// the wrong type reported, and is not validated: its values would say more
 // about the decoding than about the document.
 func decodeAs[T, O any](js []byte, at func(fieldPath, detail string) *Error, errs *Errors, conv func(*T) (O, field.ErrorList), keyOf func(O) topology.Key) (any, topology.Key) {
 	var obj T
+	root := reflect.TypeFor[T]()
 	strictErrs, err := sigsjson.UnmarshalStrict(js, &obj)
 	if err != nil {
-		*errs = append(*errs, at("", fmt.Sprintf("cannot decode: %v", err)))
+		unknown, wrong := walkDocument(js, root, false)
+		for _, path := range unknown {
+			*errs = append(*errs, at(path, unknownFieldAt(root, path)))
+		}
+		for _, w := range wrong {
+			*errs = append(*errs, at(w.field, w.detail))
+		}
+		if len(wrong) == 0 { // a decoding problem the walk does not know
+			*errs = append(*errs, at("", fmt.Sprintf("cannot decode: %v", err)))
+		}
 		return nil, topology.Key{}
 	}
 	for _, se := range strictErrs {
-		*errs = append(*errs, strictError(at, se))
+		*errs = append(*errs, strictError(at, root, se))
 	}
 	o, ferrs := conv(&obj)
 	for _, fe := range ferrs {
@@ -502,12 +532,13 @@ func decodeAs[T, O any](js []byte, at func(fieldPath, detail string) *Error, err
 }
 
 // strictError turns `unknown field "spec.x"` into Field "spec.x", Detail
-// "unknown field", so every error has the same shape.
-func strictError(at func(fieldPath, detail string) *Error, se error) *Error {
+// "unknown field" (with the field of root it most likely meant), so every
+// error has the same shape.
+func strictError(at func(fieldPath, detail string) *Error, root reflect.Type, se error) *Error {
 	msg := se.Error()
 	if path, ok := strings.CutPrefix(msg, "unknown field "); ok {
 		if p, err := strconv.Unquote(path); err == nil {
-			return at(p, "unknown field")
+			return at(p, unknownFieldAt(root, p))
 		}
 	}
 	return at("", msg)

@@ -167,12 +167,100 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name:  "wrong type",
 			files: map[string]string{"a.yaml": upstreamX + "  overprovisioningFactor: lots\n"},
-			want:  []wantErr{{"a.yaml", 1, "Upstream shop/x", "", "cannot decode"}},
+			want:  []wantErr{{"a.yaml", 1, "Upstream shop/x", "spec.overprovisioningFactor", `want an integer, got string "lots"`}},
 		},
 		{
 			name:  "bad duration",
 			files: map[string]string{"a.yaml": upstreamX + "  connectTimeout: 5 seconds\n"},
-			want:  []wantErr{{"a.yaml", 1, "Upstream shop/x", "", "cannot decode"}},
+			want:  []wantErr{{"a.yaml", 1, "Upstream shop/x", "spec.connectTimeout", `want a duration such as "5s" or "1m30s", got string "5 seconds"`}},
+		},
+		{
+			// every value of the wrong type and every unknown field, each on
+			// its path, as every other problem is named
+			name: "type errors name the field path",
+			files: map[string]string{"a.yaml": docs(upstreamX,
+				strings.Replace(localityX, "weight: 2", "weight: \"3\"\n  priority: first\n  zone: [a]\n  colour: red", 1),
+				strings.NewReplacer("port: 80}", "port: \"80\"}", "weight: 3}", "weigth: 3}").Replace(setX),
+				strings.Replace(upstreamX, "protocol: GRPC", "protocol: 2\n  connectTimeout: 10\n  overprovisioningFactor: 99999999999\n  addressPolicy: {allowLoopback: \"yes\"}", 1),
+			)},
+			want: []wantErr{
+				{"a.yaml", 2, "Locality shop/x-eu", "spec.colour", "unknown field"},
+				{"a.yaml", 2, "Locality shop/x-eu", "spec.priority", `want an integer, got string "first"`},
+				{"a.yaml", 2, "Locality shop/x-eu", "spec.weight", `want an integer, got string "3" (the quotes make it a string: remove them)`},
+				{"a.yaml", 2, "Locality shop/x-eu", "spec.zone", "want a string, got a list"},
+				{"a.yaml", 3, "EndpointSet shop/x-eu", "spec.endpoints[1].weigth", "unknown field (did you mean spec.endpoints[1].weight?)"},
+				{"a.yaml", 3, "EndpointSet shop/x-eu", "spec.endpoints[0].port", `want an integer, got string "80" (the quotes make it a string: remove them)`},
+				{"a.yaml", 4, "Upstream shop/x", "spec.addressPolicy.allowLoopback", `want true or false, got string "yes"`},
+				{"a.yaml", 4, "Upstream shop/x", "spec.connectTimeout", `want a duration such as "5s" or "1m30s", got number 10`},
+				{"a.yaml", 4, "Upstream shop/x", "spec.overprovisioningFactor", "want an integer from -2147483648 to 2147483647, got number 99999999999"},
+				{"a.yaml", 4, "Upstream shop/x", "spec.protocol", `want a string, got number 2 (YAML reads it as a number: quote it, "2")`},
+			},
+		},
+		{
+			name: "type errors in spatial objects and metadata",
+			files: map[string]string{"a.yaml": docs(
+				strings.Replace(domainX, "gridDegrees: 10", "gridDegrees: ten", 1),
+				strings.NewReplacer("replicas: [us-1]", "replicas: us-1", "name: pacific", "name: 7").Replace(partitionX),
+			)},
+			want: []wantErr{
+				{"a.yaml", 1, "SpatialDomain shop/cadastre", "spec.gridDegrees", `want an integer, got string "ten"`},
+				{"a.yaml", 2, "", "metadata.name", "not a Kubernetes object: want a string, got number 7"},
+			},
+		},
+		{
+			name: "unknown fields say what was meant, for every kind",
+			files: map[string]string{"a.yaml": docs(
+				strings.Replace(upstreamX, "protocol:", "protcol:", 1),
+				strings.NewReplacer("weight: 2", "weigth: 2", "namespace: shop", "namespace: shop\n  lables: {a: b}").Replace(localityX),
+				strings.Replace(setX, "{address: 10.0.0.1,", "{adress: 10.0.0.1,", 1),
+				strings.Replace(domainX, "{name: eu-1, upstream: x,", "{name: eu-1, upstrem: x,", 1),
+				strings.NewReplacer("west: 170", "wset: 170", "domain: cadastre", "Domain: cadastre").Replace(partitionX),
+				strings.Replace(upstreamX, "spec:", "sepc:", 1),
+			)},
+			want: []wantErr{
+				{"a.yaml", 1, "Upstream shop/x", "spec.protcol", "unknown field (did you mean spec.protocol?)"},
+				{"a.yaml", 2, "Locality shop/x-eu", "metadata.lables", "unknown field (did you mean metadata.labels?)"},
+				{"a.yaml", 2, "Locality shop/x-eu", "spec.weigth", "unknown field (did you mean spec.weight?)"},
+				{"a.yaml", 3, "EndpointSet shop/x-eu", "spec.endpoints[0].adress", "unknown field (did you mean spec.endpoints[0].address?)"},
+				{"a.yaml", 3, "EndpointSet shop/x-eu", "spec.endpoints[0].address", "Required value"},
+				{"a.yaml", 4, "SpatialDomain shop/cadastre", "spec.replicas[0].upstrem", "unknown field (did you mean spec.replicas[0].upstream?)"},
+				{"a.yaml", 4, "SpatialDomain shop/cadastre", "spec.replicas[0].upstream", "Required value"},
+				{"a.yaml", 5, "Partition shop/pacific", "spec.Domain", "unknown field (did you mean spec.domain?)"},
+				{"a.yaml", 5, "Partition shop/pacific", "spec.extent.wset", "unknown field (did you mean spec.extent.west?)"},
+				{"a.yaml", 5, "Partition shop/pacific", "spec.domain", "Required value"},
+				{"a.yaml", 6, "Upstream shop/x", "sepc", "unknown field (did you mean spec?)"},
+			},
+		},
+		{
+			// the document's eighth line, the file's 26th
+			name:  "a YAML syntax error names the line of the file",
+			files: map[string]string{"a.yaml": docs(upstreamX, localityX, strings.Replace(upstreamX, "protocol: GRPC", "protocol: GRPC\n   bad: indent", 1))},
+			want:  []wantErr{{"a.yaml", 3, "", "", "not valid YAML: line 26: mapping values are not allowed in this context"}},
+		},
+		{
+			name:  "a repeated key names the lines of the file",
+			files: map[string]string{"a.yaml": docs(upstreamX, strings.Replace(localityX, "weight: 2", "weight: 2\n  weight: 3", 1))},
+			want:  []wantErr{{"a.yaml", 2, "Locality shop/x-eu", "spec.weight", "duplicate field: set on line 17 and again on line 18"}},
+		},
+		{
+			name: "a Poise kind under a mistyped group",
+			files: map[string]string{"a.yaml": docs(
+				strings.Replace(upstreamX, "poise.dev/", "poise.io/", 1),
+				strings.Replace(localityX, "poise.dev/", "piose.dev/", 1),
+				strings.Replace(upstreamX, "poise.dev/", "gloo.solo.io/", 1), // another project's Upstream: skipped
+			)},
+			want: []wantErr{
+				{"a.yaml", 1, "Upstream shop/x", "apiVersion", `unknown apiVersion "poise.io/v1alpha1" for kind Upstream: did you mean poise.dev/v1alpha1?`},
+				{"a.yaml", 2, "Locality shop/x-eu", "apiVersion", `unknown apiVersion "piose.dev/v1alpha1" for kind Locality: did you mean poise.dev/v1alpha1?`},
+			},
+		},
+		{
+			name:  "a mistyped kind",
+			files: map[string]string{"a.yaml": docs(strings.Replace(upstreamX, "kind: Upstream", "kind: Upstrem", 1), strings.Replace(localityX, "kind: Locality", "kind: locality", 1))},
+			want: []wantErr{
+				{"a.yaml", 1, "Upstrem shop/x", "kind", `unknown kind "Upstrem": want Upstream, Locality, EndpointSet, SpatialDomain or Partition (did you mean Upstream?)`},
+				{"a.yaml", 2, "locality shop/x-eu", "kind", `(did you mean Locality?)`},
+			},
 		},
 		{
 			name:  "health for an endpoint not in spec",
@@ -254,7 +342,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name:  "spatial objects: a string for a coordinate",
 			files: map[string]string{"a.yaml": strings.Replace(partitionX, "west: 170", `west: "170"`, 1)},
-			want:  []wantErr{{"a.yaml", 1, "Partition shop/pacific", "", "cannot decode"}},
+			want:  []wantErr{{"a.yaml", 1, "Partition shop/pacific", "spec.extent.west", `want a number, got string "170" (the quotes make it a string: remove them)`}},
 		},
 		{
 			name: "spatial objects: broken fields name file, document, object and field",

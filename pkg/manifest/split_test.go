@@ -58,9 +58,18 @@ func splitWith(f func(string, []byte, func(int, []byte)) *Error, data []byte) sp
 	return s
 }
 
-// splitOnly is splitDocuments without warnings, as the reference splits.
+// splitOnly is splitDocuments without warnings, as the reference splits. It
+// checks that each document's text starts on the line of the file
+// splitDocuments says.
 func splitOnly(file string, data []byte, fn func(int, []byte)) *Error {
-	return splitDocuments(file, data, fn, nil)
+	lines := strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n")
+	return splitDocuments(file, data, func(doc, line int, raw []byte) {
+		first, _, _ := strings.Cut(string(raw), "\n")
+		if line < 1 || line > len(lines) || lines[line-1] != first && lines[line-1] != first+"\r" {
+			panic(fmt.Sprintf("document %d starts %q; line %d of the file is not that", doc, first, line))
+		}
+		fn(doc, raw)
+	}, nil)
 }
 
 var splitSeeds = []string{
@@ -108,7 +117,7 @@ func TestContentAfterDocumentEndIsWarned(t *testing.T) {
 		{"# lead\n---\n" + up + "--- \n" + up + "... # end\n  extra: 1\n", []string{"f.yaml: document 2: line 11 comes after"}},
 	} {
 		var got []string
-		_ = splitDocuments("f.yaml", []byte(tc.data), func(int, []byte) {}, func(doc, line int) {
+		_ = splitDocuments("f.yaml", []byte(tc.data), func(int, int, []byte) {}, func(doc, line int) {
 			got = append(got, IgnoredAfterEnd("f.yaml", doc, line))
 		})
 		file := DecodeFile("f.yaml", []byte(tc.data), nil)

@@ -116,6 +116,9 @@ type Directory struct {
 	// scratch is reused by every Apply (they are serialized), so a small
 	// change allocates only what the new snapshot keeps.
 	scratch applyScratch
+	// complete: every batch must leave the topology complete
+	// (RequireComplete).
+	complete bool
 
 	current atomic.Pointer[Snapshot]
 }
@@ -178,6 +181,9 @@ func (d *Directory) Apply(b Batch) (*Snapshot, error) {
 		if p != nil {
 			problems = append(problems, *p)
 		}
+	}
+	if d.complete {
+		problems = append(problems, st.referenceProblems(keys, states)...)
 	}
 	if len(problems) > 0 {
 		return prev, &BatchError{Problems: problems}
@@ -347,15 +353,20 @@ func (st *staged) upstreamChanged(k Key) bool {
 	return ok
 }
 
-func (st *staged) upstream(k Key) (Upstream, bool) {
-	if u, ok := st.b.upstreams[k]; ok {
-		if u == nil {
-			return Upstream{}, false
+func (st *staged) upstream(k Key) (Upstream, bool) { return after(st.b.upstreams, st.d.upstreams, k) }
+
+// after is object k once the batch's puts and deletes of its kind (batch)
+// are laid over the directory's (cur).
+func after[V any](batch map[Key]*V, cur map[Key]V, k Key) (V, bool) {
+	if v, ok := batch[k]; ok {
+		if v == nil {
+			var none V
+			return none, false
 		}
-		return *u, true
+		return *v, true
 	}
-	u, ok := st.d.upstreams[k]
-	return u, ok
+	v, ok := cur[k]
+	return v, ok
 }
 
 // localitiesOf appends the Locality objects naming upstream k after the batch, sorted by key.

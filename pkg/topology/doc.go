@@ -7,5 +7,8 @@
 // chunks of unchanged upstreams with its predecessor and says which upstreams
 // changed in its last revisions. An invalid batch is
 // rejected whole and the last good Snapshot stays current; a spatial problem is
-// reported on its object and never rejects a batch.
+// reported on its object and never rejects a batch. A Directory may require a
+// complete topology (RequireComplete), for a source that holds the whole truth
+// at once: then a name no object defines, or a Locality matching nothing,
+// rejects the batch too.
 package topology

@@ -14,7 +14,10 @@ type Problem struct {
 	// Locations, when a source knows them, say where each object is defined
 	// ("file document 3"), index for index with Objects; "" when unknown.
 	Locations []string
-	Err       error
+	// Field, when set, is the field of Objects[0] at fault (a reference that
+	// does not resolve); the other objects are those it likely meant.
+	Field string
+	Err   error
 }
 
 // Involved names object i with its location when known.
@@ -26,6 +29,12 @@ func (p Problem) Involved(i int) string {
 }
 
 func (p Problem) Error() string {
+	if len(p.Objects) == 0 {
+		return p.Err.Error()
+	}
+	if p.Field != "" {
+		return p.Involved(0) + ": " + p.Field + ": " + p.Err.Error() + p.SeeAlso()
+	}
 	names := make([]string, len(p.Objects))
 	for i := range p.Objects {
 		names[i] = p.Involved(i)
@@ -34,6 +43,22 @@ func (p Problem) Error() string {
 }
 
 func (p Problem) Unwrap() error { return p.Err }
+
+// SeeAlso names, with their locations, the objects of a problem with a
+// Field besides the one at fault: " (see Upstream default/checkout (f
+// document 1))", or "" when it has none or no location is known.
+func (p Problem) SeeAlso() string {
+	var located []string
+	for i := 1; i < len(p.Objects); i++ {
+		if i < len(p.Locations) && p.Locations[i] != "" {
+			located = append(located, p.Involved(i))
+		}
+	}
+	if len(located) == 0 {
+		return ""
+	}
+	return " (see " + strings.Join(located, ", ") + ")"
+}
 
 // BatchError rejects a whole batch; the previous snapshot stays current.
 type BatchError struct {

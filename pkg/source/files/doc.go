@@ -4,6 +4,8 @@
 // moment (and at least every so often while they never are). A burst costs
 // what it touched: only the files the events name are read, only their
 // changed documents decoded, and the batch holds only the objects that
-// changed. An invalid change is refused with a logged, named reason and a
-// metric, and the last good snapshot keeps serving.
+// changed. The files are the whole truth at once, so the Directory must stay
+// complete: an object naming what no file defines is invalid too. An invalid
+// change is refused with a logged, named reason and a metric, and the last
+// good snapshot keeps serving.
 package files

@@ -1,6 +1,7 @@
 package files
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -57,8 +58,10 @@ type Source struct {
 	// the objects a file defines out of the topology, and at least one (a
 	// file emptied, removed, or cut short): until the files have shown it
 	// that long, the whole change is held back and the previous content
-	// keeps serving. Objects moved to another file are not taken out. 0
-	// means DefaultSettle; negative applies such changes at once.
+	// keeps serving. Objects moved to another file are not taken out; the
+	// objects a change leaves naming an Upstream or a SpatialDomain it takes
+	// away count as taken out by the file that loses it. 0 means
+	// DefaultSettle; negative applies such changes at once.
 	Settle  time.Duration
 	Log     *slog.Logger
 	Metrics *metrics.Source
@@ -131,6 +134,11 @@ func (f *file) settled() bool { return f.err == nil && f.disk == f.applied }
 func (s *Source) Load() (*topology.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The files are the whole truth at once: a name no object defines is a
+	// mistake, not an object yet to come.
+	if err := s.Dir.RequireComplete(); err != nil {
+		return nil, fmt.Errorf("manifest files: %w", err)
+	}
 	if err := s.setRoots(); err != nil {
 		s.countBatch("rejected")
 		return nil, err

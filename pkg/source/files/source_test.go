@@ -256,16 +256,16 @@ spec: {domain: cadastre, extent: {west: -10, south: 35, east: 30, north: 70}, re
 	}
 }
 
-// TestSpatialProblemsAreLoggedOnce: a Partition naming a replica its domain lacks is
-// logged with its file and field, once, and the change is still applied.
+// TestSpatialProblemsAreLoggedOnce: a product no replica may serve is logged
+// with its file and field, once, and the change is still applied.
 func TestSpatialProblemsAreLoggedOnce(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "upstream.yaml"), upstreamYAML)
-	write(t, filepath.Join(dir, "spatial.yaml"), domainYAML+`---
+	write(t, filepath.Join(dir, "spatial.yaml"), strings.Replace(domainYAML, "allowedRegions: [r1]", "allowedRegions: [r9]", 1)+`---
 apiVersion: poise.dev/v1alpha1
 kind: Partition
 metadata: {name: europe, namespace: shop}
-spec: {domain: cadastre, extent: {west: -10, south: 35, east: 30, north: 70}, replicas: [eu-2]}
+spec: {domain: cadastre, extent: {west: -10, south: 35, east: 30, north: 70}, replicas: [eu-1]}
 `)
 	var logs bytes.Buffer
 	src := &Source{Paths: []string{dir}, Dir: topology.NewDirectory(), Log: slog.New(slog.NewTextHandler(&logs, nil))}
@@ -278,7 +278,7 @@ spec: {domain: cadastre, extent: {west: -10, south: 35, east: 30, north: 70}, re
 	if n := strings.Count(out, "spatial routing problem"); n != 1 {
 		t.Fatalf("%d warnings, want 1:\n%s", n, out)
 	}
-	for _, want := range []string{"object=\"Partition shop/europe\"", "spatial.yaml document 2", "field=spec.replicas[0]", "reason=UnknownReplica"} {
+	for _, want := range []string{"object=\"SpatialDomain shop/cadastre\"", "spatial.yaml document 1", "field=spec.products[parcels].allowedRegions", "reason=NoLawfulReplica"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %s:\n%s", want, out)
 		}

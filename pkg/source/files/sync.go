@@ -53,7 +53,7 @@ func (s *Source) sync(ch *changes, full bool) (outcome, error) {
 	}
 	out.batch = b.Len()
 	if !full {
-		if out.held, out.wait = s.heldBack(pending, delta, time.Now()); len(out.held) > 0 {
+		if out.held, out.wait = s.heldBack(pending, delta, b, time.Now()); len(out.held) > 0 {
 			s.refused = true // so a return to the applied files is logged
 			return out, nil
 		}

@@ -1,0 +1,163 @@
+package controlplane_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"poise.dev/poise/pkg/controlplane"
+)
+
+const drainManifest = `apiVersion: poise.dev/v1alpha1
+kind: Upstream
+metadata: {name: pay, namespace: shop}
+spec: {protocol: HTTP1}
+---
+apiVersion: poise.dev/v1alpha1
+kind: Locality
+metadata: {name: pay-a, namespace: shop}
+spec: {upstream: pay, region: eu, zone: eu-a, weight: 1}
+---
+apiVersion: poise.dev/v1alpha1
+kind: EndpointSet
+metadata: {name: pay-a, namespace: shop}
+spec:
+  upstream: pay
+  locality: {region: eu, zone: eu-a}
+  endpoints:
+  - {address: 10.0.0.1, port: 8080, weight: WEIGHT}
+  - {address: 10.0.0.2, port: 8080}
+`
+
+// TestDrainingPlaneFollowsChanges: once stopping begins, the xDS streams
+// drain over the drain period, and a client still connected to the
+// stopping plane receives a change made meanwhile, rather than keeping what
+// it held when stopping began until its stream ends.
+func TestDrainingPlaneFollowsChanges(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "pay.yaml")
+	write := func(weight string) {
+		t.Helper()
+		b := []byte(strings.ReplaceAll(drainManifest, "WEIGHT", weight))
+		if err := os.WriteFile(file+".tmp", b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(file+".tmp", file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("1")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started := make(chan controlplane.Addrs, 1)
+	done := make(chan error, 1)
+	const drain = 4 * time.Second
+	go func() {
+		done <- controlplane.Run(ctx, controlplane.Config{Paths: []string{dir}, XDSAddress: "127.0.0.1:0", AdminAddress: "127.0.0.1:0",
+			Debounce: 50 * time.Millisecond, DrainPeriod: drain, Started: func(a controlplane.Addrs) { started <- a }})
+	}()
+	var addrs controlplane.Addrs
+	select {
+	case addrs = <-started:
+	case err := <-done:
+		t.Fatalf("control plane: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("control plane did not start")
+	}
+
+	conn, err := grpc.NewClient(addrs.XDS, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	// weightOf is the load-balancing weight of 10.0.0.1 in a response.
+	weightOf := func(r *discovery.DiscoveryResponse) uint32 {
+		for _, a := range r.GetResources() {
+			var cla endpointv3.ClusterLoadAssignment
+			if err := a.UnmarshalTo(&cla); err != nil {
+				return 0
+			}
+			for _, l := range cla.GetEndpoints() {
+				for _, e := range l.GetLbEndpoints() {
+					if e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress() == "10.0.0.1" {
+						return e.GetLoadBalancingWeight().GetValue()
+					}
+				}
+			}
+		}
+		return 0
+	}
+	// The drain ends the streams one at a time over the period: of four,
+	// the last ends three quarters of the way through.
+	const streams = 4
+	type held struct {
+		s      discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+		before uint32
+	}
+	var all []held
+	for i := range streams {
+		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := &core.Node{Id: fmt.Sprintf("drain-%d", i), UserAgentName: "envoy"}
+		if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{"shop/pay"}}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: []string{"shop/pay"},
+			VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, held{s, weightOf(r)})
+	}
+
+	stopping := time.Now()
+	cancel()
+	time.Sleep(200 * time.Millisecond) // stopping has begun: the drain is under way
+	write("5")
+	got := 0
+	for i, h := range all {
+		for {
+			r, err := h.s.Recv()
+			if err != nil {
+				t.Logf("stream %d ended %s after stopping began: %v", i, time.Since(stopping).Round(time.Millisecond), err)
+				break
+			}
+			if w := weightOf(r); w != h.before {
+				t.Logf("stream %d: 10.0.0.1's weight %d → %d, %s after stopping began (drain period %s)", i, h.before, w, time.Since(stopping).Round(time.Millisecond), drain)
+				got++
+				break
+			}
+		}
+	}
+	// the first stream ends as the drain begins, before the edit; the
+	// others are still open when the edit is published
+	if got < streams-1 {
+		t.Errorf("%d of the %d streams still open after the edit received it: want every one of them", got, streams-1)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(drain + 10*time.Second):
+		t.Fatalf("the plane had not stopped %s after stopping began", drain+10*time.Second)
+	}
+}
