@@ -39,14 +39,56 @@ type exitCode int
 func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
 
 // command wraps a command body that returns an exit code as cobra's RunE.
+// A body that refuses its command line (exitUsage) has said why; the usage
+// hint follows, as it does cobra's own refusals.
 func command(c *cobra.Command, body func(cmd *cobra.Command, args []string) int) *cobra.Command {
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		if code := body(cmd, args); code != exitOK {
+			if code == exitUsage {
+				fmt.Fprintln(cmd.ErrOrStderr(), usageHint(cmd))
+			}
 			return exitCode(code)
 		}
 		return nil
 	}
 	return c
+}
+
+// usageHint is the line that ends a refused command line.
+func usageHint(cmd *cobra.Command) string {
+	return fmt.Sprintf("Run '%s --help' for usage.", cmd.CommandPath())
+}
+
+// requireFiles refuses a command line that gives no manifests: -f is
+// required where no other flag says where the topology comes from.
+func requireFiles(files paths, stderr io.Writer) bool {
+	if len(files) == 0 {
+		fmt.Fprintln(stderr, "error: -f PATH is required (a manifest file or directory)")
+		return false
+	}
+	return true
+}
+
+// helpCommand is help [COMMAND]: a command's help, and for a command that
+// does not exist a refusal (exit 2) that names the ones meant.
+func helpCommand(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [COMMAND]",
+		Short: "Help about any command",
+		Long:  "help COMMAND prints a command's help, as COMMAND --help does.",
+		RunE: func(c *cobra.Command, args []string) error {
+			target, rest, err := root.Find(args)
+			if err != nil || len(rest) > 0 {
+				name := strings.Join(args, " ")
+				msg := fmt.Sprintf("help %q: no such command", name)
+				if s := root.SuggestionsFor(args[len(args)-1]); len(s) > 0 {
+					msg += "; did you mean " + strings.Join(s, " or ") + "?"
+				}
+				return errors.New(msg)
+			}
+			return target.Help()
+		},
+	}
 }
 
 // noArgs refuses positional arguments: manifests are given with -f.
@@ -74,6 +116,7 @@ priority → locality → endpoint derivation it publishes.`,
 	root.SetVersionTemplate(info.text())
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	root.SetHelpCommand(helpCommand(root))
 	root.AddCommand(newServeCmd(stdout, stderr), newExplainCmd(stdout, stderr), newExplainRouteCmd(stdout, stderr),
 		newValidateCmd(stdout, stderr), newVersionCmd(stdout, stderr, info), newStatusCmd(stdout, stderr), newProxyConfigCmd(stdout, stderr),
 		newCreateRemoteSecretCmd(stdout, stderr))
@@ -255,7 +298,12 @@ func newValidateCmd(stdout, stderr io.Writer) *cobra.Command {
 		Args:  noArgs,
 	}
 	fileFlag(c.Flags(), &files, "manifest file or directory (repeatable, or comma-separated)")
-	return command(c, func(*cobra.Command, []string) int { return runValidate(files, stdout, stderr) })
+	return command(c, func(*cobra.Command, []string) int {
+		if !requireFiles(files, stderr) {
+			return exitUsage
+		}
+		return runValidate(files, stdout, stderr)
+	})
 }
 
 func runValidate(files paths, stdout, stderr io.Writer) int {
@@ -294,8 +342,8 @@ receive under the upstream's localityAffinity.`,
 	fileFlag(fs, &o.files, "manifest file or directory (repeatable, or comma-separated)")
 	fs.StringVar(&o.only, "upstream", "", "explain only this upstream (NAMESPACE/NAME, or NAME in namespace default)")
 	fs.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
-	fs.Uint64Var(&o.simulate, "simulate", 0, "draw N picks with the seeded picker and show observed counts")
-	fs.Uint64Var(&o.seed, "seed", 1, "seed of the simulated picks")
+	fs.Uint64Var(&o.simulate, "simulate", 0, fmt.Sprintf("draw N picks with the seeded picker and show observed counts, 0 (none) to %d", maxSimulate))
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the simulated picks: any integer 0 to 18446744073709551615")
 	fs.StringVar(&o.from, "from", "", "explain also what clients in this locality receive (REGION/ZONE[/SUBZONE])")
 	fs.StringVar(&o.demand, "demand", "", "the demand of each client zone for Balanced upstreams (REGION/ZONE=N,..., N in 1..1000000)")
 	fs.StringVar(&o.source, "source", "files", "where the topology comes from: files (-f) or kubernetes (a live cluster, read once)")
@@ -306,6 +354,9 @@ receive under the upstream's localityAffinity.`,
 		return runExplain(cmd.Context(), cmd.Flags(), o, stdout, stderr)
 	})
 }
+
+// maxSimulate bounds explain --simulate: a billion picks take a minute.
+const maxSimulate = 1_000_000_000
 
 type explainOptions struct {
 	files                      paths
@@ -321,9 +372,8 @@ func runExplain(ctx context.Context, fs *pflag.FlagSet, o explainOptions, stdout
 	if !checkOutput(*output, stderr) {
 		return exitUsage
 	}
-	const maxSimulate = 1_000_000_000
 	if *simulate > maxSimulate {
-		fmt.Fprintf(stderr, "error: --simulate %d: at most %d picks\n", *simulate, maxSimulate)
+		fmt.Fprintf(stderr, "error: --simulate %d: want 0 to %d picks\n", *simulate, maxSimulate)
 		return exitUsage
 	}
 	class, ok := classFlags(fs, *from, *demand, stderr)
@@ -344,6 +394,8 @@ func runExplain(ctx context.Context, fs *pflag.FlagSet, o explainOptions, stdout
 		return exitUsage
 	case !live && fs.Changed("namespace"):
 		fmt.Fprintln(stderr, "error: --namespace is for --source=kubernetes")
+		return exitUsage
+	case !live && !requireFiles(files, stderr):
 		return exitUsage
 	}
 	var snap *topology.Snapshot
@@ -366,7 +418,7 @@ func runExplain(ctx context.Context, fs *pflag.FlagSet, o explainOptions, stdout
 			if live {
 				where = "in the cluster"
 			}
-			fmt.Fprintf(stderr, "error: --upstream %s: no such upstream %s\n", k, where)
+			fmt.Fprintf(stderr, "error: --upstream %s: no such upstream %s%s\n", k, where, explain.DidYouMean(explain.SuggestUpstream(snap, k)))
 			return exitInvalid
 		}
 		keys = append(keys, k)

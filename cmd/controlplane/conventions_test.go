@@ -24,6 +24,10 @@ func TestHelp(t *testing.T) {
 		{"validate", []string{"-f, --file path"}},
 		{"create-remote-secret", []string{"--context string", "--name string", "--kubeconfig string", "--namespace string", "--service-account string", "--server string", "--rbac-only", "--timeout duration"}},
 		{"version", []string{"-o, --output string"}},
+		// the help's example names the chart's namespace and Deployment
+		{"status", []string{"--admin-address strings", "--kubeconfig string", "--context string", "-n, --namespace string", "--release string",
+			"-l, --selector string", "--admin-port int", "--timeout duration", "controlplane status -n poise-system", "Deployment poise in namespace poise-system"}},
+		{"proxy-config", []string{"--type string", "--resource string", "-n, --namespace string", "controlplane proxy-config envoy-eu-1 -n poise-system"}},
 		{"completion", []string{"bash", "zsh", "fish", "powershell"}},
 	} {
 		for _, args := range [][]string{{tc.cmd, "--help"}, {tc.cmd, "-h"}, {"help", tc.cmd}} {

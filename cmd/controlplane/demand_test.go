@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/test/adstest"
 )
 
 // TestBalancedDemandFromLoadReports: a Balanced upstream with
@@ -152,7 +153,7 @@ func TestBalancedDemandFromLoadReports(t *testing.T) {
 // lrsStream opens an LRS stream to xds, closed with the test.
 func lrsStream(t *testing.T, xds string) lrs.LoadReportingService_StreamLoadStatsClient {
 	t.Helper()
-	conn, ctx := dial(t, xds)
+	conn, ctx := adstest.Conn(t, xds)
 	stream, err := lrs.NewLoadReportingServiceClient(conn).StreamLoadStats(ctx)
 	if err != nil {
 		t.Fatal(err)

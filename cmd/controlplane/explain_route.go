@@ -44,6 +44,9 @@ func runExplainRoute(o routeOptions, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "error: --domain and --product are required")
 		return exitUsage
 	}
+	if !requireFiles(files, stderr) {
+		return exitUsage
+	}
 	snap, _, ok := load(files, stderr)
 	if !ok {
 		return exitInvalid

@@ -66,7 +66,13 @@ func TestExplainRouteErrors(t *testing.T) {
 		{[]string{"explain-route", "-f", spatialExamples, "--domain", "roads", "--product", "parcels"}, exitInvalid, "no SpatialDomain of that name"},
 		{[]string{"explain-route", "-f", spatialExamples, "--domain", "other/cadastre", "--product", "parcels"}, exitInvalid, "no such SpatialDomain"},
 		{[]string{"explain-route", "-f", spatialExamples, "--domain", "cadastre", "--product", "parcels", "-o", "yaml"}, exitUsage, `-o "yaml"`},
-		{[]string{"explain-route", "--domain", "cadastre", "--product", "parcels"}, exitInvalid, "-f PATH is required"},
+		{[]string{"explain-route", "--domain", "cadastre", "--product", "parcels"}, exitUsage, "-f PATH is required"},
+		{[]string{"explain-route", "-f", spatialExamples, "--domain", "cadastr", "--product", "parcels"}, exitInvalid,
+			"--domain cadastr: no SpatialDomain of that name; did you mean cadastre?"},
+		{[]string{"explain-route", "-f", spatialExamples, "--domain", "geo/cadastr", "--product", "parcels"}, exitInvalid,
+			"--domain geo/cadastr: no such SpatialDomain; did you mean geo/cadastre?"},
+		{[]string{"explain-route", "-f", spatialExamples, "--domain", "other/cadastre", "--product", "parcels"}, exitInvalid,
+			"no such SpatialDomain; did you mean geo/cadastre?"},
 	}
 	for _, tc := range tests {
 		code, _, stderr := runCLI(tc.args...)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -220,6 +221,34 @@ func writeYAML(stdout, stderr io.Writer, objs ...client.Object) int {
 	return exitOK
 }
 
+// kubeContext is the client configuration of a kubeconfig's context (its
+// current one when context is ""), from kubeconfig or, when it is "", from
+// $KUBECONFIG or ~/.kube/config as kubectl reads them; a context the
+// kubeconfig does not have is named with those it has.
+func kubeContext(kubeconfig, context string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context})
+	raw, err := cc.RawConfig()
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig: %v", err)
+	}
+	if _, ok := raw.Contexts[context]; context != "" && !ok {
+		names := slices.Sorted(maps.Keys(raw.Contexts))
+		return nil, fmt.Errorf("--context %q: no such context in the kubeconfig (it has: %s)", context, strings.Join(names, ", "))
+	}
+	rc, err := cc.ClientConfig()
+	if err != nil {
+		if context == "" {
+			return nil, fmt.Errorf("--kubeconfig: %v", err)
+		}
+		return nil, fmt.Errorf("--context %q: %v", context, err)
+	}
+	return rc, nil
+}
+
 // remoteCluster is the remote cluster as the kubeconfig context reaches it.
 type remoteCluster struct {
 	rest *rest.Config
@@ -228,28 +257,9 @@ type remoteCluster struct {
 }
 
 func loadRemote(o remoteSecretOptions) (*remoteCluster, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if o.kubeconfig != "" {
-		rules.ExplicitPath = o.kubeconfig
-	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: o.context})
-	raw, err := cc.RawConfig()
+	rc, err := kubeContext(o.kubeconfig, o.context)
 	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig: %v", err)
-	}
-	if _, ok := raw.Contexts[o.context]; !ok {
-		names := slices.Sorted(func(yield func(string) bool) {
-			for n := range raw.Contexts {
-				if !yield(n) {
-					return
-				}
-			}
-		})
-		return nil, fmt.Errorf("--context %q: no such context in the kubeconfig (it has: %s)", o.context, strings.Join(names, ", "))
-	}
-	rc, err := cc.ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("--context %q: %v", o.context, err)
+		return nil, err
 	}
 	// the CA of a certificate-authority file, embedded
 	if err := rest.LoadTLSFiles(rc); err != nil {

@@ -16,9 +16,6 @@ func TestServeFlags(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing.yaml")
 	base := []string{"serve", "-f", missing, "--xds-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"}
 	const (
-		debounces   = "--debounce and --debounce-max must not be negative"
-		streams     = "--xds-max-streams and --xds-max-streams-per-connection must be at least 1"
-		kubeClient  = "--kube-api-qps and --kube-api-burst must be positive"
 		badCluster  = `cluster name %q must be a DNS label (lowercase letters, digits and '-', at most 63 characters)`
 		statusShare = "--status-write-share %s: want a part of the client's budget, above 0 and at most 1"
 		mtlsNeeds   = "--xds-auth=mtls needs --tls-cert, --tls-key and --tls-client-ca: the client certificates it reads are those the TLS handshake verifies"
@@ -32,21 +29,30 @@ func TestServeFlags(t *testing.T) {
 		args []string // after base, unless they start with "serve"
 		want []string // stderr's lines, each after "error: "
 	}{
-		{"debounce negative", []string{"--debounce", "-1ms"}, []string{debounces}},
-		{"debounce-max negative", []string{"--debounce-max", "-1ms"}, []string{debounces}},
+		{"debounce negative", []string{"--debounce", "-1ms"}, []string{"--debounce -1ms: want 0s to 1m0s"}},
+		{"debounce huge", []string{"--debounce", "1000000h"}, []string{"--debounce 1000000h0m0s: want 0s to 1m0s"}},
+		{"debounce-max negative", []string{"--debounce-max", "-1ms"}, []string{"--debounce-max -1ms: want 0s to 10m0s"}},
+		{"debounce-max over", []string{"--debounce-max", "11m"}, []string{"--debounce-max 11m0s: want 0s to 10m0s"}},
 		{"debounce-max below debounce", []string{"--debounce", "100ms", "--debounce-max", "50ms"},
 			[]string{"--debounce-max 50ms is shorter than --debounce 100ms: a burst could never be applied on quiet"}},
-		{"settle negative", []string{"--settle", "-1s"}, []string{"--settle must not be negative"}},
-		{"drain-period negative", []string{"--drain-period", "-1s"}, []string{"--drain-period must not be negative"}},
-		{"xds-max-streams 0", []string{"--xds-max-streams", "0"}, []string{streams}},
-		{"xds-max-streams negative", []string{"--xds-max-streams", "-1"}, []string{streams}},
-		{"xds-max-streams-per-connection 0", []string{"--xds-max-streams-per-connection", "0"}, []string{streams}},
-		{"xds-max-streams-per-connection negative", []string{"--xds-max-streams-per-connection", "-1"}, []string{streams}},
-		{"kube-api-qps 0", []string{"--kube-api-qps", "0"}, []string{kubeClient}},
-		{"kube-api-qps negative", []string{"--kube-api-qps", "-1"}, []string{kubeClient}},
-		{"kube-api-qps NaN", []string{"--kube-api-qps", "NaN"}, []string{kubeClient}},
-		{"kube-api-burst 0", []string{"--kube-api-burst", "0"}, []string{kubeClient}},
-		{"kube-api-burst negative", []string{"--kube-api-burst", "-1"}, []string{kubeClient}},
+		{"settle negative", []string{"--settle", "-1s"}, []string{"--settle -1s: want 0s to 10m0s"}},
+		{"settle over", []string{"--settle", "11m"}, []string{"--settle 11m0s: want 0s to 10m0s"}},
+		{"drain-period negative", []string{"--drain-period", "-1s"}, []string{"--drain-period -1s: want 0s to 10m0s"}},
+		{"drain-period huge", []string{"--drain-period", "1000000h"}, []string{"--drain-period 1000000h0m0s: want 0s to 10m0s"}},
+		{"xds-max-streams 0", []string{"--xds-max-streams", "0"}, []string{"--xds-max-streams 0: want 1 to 1000000"}},
+		{"xds-max-streams negative", []string{"--xds-max-streams", "-1"}, []string{"--xds-max-streams -1: want 1 to 1000000"}},
+		{"xds-max-streams huge", []string{"--xds-max-streams", "99999999999"}, []string{"--xds-max-streams 99999999999: want 1 to 1000000"}},
+		{"xds-max-streams-per-connection 0", []string{"--xds-max-streams-per-connection", "0"}, []string{"--xds-max-streams-per-connection 0: want 1 to 10000"}},
+		{"xds-max-streams-per-connection negative", []string{"--xds-max-streams-per-connection", "-1"},
+			[]string{"--xds-max-streams-per-connection -1: want 1 to 10000"}},
+		{"xds-max-streams-per-connection over", []string{"--xds-max-streams-per-connection", "2000000"},
+			[]string{"--xds-max-streams-per-connection 2000000: want 1 to 10000"}},
+		{"kube-api-qps 0", []string{"--kube-api-qps", "0"}, []string{"--kube-api-qps 0: want above 0 and at most 100000"}},
+		{"kube-api-qps negative", []string{"--kube-api-qps", "-1"}, []string{"--kube-api-qps -1: want above 0 and at most 100000"}},
+		{"kube-api-qps NaN", []string{"--kube-api-qps", "NaN"}, []string{"--kube-api-qps NaN: want above 0 and at most 100000"}},
+		{"kube-api-qps over", []string{"--kube-api-qps", "100000.5"}, []string{"--kube-api-qps 100000.5: want above 0 and at most 100000"}},
+		{"kube-api-burst 0", []string{"--kube-api-burst", "0"}, []string{"--kube-api-burst 0: want 1 to 100000"}},
+		{"kube-api-burst negative", []string{"--kube-api-burst", "-1"}, []string{"--kube-api-burst -1: want 1 to 100000"}},
 		{"remote-stale-after 0", []string{"--remote-stale-after", "0"}, []string{"--remote-stale-after 0s: want 5s to 1h0m0s"}},
 		{"remote-stale-after negative", []string{"--remote-stale-after", "-1s"}, []string{"--remote-stale-after -1s: want 5s to 1h0m0s"}},
 		{"remote-stale-after below", []string{"--remote-stale-after", "4s"}, []string{"--remote-stale-after 4s: want 5s to 1h0m0s"}},
@@ -76,9 +82,9 @@ func TestServeFlags(t *testing.T) {
 		{"load-report-bucket negative", []string{"--load-report-bucket", "-1s"}, []string{"--load-report-bucket -1s: want 100ms to 10s"}},
 		{"load-report-bucket below", []string{"--load-report-bucket", "50ms"}, []string{"--load-report-bucket 50ms: want 100ms to 10s"}},
 		{"load-report-bucket over", []string{"--load-report-bucket", "11s"}, []string{"--load-report-bucket 11s: want 100ms to 10s"}},
-		{"metrics-max-upstreams negative", []string{"--metrics-max-upstreams", "-1"}, []string{"--metrics-max-upstreams must not be negative"}},
-		{"status-writers 0", []string{"--status-writers", "0"}, []string{"--status-writers must be positive"}},
-		{"status-writers negative", []string{"--status-writers", "-1"}, []string{"--status-writers must be positive"}},
+		{"metrics-max-upstreams negative", []string{"--metrics-max-upstreams", "-1"}, []string{"--metrics-max-upstreams -1: want 0 to 100000"}},
+		{"status-writers 0", []string{"--status-writers", "0"}, []string{"--status-writers 0: want 1 to 1024"}},
+		{"status-writers negative", []string{"--status-writers", "-1"}, []string{"--status-writers -1: want 1 to 1024"}},
 		{"status-write-share 0", []string{"--status-write-share", "0"}, []string{fmt.Sprintf(statusShare, "0")}},
 		{"status-write-share negative", []string{"--status-write-share", "-0.5"}, []string{fmt.Sprintf(statusShare, "-0.5")}},
 		{"status-write-share over", []string{"--status-write-share", "1.5"}, []string{fmt.Sprintf(statusShare, "1.5")}},
@@ -122,11 +128,11 @@ func TestServeFlags(t *testing.T) {
 			"--health-check-max-endpoints", "0", "--load-report-bucket", "11s", "--status-writers", "0", "--source", "etcd",
 			"--spatial-listener", "envoy:10080"}, []string{
 			`--log-level "loud": want debug, info, warn or error`,
-			debounces,
-			streams,
+			"--debounce -1s: want 0s to 1m0s",
+			"--xds-max-streams 0: want 1 to 1000000",
 			"--health-check-max-endpoints 0: want 1 to 100000",
 			"--load-report-bucket 11s: want 100ms to 10s",
-			"--status-writers must be positive",
+			"--status-writers 0: want 1 to 1024",
 			`--source "etcd": want files or kubernetes`,
 			`--spatial-listener "envoy:10080": host "envoy": want an IP address`,
 		}},
@@ -137,7 +143,7 @@ func TestServeFlags(t *testing.T) {
 				args = append(append([]string{}, base...), args...)
 			}
 			code, stdout, stderr := runCLI(args...)
-			want := "error: " + strings.Join(tc.want, "\nerror: ") + "\n"
+			want := "error: " + strings.Join(tc.want, "\nerror: ") + "\nRun 'controlplane serve --help' for usage.\n"
 			if code != exitUsage || stderr != want || stdout != "" {
 				t.Errorf("%v: exit %d, stdout %q, stderr:\n%s\nwant exit %d, stderr:\n%s", args[1:], code, stdout, stderr, exitUsage, want)
 			}
@@ -152,6 +158,9 @@ func TestServeFlagsAtTheirBounds(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing.yaml")
 	for _, flags := range [][]string{
 		{"--debounce", "0", "--debounce-max", "0", "--settle", "0", "--drain-period", "0"},
+		{"--debounce", "1m", "--debounce-max", "10m", "--settle", "10m", "--drain-period", "10m"},
+		{"--xds-max-streams", "1000000", "--xds-max-streams-per-connection", "10000", "--kube-api-qps", "100000", "--kube-api-burst", "100000",
+			"--status-writers", "1024", "--metrics-max-upstreams", "100000"},
 		{"--debounce", "1s", "--debounce-max", "1s"},
 		{"--xds-max-streams", "1", "--xds-max-streams-per-connection", "1"},
 		{"--kube-api-qps", "0.001", "--kube-api-burst", "1", "--status-writers", "1", "--status-write-share", "1"},

@@ -2,51 +2,63 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"poise.dev/poise/pkg/admin"
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/xdstype"
 )
 
-// maxAdminResponse bounds what is read of one replica's admin answer.
-const maxAdminResponse = 32 << 20
-
 func newStatusCmd(stdout, stderr io.Writer) *cobra.Command {
 	var o statusOptions
 	c := &cobra.Command{
-		Use:   "status --admin-address HOST:PORT...",
-		Short: "List every xDS client of every replica (node, locality class, acked versions, last NACK), and each replica's remote clusters",
-		Long: `status reads /debug/clients of each replica's admin address and lists every
-connected xDS stream: its node, kind and locality class (and the zone its node
-claims, when its identity placed it elsewhere), the version it last ACKed of
-each type (and the one sent, when it has not ACKed it yet), and its last NACK. Below, in text, it lists each replica's remote clusters
-(/debug/clusters, docs/multicluster.md): state, since when, last sync, error.
-The admin port listens on loopback: reach a pod's with kubectl port-forward.`,
-		Example: `  kubectl -n poise port-forward pod/poise-0 19000:19000 &
-  controlplane status --admin-address 127.0.0.1:19000 --admin-address 127.0.0.1:19010`,
+		Use:   "status [--admin-address HOST:PORT... | -n NAMESPACE]",
+		Short: "List every xDS client of every replica (node, locality class, SYNCED/STALE/NACKED per type, last NACK), each replica's version and remote clusters",
+		Long: `status asks each replica of the control plane whom it serves. With no flag it
+asks 127.0.0.1:19000, where serve listens; --admin-address names replicas; with
+-n, --kubeconfig, --context, --release or --selector it finds every running pod
+of the release in the cluster and reaches each pod's admin port (which listens
+on the pod's loopback) through the apiserver's port-forward, as kubectl
+port-forward does.
+
+It lists each replica's version, then every connected xDS stream: its node,
+kind, identity and locality class (and the zone its node claims, when its
+identity placed it elsewhere), and per type it asked for where it stands
+against what the replica serves it now: SYNCED (it ACKed the last response and
+nothing in its scope waits), STALE (a response waits for its ACK, or a change
+waits to be sent), NACKED (it rejected the last response and keeps what it
+had) or NOT SENT; then its last NACK, what it asked for and is not sent, and
+each replica's remote clusters.`,
+		Example: `  # the replica of make run (controlplane serve -f examples)
+  controlplane status
+  # every pod of Deployment poise in namespace poise-system (helm install poise charts/poise -n poise-system)
+  controlplane status -n poise-system
+  controlplane status --admin-address 127.0.0.1:19000,127.0.0.1:19010 -o json`,
 		Args: cobra.NoArgs,
 	}
 	fs := c.Flags()
-	fs.StringSliceVar(&o.addresses, "admin-address", nil, "admin address of a replica, HOST:PORT (repeatable, or comma-separated)")
+	bindReplicaFlags(fs, &o.replicaFlags)
 	fs.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
-	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long each replica may take to answer")
-	return command(c, func(cmd *cobra.Command, _ []string) int { return runStatus(cmd.Context(), o, stdout, stderr) })
+	return command(c, func(cmd *cobra.Command, _ []string) int {
+		return runStatus(cmd.Context(), cmd.Flags(), o, stdout, stderr)
+	})
 }
 
 type statusOptions struct {
-	addresses []string
-	output    string
-	timeout   time.Duration
+	replicaFlags
+	output string
 }
 
 // replicaClient is one stream of one replica, as status -o json lists it.
@@ -55,54 +67,117 @@ type replicaClient struct {
 	Client  server.Client `json:"client"`
 }
 
+// replicaVersion is the version one replica runs.
+type replicaVersion struct {
+	Replica string `json:"replica"`
+	admin.Version
+	Clients int `json:"clients"`
+}
+
+// statusReport is status -o json.
+type statusReport struct {
+	Replicas []replicaVersion `json:"replicas"`
+	Clients  []replicaClient  `json:"clients"`
+	Clusters []replicaCluster `json:"clusters"`
+	// CRDs are the CRDs a replica finds other than its binary's.
+	CRDs []replicaCRD `json:"crds"`
+}
+
 // checkReplicaFlags checks what status and proxy-config share: the output
-// format, at least one --admin-address, a positive --timeout.
-func checkReplicaFlags(output string, addresses []string, timeout time.Duration, stderr io.Writer) bool {
-	switch {
-	case !checkOutput(output, stderr):
+// format and the flags that say which replicas to ask.
+func checkReplicaFlags(output string, f *replicaFlags, fs *pflag.FlagSet, stderr io.Writer) bool {
+	if !checkOutput(output, stderr) {
 		return false
-	case len(addresses) == 0:
-		fmt.Fprintln(stderr, "error: --admin-address HOST:PORT is required (one per replica)")
-		return false
-	case timeout <= 0:
-		fmt.Fprintln(stderr, "error: --timeout must be positive")
+	}
+	if _, err := f.check(fs); err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
 		return false
 	}
 	return true
 }
 
-func runStatus(ctx context.Context, o statusOptions, stdout, stderr io.Writer) int {
-	if !checkReplicaFlags(o.output, o.addresses, o.timeout, stderr) {
-		return exitUsage
+// openReplicas checks the flags status and proxy-config share and finds
+// the replicas they name; a code other than exitOK ends the command, having
+// said why, and stop ends the port-forwards to the replicas.
+func openReplicas(ctx context.Context, fs *pflag.FlagSet, f *replicaFlags, output string, stderr io.Writer) (replicas []replica, stop func(), code int) {
+	if !checkReplicaFlags(output, f, fs, stderr) {
+		return nil, nil, exitUsage
 	}
-	code := exitOK
-	var rows []replicaClient
-	var clusters []replicaCluster
-	for _, addr := range o.addresses {
-		var body struct {
-			Clients []server.Client `json:"clients"`
+	replicas, stop, err := f.replicas(ctx, fs, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return nil, nil, exitFor(err)
+	}
+	return replicas, stop, exitOK
+}
+
+// replicaAnswer is what one replica answered status.
+type replicaAnswer struct {
+	version  admin.Version
+	clients  []server.Client
+	clusters []kube.ClusterStatus
+	crds     []replicaCRD
+	err      error
+}
+
+func askReplica(ctx context.Context, r replica, timeout time.Duration) replicaAnswer {
+	var a replicaAnswer
+	var clients struct {
+		Clients []server.Client `json:"clients"`
+	}
+	var clusters struct {
+		Clusters []kube.ClusterStatus `json:"clusters"`
+	}
+	if a.err = getAdmin(ctx, r, "/debug/clients", timeout, &clients); a.err != nil {
+		return a
+	}
+	if a.err = getAdmin(ctx, r, "/debug/clusters", timeout, &clusters); a.err != nil {
+		return a
+	}
+	if err := getAdmin(ctx, r, "/debug/version", timeout, &a.version); err != nil {
+		var ae *adminError
+		if !errors.As(err, &ae) || ae.status != "404 Not Found" {
+			a.err = err
+			return a
 		}
-		var cs struct {
-			Clusters []kube.ClusterStatus `json:"clusters"`
-		}
-		err := getAdmin(ctx, addr, "/debug/clients", o.timeout, &body)
-		if err == nil {
-			err = getAdmin(ctx, addr, "/debug/clusters", o.timeout, &cs)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "error: replica %s: %v\n", addr, err)
+		a.version.Version = "unknown (no /debug/version: older than this command)"
+	}
+	a.clients, a.clusters = clients.Clients, clusters.Clusters
+	a.crds, a.err = crdsOf(ctx, r, timeout)
+	return a
+}
+
+func runStatus(ctx context.Context, fs *pflag.FlagSet, o statusOptions, stdout, stderr io.Writer) int {
+	replicas, stop, code := openReplicas(ctx, fs, &o.replicaFlags, o.output, stderr)
+	if code != exitOK {
+		return code
+	}
+	defer stop()
+	answers := make([]replicaAnswer, len(replicas))
+	var wg sync.WaitGroup
+	for i, r := range replicas {
+		wg.Go(func() { answers[i] = askReplica(ctx, r, o.timeout) })
+	}
+	wg.Wait()
+	rep := statusReport{Replicas: []replicaVersion{}, Clients: []replicaClient{}, Clusters: []replicaCluster{}, CRDs: []replicaCRD{}}
+	for i, a := range answers {
+		name := replicas[i].Name
+		if a.err != nil {
+			fmt.Fprintf(stderr, "error: replica %s: %v\n", name, a.err)
 			code = exitInvalid
 			continue
 		}
-		for _, c := range body.Clients {
-			rows = append(rows, replicaClient{Replica: addr, Client: c})
+		rep.Replicas = append(rep.Replicas, replicaVersion{Replica: name, Version: a.version, Clients: len(a.clients)})
+		for _, c := range a.clients {
+			rep.Clients = append(rep.Clients, replicaClient{Replica: name, Client: c})
 		}
-		for _, c := range cs.Clusters {
-			clusters = append(clusters, replicaCluster{Replica: addr, Cluster: c})
+		for _, c := range a.clusters {
+			rep.Clusters = append(rep.Clusters, replicaCluster{Replica: name, Cluster: c})
 		}
+		rep.CRDs = append(rep.CRDs, a.crds...)
 	}
-	sort.SliceStable(rows, func(i, j int) bool {
-		a, b := rows[i], rows[j]
+	sort.SliceStable(rep.Clients, func(i, j int) bool {
+		a, b := rep.Clients[i], rep.Clients[j]
 		if a.Client.NodeID != b.Client.NodeID {
 			return a.Client.NodeID < b.Client.NodeID
 		}
@@ -111,36 +186,53 @@ func runStatus(ctx context.Context, o statusOptions, stdout, stderr io.Writer) i
 		}
 		return a.Client.Stream < b.Client.Stream
 	})
-	if rows == nil {
-		rows = []replicaClient{}
-	}
-	if c := writeReport(o.output, stdout, stderr, rows, func() error { return writeStatusText(stdout, rows, clusters) }); c != exitOK {
+	sortClusters(rep.Clusters)
+	if c := writeReport(o.output, stdout, stderr, rep, func() error { return writeStatusText(stdout, rep) }); c != exitOK {
 		return c
 	}
-	writeCRDs(ctx, o, stdout, stderr)
+	writeCRDs(rep.CRDs, o.output, stdout, stderr)
 	return code
 }
 
 // replicaCluster is one remote cluster as one replica sees it.
 type replicaCluster struct {
-	Replica string
-	Cluster kube.ClusterStatus
+	Replica string             `json:"replica"`
+	Cluster kube.ClusterStatus `json:"cluster"`
 }
 
-func writeStatusText(w io.Writer, rows []replicaClient, clusters []replicaCluster) error {
+// sortClusters orders remote clusters by name, then replica.
+func sortClusters(cs []replicaCluster) {
+	sort.SliceStable(cs, func(i, j int) bool {
+		a, b := cs[i], cs[j]
+		if a.Cluster.Name != b.Cluster.Name {
+			return a.Cluster.Name < b.Cluster.Name
+		}
+		return a.Replica < b.Replica
+	})
+}
+
+// writeStatusText writes the replicas, their clients (and what those are
+// withheld) and their remote clusters, each a table.
+func writeStatusText(w io.Writer, rep statusReport) error {
+	if len(rep.Replicas) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "REPLICA\tVERSION\tINSTANCE\tCLIENTS")
+		for _, r := range rep.Replicas {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", r.Replica, orDash(r.Version.Version), orDash(r.Instance), r.Clients)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	}
+	rows, clusters := rep.Clients, slices.Clone(rep.Clusters)
+	sortClusters(clusters)
 	if err := writeClientsText(w, rows); err != nil {
 		return err
 	}
 	if err := writeWithheldText(w, rows); err != nil || len(clusters) == 0 {
 		return err
 	}
-	sort.SliceStable(clusters, func(i, j int) bool {
-		a, b := clusters[i], clusters[j]
-		if a.Cluster.Name != b.Cluster.Name {
-			return a.Cluster.Name < b.Cluster.Name
-		}
-		return a.Replica < b.Replica
-	})
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CLUSTER\tREPLICA\tSECRET\tSTATE\tSINCE\tLAST SYNC\tERROR")
@@ -173,16 +265,8 @@ func writeClientsText(w io.Writer, rows []replicaClient) error {
 		var lastType string
 		for _, t := range types {
 			ts := c.Types[t]
-			if ts == nil {
-				cols = append(cols, "-")
-				continue
-			}
-			v := orDash(ts.LastAckedVersion)
-			if ts.LastSentVersion != "" && ts.LastSentVersion != ts.LastAckedVersion {
-				v += " (sent " + ts.LastSentVersion + ")"
-			}
-			cols = append(cols, v)
-			if ts.LastNACK != nil && (last == nil || ts.LastNACK.At.After(last.At)) {
+			cols = append(cols, typeCell(ts))
+			if ts != nil && ts.LastNACK != nil && (last == nil || ts.LastNACK.At.After(last.At)) {
 				last, lastType = ts.LastNACK, t
 			}
 		}
@@ -193,6 +277,26 @@ func writeClientsText(w io.Writer, rows []replicaClient) error {
 		fmt.Fprintln(tw, strings.Join(append(cols, nack), "\t"))
 	}
 	return tw.Flush()
+}
+
+// typeCell is where a client stands on one type: SYNCED, STALE with the
+// version it ACKed and the one its view is at, NACKED, NOT SENT, or "-"
+// for a type it did not ask for.
+func typeCell(ts *server.TypeState) string {
+	switch {
+	case ts == nil:
+		return "-"
+	case ts.State == server.Stale:
+		return fmt.Sprintf("STALE (acked %s, now %s)", orDash(ts.LastAckedVersion), orDash(ts.CurrentVersion))
+	case ts.State != "":
+		return ts.State
+	}
+	// a replica that says no state: what it ACKed, and what it sent
+	v := orDash(ts.LastAckedVersion)
+	if ts.LastSentVersion != "" && ts.LastSentVersion != ts.LastAckedVersion {
+		v += " (sent " + ts.LastSentVersion + ")"
+	}
+	return v
 }
 
 func orDash(s string) string {
@@ -209,37 +313,4 @@ func oneLine(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
-}
-
-// getAdmin GETs path of a replica's admin address and decodes its JSON
-// into v, reading at most maxAdminResponse bytes.
-func getAdmin(ctx context.Context, addr, path string, timeout time.Duration, v any) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAdminResponse+1))
-	if err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
-	}
-	if len(b) > maxAdminResponse {
-		return fmt.Errorf("GET %s: the answer is over %d MiB", path, maxAdminResponse>>20)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, oneLine(string(b), 200))
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
-	}
-	return nil
 }

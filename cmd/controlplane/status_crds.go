@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -13,35 +14,41 @@ import (
 
 // replicaCRD is one CRD that one replica finds other than its binary's.
 type replicaCRD struct {
-	Replica string
-	CRD     crdschema.Status
+	Replica string           `json:"replica"`
+	CRD     crdschema.Status `json:"crd"`
+}
+
+// crdsOf is what a replica says of the cluster's CRDs (/debug/crds,
+// Kubernetes mode): those other than its binary's. A replica in files mode
+// lists none; one older than this command has no such endpoint.
+func crdsOf(ctx context.Context, r replica, timeout time.Duration) ([]replicaCRD, error) {
+	var body struct {
+		CRDs []crdschema.Status `json:"crds"`
+	}
+	if err := getAdmin(ctx, r, "/debug/crds", timeout, &body); err != nil {
+		if ae := (*adminError)(nil); errors.As(err, &ae) && ae.status == "404 Not Found" {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var rows []replicaCRD
+	for _, s := range body.CRDs {
+		if s.State != crdschema.Current {
+			rows = append(rows, replicaCRD{Replica: r.Name, CRD: s})
+		}
+	}
+	return rows, nil
 }
 
 // writeCRDs reports, after the rest of status, each CRD a replica finds
-// other than the one its binary was built with (/debug/crds, Kubernetes
-// mode): in text a table; in JSON, whose output stays the list of streams,
-// a warning on stderr for each CRD that prunes fields the binary knows or
-// is missing. A replica in files mode lists no CRD; one that did not answer
-// was reported already.
-func writeCRDs(ctx context.Context, o statusOptions, stdout, stderr io.Writer) {
-	var rows []replicaCRD
-	for _, addr := range o.addresses {
-		var body struct {
-			CRDs []crdschema.Status `json:"crds"`
-		}
-		if err := getAdmin(ctx, addr, "/debug/crds", o.timeout, &body); err != nil {
-			continue
-		}
-		for _, s := range body.CRDs {
-			if s.State != crdschema.Current {
-				rows = append(rows, replicaCRD{Replica: addr, CRD: s})
-			}
-		}
-	}
+// other than the one its binary was built with: in text a table; with JSON
+// (which lists them under "crds"), a warning on stderr for each CRD that
+// prunes fields the binary knows or is missing.
+func writeCRDs(rows []replicaCRD, output string, stdout, stderr io.Writer) {
 	if len(rows) == 0 {
 		return
 	}
-	if o.output == "json" {
+	if output == "json" {
 		for _, r := range rows {
 			if w := r.CRD.Warning(); w != "" {
 				fmt.Fprintf(stderr, "warning: replica %s: %s\n", r.Replica, w)

@@ -52,13 +52,13 @@ func withheldRows(replicas ...string) []replicaClient {
 // replica is named when there are several.
 func TestStatusWithheldGolden(t *testing.T) {
 	var b strings.Builder
-	if err := writeStatusText(&b, withheldRows("127.0.0.1:19000"), nil); err != nil {
+	if err := writeStatusText(&b, statusReport{Clients: withheldRows("127.0.0.1:19000")}); err != nil {
 		t.Fatal(err)
 	}
 	golden.Check(t, "status-withheld", b.String())
 
 	b.Reset()
-	if err := writeStatusText(&b, withheldRows("127.0.0.1:19000", "127.0.0.1:19010"), nil); err != nil {
+	if err := writeStatusText(&b, statusReport{Clients: withheldRows("127.0.0.1:19000", "127.0.0.1:19010")}); err != nil {
 		t.Fatal(err)
 	}
 	if want := "grpc-b (tenant-b) on 127.0.0.1:19010 asked for LDS private.tenant-a: exported to tenant-a only"; !strings.Contains(b.String(), want) {
@@ -66,7 +66,7 @@ func TestStatusWithheldGolden(t *testing.T) {
 	}
 	// nothing withheld: no section
 	b.Reset()
-	if err := writeStatusText(&b, withheldRows("127.0.0.1:19000")[:1], nil); err != nil {
+	if err := writeStatusText(&b, statusReport{Clients: withheldRows("127.0.0.1:19000")[:1]}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(b.String(), "Withheld") {
@@ -103,10 +103,11 @@ func TestStatusWithheldLive(t *testing.T) {
 		if code != exitOK {
 			return false, stderr
 		}
-		rows = nil
-		if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+		var rep statusReport
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 			return false, err.Error()
 		}
+		rows = rep.Clients
 		return len(rows) == 1 && rows[0].Client.Withheld != nil && len(rows[0].Client.Withheld.Hidden) == 1, stdout
 	})
 	wh := rows[0].Client.Withheld

@@ -13,14 +13,13 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/server"
+	"poise.dev/poise/test/adstest"
 	"poise.dev/poise/test/golden"
 )
 
@@ -37,12 +36,19 @@ func startPlane(t *testing.T) controlplane.Addrs {
 // startPlaneOn runs the control plane on the manifests of paths.
 func startPlaneOn(t *testing.T, paths ...string) controlplane.Addrs {
 	t.Helper()
+	return startPlaneWith(t, controlplane.Config{Paths: paths})
+}
+
+// startPlaneWith runs the control plane of cfg, on loopback ports of its own.
+func startPlaneWith(t *testing.T, cfg controlplane.Config) controlplane.Addrs {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan controlplane.Addrs, 1)
 	done := make(chan error, 1)
+	cfg.XDSAddress, cfg.AdminAddress = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Started = func(a controlplane.Addrs) { started <- a }
 	go func() {
-		done <- controlplane.Run(ctx, controlplane.Config{Paths: paths, XDSAddress: "127.0.0.1:0", AdminAddress: "127.0.0.1:0",
-			Started: func(a controlplane.Addrs) { started <- a }})
+		done <- controlplane.Run(ctx, cfg)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -64,95 +70,12 @@ func startPlaneOn(t *testing.T, paths ...string) controlplane.Addrs {
 // adsStream opens a raw ADS stream to xds, closed with the test.
 func adsStream(t *testing.T, xds string) discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
 	t.Helper()
-	conn, ctx := dial(t, xds)
+	conn, ctx := adstest.Conn(t, xds)
 	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st
-}
-
-// dial connects to xds for 30 s at most; both end with the test. test/soak
-// keeps a dial of its own that is tied to no test: its hostile actors redial
-// from their own goroutines, with requests past gRPC's default size limit.
-func dial(t *testing.T, xds string) (*grpc.ClientConn, context.Context) {
-	t.Helper()
-	conn, err := grpc.NewClient(xds, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return conn, ctx
-}
-
-// adsClient opens a raw ADS stream as node id and ACKs the CDS response,
-// returning the version it ACKed.
-func adsClient(t *testing.T, xds, id string) string {
-	t.Helper()
-	st := adsStream(t, xds)
-	node := &core.Node{Id: id, Cluster: "test", Locality: &core.Locality{Region: "eu-west", Zone: "eu-west-1a"},
-		UserAgentName: "envoy"}
-	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := st.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType, VersionInfo: resp.VersionInfo, ResponseNonce: resp.Nonce}); err != nil {
-		t.Fatal(err)
-	}
-	return resp.VersionInfo
-}
-
-func TestStatus(t *testing.T) {
-	a := startPlane(t)
-	version := adsClient(t, a.XDS, "envoy-status-1")
-	// the ACK is recorded once the plane reads it
-	var rows []replicaClient
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, stdout, stderr := runCLI("status", "--admin-address", a.Admin, "-o", "json")
-		if code != exitOK {
-			t.Fatalf("status: exit %d: %s", code, stderr)
-		}
-		rows = nil
-		if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
-			t.Fatal(err)
-		}
-		if len(rows) == 1 && rows[0].Client.Types["CDS"] != nil && rows[0].Client.Types["CDS"].LastAckedVersion == version {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the node's ACK of %s does not show: %s", version, stdout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if r := rows[0]; r.Replica != a.Admin || r.Client.NodeID != "envoy-status-1" || r.Client.Kind == "" {
-		t.Errorf("row = %+v", r)
-	}
-	code, stdout, stderr := runCLI("status", "--admin-address", a.Admin)
-	t.Logf("status:\n%s", stdout)
-	lines := strings.Split(strings.TrimSpace(stdout), "\n")
-	if code != exitOK || len(lines) != 2 || !strings.HasPrefix(lines[0], "NODE") {
-		t.Fatalf("status: exit %d\n%s%s", code, stdout, stderr)
-	}
-	for _, want := range []string{"envoy-status-1", a.Admin, rows[0].Client.Kind, version} {
-		if !strings.Contains(lines[1], want) {
-			t.Errorf("row lacks %q: %s", want, lines[1])
-		}
-	}
-
-	// a replica that does not answer is named, the others still listed
-	code, stdout, stderr = runCLI("status", "--admin-address", "127.0.0.1:1,"+a.Admin)
-	if code != exitInvalid || !strings.Contains(stderr, "replica 127.0.0.1:1:") || !strings.Contains(stdout, "envoy-status-1") {
-		t.Errorf("status with a dead replica: exit %d\n%s%s", code, stdout, stderr)
-	}
-	if code, _, stderr := runCLI("status"); code != exitUsage || !strings.Contains(stderr, "--admin-address HOST:PORT is required") {
-		t.Errorf("status without --admin-address: exit %d, %s", code, stderr)
-	}
 }
 
 // TestProxyConfig: proxy-config shows what a connected client is served,
@@ -230,11 +153,11 @@ func TestProxyConfig(t *testing.T) {
 func TestStatusClusters(t *testing.T) {
 	since := time.Date(2026, 11, 30, 10, 42, 7, 0, time.UTC)
 	var b strings.Builder
-	err := writeStatusText(&b, nil, []replicaCluster{
+	err := writeStatusText(&b, statusReport{Clusters: []replicaCluster{
 		{Replica: "127.0.0.1:19010", Cluster: kube.ClusterStatus{Name: "eu-2", Secret: "poise/remote-eu-2", State: kube.ClusterStale, Since: since, LastSync: since, Error: "dial tcp: connection refused"}},
 		{Replica: "127.0.0.1:19000", Cluster: kube.ClusterStatus{Name: "eu-2", Secret: "poise/remote-eu-2", State: kube.ClusterStale, Since: since, LastSync: since, Error: "dial tcp: connection refused"}},
 		{Replica: "127.0.0.1:19000", Cluster: kube.ClusterStatus{Name: "eu-1", Secret: "poise/remote-eu-1", State: kube.ClusterSynced, LastSync: since}},
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,10 +182,13 @@ func TestStatusClusters(t *testing.T) {
 // TestStatusPlacedZone: the CLASS column shows the class a client is in
 // and, when its identity placed it elsewhere than its node claims, the
 // claimed zone beside it; a client placed where it claims, or classed by
-// its claim, shows its class alone.
+// its claim, shows its class alone. Each type's column says where the
+// client stands on it, or for a replica that does not say, what it ACKed
+// and was sent.
 func TestStatusPlacedZone(t *testing.T) {
 	acked := func(v string) map[string]*server.TypeState {
-		return map[string]*server.TypeState{"CDS": {LastAckedVersion: v, LastSentVersion: v}, "EDS": {LastAckedVersion: v, LastSentVersion: v}}
+		return map[string]*server.TypeState{"CDS": {LastAckedVersion: v, LastSentVersion: v, State: server.Synced, CurrentVersion: v},
+			"EDS": {LastAckedVersion: v, LastSentVersion: v, State: server.Synced, CurrentVersion: v}}
 	}
 	token := func(sa string) *server.ClientIdentity {
 		return &server.ClientIdentity{Principal: "shop/" + sa, Method: "token"}
@@ -275,10 +201,17 @@ func TestStatusPlacedZone(t *testing.T) {
 		{Replica: "127.0.0.1:19000", Client: server.Client{Stream: 3, NodeID: "ledger-0.grpc", Kind: "grpc", Audience: "anonymous",
 			Zone: "eu-west/eu-west-b", ZoneFrom: server.ZoneFromNode, Class: "eu-west/eu-west-b", Types: acked("a1b2c3-7")}},
 		{Replica: "127.0.0.1:19000", Client: server.Client{Stream: 4, NodeID: "pay-0.envoy", Kind: "envoy", Audience: "shop", Identity: token("pay"),
-			ZoneFrom: server.ZoneFromIdentity, ClaimedZone: "eu-west/eu-west-a", Types: acked("a1b2c3-7")}},
+			ZoneFrom: server.ZoneFromIdentity, ClaimedZone: "eu-west/eu-west-a", Types: map[string]*server.TypeState{
+				"CDS": {LastAckedVersion: "a1b2c3-6", LastSentVersion: "a1b2c3-7", State: server.Stale, CurrentVersion: "a1b2c3-7"},
+				"EDS": {LastAckedVersion: "a1b2c3-6", LastSentVersion: "a1b2c3-7", State: server.NACKed, CurrentVersion: "a1b2c3-7",
+					LastNACK: &server.NACK{Version: "a1b2c3-7", Error: "port 0 refused", At: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}},
+				"LDS": {State: server.NotSent}}}},
+		// a replica too old to say where its clients stand: what they ACKed
+		{Replica: "127.0.0.1:19010", Client: server.Client{Stream: 1, NodeID: "pay-1.envoy", Kind: "envoy", Audience: "anonymous",
+			Types: map[string]*server.TypeState{"CDS": {LastAckedVersion: "d4e5-3", LastSentVersion: "d4e5-4"}}}},
 	}
 	var b strings.Builder
-	if err := writeStatusText(&b, rows, nil); err != nil {
+	if err := writeStatusText(&b, statusReport{Clients: rows}); err != nil {
 		t.Fatal(err)
 	}
 	golden.Check(t, "status-placed", b.String())

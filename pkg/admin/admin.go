@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,28 +54,31 @@ type Sources struct {
 	CRDs func() any
 	// Metrics, when set, is what /metrics serves.
 	Metrics prometheus.Gatherer
+	// Version is the version the process runs (what controlplane version
+	// says) and Instance its instance id: /debug/version.
+	Version, Instance string
 }
 
 // HealthHandler serves what probes and scrapers need and nothing else:
 // /healthz, /readyz and /metrics. It can be exposed where the debug
 // endpoints (every endpoint address, profiles) must not be.
 func HealthHandler(s Sources) http.Handler {
-	mux := http.NewServeMux()
+	mux := newRoutes()
 	addHealth(mux, s)
-	return mux
+	return mux.mux
 }
 
 // Handler returns the admin mux: the health endpoints, explain, the
 // traffic map, the connected clients and pprof.
 func Handler(s Sources) http.Handler {
-	mux := http.NewServeMux()
+	mux := newRoutes()
 	addHealth(mux, s)
 	addDebug(mux, s)
 	addMap(mux, s)
-	return mux
+	return mux.mux
 }
 
-func addHealth(mux *http.ServeMux, s Sources) {
+func addHealth(mux *routes, s Sources) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -95,7 +99,7 @@ func addHealth(mux *http.ServeMux, s Sources) {
 	}
 }
 
-func addDebug(mux *http.ServeMux, s Sources) {
+func addDebug(mux *routes, s Sources) {
 	mux.HandleFunc("GET /debug/explain", func(w http.ResponseWriter, r *http.Request) {
 		snap := s.Snapshot()
 		var keys []topology.Key
@@ -106,7 +110,8 @@ func addDebug(mux *http.ServeMux, s Sources) {
 				return
 			}
 			if snap.Upstream(k) == nil {
-				writeJSONError(w, http.StatusNotFound, fmt.Sprintf("upstream %s not found in revision %d", k, snap.Revision))
+				writeJSONError(w, http.StatusNotFound, fmt.Sprintf("upstream %s not found in revision %d%s", k, snap.Revision,
+					explain.DidYouMean(explain.SuggestUpstream(snap, k))))
 				return
 			}
 			keys = append(keys, k)
@@ -169,6 +174,9 @@ func addDebug(mux *http.ServeMux, s Sources) {
 	// Kubernetes mode: how the cluster's CRDs stand to the binary's
 	// (package crdschema)
 	mux.HandleFunc("GET /debug/crds", listing("crds", s.CRDs))
+	mux.HandleFunc("GET /debug/version", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, Version{Version: s.Version, Instance: s.Instance, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH})
+	})
 	addConfig(mux, s)
 	addLoads(mux, s)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -188,6 +196,16 @@ func listing(key string, list func() any) http.HandlerFunc {
 		}
 		writeJSON(w, map[string]any{key: items})
 	}
+}
+
+// Version is what /debug/version says of the process: the version it runs
+// (what controlplane version says), its instance id (the prefix of the xDS
+// versions it publishes), its Go release and platform.
+type Version struct {
+	Version   string `json:"version"`
+	Instance  string `json:"instance"`
+	GoVersion string `json:"goVersion"`
+	Platform  string `json:"platform"`
 }
 
 // classQuery reads from=REGION/ZONE[/SUBZONE] and demand=REGION/ZONE=N,...,

@@ -12,7 +12,6 @@ import (
 
 	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/explain"
-	"poise.dev/poise/pkg/manifest"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
@@ -85,15 +84,7 @@ func TestAdminEndpoints(t *testing.T) {
 }
 
 func TestExplainRouteEndpoint(t *testing.T) {
-	set, err := manifest.Load("../../examples/spatial")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := topology.NewDirectory()
-	if _, err := d.Apply(set.Batch); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: d.Current,
+	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: snapshotOf(t, "../../examples/spatial"),
 		Clients: func() []server.Client { return nil }}))
 	defer srv.Close()
 	get := func(query string) (int, string) { return httpGet(t, srv.URL+"/debug/explain-route?"+query) }

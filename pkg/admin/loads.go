@@ -48,7 +48,7 @@ type LoadEndpoint struct {
 // addLoads serves GET /debug/loads?cluster=NS/NAME: the load the clients
 // of an upstream with spec.loadReporting reported, per endpoint in
 // canonical order, summed over reporters.
-func addLoads(mux *http.ServeMux, s Sources) {
+func addLoads(mux *routes, s Sources) {
 	mux.HandleFunc("GET /debug/loads", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if len(q["cluster"]) != 1 || len(q.Get("cluster")) > maxConfigParam {

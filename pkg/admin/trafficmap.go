@@ -20,7 +20,7 @@ const maxPage = 1 << 20
 // addMap serves the traffic map: /map (the page), /map/fragment (what its
 // script swaps in), /map/version (what it polls) and the embedded assets.
 // They read the same report as /debug/explain, on the same port.
-func addMap(mux *http.ServeMux, s Sources) {
+func addMap(mux *routes, s Sources) {
 	mux.HandleFunc("GET /map", func(w http.ResponseWriter, r *http.Request) {
 		v, code := mapView(s, r.URL.Query())
 		writeMap(w, code, func() error { return trafficmap.WritePage(w, v) })

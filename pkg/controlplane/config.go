@@ -163,6 +163,20 @@ const (
 	maxHealthCheckEndpoints = 100_000
 	minTokenReviewInterval  = time.Second
 	maxTokenReviewInterval  = 24 * time.Hour
+	// A debounce over a minute, a hold or a drain over ten minutes is a
+	// typo of a unit: each delays every change, or a replica's end, by as
+	// long. A replica serves at most a million streams, a connection ten
+	// thousand (Envoy opens one, a gRPC client a few).
+	maxDebounce          = time.Minute
+	maxDebounceMax       = 10 * time.Minute
+	maxSettle            = 10 * time.Minute
+	maxDrainPeriod       = 10 * time.Minute
+	maxXDSStreams        = 1_000_000
+	maxXDSStreamsPerConn = 10_000
+	maxKubeQPS           = 100_000
+	maxKubeBurst         = 100_000
+	maxStatusWriters     = 1024
+	maxMetricsUpstreams  = 100_000
 )
 
 // Validate reports every field out of its range at once (errors.Join),
@@ -170,11 +184,11 @@ const (
 //
 //   - Source: "files" or "kubernetes"; Paths: at least one with "files",
 //     none with "kubernetes".
-//   - Debounce, DebounceMax, Settle, DrainPeriod: not negative; DebounceMax
-//     0 (twice Debounce) or at least Debounce.
-//   - MaxStreams, MaxStreamsPerConnection: at least 1.
-//   - KubeQPS, KubeBurst, StatusWriters: above 0; StatusShare: above 0 and
-//     at most 1.
+//   - Debounce: 0 to 1m; DebounceMax: 0 (twice Debounce) or Debounce to
+//     10m; Settle, DrainPeriod: 0 to 10m.
+//   - MaxStreams: 1 to 1,000,000; MaxStreamsPerConnection: 1 to 10,000.
+//   - KubeQPS: above 0 and at most 100,000; KubeBurst: 1 to 100,000;
+//     StatusWriters: 1 to 1024; StatusShare: above 0 and at most 1.
 //   - RemoteStaleAfter: kube.MinRemoteStaleAfter to kube.MaxRemoteStaleAfter;
 //     ClusterName: a name kube.ValidClusterName accepts.
 //   - MaxClientClasses: 1 to 4096; LoadReportMaxCells: 1 to 100,000,000;
@@ -182,7 +196,7 @@ const (
 //     loadreport.MaxMaxRequests (2^32 − 1).
 //   - HealthCheckConcurrency: 1 to 1024; HealthCheckMaxEndpoints: 1 to
 //     100,000.
-//   - MetricsMaxUpstreams: not negative (0: none, as serve's flag says).
+//   - MetricsMaxUpstreams: 0 (none, as serve's flag says) to 100,000.
 //   - XDSAuth: none alone, or mtls and token once each; mtls needs TLS
 //     with a client CA; token a non-empty XDSTokenAudience; none on an
 //     XDSAddress that is not loopback needs XDSAllowAnonymousNonLoopback.
@@ -197,56 +211,43 @@ const (
 func (c Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	switch {
-	case c.Debounce < 0 || c.DebounceMax < 0:
-		add("--debounce and --debounce-max must not be negative")
-	case c.DebounceMax != 0 && c.DebounceMax < c.Debounce:
+	durations := func(flag string, v, lo, hi time.Duration) {
+		if v < lo || v > hi {
+			add("%s %v: want %v to %v", flag, v, lo, hi)
+		}
+	}
+	ints := func(flag string, v, lo, hi int) {
+		if v < lo || v > hi {
+			add("%s %d: want %d to %d", flag, v, lo, hi)
+		}
+	}
+	durations("--debounce", c.Debounce, 0, maxDebounce)
+	durations("--debounce-max", c.DebounceMax, 0, maxDebounceMax)
+	if c.DebounceMax > 0 && c.DebounceMax < c.Debounce {
 		add("--debounce-max %v is shorter than --debounce %v: a burst could never be applied on quiet", c.DebounceMax, c.Debounce)
 	}
-	if c.Settle < 0 {
-		add("--settle must not be negative")
+	durations("--settle", c.Settle, 0, maxSettle)
+	durations("--drain-period", c.DrainPeriod, 0, maxDrainPeriod)
+	ints("--xds-max-streams", c.MaxStreams, 1, maxXDSStreams)
+	ints("--xds-max-streams-per-connection", c.MaxStreamsPerConnection, 1, maxXDSStreamsPerConn)
+	if !(c.KubeQPS > 0 && c.KubeQPS <= maxKubeQPS) { // refuses NaN too
+		add("--kube-api-qps %v: want above 0 and at most %d", c.KubeQPS, maxKubeQPS)
 	}
-	if c.DrainPeriod < 0 {
-		add("--drain-period must not be negative")
-	}
-	if c.MaxStreams < 1 || c.MaxStreamsPerConnection < 1 {
-		add("--xds-max-streams and --xds-max-streams-per-connection must be at least 1")
-	}
-	if !(c.KubeQPS > 0) || c.KubeBurst <= 0 { // !(x > 0) refuses NaN too
-		add("--kube-api-qps and --kube-api-burst must be positive")
-	}
-	if c.RemoteStaleAfter < kube.MinRemoteStaleAfter || c.RemoteStaleAfter > kube.MaxRemoteStaleAfter {
-		add("--remote-stale-after %v: want %v to %v", c.RemoteStaleAfter, kube.MinRemoteStaleAfter, kube.MaxRemoteStaleAfter)
-	}
+	ints("--kube-api-burst", c.KubeBurst, 1, maxKubeBurst)
+	durations("--remote-stale-after", c.RemoteStaleAfter, kube.MinRemoteStaleAfter, kube.MaxRemoteStaleAfter)
 	if why := kube.ValidClusterName(c.ClusterName); why != "" {
 		add("--cluster-name: %s", why)
 	}
-	if c.MaxClientClasses < 1 || c.MaxClientClasses > maxClientClasses {
-		add("--max-client-classes %d: want 1 to %d", c.MaxClientClasses, maxClientClasses)
-	}
-	if c.LoadReportMaxCells < 1 || c.LoadReportMaxCells > maxLoadReportCells {
-		add("--load-report-max-cells %d: want 1 to %d", c.LoadReportMaxCells, maxLoadReportCells)
-	}
-	if c.LoadReportMaxRequests < minLoadReportRequests || c.LoadReportMaxRequests > maxLoadReportRequests {
-		add("--load-report-max-requests-per-instance %d: want %d to %d", c.LoadReportMaxRequests, minLoadReportRequests, maxLoadReportRequests)
-	}
-	if c.HealthCheckConcurrency < 1 || c.HealthCheckConcurrency > maxHealthCheckWorkers {
-		add("--health-check-concurrency %d: want 1 to %d", c.HealthCheckConcurrency, maxHealthCheckWorkers)
-	}
-	if c.HealthCheckMaxEndpoints < 1 || c.HealthCheckMaxEndpoints > maxHealthCheckEndpoints {
-		add("--health-check-max-endpoints %d: want 1 to %d", c.HealthCheckMaxEndpoints, maxHealthCheckEndpoints)
-	}
-	if c.LoadReportBucket < minLoadReportBucket || c.LoadReportBucket > maxLoadReportBucket {
-		add("--load-report-bucket %v: want %v to %v", c.LoadReportBucket, minLoadReportBucket, maxLoadReportBucket)
-	}
-	if c.MetricsMaxUpstreams < 0 {
-		add("--metrics-max-upstreams must not be negative")
-	}
+	ints("--max-client-classes", c.MaxClientClasses, 1, maxClientClasses)
+	ints("--load-report-max-cells", c.LoadReportMaxCells, 1, maxLoadReportCells)
+	ints("--load-report-max-requests-per-instance", c.LoadReportMaxRequests, minLoadReportRequests, maxLoadReportRequests)
+	ints("--health-check-concurrency", c.HealthCheckConcurrency, 1, maxHealthCheckWorkers)
+	ints("--health-check-max-endpoints", c.HealthCheckMaxEndpoints, 1, maxHealthCheckEndpoints)
+	durations("--load-report-bucket", c.LoadReportBucket, minLoadReportBucket, maxLoadReportBucket)
+	ints("--metrics-max-upstreams", c.MetricsMaxUpstreams, 0, maxMetricsUpstreams)
 	_, problems := DefaultExport(c.DefaultExportTo)
 	errs = append(errs, problems...)
-	if c.StatusWriters <= 0 {
-		add("--status-writers must be positive")
-	}
+	ints("--status-writers", c.StatusWriters, 1, maxStatusWriters)
 	if !(c.StatusShare > 0 && c.StatusShare <= 1) { // refuses NaN too
 		add("--status-write-share %v: want a part of the client's budget, above 0 and at most 1", c.StatusShare)
 	}

@@ -327,6 +327,7 @@ func listen(cfg Config, p *parts, md mode) (*servers, error) {
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	sources := p.adminSources(md)
+	sources.Version, sources.Instance = cfg.Version, p.instance
 	s.admin = &http.Server{Handler: admin.Handler(sources), ReadHeaderTimeout: 10 * time.Second}
 	if cfg.MetricsAddress != "" {
 		if s.metricsLis, err = net.Listen("tcp", cfg.MetricsAddress); err != nil {

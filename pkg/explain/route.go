@@ -285,7 +285,7 @@ func FindDomain(snap *topology.Snapshot, name string) (*topology.SpatialState, e
 		if st := snap.SpatialDomain(k); st != nil {
 			return st, nil
 		}
-		return nil, fmt.Errorf("no such SpatialDomain")
+		return nil, fmt.Errorf("no such SpatialDomain%s", DidYouMean(suggestDomain(snap, k.String(), true)))
 	}
 	var found []string
 	for _, st := range snap.Spatial() {
@@ -299,5 +299,5 @@ func FindDomain(snap *topology.Snapshot, name string) (*topology.SpatialState, e
 	if len(found) > 0 {
 		return nil, fmt.Errorf("SpatialDomain %s is not serving", strings.Join(found, ", "))
 	}
-	return nil, fmt.Errorf("no SpatialDomain of that name")
+	return nil, fmt.Errorf("no SpatialDomain of that name%s", DidYouMean(suggestDomain(snap, name, false)))
 }

@@ -160,6 +160,27 @@ func TestGolden(t *testing.T) {
 	}
 }
 
+// TestCLIFindsThePods: the pods of a release carry the labels
+// `controlplane status --release RELEASE` selects them by, and their
+// container serves the admin port the CLI reads from its --admin-address
+// (docs/cli.md, "Which replicas").
+func TestCLIFindsThePods(t *testing.T) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := one(t, parse(t, c.render(t)), "Deployment")
+			for key, want := range map[string]string{"app.kubernetes.io/instance": c.release, "app.kubernetes.io/part-of": "poise",
+				"app.kubernetes.io/component": "controlplane"} {
+				if got := str(d, "spec", "template", "metadata", "labels", key); got != want {
+					t.Errorf("pod label %s = %q, want %q", key, got, want)
+				}
+			}
+			if args := strs(d, "spec", "template", "spec", "containers", 0, "args"); !slices.Contains(args, "--admin-address=127.0.0.1:19000") {
+				t.Errorf("container args %v: no --admin-address=127.0.0.1:19000", args)
+			}
+		})
+	}
+}
+
 // obj is one rendered object, as unstructured maps.
 type obj map[string]any
 
@@ -817,6 +838,14 @@ func TestInvalidValues(t *testing.T) {
 		{[]string{"replicaCount=0"}, "/replicaCount"},
 		{[]string{"statusWriter.share=1.5"}, "/statusWriter/share"},
 		{[]string{"service.xdsPort=70000"}, "/service/xdsPort"},
+		// the bounds serve holds its flags to (docs/cli.md)
+		{[]string{"xds.maxStreams=1000001"}, "/xds/maxStreams"},
+		{[]string{"xds.maxStreamsPerConnection=10001"}, "/xds/maxStreamsPerConnection"},
+		{[]string{"xds.drainSeconds=601"}, "/xds/drainSeconds"},
+		{[]string{"kubeAPI.qps=100001"}, "/kubeAPI/qps"},
+		{[]string{"kubeAPI.burst=100001"}, "/kubeAPI/burst"},
+		{[]string{"statusWriter.writers=1025"}, "/statusWriter/writers"},
+		{[]string{"metrics.maxUpstreams=100001"}, "/metrics/maxUpstreams"},
 		{[]string{"watchNamespace=Shop_1"}, "/watchNamespace"},
 		{[]string{"multicluster.clusterName=Home"}, "/multicluster/clusterName"},
 		{[]string{"multicluster.clusterName="}, "/multicluster/clusterName"},

@@ -163,6 +163,13 @@ func TestInstall(t *testing.T) {
 			if !strings.Contains(out, fmt.Sprintf("%s.%s.svc", fullname(c.release), c.namespace)) {
 				t.Errorf("NOTES do not name the xDS Service %s.%s.svc:\n%s", fullname(c.release), c.namespace, out)
 			}
+			status := "controlplane status -n " + c.namespace
+			if c.release != "poise" {
+				status += " --release " + c.release
+			}
+			if !strings.Contains(out, status+"\n") {
+				t.Errorf("NOTES do not say %q:\n%s", status, out)
+			}
 			checkInstalled(t, srv, c)
 		})
 		if !ok {

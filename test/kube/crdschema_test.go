@@ -178,16 +178,21 @@ func TestCRDSchemaOlderThanTheBinary(t *testing.T) {
 		!strings.Contains(status, "the apiserver prunes spec.exportTo: upgrade the CRDs") {
 		t.Errorf("controlplane status:\n%s\nwant a row: upstreams.poise.dev %s Outdated %s %s … the apiserver prunes spec.exportTo", status, p.addrs.Admin, installed, binary)
 	}
-	// -o json keeps stdout the list of streams and says it on stderr
+	// -o json lists the CRD under "crds" and says it on stderr too
 	cmd := exec.Command(bin, "status", "--admin-address", p.addrs.Admin, "-o", "json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("controlplane status -o json: %v\n%s", err, stderr.String())
 	}
-	var streams []any
-	if err := json.Unmarshal(stdout.Bytes(), &streams); err != nil {
-		t.Errorf("controlplane status -o json: stdout is not the list of streams: %v\n%s", err, stdout.String())
+	var report struct {
+		CRDs []struct {
+			CRD crdschema.Status `json:"crd"`
+		} `json:"crds"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &report); err != nil || len(report.CRDs) != 1 ||
+		report.CRDs[0].CRD.Name != "upstreams.poise.dev" || report.CRDs[0].CRD.State != crdschema.Outdated {
+		t.Errorf("controlplane status -o json: want crds [upstreams.poise.dev Outdated], got %+v (%v)\n%s", report.CRDs, err, stdout.String())
 	}
 	if want := fmt.Sprintf("warning: replica %s: CRD upstreams.poise.dev is older than this binary's (installed %s, binary %s)", p.addrs.Admin, installed, binary); !strings.Contains(stderr.String(), want) {
 		t.Errorf("controlplane status -o json: stderr\n%s\nwant %q", stderr.String(), want)

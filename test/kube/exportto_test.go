@@ -557,13 +557,15 @@ func TestExportToAcrossTenants(t *testing.T) {
 			t.Errorf("controlplane status lacks %q", want)
 		}
 	}
-	var rows []struct {
-		Client server.Client `json:"client"`
+	var status struct {
+		Clients []struct {
+			Client server.Client `json:"client"`
+		} `json:"clients"`
 	}
-	if err := json.Unmarshal([]byte(runBinary(t, bin, "status", "--admin-address", p.addrs.Admin, "-o", "json")), &rows); err != nil {
+	if err := json.Unmarshal([]byte(runBinary(t, bin, "status", "--admin-address", p.addrs.Admin, "-o", "json")), &status); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range rows {
+	for _, r := range status.Clients {
 		if r.Client.NodeID == "envoy-sotw."+nB && (r.Client.Audience != nB || r.Client.Withheld == nil || len(r.Client.Withheld.Hidden) != 1) {
 			t.Errorf("status -o json: %s: audience %q, withheld %+v", r.Client.NodeID, r.Client.Audience, r.Client.Withheld)
 		}

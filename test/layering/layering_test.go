@@ -102,6 +102,7 @@ var layers = []struct {
 	}},
 	// Imported by tests only (the rules below keep pkg/ and cmd/ off them).
 	{"test helpers", []string{
+		"test/adstest",
 		"test/cpbinary",
 		"test/golden",
 		"test/kubemanifests",

@@ -100,6 +100,13 @@ type TypeState struct {
 	Pushes           uint64 `json:"pushes"`
 	NACKs            uint64 `json:"nacks"`
 	LastNACK         *NACK  `json:"lastNack,omitempty"`
+	// State is how the client stands on the type now (Synced, Stale,
+	// NACKed or NotSent) and CurrentVersion the version of the type its
+	// view is at: List fills them in, from the registry and the cache.
+	State          string `json:"state"`
+	CurrentVersion string `json:"currentVersion"`
+	// answered: the client ACKed or NACKed the last response.
+	answered bool
 	// The NACKs of this type on this stream are logged at most once per
 	// nackLogEvery; unlogged counts the others since the last line.
 	lastNACKLog time.Time
@@ -155,6 +162,36 @@ type NACK struct {
 	Nonce   string    `json:"nonce"`
 	Error   string    `json:"error"`
 	At      time.Time `json:"at"`
+}
+
+// How a client stands on one type it asked for (TypeState.State), as
+// `controlplane status` shows it.
+const (
+	// Synced: it ACKed the last response it was sent, and no change in
+	// its scope waits to be sent.
+	Synced = "SYNCED"
+	// Stale: the last response waits for its answer, or a change in its
+	// scope waits to be sent.
+	Stale = "STALE"
+	// NACKed: it rejected the last response it was sent and keeps what it
+	// accepted before.
+	NACKed = "NACKED"
+	// NotSent: it asked for the type and has been sent nothing of it yet.
+	NotSent = "NOT SENT"
+)
+
+// state is how a client stands on a type: ts is what the registry holds
+// of it (nil: nothing sent), behind what the cache says.
+func state(ts *TypeState, behind bool) string {
+	switch {
+	case ts == nil || ts.LastSentNonce == "":
+		return NotSent
+	case ts.answered && ts.LastNACK != nil && ts.LastNACK.Nonce == ts.LastSentNonce:
+		return NACKed
+	case !ts.answered || behind:
+		return Stale
+	}
+	return Synced
 }
 
 // Clients is the registry of connected clients, fed by the xDS server.
@@ -257,6 +294,18 @@ func (c *Clients) List() []Client {
 				out[i].ClassNote = how.String()
 			}
 			out[i].Withheld = withheldOf(st)
+			sync, watched := st.Sync()
+			for t, typ := range xdstype.All() {
+				if !watched[t] {
+					continue
+				}
+				ts := out[i].Types[typ.Short]
+				if ts == nil {
+					ts = &TypeState{}
+					out[i].Types[typ.Short] = ts
+				}
+				ts.State, ts.CurrentVersion = state(ts, sync[t].Behind), sync[t].Current
+			}
 		}
 	}
 	slices.SortFunc(out, func(a, b Client) int {
@@ -503,6 +552,7 @@ func (c *Clients) record(cl *Client, n *core.Node, typeURL, nonce, errDetail str
 	if ts == nil || nonce != ts.LastSentNonce {
 		return
 	}
+	ts.answered = true
 	if isNACK {
 		now := c.now()
 		detail := truncate(errDetail, maxNACKDetail)
@@ -606,7 +656,7 @@ func (c *Clients) response(k streamKey, typeURL, version, nonce string, entries 
 		}
 	}
 	ts.LastSentVersion, ts.LastSentNonce, ts.LastSentCount = version, nonce, len(entries)+len(removed)
-	ts.sent, ts.removed = entries, removed
+	ts.sent, ts.removed, ts.answered = entries, removed, false
 	ts.Pushes++
 	if c.metrics != nil && t >= 0 {
 		c.byType[t].pushes.Inc()
@@ -616,13 +666,30 @@ func (c *Clients) response(k streamKey, typeURL, version, nonce string, entries 
 // ClientServing is what one stream of a node is served now, by short type
 // (CDS, EDS, LDS, RDS): `controlplane proxy-config` shows it.
 type ClientServing struct {
-	Stream    int64                           `json:"stream"`
-	Protocol  string                          `json:"protocol"`
-	NodeID    string                          `json:"nodeId"`
-	Kind      string                          `json:"kind"`
-	Rendering string                          `json:"rendering"`
-	Class     string                          `json:"class,omitempty"`
-	Types     map[string]xdscache.ServingType `json:"-"`
+	Stream    int64                  `json:"stream"`
+	Protocol  string                 `json:"protocol"`
+	NodeID    string                 `json:"nodeId"`
+	Kind      string                 `json:"kind"`
+	Rendering string                 `json:"rendering"`
+	Class     string                 `json:"class,omitempty"`
+	ClassNote string                 `json:"classNote,omitempty"`
+	Types     map[string]ServingType `json:"-"`
+}
+
+// ServingType is what a stream is served of one type, and how far the
+// client has taken it.
+type ServingType struct {
+	xdscache.ServingType
+	// AckedVersion is the version the client last ACKed, State how it
+	// stands on the type (as TypeState.State).
+	AckedVersion string
+	State        string
+	// NotAcked names the listed resources the client has not ACKed in
+	// their current content: not sent yet, or sent and awaiting its
+	// answer. Rejected names those whose last response it NACKed, with its
+	// error: it keeps what it accepted before.
+	NotAcked map[string]bool
+	Rejected map[string]string
 }
 
 // Serving lists what every stream of node is served now, at most limit
@@ -637,20 +704,70 @@ func (c *Clients) Serving(node string, limit int, match func(name string) bool) 
 			continue
 		}
 		out = append(out, ClientServing{Stream: cl.Stream, Protocol: cl.Protocol, NodeID: cl.NodeID, Kind: cl.Kind,
-			Rendering: cl.Rendering, Class: cl.Class})
+			Rendering: cl.Rendering})
 		streams = append(streams, cl.stream)
 	}
 	c.mu.Unlock()
 	// the cache is asked outside the registry's lock, as the server does
 	for i, st := range streams {
-		served := st.Serving(limit, match)
-		out[i].Types = map[string]xdscache.ServingType{}
-		for url, t := range served {
-			out[i].Types[xdstype.Short(url)] = t
+		class, how, _ := st.Class()
+		out[i].Class = class
+		if how != xdscache.Admitted {
+			out[i].ClassNote = how.String()
+		}
+		out[i].Types = map[string]ServingType{}
+		for url, t := range st.Serving(limit, match) {
+			out[i].Types[xdstype.Short(url)] = ServingType{ServingType: t}
 		}
 	}
+	// then what the client answered, for the resources listed
+	c.mu.Lock()
+	for i := range out {
+		cl := c.streams[streamKey{out[i].Protocol, out[i].Stream}]
+		for short, t := range out[i].Types {
+			var ts *TypeState
+			if cl != nil {
+				ts = cl.Types[short]
+			}
+			out[i].Types[short] = annotate(t, ts)
+		}
+	}
+	c.mu.Unlock()
 	slices.SortFunc(out, func(a, b ClientServing) int {
 		return cmp.Or(strings.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Stream, b.Stream))
 	})
 	return out
+}
+
+// annotate marks what of t the client has not ACKed or has rejected, from
+// ts, what the registry holds of the type (nil: nothing sent); c.mu is held.
+func annotate(t ServingType, ts *TypeState) ServingType {
+	t.State = state(ts, t.Behind)
+	t.NotAcked, t.Rejected = map[string]bool{}, map[string]string{}
+	for _, n := range t.Unsent {
+		t.NotAcked[n] = true
+	}
+	if ts == nil {
+		for _, e := range t.Entries {
+			t.NotAcked[e.Name] = true
+		}
+		return t
+	}
+	t.AckedVersion = ts.LastAckedVersion
+	var inFlight map[string]bool
+	if !ts.answered {
+		inFlight = make(map[string]bool, len(ts.sent))
+		for _, e := range ts.sent {
+			inFlight[e.Name] = true
+		}
+	}
+	for _, e := range t.Entries {
+		if why, ok := ts.rejecting[e.Name]; ok {
+			t.Rejected[e.Name] = why
+		}
+		if inFlight[e.Name] {
+			t.NotAcked[e.Name] = true
+		}
+	}
+	return t
 }

@@ -224,6 +224,10 @@ func (w *Watch) mark(name string) {
 
 func (w *Watch) hasPending() bool { return w.pendingAll || len(w.pending) > 0 }
 
+// behind: the last response waits for the client's answer, or a change in
+// w's scope waits to be sent (TypeSync.Behind).
+func (w *Watch) behind() bool { return w.awaiting || (w.ts.version != "" && w.hasPending()) }
+
 // inScope reports whether w subscribes to name.
 func (w *Watch) inScope(name string) bool {
 	if w.wildcard {
@@ -706,7 +710,14 @@ func (s *Stream) Serving(limit int, match func(name string) bool) map[string]Ser
 		if w == nil {
 			continue
 		}
-		st := ServingType{Version: w.ts.version}
+		st := ServingType{Version: w.ts.version, Awaiting: w.awaiting, Behind: w.behind()}
+		var pending map[string]bool
+		if !w.pendingAll && len(w.pending) > 0 {
+			pending = make(map[string]bool, len(w.pending))
+			for _, n := range w.pending {
+				pending[n] = true
+			}
+		}
 		for _, e := range w.inScopeEntries() {
 			if match != nil && !match(e.Name) {
 				continue
@@ -716,6 +727,9 @@ func (s *Stream) Serving(limit int, match func(name string) bool) map[string]Ser
 				continue
 			}
 			st.Entries = append(st.Entries, e)
+			if w.pendingAll || pending[e.Name] {
+				st.Unsent = append(st.Unsent, e.Name)
+			}
 		}
 		out[w.ts.typeURL] = st
 	}
@@ -727,4 +741,38 @@ type ServingType struct {
 	Version string
 	Entries []*Entry
 	More    int // left out by the limit
+	// Unsent names the listed entries whose current content the stream
+	// has not been sent yet: changed since its last response, waiting
+	// for it to answer that one (or, for a stream never answered, all).
+	Unsent []string
+	// Awaiting: a response is out, neither ACKed nor NACKed yet. Behind:
+	// as TypeSync.Behind, for the whole scope, listed or not.
+	Awaiting, Behind bool
+}
+
+// TypeSync is where one type a stream watches stands against what the
+// cache serves it now.
+type TypeSync struct {
+	// Current is the type's version in the stream's view: the version
+	// any of its resources last changed at ("" while none is published).
+	Current string
+	// Behind: a change in the stream's scope waits to be sent, or the
+	// last response waits for the client's answer. A NACKed response is
+	// answered: the client keeps what it had, and is not Behind for it.
+	Behind bool
+}
+
+// Sync says, by xdstype index, where each type the stream watches stands;
+// watched[t] is false for a type it has not asked for.
+func (s *Stream) Sync() (sync [xdstype.Count]TypeSync, watched [xdstype.Count]bool) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	for t, w := range s.watches {
+		if w == nil {
+			continue
+		}
+		watched[t] = true
+		sync[t] = TypeSync{Current: w.ts.version, Behind: w.behind()}
+	}
+	return sync, watched
 }
