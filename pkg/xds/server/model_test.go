@@ -343,6 +343,10 @@ func (w *modelWorld) publish(changes []modelChange) {
 	marks := make([][2][]string, len(w.clients))
 	for _, ch := range changes {
 		u.Changes = append(u.Changes, xdscache.Change{TypeURL: modelTypeURLs[ch.typ], Name: ch.name, Entry: ch.e, Audiences: ch.audiences()})
+	}
+	// of several changes of one name the cache publishes the last, measured
+	// against what was published before the Update
+	for _, ch := range lastChanges(changes) {
 		cur := &w.cur[ch.typ]
 		old, had := cur.base[ch.name]
 		oldVariants := cur.variants[ch.name]
@@ -384,6 +388,26 @@ func (w *modelWorld) publish(changes []modelChange) {
 	for i, c := range w.clients {
 		c.published(marks[i])
 	}
+}
+
+// lastChanges is changes with only the last change of each name and type,
+// in their order.
+func lastChanges(changes []modelChange) []modelChange {
+	type key struct {
+		typ  int
+		name string
+	}
+	last := map[key]int{}
+	for i, ch := range changes {
+		last[key{ch.typ, ch.name}] = i
+	}
+	var out []modelChange
+	for i, ch := range changes {
+		if last[key{ch.typ, ch.name}] == i {
+			out = append(out, ch)
+		}
+	}
+	return out
 }
 
 // modelDraft is what the changes drawn so far for one publication make of

@@ -464,3 +464,34 @@ func TestWithheldAudienceVariants(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdateChangingOneResourceTwice: of two changes of one resource in
+// one Update the last is published, against what was published before the
+// Update. A Delta client whose content the first change would have moved
+// and the second moves back is told nothing (it holds that content at that
+// version already); one whose content the last change moves is sent it.
+func TestUpdateChangingOneResourceTwice(t *testing.T) {
+	c := newCache()
+	base := routeEntry(RDS, "spatial", "open", "v1")
+	vb := routeEntry(RDS, "spatial", "B+open", "v1", "b")
+	c.Apply(xdscache.Update{Version: "v1", Changes: []xdscache.Change{withAudiences(RDS, base, vb)}})
+	cl := openAudiences(t, c, RDS, true, false, "spatial")
+	cl.a.recv()
+	cl.b.recv()
+	cl.c.recv()
+	cl.anon.recv()
+	for _, z := range cl.all() {
+		z.woken()
+	}
+	// a gets a variant, then loses it again; b's variant changes
+	va := routeEntry(RDS, "spatial", "A+open", "v2", "a")
+	vb2 := routeEntry(RDS, "spatial", "B2+open", "v2", "b")
+	c.Apply(xdscache.Update{Version: "v2", Changes: []xdscache.Change{
+		withAudiences(RDS, base, va, vb),
+		withAudiences(RDS, base, vb2),
+	}})
+	if cl.a.woken() || cl.c.woken() || cl.anon.woken() {
+		t.Error("a client whose content the Update leaves as it was was woken")
+	}
+	cl.only(t, cl.b, "b", "spatial=B2+open@"+variantVersion(c, "v2", "B2+open"))
+}

@@ -117,7 +117,10 @@ type Change struct {
 	Audiences []*Entry
 }
 
-// Update is a set of changes published together at Version.
+// Update is a set of changes published together at Version. Of several
+// changes of one resource (the same View, TypeURL, Name and Zone) the last
+// is the one published: clients are told of the difference between what
+// they held before the Update and that one, never of the changes between.
 type Update struct {
 	Version string
 	Changes []Change
@@ -144,6 +147,10 @@ type Cache struct {
 	epoch  uint64    // counts Applies, to notify each stream once per Apply
 	notify []*Stream // streams to wake after the current Apply; reused
 	scope  []string  // scratch for diffs; reused
+	// last and deduped are scratch for lastOfEach; reused, last is
+	// dropped after an Update larger than maxKeptLast changes.
+	last    map[changeKey]int
+	deduped []Change
 }
 
 type view struct {
@@ -271,7 +278,7 @@ func (c *Cache) viewOf(n *core.Node) int {
 func (c *Cache) Apply(u Update) {
 	c.mu.Lock()
 	c.epoch++
-	for _, ch := range u.Changes {
+	for _, ch := range c.lastOfEach(u.Changes) {
 		t := xdstype.Index(ch.TypeURL)
 		if t < 0 || ch.View < 0 || ch.View >= len(c.views) {
 			continue
@@ -333,6 +340,58 @@ func (c *Cache) Apply(u Update) {
 	}
 	c.notify = c.notify[:0]
 	c.mu.Unlock()
+}
+
+// changeKey names the resource a change is of.
+type changeKey struct {
+	view       int
+	typeURL    string
+	name, zone string
+}
+
+// maxKeptLast bounds the scratch map lastOfEach keeps between Updates: a
+// large first publication does not leave a large map behind.
+const maxKeptLast = 1024
+
+// lastOfEach is changes with only the last change of each resource, in
+// their order: changes itself, untouched, when no resource changes twice,
+// which is what publishers send. c.mu is held.
+func (c *Cache) lastOfEach(changes []Change) []Change {
+	if len(changes) < 2 {
+		return changes
+	}
+	if c.last == nil {
+		c.last = map[changeKey]int{}
+	}
+	defer func() {
+		if len(c.last) > maxKeptLast {
+			c.last = nil
+		} else {
+			clear(c.last)
+		}
+	}()
+	dup := false
+	for i, ch := range changes {
+		k := changeKey{ch.View, ch.TypeURL, ch.Name, ch.Zone}
+		if _, seen := c.last[k]; seen {
+			dup = true
+		}
+		c.last[k] = i
+	}
+	if !dup {
+		return changes
+	}
+	c.deduped = c.deduped[:0]
+	for i, ch := range changes {
+		if c.last[changeKey{ch.View, ch.TypeURL, ch.Name, ch.Zone}] == i {
+			c.deduped = append(c.deduped, ch)
+		}
+	}
+	out := c.deduped
+	if cap(c.deduped) > maxKeptLast {
+		c.deduped = nil
+	}
+	return out
 }
 
 // setVersion moves a type's version. Its first version wakes every watch of
