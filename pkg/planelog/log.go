@@ -143,10 +143,14 @@ func (l *Log) Flush() time.Time {
 	l.flush.Lock()
 	defer l.flush.Unlock()
 	l.mu.Lock()
-	pending, rev := l.pending, l.revision
-	if len(pending) > 0 {
+	// what is queued is taken whole: Queue goes on filling a new map while
+	// this one is read without the lock
+	var pending map[topology.Key]change
+	if len(l.pending) > 0 {
+		pending = l.pending
 		l.pending = make(map[topology.Key]change, len(pending))
 	}
+	rev := l.revision
 	l.mu.Unlock()
 
 	w := &writer{l: l, rev: rev, now: l.now()}

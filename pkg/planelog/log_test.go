@@ -260,3 +260,45 @@ func TestDropWarns(t *testing.T) {
 		t.Errorf("coming back: %v", l)
 	}
 }
+
+// TestQueueWhileFlushing: the publisher queues while the log's goroutine
+// looks, with nothing queued or something (go test -race holds them
+// apart), and nothing queued is lost: every upstream edited is summed up.
+func TestQueueWhileFlushing(t *testing.T) {
+	const upstreams = 20
+	dir := topology.NewDirectory()
+	var logs testkit.Logs
+	l := New(Options{Log: slog.New(slog.NewJSONHandler(&logs, nil)), Period: time.Hour})
+	queue := func(b topology.Batch, last *topology.Snapshot) *topology.Snapshot {
+		snap, err := dir.Apply(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, _ := snap.ChangedSince(last.Revision)
+		l.Queue(snap.Revision, func(yield func(old, cur *topology.UpstreamState) bool) {
+			for _, k := range keys {
+				if !yield(last.Upstream(k), snap.Upstream(k)) {
+					return
+				}
+			}
+		})
+		return snap
+	}
+	last := queue(topologytest.Batch(upstreams), dir.Current())
+	l.Flush()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 200 {
+			l.Flush()
+		}
+	}()
+	for u := range upstreams {
+		last = queue(verdict(u, 0, false), last)
+	}
+	<-done
+	l.Flush()
+	if got := len(logs.Records(t, "upstream shares moved")); got != upstreams {
+		t.Errorf("%d upstreams edited while the log looked, %d summed up", upstreams, got)
+	}
+}
