@@ -138,12 +138,16 @@ type Replica struct {
 // reading of the cluster's CRDs before its first publication.
 const crdCheckWait = 10 * time.Second
 
-// relistAfterCRDChange is how long after a CRD's spec changes the kind is
-// listed again (kube.WatchHealth.Relist): the apiserver serves new requests
-// from the new schema once its own CRD informer has the change, which may
-// come a little after this replica's, and tears the old storage down, ending
-// the watches opened before, a second or more later.
-const relistAfterCRDChange = 2 * time.Second
+// relistsAfterCRDChange are how long after a CRD's spec changes the kind
+// is listed again (kube.WatchHealth.Relist): the apiserver serves new
+// requests from the new schema once its own CRD informer has the change,
+// which may come after this replica's (seconds later on a loaded
+// apiserver), and tears the old storage down, ending the watches opened
+// before, a second or more later. A watch the first relist opens may still
+// be served the old schema; the later ones are opened after the switch on
+// any apiserver that is not minutes behind. Five lists of one kind per CRD
+// change, which an upgrade makes once.
+var relistsAfterCRDChange = []time.Duration{2 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second}
 
 // Metrics are the metrics the replica hands to what it assembles: the
 // source's, the status writer's (with the leader gauge), the active
@@ -171,7 +175,11 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	if err != nil {
 		return nil, err
 	}
-	crds.SchemaChanged = func(kind string) { time.AfterFunc(relistAfterCRDChange, func() { health.Relist(kind) }) }
+	crds.SchemaChanged = func(kind string) {
+		for _, after := range relistsAfterCRDChange {
+			time.AfterFunc(after, func() { health.Relist(kind) })
+		}
+	}
 	if o.Metrics.Source != nil {
 		o.Metrics.Source.SetKubeStale(health.StaleSeconds)
 		o.Metrics.Source.SetCRDSchemas(crds.Outdated, crds.PrunedFields)
