@@ -1,7 +1,6 @@
 package kube_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -135,27 +134,12 @@ func (p *plane) stop(t *testing.T) {
 func (p *plane) leads() bool { return p.logs.contains("status writer started") }
 
 // logSink collects a plane's structured logs.
-type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+type logSink struct{ testkit.Logs }
 
-func (l *logSink) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(b)
-}
-
-func (l *logSink) contains(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Contains(l.buf.Bytes(), []byte(s))
-}
+func (l *logSink) contains(s string) bool { return strings.Contains(l.String(), s) }
 
 func (l *logSink) tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lines := strings.Split(strings.TrimRight(l.buf.String(), "\n"), "\n")
+	lines := strings.Split(strings.TrimRight(l.String(), "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
