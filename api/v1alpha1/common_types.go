@@ -9,7 +9,8 @@ const (
 	// published to the xDS cache.
 	ConditionProgrammed = "Programmed"
 	// ConditionResolvedRefs is True when every object the object names exists: an
-	// Upstream's Service, the Upstreams of a SpatialDomain's replicas.
+	// Upstream's Service, the Upstreams of a SpatialDomain's replicas, the
+	// endpoints of its Upstream in a Locality's priority and locality.
 	ConditionResolvedRefs = "ResolvedRefs"
 	// ConditionDegraded is True when an Upstream's traffic does not go where
 	// its configuration says: no capacity, drops, panic or spill. Its reason
@@ -42,6 +43,10 @@ const (
 	ReasonAddressNotAllowed = "AddressNotAllowed"
 	// ReasonUpstreamNotFound: the referenced Upstream does not exist in the namespace.
 	ReasonUpstreamNotFound = "UpstreamNotFound"
+	// ReasonMatchesNoEndpoints: ResolvedRefs=False because no endpoints of a
+	// Locality's Upstream are in its priority and locality, so the weight it
+	// gives applies to nothing (a mistyped zone, or endpoints yet to come).
+	ReasonMatchesNoEndpoints = "MatchesNoEndpoints"
 	// ReasonLocalityNotFound: no Locality matches an EndpointSet's group, so the group
 	// gets priority 0 and locality weight 1.
 	ReasonLocalityNotFound = "LocalityNotFound"

@@ -47,7 +47,10 @@ type LocalityObjectStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// conditions are Accepted (False with Conflicted when an older Locality
-	// of the same upstream, priority and locality sets another weight).
+	// of the same upstream, priority and locality sets another weight) and,
+	// while it is in the topology, ResolvedRefs (False with
+	// MatchesNoEndpoints while no endpoints of its Upstream are in its
+	// priority and locality).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -105,6 +108,7 @@ type LocalityObjectStatus struct {
 // +kubebuilder:printcolumn:name="Traffic",type=string,JSONPath=`.status.trafficPercent`
 // +kubebuilder:printcolumn:name="Availability",type=string,JSONPath=`.status.availabilityPercent`
 // +kubebuilder:printcolumn:name="Accepted",type=string,JSONPath=`.status.conditions[?(@.type=="Accepted")].status`
+// +kubebuilder:printcolumn:name="ResolvedRefs",type=string,JSONPath=`.status.conditions[?(@.type=="ResolvedRefs")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Locality struct {
 	metav1.TypeMeta   `json:",inline"`

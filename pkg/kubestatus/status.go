@@ -77,6 +77,12 @@ func localityStatus(l *v1alpha1.Locality, snap *topology.Snapshot, rej *kube.Rej
 	want.ObservedGeneration = l.Generation
 	u := snap.Upstream(topology.Key{Namespace: l.Namespace, Name: l.Spec.Upstream})
 	setAccepted(&want.Conditions, l.Generation, rej, u != nil, "")
+	if rej == nil && u != nil {
+		meta.SetStatusCondition(&want.Conditions, localityRefs(l, u))
+	} else {
+		// not in the topology: Accepted says why
+		meta.RemoveStatusCondition(&want.Conditions, v1alpha1.ConditionResolvedRefs)
+	}
 	want.Traffic, want.Availability, want.EffectiveWeight, want.ShareInPriority = nil, nil, nil, nil
 	want.TrafficPercent, want.AvailabilityPercent = "", ""
 	if lr, ok := localityShares(u, keyOf(l)); ok {
@@ -85,6 +91,26 @@ func localityStatus(l *v1alpha1.Locality, snap *topology.Snapshot, rej *kube.Rej
 		want.TrafficPercent, want.AvailabilityPercent = percent(lr.Traffic), percent(lr.Availability)
 	}
 	return want
+}
+
+// localityRefs is the ResolvedRefs condition of an accepted Locality whose
+// Upstream u is in the topology: whether any endpoints of u are in its
+// priority and locality, and when none are, the field most likely at
+// fault and what it likely meant (the refusal of the same Locality in
+// manifest files, where it is an error).
+func localityRefs(l *v1alpha1.Locality, u *topology.UpstreamState) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionResolvedRefs, Status: metav1.ConditionTrue, Reason: kube.ReasonResolved,
+		ObservedGeneration: l.Generation, Message: fmt.Sprintf("endpoints of Upstream %s are in its priority and locality", u.Upstream.Key)}
+	placed := slices.ContainsFunc(u.Groups, func(g topology.Group) bool { return slices.Contains(g.LocalityObjects, keyOf(l)) })
+	switch p, unmatched := u.UnmatchedLocality(keyOf(l)); {
+	case unmatched:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.ReasonMatchesNoEndpoints, clip(p.Field+": "+p.Err.Error(), maxMessage)
+	case !placed:
+		// the topology does not hold this generation yet (a write waits
+		// for it, up to the publish grace)
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, v1alpha1.ReasonPending, "not yet in the topology"
+	}
+	return c
 }
 
 // localityShares finds the computed group that the Locality object key

@@ -199,8 +199,9 @@ func (w *StatusWriter) Start(ctx context.Context) error {
 		q: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[topology.ObjectRef](retryBase, retryMax),
 			workqueue.TypedRateLimitingQueueConfig[topology.ObjectRef]{Name: "status", MetricsProvider: queueMetrics{m}}),
-		budget:   flowcontrol.NewTokenBucketRateLimiter(float32(budget.QPS), max(budget.Burst, 1)),
-		deferred: map[topology.ObjectRef]time.Time{},
+		budget:    flowcontrol.NewTokenBucketRateLimiter(float32(budget.QPS), max(budget.Burst, 1)),
+		deferred:  map[topology.ObjectRef]time.Time{},
+		unmatched: map[topology.ObjectRef]time.Time{},
 	}
 	defer m.QueueDepth.Set(0)
 
@@ -258,6 +259,9 @@ type statusRun struct {
 	// deferred: objects whose part of the topology is newer than what is
 	// published, and since when they wait
 	deferred map[topology.ObjectRef]time.Time
+	// unmatched: the Localities whose status would newly say they match no
+	// endpoints, and since when (holdUnmatched)
+	unmatched map[topology.ObjectRef]time.Time
 	// failed writes since the last log line about them
 	failed    int
 	lastErr   error
@@ -372,7 +376,11 @@ func (r *statusRun) process(ctx context.Context, ref topology.ObjectRef) error {
 		if r.waitForPublication(ref, rej == nil && localityPending(&l, snap)) {
 			return nil
 		}
-		return writeStatus(ctx, r, ref, &l, &l.Status, localityStatus(&l, snap, rej))
+		want := localityStatus(&l, snap, rej)
+		if r.holdUnmatched(ref, newlyUnmatched(l.Status.Conditions, want.Conditions)) {
+			return nil
+		}
+		return writeStatus(ctx, r, ref, &l, &l.Status, want)
 	case topology.KindEndpointSet:
 		var s v1alpha1.EndpointSet
 		if err := r.w.Client.Get(ctx, nn, &s); err != nil {
@@ -409,6 +417,7 @@ func (r *statusRun) gone(ref topology.ObjectRef, err error) error {
 	if apierrors.IsNotFound(err) {
 		r.mu.Lock()
 		delete(r.deferred, ref)
+		delete(r.unmatched, ref)
 		r.mu.Unlock()
 		return nil
 	}
@@ -423,21 +432,47 @@ func (r *statusRun) gone(ref topology.ObjectRef, err error) error {
 // way for the topology to hold their generation, so that their figures
 // are written with their observedGeneration, not after it.
 func (r *statusRun) waitForPublication(ref topology.ObjectRef, waiting bool) bool {
+	return r.holdBack(r.deferred, ref, waiting)
+}
+
+// holdUnmatched reports whether the write of a Locality whose status would
+// newly say it matches no endpoints (unmatched) should wait: objects arrive
+// in any order, and a Locality applied a moment before its EndpointSets
+// would otherwise turn ResolvedRefs False, with a Warning Event, and back.
+// It waits the publish grace from when it was first found so, and is
+// written at once if its endpoints come meanwhile.
+func (r *statusRun) holdUnmatched(ref topology.ObjectRef, unmatched bool) bool {
+	return r.holdBack(r.unmatched, ref, unmatched)
+}
+
+// holdBack reports whether an object that waits for something (waiting)
+// is held back: for the grace from the first time it is found waiting,
+// since when held records (under r.mu); it is queued again when the grace
+// ends.
+func (r *statusRun) holdBack(held map[topology.ObjectRef]time.Time, ref topology.ObjectRef, waiting bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	since, deferred := r.deferred[ref]
+	since, ok := held[ref]
 	switch {
 	case !waiting:
-		delete(r.deferred, ref)
+		delete(held, ref)
 		return false
-	case !deferred:
-		r.deferred[ref] = time.Now()
+	case !ok:
+		held[ref] = time.Now()
 		r.q.AddAfter(ref, r.grace)
 		return true
-	case time.Since(since) < r.grace:
-		return true
 	}
-	return false
+	return time.Since(since) < r.grace
+}
+
+// newlyUnmatched reports whether a Locality's status cur says it matches no
+// endpoints and its status old did not.
+func newlyUnmatched(old, cur []metav1.Condition) bool {
+	unmatched := func(conds []metav1.Condition) bool {
+		c := meta.FindStatusCondition(conds, v1alpha1.ConditionResolvedRefs)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == v1alpha1.ReasonMatchesNoEndpoints
+	}
+	return unmatched(cur) && !unmatched(old)
 }
 
 // publishedMeanwhile queues a deferred object again when the revision it waits

@@ -132,8 +132,9 @@ func newStatusFixture(t *testing.T, n int, budget StatusBudget) *statusFixture {
 		q: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[topology.ObjectRef](time.Millisecond, 50*time.Millisecond),
 			workqueue.TypedRateLimitingQueueConfig[topology.ObjectRef]{Name: "status", MetricsProvider: queueMetrics{fx.m}}),
-		budget:   flowcontrol.NewTokenBucketRateLimiter(float32(budget.QPS), budget.Burst),
-		deferred: map[topology.ObjectRef]time.Time{},
+		budget:    flowcontrol.NewTokenBucketRateLimiter(float32(budget.QPS), budget.Burst),
+		deferred:  map[topology.ObjectRef]time.Time{},
+		unmatched: map[topology.ObjectRef]time.Time{},
 	}
 	t.Cleanup(fx.run.q.ShutDown)
 	return fx

@@ -34,7 +34,7 @@ var (
 	ErrUnknownReplica = errors.New("UnknownReplica")
 	// ErrLocalityMatchesNothing: a Locality object places no endpoint set of
 	// its Upstream, so the weight it gives applies to nothing.
-	ErrLocalityMatchesNothing = errors.New("LocalityMatchesNothing")
+	ErrLocalityMatchesNothing = errors.New("MatchesNoEndpoints")
 )
 
 // referenceError is a Problem's Err for a reference: its reason and what
@@ -433,17 +433,44 @@ func unmatchedLocalities(k Key, s *UpstreamState, astray []EndpointSet) []Proble
 			field, hint, near = "spec.upstream", fmt.Sprintf(" (%s is in that locality, and names Upstream %s)", ref, a.Upstream), &ref
 		}
 		for _, lk := range g.LocalityObjects {
-			p := Problem{Upstream: k, Objects: []ObjectRef{{KindLocality, lk}}, Field: field}
-			if near != nil {
-				p.Objects = append(p.Objects, *near)
-			}
-			p.Err = &referenceError{reason: ErrLocalityMatchesNothing, detail: fmt.Sprintf(
-				"matches no endpoints of Upstream %s: no endpoint set is in priority %d, locality %s%s",
-				k, g.Priority, localityText(g.Locality), hint)}
-			out = append(out, p)
+			out = append(out, unmatchedProblem(k, g, lk, field, hint, near))
 		}
 	}
 	return out
+}
+
+// UnmatchedLocality is the problem of Locality object lk of this upstream
+// when it places no endpoint set, with the same "did you mean" a manifest
+// set is refused with (but for endpoint sets naming a missing upstream,
+// which the state does not hold); ok is false when lk places a group with
+// endpoints, or places none in this state (it is not in the topology).
+// A Kubernetes source, whose endpoints may be yet to come, reports it as
+// a condition.
+func (s *UpstreamState) UnmatchedLocality(lk Key) (p Problem, ok bool) {
+	for _, g := range s.Groups {
+		if !slices.Contains(g.LocalityObjects, lk) {
+			continue
+		}
+		if len(g.Sets) > 0 {
+			return Problem{}, false
+		}
+		field, hint, near := unmatchedHint(s, g)
+		return unmatchedProblem(s.Upstream.Key, g, lk, field, hint, near), true
+	}
+	return Problem{}, false
+}
+
+// unmatchedProblem is the problem of Locality object lk of upstream k,
+// which places group g and no endpoint set.
+func unmatchedProblem(k Key, g Group, lk Key, field, hint string, near *ObjectRef) Problem {
+	p := Problem{Upstream: k, Objects: []ObjectRef{{KindLocality, lk}}, Field: field}
+	if near != nil {
+		p.Objects = append(p.Objects, *near)
+	}
+	p.Err = &referenceError{reason: ErrLocalityMatchesNothing, detail: fmt.Sprintf(
+		"matches no endpoints of Upstream %s: no endpoint set is in priority %d, locality %s%s",
+		k, g.Priority, localityText(g.Locality), hint)}
+	return p
 }
 
 // localityText names a locality as a person wrote it.

@@ -157,6 +157,7 @@ func TestCompleteRefusesWhatNamesNothing(t *testing.T) {
 			},
 		},
 	}
+	checked := 0
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := completeDirectory(t, shop())
@@ -190,7 +191,33 @@ func TestCompleteRefusesWhatNamesNothing(t *testing.T) {
 			} else if err != nil {
 				t.Errorf("a Directory that does not require completeness refused: %v", err)
 			}
+			// it says of each Locality that matches nothing what files say
+			// (but of one whose set names a missing upstream: it does not hold
+			// that set), and nothing of the others
+			for _, p := range be.Problems {
+				if !errors.Is(p, ErrLocalityMatchesNothing) || p.Field == "spec.upstream" {
+					continue
+				}
+				u := lax.Current().Upstream(p.Upstream)
+				if got, ok := u.UnmatchedLocality(p.Objects[0].Key); !ok || got.Error() != p.Error() {
+					t.Errorf("UnmatchedLocality(%s) = %v, %v; want %v", p.Objects[0].Key, ok, got, p)
+				}
+				checked++
+				for _, g := range u.Groups {
+					for _, lk := range g.LocalityObjects {
+						if _, ok := u.UnmatchedLocality(lk); ok != (len(g.Sets) == 0) {
+							t.Errorf("UnmatchedLocality(%s) = %v with %d sets in its group", lk, ok, len(g.Sets))
+						}
+					}
+				}
+			}
 		})
+	}
+	if checked != 3 {
+		t.Errorf("%d Localities matching nothing compared with a Directory that does not require completeness, want 3", checked)
+	}
+	if _, ok := completeDirectory(t, shop()).Current().Upstream(Key{"shop", "checkout"}).UnmatchedLocality(Key{"shop", "nope"}); ok {
+		t.Error("UnmatchedLocality of a Locality not in the topology")
 	}
 
 	// Localities of an Upstream that imports a Service place the endpoints

@@ -3,9 +3,11 @@ package kube_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,7 +26,11 @@ import (
 // with a Warning Event, and the rest of the topology serves; a Locality
 // whose zone is mistyped leaves its EndpointSet on the default weight
 // (Accepted, DefaultLocality) and places nothing, which explain of the live
-// cluster lists among the upstream's Locality objects that match nothing.
+// cluster lists among the upstream's Locality objects that match nothing,
+// and which its status says (ResolvedRefs=False MatchesNoEndpoints, with
+// the zone it likely meant, in kubectl get's column) with one Warning
+// Event, until the zone is fixed (ResolvedRefs=True, a Normal Event). A
+// Locality applied a moment before its EndpointSet gets no Event.
 func TestMistakesStayConditionsInKubernetes(t *testing.T) {
 	ns := namespace(t)
 	elsewhere := namespace(t)
@@ -88,9 +94,46 @@ func TestMistakesStayConditionsInKubernetes(t *testing.T) {
 			return c != nil && c.Status == want.status && c.Reason == want.reason, fmt.Sprintf("%+v", c)
 		})
 	}
-	events := waitEvents(t, ns, "EndpointSet/checkout-eu-west-1c Warning UpstreamNotFound", "Locality/payments Warning UpstreamNotFound")
+	// the Locality with the mistyped zone says so, and what was meant
+	resolved := func(name string) (*metav1.Condition, error) {
+		var l v1alpha1.Locality
+		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &l); err != nil {
+			return nil, err
+		}
+		return meta.FindStatusCondition(l.Status.Conditions, v1alpha1.ConditionResolvedRefs), nil
+	}
+	mistyped := `spec.zone: matches no endpoints of Upstream ` + ns + `/checkout: no endpoint set is in priority 0, locality region "eu-west" zone "eu-west-la" ` +
+		`(did you mean zone "eu-west-1a"? EndpointSet ` + ns + `/checkout-eu-west-1a is there, and no Locality object places it)`
+	for _, want := range []struct {
+		name, status, reason, message string
+	}{
+		{"checkout-eu-west-1a", "False", v1alpha1.ReasonMatchesNoEndpoints, mistyped},
+		{"checkout-eu-west-1b", "True", kube.ReasonResolved, "endpoints of Upstream " + ns + "/checkout are in its priority and locality"},
+		{"payments", "", "", ""}, // not in the topology: Accepted=False says why
+	} {
+		testkit.Eventually(t, 15*time.Second, fmt.Sprintf("Locality %s ResolvedRefs=%s %s", want.name, want.status, want.reason), func() (bool, string) {
+			c, err := resolved(want.name)
+			if err != nil {
+				return false, err.Error()
+			}
+			if want.status == "" {
+				return c == nil, fmt.Sprintf("%+v", c)
+			}
+			return c != nil && string(c.Status) == want.status && c.Reason == want.reason && c.Message == want.message, fmt.Sprintf("%+v", c)
+		})
+	}
+	if ok, why := cellsMatch(table(t, ns, "localities"), "checkout-eu-west-1a", map[string]any{"Accepted": "True", "ResolvedRefs": "False"}); !ok {
+		t.Errorf("kubectl get localities: %s", why)
+	}
+	events := waitEvents(t, ns, "EndpointSet/checkout-eu-west-1c Warning UpstreamNotFound", "Locality/payments Warning UpstreamNotFound",
+		"Locality/checkout-eu-west-1a Warning MatchesNoEndpoints")
 	if slices.Contains(events, "Locality/checkout-eu-west-1a Warning UpstreamNotFound") {
 		t.Errorf("an Event for a Locality whose Upstream exists: %v", events)
+	}
+	for _, e := range events {
+		if e != "Locality/checkout-eu-west-1a Warning MatchesNoEndpoints" && strings.HasSuffix(e, " MatchesNoEndpoints") {
+			t.Errorf("Event %q for a Locality that matches endpoints (or is not in the topology): %v", e, events)
+		}
 	}
 
 	// explain of the live cluster finds the mistyped zone
@@ -108,5 +151,60 @@ func TestMistakesStayConditionsInKubernetes(t *testing.T) {
 	}
 	if !slices.Contains(rep.Orphans, "EndpointSet "+ns+"/checkout-eu-west-1c") || !slices.Contains(rep.Orphans, "Locality "+ns+"/payments") {
 		t.Errorf("orphans %v", rep.Orphans)
+	}
+
+	// a Locality applied 300 ms before its EndpointSet (batches apart: the
+	// source's debounce is 20 ms) waits for it, within the publish grace
+	if err := k8s.Create(t.Context(), &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "checkout-eu-west-1d", Namespace: ns},
+		Spec: v1alpha1.LocalitySpec{Upstream: "checkout", LocalityID: zone("eu-west-1d"), Weight: new(int64(2))}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := k8s.Create(t.Context(), &v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "checkout-eu-west-1d", Namespace: ns},
+		Spec: v1alpha1.EndpointSetSpec{Upstream: "checkout", Locality: zone("eu-west-1d"), Endpoints: []v1alpha1.Endpoint{{Address: "10.25.4.1", Port: 80}}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// fixing the zone resolves it, with a Normal Event, and places the set
+	var l v1alpha1.Locality
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "checkout-eu-west-1a"}, &l); err != nil {
+		t.Fatal(err)
+	}
+	l.Spec.Zone = "eu-west-1a"
+	if err := k8s.Update(t.Context(), &l); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"checkout-eu-west-1a", "checkout-eu-west-1d"} {
+		testkit.Eventually(t, 15*time.Second, "Locality "+name+" ResolvedRefs=True", func() (bool, string) {
+			c, err := resolved(name)
+			if err != nil {
+				return false, err.Error()
+			}
+			return c != nil && c.Status == metav1.ConditionTrue && c.Reason == kube.ReasonResolved, fmt.Sprintf("%+v", c)
+		})
+	}
+	testkit.Eventually(t, 15*time.Second, "EndpointSet checkout-eu-west-1a Accepted=True Accepted", func() (bool, string) {
+		c, err := accepted("EndpointSet", "checkout-eu-west-1a")
+		if err != nil {
+			return false, err.Error()
+		}
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonAccepted, fmt.Sprintf("%+v", c)
+	})
+	events = waitEvents(t, ns, "Locality/checkout-eu-west-1a Normal Recovered")
+	var list eventsv1.EventList
+	if err := k8s.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	warnings := 0
+	for _, e := range list.Items {
+		if e.Reason == v1alpha1.ReasonMatchesNoEndpoints {
+			warnings++
+			if e.Regarding.Name != "checkout-eu-west-1a" || e.Series != nil {
+				t.Errorf("Event %s on %s/%s (series %+v): one for the mistyped zone, once", e.Reason, e.Regarding.Kind, e.Regarding.Name, e.Series)
+			}
+		}
+	}
+	if warnings != 1 {
+		t.Errorf("%d MatchesNoEndpoints Events, want 1: %v", warnings, events)
 	}
 }
