@@ -72,8 +72,11 @@ type drawnEndpoint struct {
 // readPage walks the drawn diagram: sections are upstreams, and the nested
 // groups of each SVG are priority → locality → endpoint.
 const readPage = `(() => {
+  // Between two pages, or a page not yet laid out (a screenshot of it
+  // would have no width): nothing to read yet.
+  if (document.readyState !== 'complete') { return null; }
   const m = document.getElementById('map');
-  if (!m) { return null; } // between two pages
+  if (!m) { return null; }
   const fig = g => { const f = g.querySelector(':scope > text > .fig'); return f ? f.textContent : ''; };
   const kids = (g, cls) => [...g.querySelectorAll(':scope > g.' + cls)];
   return {
@@ -184,7 +187,21 @@ func tryRead(ctx context.Context) (*page, error) {
 // `go test -artifacts -outputdir DIR` (as make test runs it) keeps.
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	png := run(t, ctx, chromedp.FullScreenshot(100))
+	var png []byte
+	// A page that was read a moment ago can still be between layouts; the
+	// browser then refuses with "0 width". Only that is retried, briefly.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var err error
+		png, err = chromedp.Run(tctx, chromedp.FullScreenshot(100))
+		cancel()
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "0 width") || time.Now().After(deadline) {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+	}
 	path := filepath.Join(t.ArtifactDir(), name)
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
