@@ -60,7 +60,8 @@ helm: ## Build (once per machine) helm from the Go module proxy, linked to bin/h
 
 .PHONY: chart-golden
 chart-golden: ## Regenerate the chart's golden renderings in test/chart/testdata.
-	@helm=$$(bash hack/helm.sh) && HELM="$$helm" $(GO) test -count=1 ./test/chart -update
+	@assets=$$(bash hack/test-binaries.sh) && helm=$$(bash hack/helm.sh) && \
+	KUBEBUILDER_ASSETS="$$assets" HELM="$$helm" $(GO) test -count=1 ./test/chart -update
 
 .PHONY: image
 image: ## Build the container image $(IMAGE) (needs a Docker engine).
