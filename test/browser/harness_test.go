@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"os/exec"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,7 +44,7 @@ func chromiumPath(t *testing.T) string {
 // Google's hosts are refused here) and a fresh profile, and returns a tab.
 func browser(t *testing.T) context.Context {
 	t.Helper()
-	var out syncBuffer
+	var out testkit.Logs
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath(t)),
 		chromedp.NoSandbox, chromedp.DisableGPU,
@@ -83,68 +81,19 @@ func run[T any](t *testing.T, ctx context.Context, a chromedp.Action[T]) T {
 	return v
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // controlPlane runs `controlplane serve -f dir` and waits until it is ready.
 type controlPlane struct {
+	*cpbinary.Process
 	adminURL string
-	out      syncBuffer
 }
 
 func serve(t *testing.T, dir string) *controlPlane {
 	t.Helper()
 	admin := cpbinary.FreeAddr(t)
 	cp := &controlPlane{adminURL: "http://" + admin}
-	cmd := exec.Command(binary, "serve", "-f", dir, "--xds-address", cpbinary.FreeAddr(t), "--admin-address", admin, "--debounce", "20ms")
-	cmd.Stdout, cmd.Stderr = &cp.out, &cp.out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("controlplane output:\n%s", cp.out.String())
-		}
-	})
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if resp, err := http.Get(cp.adminURL + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return cp
-			}
-		}
-		select {
-		case <-exited:
-			t.Fatalf("controlplane exited before it was ready:\n%s", cp.out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("controlplane not ready after 20s:\n%s", cp.out.String())
-		}
-	}
+	cp.Process = cpbinary.Start(t, binary, "serve", "-f", dir, "--xds-address", cpbinary.FreeAddr(t), "--admin-address", admin, "--debounce", "20ms")
+	cp.WaitReady(t, cp.adminURL)
+	return cp
 }
 
 // liveRevision is the revision /debug/explain serves now.

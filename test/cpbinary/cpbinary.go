@@ -6,7 +6,9 @@ package cpbinary
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,7 +60,8 @@ func FreeAddr(t testing.TB) string {
 	return lis.Addr().String()
 }
 
-// Process is a controlplane running for one test, its output kept.
+// Process is a controlplane running for one test, its output kept (or
+// sent where StartTo says).
 type Process struct {
 	cmd  *exec.Cmd
 	mu   sync.Mutex
@@ -66,32 +69,89 @@ type Process struct {
 	done chan struct{}
 }
 
-// Start runs bin with args; at the end of the test it is interrupted and
-// waited for (killed, and the test failed, if it has not stopped within
-// 15 s), and its output is logged if the test failed.
+// stopWithin is how long an interrupted process may take to drain and end
+// before it is killed and the test failed.
+const stopWithin = 20 * time.Second
+
+// Start runs bin with args; at the end of the test it is stopped (see
+// Stop), and its output is logged if the test failed.
 func Start(t testing.TB, bin string, args ...string) *Process {
 	t.Helper()
-	p := &Process{cmd: exec.Command(bin, args...), done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = (*output)(p), (*output)(p)
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	p := &Process{done: make(chan struct{})}
+	// Clean-ups run last first: this one, registered before start's Stop,
+	// logs the output once the process has ended and written all of it.
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-			t.Errorf("controlplane did not stop within 15 s of SIGINT")
-		}
 		if t.Failed() {
 			t.Logf("controlplane output:\n%s", p.Logs())
 		}
 	})
+	p.start(t, (*output)(p), bin, args)
 	return p
 }
+
+// StartTo is Start with the child's stdout and stderr written to out, which
+// must take concurrent writes, instead of kept: for a test that bounds or
+// counts the output itself. Logs is then empty.
+func StartTo(t testing.TB, out io.Writer, bin string, args ...string) *Process {
+	t.Helper()
+	p := &Process{done: make(chan struct{})}
+	p.start(t, out, bin, args)
+	return p
+}
+
+func (p *Process) start(t testing.TB, out io.Writer, bin string, args []string) {
+	t.Helper()
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = out, out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() { p.Stop(t) })
+}
+
+// Stop interrupts the process and waits for it to end; one that has not
+// ended within 20 s is killed and the test failed. Stopping an ended
+// process does nothing.
+func (p *Process) Stop(t testing.TB) {
+	t.Helper()
+	if p.Exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(stopWithin):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		t.Errorf("controlplane did not stop within %v of SIGINT", stopWithin)
+	}
+}
+
+// WaitReady waits up to 20 s for adminURL/readyz to answer 200, and fails
+// the test if it does not or the process ends first.
+func (p *Process) WaitReady(t testing.TB, adminURL string) {
+	t.Helper()
+	const within = 20 * time.Second
+	client := &http.Client{Timeout: 2 * time.Second}
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+		if resp, err := client.Get(adminURL + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if p.Exited() {
+			t.Fatalf("controlplane exited (code %d) before it was ready:\n%s", p.ExitCode(), p.Logs())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("controlplane not ready after %v:\n%s", within, p.Logs())
+		}
+	}
+}
+
+// Pid is the process's ID, for reading its /proc entries.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
 // output is a Process's writer for the child's stdout and stderr.
 type output Process

@@ -71,7 +71,7 @@ spec:
 				return rep, time.Since(start)
 			}
 			if time.Since(start) > within {
-				t.Fatalf("%s: not within %v\n%s", what, within, cp.logs())
+				t.Fatalf("%s: not within %v\n%s", what, within, cp.Logs())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

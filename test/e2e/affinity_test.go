@@ -348,7 +348,7 @@ func (cp *controlPlane) waitDemandApplied(t *testing.T, node string, revision ui
 			return v
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("node %s did not ACK the applied demand (a version %d.N) by the deadline (acked %q)\n%s", node, revision, v, cp.logs())
+			t.Fatalf("node %s did not ACK the applied demand (a version %d.N) by the deadline (acked %q)\n%s", node, revision, v, cp.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -155,7 +154,7 @@ func TestMTLSClientsThroughTheSplit(t *testing.T) {
 		t.Errorf("the liar's channel is %s", s)
 	}
 	if !cp.logged("claim-mismatch") {
-		t.Errorf("no refusal of the liar in the control plane's log:\n%s", cp.logs())
+		t.Errorf("no refusal of the liar in the control plane's log:\n%s", cp.Logs())
 	}
 	testkit.MustGetJSON(t, cp.adminURL+"/debug/clients", &v)
 	for _, c := range v.Clients {
@@ -186,28 +185,18 @@ func TestAnonymousNonLoopbackRefusedAtStart(t *testing.T) {
 	t.Logf("refused at start: %s", strings.TrimSpace(string(out)))
 
 	start := time.Now()
-	cp := &controlPlane{out: &bytes.Buffer{}, done: make(chan struct{})}
-	cp.cmd = exec.Command(binary, "serve", "-f", examples, "--xds-address", "0.0.0.0:0", "--admin-address", "127.0.0.1:0",
+	cp := cpbinary.Start(t, binary, "serve", "-f", examples, "--xds-address", "0.0.0.0:0", "--admin-address", "127.0.0.1:0",
 		"--xds-allow-anonymous-non-loopback")
-	lw := &lockedWriter{w: cp.out}
-	cp.cmd.Stdout, cp.cmd.Stderr = lw, lw
-	if err := cp.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cp.cmd.Wait(); close(cp.done) }()
-	defer cp.stop(t)
 	warn := regexp.MustCompile(`(?m)WARN.*serving xDS without authentication on an address that is not loopback`)
 	testkit.Eventually(t, 15*time.Second, "the start-up warning", func() (bool, string) {
-		select {
-		case <-cp.done:
-			t.Fatalf("serve with --xds-allow-anonymous-non-loopback exited:\n%s", cp.logs())
-		default:
+		if cp.Exited() {
+			t.Fatalf("serve with --xds-allow-anonymous-non-loopback exited:\n%s", cp.Logs())
 		}
-		return warn.MatchString(cp.logs()), cp.logs()
+		return warn.MatchString(cp.Logs()), cp.Logs()
 	})
-	cp.stop(t)
+	cp.Stop(t)
 	t.Logf("started with the opt-in and warned within %v", time.Since(start).Round(time.Millisecond))
-	if code := cp.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Errorf("serve with the opt-in exited %d after SIGINT\n%s", code, cp.logs())
+	if code := cp.ExitCode(); code != 0 {
+		t.Errorf("serve with the opt-in exited %d after SIGINT\n%s", code, cp.Logs())
 	}
 }

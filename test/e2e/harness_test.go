@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,80 +26,18 @@ func TestMain(m *testing.M) { os.Exit(cpbinary.Main(m, &binary)) }
 
 // controlPlane is a running controlplane process.
 type controlPlane struct {
-	cmd               *exec.Cmd
+	*cpbinary.Process
 	xdsAddr, adminURL string
-	out               *bytes.Buffer
-	done              chan struct{}
 }
 
 // startControlPlane runs `controlplane serve -f dir` on the given ports,
 // with extra flags after the suite's own, and waits until it is ready.
 func startControlPlane(t *testing.T, dir, xdsAddr, adminAddr string, extra ...string) *controlPlane {
 	t.Helper()
-	cp := &controlPlane{xdsAddr: xdsAddr, adminURL: "http://" + adminAddr, out: &bytes.Buffer{}, done: make(chan struct{})}
 	args := append([]string{"serve", "-f", dir, "--xds-address", xdsAddr, "--admin-address", adminAddr, "--debounce", "20ms"}, extra...)
-	cp.cmd = exec.Command(binary, args...)
-	lw := &lockedWriter{w: cp.out}
-	cp.cmd.Stdout, cp.cmd.Stderr = lw, lw
-	if err := cp.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cp.cmd.Wait(); close(cp.done) }()
-	t.Cleanup(func() { cp.stop(t) })
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(cp.adminURL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return cp
-			}
-		}
-		select {
-		case <-cp.done:
-			t.Fatalf("controlplane exited before it was ready:\n%s", cp.logs())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("controlplane not ready after 20s:\n%s", cp.logs())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (cp *controlPlane) stop(t *testing.T) {
-	select {
-	case <-cp.done:
-		return
-	default:
-	}
-	_ = cp.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-cp.done:
-	case <-time.After(10 * time.Second):
-		_ = cp.cmd.Process.Kill()
-		<-cp.done
-		t.Errorf("controlplane did not stop within 10s of SIGINT")
-	}
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func (cp *controlPlane) logs() string {
-	if lw, ok := cp.cmd.Stdout.(*lockedWriter); ok {
-		lw.mu.Lock()
-		defer lw.mu.Unlock()
-	}
-	return cp.out.String()
+	cp := &controlPlane{Process: cpbinary.Start(t, binary, args...), xdsAddr: xdsAddr, adminURL: "http://" + adminAddr}
+	cp.WaitReady(t, cp.adminURL)
+	return cp
 }
 
 // logged waits up to 5 s for the control plane's log to hold substr: a line
@@ -109,7 +45,7 @@ func (cp *controlPlane) logs() string {
 // admin port already shows.
 func (cp *controlPlane) logged(substr string) bool {
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if strings.Contains(cp.logs(), substr) {
+		if strings.Contains(cp.Logs(), substr) {
 			return true
 		}
 		if time.Now().After(deadline) {
@@ -201,7 +137,7 @@ func (cp *controlPlane) waitAcked(t *testing.T, node string, revision uint64, ti
 			return v
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("node %s did not ACK revision %d within %v (acked %q)\n%s", node, revision, timeout, cp.ackedEDS(t, node), cp.logs())
+			t.Fatalf("node %s did not ACK revision %d within %v (acked %q)\n%s", node, revision, timeout, cp.ackedEDS(t, node), cp.Logs())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

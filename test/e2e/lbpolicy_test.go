@@ -76,7 +76,7 @@ func TestGRPCClientsCarryOutEveryLoadBalancingPolicy(t *testing.T) {
 			node := "lb-" + strings.ToLower(p)
 			conn := splitcheck.NewXDSClient(t, xdsAddr, node, strings.ToLower(p)+".lb")
 			if err := warmAll(conn, want, 15*time.Second); err != nil {
-				t.Fatalf("%s: %v; CDS NACKs %d\n%s", p, err, cp.nacks(t, node, "CDS"), cp.logs())
+				t.Fatalf("%s: %v; CDS NACKs %d\n%s", p, err, cp.nacks(t, node, "CDS"), cp.Logs())
 			}
 			splitcheck.CheckSplit(t, p, splitcheck.Send(conn, lbPolicyRPCs), want)
 			if n := cp.nacks(t, node, "CDS"); n > 0 {

@@ -86,7 +86,7 @@ func TestOneCharacterMistakesKeepTheSplit(t *testing.T) {
 			t.Errorf("%s: poise_source_refusing = %v, want 1", tc.name, got)
 		}
 		if !cp.logged(tc.reason) {
-			t.Errorf("%s: the log does not give the reason %q:\n%s", tc.name, tc.reason, cp.logs())
+			t.Errorf("%s: the log does not give the reason %q:\n%s", tc.name, tc.reason, cp.Logs())
 		}
 		if got := cp.metric(t, "poise_xds_published_revision"); got != revision {
 			t.Fatalf("%s: the published revision moved from %v to %v", tc.name, revision, got)
@@ -100,6 +100,6 @@ func TestOneCharacterMistakesKeepTheSplit(t *testing.T) {
 		})
 	}
 	if !cp.logged("manifest change held back") || !cp.logged("would take 1 of its 9 objects away and leave 8 objects naming an Upstream or SpatialDomain no file defines") {
-		t.Errorf("the namespace lost was not held back first for the objects it orphans:\n%s", cp.logs())
+		t.Errorf("the namespace lost was not held back first for the objects it orphans:\n%s", cp.Logs())
 	}
 }

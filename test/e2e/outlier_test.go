@@ -126,7 +126,7 @@ spec:
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the clients did not reach every backend within 20s\n%s", cp.logs())
+			t.Fatalf("the clients did not reach every backend within 20s\n%s", cp.Logs())
 		}
 	}
 	// one evaluation with traffic and no failures: nothing is ejected
@@ -150,7 +150,7 @@ spec:
 			break
 		}
 		if time.Since(start) > 10*time.Second {
-			t.Fatalf("a: %s not ejected within 10s\n%s", bad.Addr, cp.logs())
+			t.Fatalf("a: %s not ejected within 10s\n%s", bad.Addr, cp.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -173,13 +173,13 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 	writeAtomically(t, bad, "apiVersion: poise.dev/v1alpha1\nkind: Locality\nmetadata: {name: conflicting, namespace: e2e}\nspec: {upstream: echo, priority: 0, region: eu-west, zone: eu-west-a, weight: 7}\n")
 	for cp.metric(t, `poise_source_batches_total{result="rejected",source="files"}`) == rejectedBefore {
 		if time.Since(start) > 10*time.Second {
-			t.Fatalf("the invalid edit was not refused within 10s\n%s", cp.logs())
+			t.Fatalf("the invalid edit was not refused within 10s\n%s", cp.Logs())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("6 invalid edit: refused %v after it was written", time.Since(start).Round(time.Millisecond))
 	if !cp.logged("InconsistentTopology") {
-		t.Errorf("the refusal was not logged with its reason:\n%s", cp.logs())
+		t.Errorf("the refusal was not logged with its reason:\n%s", cp.Logs())
 	}
 	if got := cp.metric(t, "poise_xds_published_revision"); got != revBefore {
 		t.Fatalf("published revision moved from %v to %v after an invalid edit", revBefore, got)
@@ -193,7 +193,7 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 	//    port. Clients keep routing meanwhile, reconnect, and are sent
 	//    versions that never repeat the old ones.
 	before := cp.ackedEDS(t, node)
-	cp.stop(t)
+	cp.Stop(t)
 	down := splitcheck.Send(conn, 2_000)
 	splitcheck.CheckSplit(t, "7a control plane down", down, want)
 	start = time.Now()

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -191,17 +189,13 @@ func TestSoak(t *testing.T) {
 	if n := s.logBytes.Load(); n > logLimit {
 		t.Errorf("the control plane logged %d bytes; want at most %d", n, logLimit)
 	}
-	if t.Failed() {
-		t.Logf("the control plane's last log lines:\n%s", s.logTail())
-	}
 }
 
 // soak is the running control plane and its manifest directory.
 type soak struct {
 	t              *testing.T
 	dir, staging   string
-	cmd            *exec.Cmd
-	done           chan struct{}
+	proc           *cpbinary.Process
 	xdsAddr, admin string
 	logBytes       atomic.Int64
 	logMu          sync.Mutex
@@ -213,32 +207,16 @@ type soak struct {
 func (s *soak) start() {
 	t := s.t
 	s.xdsAddr, s.admin = cpbinary.FreeAddr(t), cpbinary.FreeAddr(t)
-	s.done = make(chan struct{})
-	s.cmd = exec.Command(binary, "serve", "-f", s.dir, "--xds-address", s.xdsAddr, "--admin-address", s.admin,
-		"--xds-max-streams", strconv.Itoa(maxStreams))
-	s.cmd.Stdout, s.cmd.Stderr = s, s
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = s.cmd.Wait(); close(s.done) }()
+	// Registered before StartTo's Stop, so it runs after the process has
+	// ended (clean-ups run last first).
 	t.Cleanup(func() {
-		_ = s.cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-s.done:
-		case <-time.After(20 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.done
-			t.Errorf("the control plane did not stop within 20s of SIGINT")
+		if t.Failed() {
+			t.Logf("the control plane's last log lines:\n%s", s.logTail())
 		}
 	})
-	testkit.Eventually(t, 20*time.Second, "the control plane ready", func() (bool, string) {
-		resp, err := http.Get("http://" + s.admin + "/readyz")
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
-	})
+	s.proc = cpbinary.StartTo(t, s, binary, "serve", "-f", s.dir, "--xds-address", s.xdsAddr, "--admin-address", s.admin,
+		"--xds-max-streams", strconv.Itoa(maxStreams))
+	s.proc.WaitReady(t, "http://"+s.admin)
 }
 
 // Write counts the process's log and keeps its last 16 KiB.
@@ -259,14 +237,7 @@ func (s *soak) logTail() string {
 	return string(s.tail)
 }
 
-func (s *soak) alive() bool {
-	select {
-	case <-s.done:
-		return false
-	default:
-		return true
-	}
-}
+func (s *soak) alive() bool { return !s.proc.Exited() }
 
 // writeFile replaces a manifest as editors and config tools do: written
 // beside the directory, then renamed into it.
@@ -286,7 +257,7 @@ func (s *soak) writeFile(name, content string) {
 
 // peakRSS is the process's high-water resident set (VmHWM).
 func (s *soak) peakRSS() int64 {
-	return procStatusKiB(s.cmd.Process.Pid, "VmHWM:") << 10
+	return procStatusKiB(s.proc.Pid(), "VmHWM:") << 10
 }
 
 type rssSamples struct {
@@ -304,7 +275,7 @@ func (s *soak) sampleRSS(ctx context.Context) *rssSamples {
 	r := &rssSamples{}
 	go func() {
 		for ctx.Err() == nil {
-			v := procStatusKiB(s.cmd.Process.Pid, "VmRSS:") << 10
+			v := procStatusKiB(s.proc.Pid(), "VmRSS:") << 10
 			r.mu.Lock()
 			r.top = max(r.top, v)
 			r.mu.Unlock()
