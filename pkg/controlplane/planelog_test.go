@@ -15,13 +15,17 @@ import (
 	"poise.dev/poise/test/testkit"
 )
 
-// startPlane runs the control plane with cfg on loopback ports, logging
-// into the Logs it returns, until the test ends.
+// startPlane runs the control plane with cfg on loopback ports (the admin
+// port where cfg names one), logging into the Logs it returns, until the
+// test ends.
 func startPlane(t *testing.T, cfg controlplane.Config) (controlplane.Addrs, *testkit.Logs) {
 	t.Helper()
 	sink := &testkit.Logs{}
 	cfg.Log = slog.New(slog.NewJSONHandler(sink, nil))
-	cfg.XDSAddress, cfg.AdminAddress = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.XDSAddress = "127.0.0.1:0"
+	if cfg.AdminAddress == "" {
+		cfg.AdminAddress = "127.0.0.1:0"
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan controlplane.Addrs, 1)
 	cfg.Started = func(a controlplane.Addrs) { started <- a }

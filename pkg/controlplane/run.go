@@ -92,6 +92,10 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Warn("serving xDS without authentication on an address that is not loopback: any process that reaches it can read every upstream and steer the fleet",
 			"xds", addrs.XDS, "flag", "--xds-allow-anonymous-non-loopback")
 	}
+	if !identity.IsLoopback(cfg.AdminAddress) {
+		log.Warn("serving the admin port on an address that is not loopback: it has no authentication, and /debug shows every namespace's topology and every connected client",
+			"admin", addrs.Admin, "flag", "--admin-address")
+	}
 	if cfg.authenticates(AuthToken) && cfg.TLS == nil {
 		log.Warn("token authentication on a plaintext xDS port: Envoy's and grpc-go's clients send call credentials only over TLS, so their streams will be refused as no-credentials",
 			"xds", addrs.XDS, "flags", "--tls-cert --tls-key")
