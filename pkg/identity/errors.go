@@ -25,6 +25,10 @@ const (
 	// ReasonTokenReviewFailed: the apiserver could not be asked; the client
 	// may retry.
 	ReasonTokenReviewFailed Reason = "token-review-failed"
+	// ReasonTokenReviewThrottled: the client's address caused too many
+	// refused TokenReviews recently, so its new tokens are refused
+	// unreviewed for a while; the client may retry.
+	ReasonTokenReviewThrottled Reason = "token-review-throttled"
 	// ReasonNotServiceAccount: the token is valid but is not a service
 	// account's.
 	ReasonNotServiceAccount Reason = "not-service-account"
@@ -53,7 +57,7 @@ const (
 // Reasons is every Reason, for metrics that register their labels up front.
 func Reasons() []Reason {
 	return []Reason{
-		ReasonNoCredentials, ReasonMalformedCredentials, ReasonBadToken, ReasonTokenReviewFailed,
+		ReasonNoCredentials, ReasonMalformedCredentials, ReasonBadToken, ReasonTokenReviewFailed, ReasonTokenReviewThrottled,
 		ReasonNotServiceAccount, ReasonExpired, ReasonUnverifiedCertificate, ReasonNoSPIFFEID,
 		ReasonSeveralSPIFFEIDs, ReasonBadSPIFFEID, ReasonUntrustedDomain, ReasonConflictingCredentials,
 		ReasonClaimMismatch,
@@ -84,12 +88,13 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Code is the gRPC code the refusal ends an RPC with: PermissionDenied for a
 // claim the identity does not back, Unavailable when the apiserver could
-// not be asked, Unauthenticated otherwise.
+// not be asked or the client must wait before it is, Unauthenticated
+// otherwise.
 func (e *Error) Code() codes.Code {
 	switch e.Reason {
 	case ReasonClaimMismatch:
 		return codes.PermissionDenied
-	case ReasonTokenReviewFailed:
+	case ReasonTokenReviewFailed, ReasonTokenReviewThrottled:
 		return codes.Unavailable
 	default:
 		return codes.Unauthenticated

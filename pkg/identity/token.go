@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+	"google.golang.org/grpc/peer"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -67,6 +69,18 @@ type TokenOptions struct {
 	NodeTTL time.Duration
 	// ReviewTimeout bounds one TokenReview with its lookups (default 10s).
 	ReviewTimeout time.Duration
+	// RefusalBurst and RefusalsPerSecond bound the TokenReviews one client
+	// address may cause that the apiserver refuses (defaults 10 and 1): a
+	// client sending made-up tokens is then refused unreviewed
+	// (token-review-throttled) instead of making the plane ask the
+	// apiserver for each. Reviews that accept a token cost nothing, so a
+	// fleet behind one address is never held back by it. Addresses are
+	// counted whole for IPv4 and by /64 for IPv6.
+	RefusalBurst      int
+	RefusalsPerSecond float64
+	// PeerCacheSize bounds the client addresses whose refusals are
+	// remembered (default 10,000); the least recently used go first.
+	PeerCacheSize int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -83,10 +97,18 @@ type TokenVerifier struct {
 
 	mu     sync.Mutex
 	tokens *lru[[sha256.Size]byte, tokenEntry]
+	peers  *lru[netip.Prefix, refusalBudget]
 	pods   *lru[string, string] // pod UID → node name; a pod never moves
 	nodes  *lru[string, nodeEntry]
 
-	reviews, hits, podLookups, nodeLookups atomic.Uint64
+	reviews, hits, podLookups, nodeLookups, throttled atomic.Uint64
+}
+
+// refusalBudget is a token bucket of the refused reviews one client
+// address may still cause.
+type refusalBudget struct {
+	left float64
+	at   time.Time
 }
 
 type tokenEntry struct {
@@ -111,6 +133,9 @@ type TokenStats struct {
 	Evictions uint64
 	// PodLookups and NodeLookups are the pods and nodes read.
 	PodLookups, NodeLookups uint64
+	// Throttled is the tokens refused unreviewed because their client's
+	// address had used its budget of refused reviews.
+	Throttled uint64
 }
 
 // NewTokenVerifier is a verifier asking kube.
@@ -140,9 +165,19 @@ func NewTokenVerifier(kube Kube, o TokenOptions) *TokenVerifier {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.RefusalBurst <= 0 {
+		o.RefusalBurst = 10
+	}
+	if !(o.RefusalsPerSecond > 0) {
+		o.RefusalsPerSecond = 1
+	}
+	if o.PeerCacheSize <= 0 {
+		o.PeerCacheSize = 10_000
+	}
 	return &TokenVerifier{
 		kube: kube, o: o,
 		tokens: newLRU[[sha256.Size]byte, tokenEntry](o.CacheSize),
+		peers:  newLRU[netip.Prefix, refusalBudget](o.PeerCacheSize),
 		pods:   newLRU[string, string](o.NodeCacheSize),
 		nodes:  newLRU[string, nodeEntry](o.NodeCacheSize),
 	}
@@ -155,7 +190,7 @@ func (v *TokenVerifier) Stats() TokenStats {
 	v.mu.Unlock()
 	return TokenStats{
 		Reviews: v.reviews.Load(), Hits: v.hits.Load(), Cached: cached, Evictions: evictions,
-		PodLookups: v.podLookups.Load(), NodeLookups: v.nodeLookups.Load(),
+		PodLookups: v.podLookups.Load(), NodeLookups: v.nodeLookups.Load(), Throttled: v.throttled.Load(),
 	}
 }
 
@@ -176,6 +211,15 @@ func (v *TokenVerifier) Verify(ctx context.Context, token string) (Identity, err
 	if exp, ok := jwtExpiry(token); ok && !v.o.Now().Before(exp) {
 		return Identity{}, refuse(ReasonExpired, "the token expired at "+exp.UTC().Format(time.RFC3339))
 	}
+	// A review may be refused, so it takes one from the client's budget
+	// up front (concurrent made-up tokens cannot all pass a check made
+	// before any of them was refused) and gives it back unless it was.
+	from, counted := peerPrefix(ctx)
+	if counted && !v.takeRefusal(from) {
+		v.throttled.Add(1)
+		return Identity{}, refuse(ReasonTokenReviewThrottled, fmt.Sprintf(
+			"this client's address caused more than %d refused token reviews recently; retry later", v.o.RefusalBurst))
+	}
 	r, _, _ := v.flight.Do("t"+string(key[:]), func() (any, error) {
 		if e, ok := v.cached(key); ok {
 			return e, nil
@@ -189,7 +233,73 @@ func (v *TokenVerifier) Verify(ctx context.Context, token string) (Identity, err
 		return e, nil
 	})
 	e := r.(tokenEntry)
+	if counted && !refusedByReview(e.err) {
+		v.giveRefusal(from)
+	}
 	return e.id, e.err
+}
+
+// refusedByReview says whether err is an answer that the token is not
+// good (what a made-up token gets), as opposed to an acceptance or a
+// failure to ask.
+func refusedByReview(err error) bool {
+	r := ReasonOf(err)
+	return r != "" && r != ReasonTokenReviewFailed
+}
+
+// peerPrefix is the client address of an RPC, whole for IPv4 and its /64
+// for IPv6 (one host commonly holds a whole /64); false when the RPC has
+// no IP peer.
+func peerPrefix(ctx context.Context) (netip.Prefix, bool) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return netip.Prefix{}, false
+	}
+	ap, err := netip.ParseAddrPort(p.Addr.String())
+	if err != nil {
+		return netip.Prefix{}, false
+	}
+	a := ap.Addr().Unmap()
+	bits := 32
+	if a.Is6() {
+		bits = 64
+	}
+	pfx, err := a.WithZone("").Prefix(bits)
+	return pfx, err == nil
+}
+
+// takeRefusal takes one refused review from the budget of address from,
+// refilled at RefusalsPerSecond up to RefusalBurst; false when none is left.
+func (v *TokenVerifier) takeRefusal(from netip.Prefix) bool {
+	now := v.o.Now()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	b, ok := v.peers.get(from)
+	if !ok {
+		b = refusalBudget{left: float64(v.o.RefusalBurst), at: now}
+	}
+	if elapsed := now.Sub(b.at).Seconds(); elapsed > 0 {
+		b.left = min(float64(v.o.RefusalBurst), b.left+elapsed*v.o.RefusalsPerSecond)
+	}
+	b.at = now
+	if b.left < 1 {
+		v.peers.put(from, b)
+		return false
+	}
+	b.left--
+	v.peers.put(from, b)
+	return true
+}
+
+// giveRefusal returns what takeRefusal took, for a review that did not
+// refuse.
+func (v *TokenVerifier) giveRefusal(from netip.Prefix) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if b, ok := v.peers.get(from); ok {
+		b.left = min(float64(v.o.RefusalBurst), b.left+1)
+		v.peers.put(from, b)
+	}
 }
 
 func (v *TokenVerifier) cached(key [sha256.Size]byte) (tokenEntry, bool) {

@@ -409,7 +409,7 @@ func TestStringBounded(t *testing.T) {
 	if got := identity.ReasonOf(fmt.Errorf("stream: %w", e)); got != identity.ReasonBadToken {
 		t.Errorf("ReasonOf through a wrap: %q", got)
 	}
-	if n := len(identity.Reasons()); n != 13 {
+	if n := len(identity.Reasons()); n != 14 {
 		t.Errorf("%d reasons", n)
 	}
 }
