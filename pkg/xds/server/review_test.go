@@ -185,3 +185,44 @@ func TestTokenReviewEndsStreamWhenItCannotBeAsked(t *testing.T) {
 		t.Errorf("%d TokenReviews, want 1: a token past its exp is refused unreviewed", got)
 	}
 }
+
+// TestMadeUpTokensAreThrottledPerAddress: over real gRPC, a client sending
+// a new made-up token on every RPC (SotW, Delta, Fetch) makes the plane ask
+// the apiserver 10 times; later RPCs from its address are refused
+// unreviewed with Unavailable token-review-throttled, each counted.
+func TestMadeUpTokensAreThrottledPerAddress(t *testing.T) {
+	h := newTokenHarness(t, identity.TokenOptions{})
+	publishV1(t, h.harness)
+	methods := []struct {
+		method string
+		stream bool
+	}{
+		{"/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources", true},
+		{"/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources", true},
+		{"/envoy.service.cluster.v3.ClusterDiscoveryService/FetchClusters", false},
+	}
+	const rpcs = 60
+	reasons := map[string]int{}
+	for i := range rpcs {
+		m := methods[i%len(methods)]
+		tok := identitytest.Token("made-up-"+itoa(i), time.Now().Add(time.Hour))
+		err := callIn(bearing(tok), h.conn, m.method, m.stream, envoyNode("liar"))
+		switch {
+		case status.Code(err) == codes.Unauthenticated && strings.Contains(err.Error(), "bad-token"):
+			reasons["bad-token"]++
+		case status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "token-review-throttled"):
+			reasons["token-review-throttled"]++
+		default:
+			t.Fatalf("RPC %d (%s) with a made-up token: %v", i, m.method, err)
+		}
+	}
+	if got := h.kube.Reviews(); got != 10 {
+		t.Errorf("%d TokenReviews for %d made-up tokens from one address, want 10", got, rpcs)
+	}
+	if reasons["bad-token"] != 10 || reasons["token-review-throttled"] != rpcs-10 {
+		t.Errorf("outcomes %v, want 10 bad-token and %d token-review-throttled", reasons, rpcs-10)
+	}
+	if got := h.refusals(identity.ReasonTokenReviewThrottled); got != rpcs-10 {
+		t.Errorf("poise_xds_refused_total{reason=token-review-throttled} = %v, want %d", got, rpcs-10)
+	}
+}
