@@ -71,9 +71,9 @@ type Config struct {
 	// server.Config.Audience); nil: every client is anonymous and reads only
 	// what is exported to every namespace.
 	Audience func(ctx context.Context) (server.Audience, error)
-	// MaxStreams and MaxStreamsPerConnection bound the xDS streams (zero:
-	// the server's defaults).
-	MaxStreams, MaxStreamsPerConnection int
+	// MaxStreams, MaxStreamsPerConnection and MaxStreamsPerInstance bound
+	// the xDS streams (zero: the server's defaults).
+	MaxStreams, MaxStreamsPerConnection, MaxStreamsPerInstance int
 	// DrainPeriod: how long stopping takes to end the xDS streams (see
 	// server.Config.DrainPeriod).
 	DrainPeriod time.Duration
@@ -173,6 +173,7 @@ const (
 	maxDrainPeriod       = 10 * time.Minute
 	maxXDSStreams        = 1_000_000
 	maxXDSStreamsPerConn = 10_000
+	maxXDSStreamsPerInst = 10_000
 	maxKubeQPS           = 100_000
 	maxKubeBurst         = 100_000
 	maxStatusWriters     = 1024
@@ -186,7 +187,8 @@ const (
 //     none with "kubernetes".
 //   - Debounce: 0 to 1m; DebounceMax: 0 (twice Debounce) or Debounce to
 //     10m; Settle, DrainPeriod: 0 to 10m.
-//   - MaxStreams: 1 to 1,000,000; MaxStreamsPerConnection: 1 to 10,000.
+//   - MaxStreams: 1 to 1,000,000; MaxStreamsPerConnection and
+//     MaxStreamsPerInstance: 1 to 10,000.
 //   - KubeQPS: above 0 and at most 100,000; KubeBurst: 1 to 100,000;
 //     StatusWriters: 1 to 1024; StatusShare: above 0 and at most 1.
 //   - RemoteStaleAfter: kube.MinRemoteStaleAfter to kube.MaxRemoteStaleAfter;
@@ -230,6 +232,7 @@ func (c Config) Validate() error {
 	durations("--drain-period", c.DrainPeriod, 0, maxDrainPeriod)
 	ints("--xds-max-streams", c.MaxStreams, 1, maxXDSStreams)
 	ints("--xds-max-streams-per-connection", c.MaxStreamsPerConnection, 1, maxXDSStreamsPerConn)
+	ints("--xds-max-streams-per-instance", c.MaxStreamsPerInstance, 1, maxXDSStreamsPerInst)
 	if !(c.KubeQPS > 0 && c.KubeQPS <= maxKubeQPS) { // refuses NaN too
 		add("--kube-api-qps %v: want above 0 and at most %d", c.KubeQPS, maxKubeQPS)
 	}

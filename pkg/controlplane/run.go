@@ -317,7 +317,7 @@ func listen(cfg Config, p *parts, md mode) (*servers, error) {
 	if err != nil {
 		return nil, err
 	}
-	grpcServer, err := server.New(p.cache, p.clients, server.Config{TLS: cfg.TLS, Log: p.log, MaxStreams: cfg.MaxStreams, MaxStreamsPerConnection: cfg.MaxStreamsPerConnection, DrainPeriod: cfg.DrainPeriod,
+	grpcServer, err := server.New(p.cache, p.clients, server.Config{TLS: cfg.TLS, Log: p.log, MaxStreams: cfg.MaxStreams, MaxStreamsPerConnection: cfg.MaxStreamsPerConnection, MaxStreamsPerInstance: cfg.MaxStreamsPerInstance, DrainPeriod: cfg.DrainPeriod,
 		LoadReports: p.loads, Authenticator: authn, Audience: cfg.Audience, DemandGrant: cfg.demandGrant()})
 	if err != nil {
 		return nil, err

@@ -65,7 +65,7 @@ func (x *xdsServer) registerLoadStats(g *grpc.Server) {
 // node alone, and grpc-go keeps the first answer's interval for the life of
 // the stream.
 func (x *xdsServer) loadStats(ss grpc.ServerStream) error {
-	leave, done, err := x.admit()
+	leave, done, err := x.admit(ss.Context())
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,11 @@ type Config struct {
 	// open at once (Envoy and gRPC clients use one ADS stream, or one per
 	// type); zero means DefaultMaxStreamsPerConnection.
 	MaxStreamsPerConnection int
+	// MaxStreamsPerInstance bounds the streams (xDS and LRS) one workload
+	// instance holds at once on this server: one pod, proven by its bound
+	// token, or one client certificate. Anonymous clients and tokens bound
+	// to no pod are not counted. Zero means DefaultMaxStreamsPerInstance.
+	MaxStreamsPerInstance int
 	// Log receives what the server has to say on its own (TLS files that
 	// changed); nil means nowhere.
 	Log *slog.Logger
@@ -94,6 +99,10 @@ type Server struct {
 const (
 	DefaultMaxStreams              = 10000
 	DefaultMaxStreamsPerConnection = 100
+	// DefaultMaxStreamsPerInstance leaves an Envoy (one ADS and one LRS
+	// stream) or a gRPC client (one of each per xDS server) many times
+	// what it opens, while one pod cannot take a replica's streams.
+	DefaultMaxStreamsPerInstance = 32
 )
 
 // New builds a gRPC server that serves ADS (SotW and Delta) and the
@@ -112,6 +121,10 @@ func New(cache *xdscache.Cache, clients *Clients, cfg Config) (*Server, error) {
 	}
 	if perConn <= 0 {
 		perConn = DefaultMaxStreamsPerConnection
+	}
+	perInstance := cfg.MaxStreamsPerInstance
+	if perInstance <= 0 {
+		perInstance = DefaultMaxStreamsPerInstance
 	}
 	opts := []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(uint32(min(perConn, 1<<20))),
@@ -138,7 +151,7 @@ func New(cache *xdscache.Cache, clients *Clients, cfg Config) (*Server, error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(files.serverConfig())))
 	}
 	x := &xdsServer{authn: cfg.Authenticator, cache: cache, clients: clients, names: newNameBlocks(maxNameBlockBytes), maxStreams: int64(maxStreams),
-		leaving: map[chan struct{}]struct{}{}, draining: make(chan struct{}), large: semaphore.NewWeighted(maxLargeInFlight),
+		perInstance: map[string]int{}, maxPerInstance: perInstance, leaving: map[chan struct{}]struct{}{}, draining: make(chan struct{}), large: semaphore.NewWeighted(maxLargeInFlight),
 		loads: cfg.LoadReports, loadInterval: loadReportInterval(cfg.LoadReportInterval), audience: cfg.Audience, demandGrant: cfg.DemandGrant}
 	// every RPC passes the identity check first (see authStream)
 	opts = append(opts, grpc.ChainStreamInterceptor(x.authStream), grpc.ChainUnaryInterceptor(x.authUnary))

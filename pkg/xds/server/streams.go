@@ -31,6 +31,11 @@ type xdsServer struct {
 	// streams counts the open streams, at most maxStreams.
 	streams    atomic.Int64
 	maxStreams int64
+	// perInstance counts the open streams of each workload instance a
+	// pod-bound token or a certificate proves, at most maxPerInstance; an
+	// instance has an entry only while it holds streams. Guarded by mu.
+	perInstance    map[string]int
+	maxPerInstance int
 	// leaving holds each open stream's channel to close when the server
 	// drains; draining is closed once it has begun (no new stream stays).
 	mu       sync.Mutex
@@ -283,20 +288,57 @@ func (x *xdsServer) drain(ctx context.Context, period time.Duration) {
 	}
 }
 
-// admit counts a new stream against the server's limit and registers it
-// for draining: leave is closed when it must end, and done undoes both.
-func (x *xdsServer) admit() (leave chan struct{}, done func(), err error) {
+// admit counts a new stream of ctx's client against the server's limit
+// and its workload instance's, and registers it for draining: leave is
+// closed when it must end, and done undoes all three.
+func (x *xdsServer) admit(ctx context.Context) (leave chan struct{}, done func(), err error) {
 	if n := x.streams.Add(1); n > x.maxStreams {
 		x.streams.Add(-1)
 		return nil, nil, status.Errorf(codes.ResourceExhausted,
 			"this xDS server holds its limit of %d streams; retry later or on another replica (the limit is --xds-max-streams)", x.maxStreams)
 	}
+	instance := limitedInstance(ctx)
+	if instance != "" {
+		x.mu.Lock()
+		if x.perInstance[instance] >= x.maxPerInstance {
+			x.mu.Unlock()
+			x.streams.Add(-1)
+			return nil, nil, status.Errorf(codes.ResourceExhausted,
+				"this workload instance holds its limit of %d streams on this xDS server (the limit is --xds-max-streams-per-instance)", x.maxPerInstance)
+		}
+		x.perInstance[instance]++
+		x.mu.Unlock()
+	}
 	leave, ok := x.stay()
 	if !ok {
+		x.instanceLeft(instance)
 		x.streams.Add(-1)
 		return nil, nil, errShuttingDown
 	}
-	return leave, func() { x.left(leave); x.streams.Add(-1) }, nil
+	return leave, func() { x.left(leave); x.instanceLeft(instance); x.streams.Add(-1) }, nil
+}
+
+// limitedInstance is the workload instance whose streams are counted
+// against --xds-max-streams-per-instance: one pod (its bound token) or one
+// client certificate. Anonymous clients and tokens bound to no pod (every
+// pod of a service account then shares one instance) are not limited.
+func limitedInstance(ctx context.Context) string {
+	id, ok := IdentityFrom(ctx)
+	if !ok || id.Anonymous() || strings.HasPrefix(id.Instance, "sa:") {
+		return ""
+	}
+	return id.Instance
+}
+
+func (x *xdsServer) instanceLeft(instance string) {
+	if instance == "" {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.perInstance[instance]--; x.perInstance[instance] <= 0 {
+		delete(x.perInstance, instance)
+	}
 }
 
 // streamEnd turns a stream's end into the handler's result.
@@ -329,7 +371,7 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 	if err != nil {
 		return err
 	}
-	leave, done, err := x.admit()
+	leave, done, err := x.admit(ss.Context())
 	if err != nil {
 		return err
 	}
