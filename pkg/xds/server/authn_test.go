@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -47,7 +46,7 @@ type spiffeCA struct {
 func newSPIFFECA(t *testing.T) *spiffeCA {
 	t.Helper()
 	c := &spiffeCA{CA: testkit.NewCA(t, "poise test SPIFFE CA"), dir: t.TempDir()}
-	writePEM(t, filepath.Join(c.dir, "ca.pem"), "CERTIFICATE", c.DER)
+	c.WriteCA(t, c.dir)
 	return c
 }
 
@@ -59,15 +58,8 @@ func (c *spiffeCA) issue(t *testing.T, usage x509.ExtKeyUsage, notAfter time.Tim
 // (mTLS, with the CA as the client CA).
 func (c *spiffeCA) serverTLS(t *testing.T) *server.TLS {
 	t.Helper()
-	pair := c.issue(t, x509.ExtKeyUsageServerAuth, time.Now().Add(time.Hour))
-	kb, err := x509.MarshalECPrivateKey(pair.PrivateKey.(*ecdsa.PrivateKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &server.TLS{CertFile: filepath.Join(c.dir, "server.pem"), KeyFile: filepath.Join(c.dir, "server-key.pem"), ClientCAFile: filepath.Join(c.dir, "ca.pem")}
-	writePEM(t, f.CertFile, "CERTIFICATE", pair.Certificate[0])
-	writePEM(t, f.KeyFile, "EC PRIVATE KEY", kb)
-	return f
+	cert, key := testkit.WriteFiles(t, c.dir, "server", c.issue(t, x509.ExtKeyUsageServerAuth, time.Now().Add(time.Hour)))
+	return &server.TLS{CertFile: cert, KeyFile: key, ClientCAFile: filepath.Join(c.dir, "ca.pem")}
 }
 
 // dial is a connection to addr presenting the certificate.

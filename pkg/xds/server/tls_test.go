@@ -2,16 +2,9 @@ package server_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -25,76 +18,37 @@ import (
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/test/testkit"
 )
 
+// pki is a test CA (test/testkit) with a server and a client certificate,
+// its files in dir.
 type pki struct {
+	*testkit.CA
 	dir                   string
 	caPool                *x509.CertPool
-	ca                    *x509.Certificate
-	caKey                 *ecdsa.PrivateKey
 	serverCert, serverKey string
+	serverSerial          int64
 	clientPair            tls.Certificate
 }
 
 func newPKI(t *testing.T) *pki {
 	t.Helper()
-	p := &pki{dir: t.TempDir(), caPool: x509.NewCertPool()}
-	var err error
-	p.caKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "poise test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &p.caKey.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.ca, _ = x509.ParseCertificate(der)
-	p.caPool.AddCert(p.ca)
-	writePEM(t, filepath.Join(p.dir, "ca.pem"), "CERTIFICATE", der)
-	p.serverCert, p.serverKey = p.issue(t, "server", x509.ExtKeyUsageServerAuth, 2)
-	cc, ck := p.issue(t, "client", x509.ExtKeyUsageClientAuth, 3)
-	if p.clientPair, err = tls.LoadX509KeyPair(cc, ck); err != nil {
-		t.Fatal(err)
-	}
+	p := &pki{CA: testkit.NewCA(t, "poise test CA"), dir: t.TempDir()}
+	p.caPool = p.Pool()
+	p.WriteCA(t, p.dir)
+	p.serverCert, p.serverKey, p.serverSerial = p.issue(t, "server", x509.ExtKeyUsageServerAuth)
+	p.clientPair = p.Issue(t, x509.ExtKeyUsageClientAuth, time.Now().Add(time.Hour))
 	return p
 }
 
-func (p *pki) issue(t *testing.T, name string, usage x509.ExtKeyUsage, serial int64) (certFile, keyFile string) {
+// issue writes a certificate for 127.0.0.1, valid for an hour, and its key
+// as dir/name.pem and dir/name-key.pem; serial is the certificate's.
+func (p *pki) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (certFile, keyFile string, serial int64) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(p.dir, name+".pem"), filepath.Join(p.dir, name+"-key.pem")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "EC PRIVATE KEY", kb)
-	return certFile, keyFile
-}
-
-func writePEM(t *testing.T, path, kind string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pair := p.Issue(t, usage, time.Now().Add(time.Hour))
+	certFile, keyFile = testkit.WriteFiles(t, p.dir, name, pair)
+	return certFile, keyFile, pair.Leaf.SerialNumber.Int64()
 }
 
 // fetchCDS opens an ADS stream with the given client TLS config and asks

@@ -56,7 +56,7 @@ func TestTLSRotation(t *testing.T) {
 				return nil
 			}}
 	}
-	if n, err := fetchCDS(addr, client(p.clientPair)); err != nil || n != 1 || seen.Load() != 2 {
+	if n, err := fetchCDS(addr, client(p.clientPair)); err != nil || n != 1 || seen.Load() != p.serverSerial {
 		t.Fatalf("before rotation: %d clusters, serial %d, %v", n, seen.Load(), err)
 	}
 
@@ -79,12 +79,12 @@ func TestTLSRotation(t *testing.T) {
 	}
 
 	// rotate the server certificate (serial 10) and add the other CA
-	cert, key := p.issue(t, "server-rotated", x509.ExtKeyUsageServerAuth, 10)
+	cert, key, rotated := p.issue(t, "server-rotated", x509.ExtKeyUsageServerAuth)
 	replaceFile(t, p.serverCert, readFile(t, cert))
 	replaceFile(t, p.serverKey, readFile(t, key))
 	replaceFile(t, caFile, append(readFile(t, caFile), readFile(t, filepath.Join(other.dir, "ca.pem"))...))
 	time.Sleep(1100 * time.Millisecond) // the files are looked at once a second at most
-	if n, err := fetchCDS(addr, client(p.clientPair)); err != nil || n != 1 || seen.Load() != 10 {
+	if n, err := fetchCDS(addr, client(p.clientPair)); err != nil || n != 1 || seen.Load() != rotated {
 		t.Fatalf("after rotation: %d clusters, serial %d, %v; want the rotated certificate", n, seen.Load(), err)
 	}
 	if n, err := fetchCDS(addr, client(other.clientPair)); err != nil || n != 1 {
@@ -103,7 +103,7 @@ func TestTLSRotation(t *testing.T) {
 	// a certificate file caught mid-write: the last good one keeps serving
 	replaceFile(t, p.serverCert, []byte("-----BEGIN CERTIFICATE-----\ntruncat"))
 	time.Sleep(1100 * time.Millisecond)
-	if n, err := fetchCDS(addr, client(p.clientPair)); err != nil || n != 1 || seen.Load() != 10 {
+	if n, err := fetchCDS(addr, client(p.clientPair)); err != nil || n != 1 || seen.Load() != rotated {
 		t.Fatalf("with a broken certificate file: %d clusters, serial %d, %v; want the last good certificate", n, seen.Load(), err)
 	}
 }
