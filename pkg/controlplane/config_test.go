@@ -15,7 +15,7 @@ func complete() controlplane.Config {
 	return controlplane.Config{
 		Source: "files", Paths: []string{"examples"},
 		Debounce: 200 * time.Millisecond, Settle: time.Second, DrainPeriod: 5 * time.Second,
-		MaxStreams: 10000, MaxStreamsPerConnection: 100, MaxStreamsPerInstance: 32, KubeQPS: 1000, KubeBurst: 2000,
+		MaxStreams: 10000, MaxStreamsPerConnection: 100, MaxStreamsPerInstance: 100, KubeQPS: 1000, KubeBurst: 2000,
 		RemoteStaleAfter: time.Minute, ClusterName: "home", MaxClientClasses: 64,
 		LoadReportMaxCells: 1 << 20, HealthCheckConcurrency: 64, HealthCheckMaxEndpoints: 10000,
 		LoadReportMaxRequests: 30_000_000,

@@ -155,6 +155,39 @@ func TestRefusedReviewsPerAddress(t *testing.T) {
 		}
 	})
 
+	t.Run("concurrent uses of one token share one review", func(t *testing.T) {
+		kube, v, _ := newVerifier()
+		from := fromAddr("10.0.0.7")
+		for i := range burst - 1 { // one refused review left
+			if _, err := v.Verify(from, madeUp(i)); identity.ReasonOf(err) != identity.ReasonBadToken {
+				t.Fatalf("token %d: %v", i, err)
+			}
+		}
+		good := identitytest.Token("fifty-streams", exp)
+		kube.Accept(good, "ns", "sa", "", "", "")
+		release := kube.Block()
+		var wg sync.WaitGroup
+		errs := make([]error, 50)
+		for i := range errs {
+			wg.Go(func() { _, errs[i] = v.Verify(from, good) })
+		}
+		for deadline := time.Now().Add(10 * time.Second); kube.Reviews() < burst; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the good token's review never started")
+			}
+		}
+		release()
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("use %d of the good token: %v", i, err)
+			}
+		}
+		if n := kube.Reviews(); n != burst {
+			t.Errorf("%d reviews, want %d: the good token's 50 uses share one", n, burst)
+		}
+	})
+
 	t.Run("a failure to ask costs nothing", func(t *testing.T) {
 		kube, v, _ := newVerifier()
 		kube.Fail(fmt.Errorf("connection refused"))

@@ -211,20 +211,29 @@ func (v *TokenVerifier) Verify(ctx context.Context, token string) (Identity, err
 	if exp, ok := jwtExpiry(token); ok && !v.o.Now().Before(exp) {
 		return Identity{}, refuse(ReasonExpired, "the token expired at "+exp.UTC().Format(time.RFC3339))
 	}
-	// A review may be refused, so it takes one from the client's budget
-	// up front (concurrent made-up tokens cannot all pass a check made
-	// before any of them was refused) and gives it back unless it was.
+	// Each review takes one from its client address's budget of refused
+	// reviews before it is sent (so concurrent made-up tokens cannot all
+	// pass a look made before any was refused) and gives it back unless
+	// the apiserver refused the token. Concurrent uses of one token share
+	// its review, and its cost: the flight is per token and address.
 	from, counted := peerPrefix(ctx)
-	if counted && !v.takeRefusal(from) {
-		v.throttled.Add(1)
-		return Identity{}, refuse(ReasonTokenReviewThrottled, fmt.Sprintf(
-			"this client's address caused more than %d refused token reviews recently; retry later", v.o.RefusalBurst))
+	flight := "t" + string(key[:])
+	if counted {
+		flight += from.String()
 	}
-	r, _, _ := v.flight.Do("t"+string(key[:]), func() (any, error) {
+	r, _, _ := v.flight.Do(flight, func() (any, error) {
 		if e, ok := v.cached(key); ok {
 			return e, nil
 		}
+		if counted && !v.takeRefusal(from) {
+			v.throttled.Add(1)
+			return tokenEntry{err: refuse(ReasonTokenReviewThrottled, fmt.Sprintf(
+				"this client's address caused more than %d refused token reviews recently; retry later", v.o.RefusalBurst))}, nil
+		}
 		e, keep := v.review(ctx, token)
+		if counted && !refusedByReview(e.err) {
+			v.giveRefusal(from)
+		}
 		if keep {
 			v.mu.Lock()
 			v.tokens.put(key, e)
@@ -233,9 +242,6 @@ func (v *TokenVerifier) Verify(ctx context.Context, token string) (Identity, err
 		return e, nil
 	})
 	e := r.(tokenEntry)
-	if counted && !refusedByReview(e.err) {
-		v.giveRefusal(from)
-	}
 	return e.id, e.err
 }
 

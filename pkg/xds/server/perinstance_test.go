@@ -17,14 +17,14 @@ import (
 )
 
 // TestStreamsPerInstanceAreBounded: one pod (its bound token) holds at most
-// DefaultMaxStreamsPerInstance streams on a server, xDS and LRS together;
+// MaxStreamsPerInstance streams on a server, xDS and LRS together;
 // the next ends with ResourceExhausted naming the flag, while another pod
 // and the clients of a token bound to no pod (not counted: all of a
 // service account's pods would share it) are served. A stream that ends
 // gives its place back.
 func TestStreamsPerInstanceAreBounded(t *testing.T) {
-	const limit = server.DefaultMaxStreamsPerInstance
-	h := newTokenHarness(t, identity.TokenOptions{})
+	const limit = 8
+	h := newTokenHarnessWith(t, identity.TokenOptions{}, server.Config{MaxStreamsPerInstance: limit})
 	publishV1(t, h.harness)
 	ads := discoverygrpc.NewAggregatedDiscoveryServiceClient(h.conn)
 	// hold opens a SotW stream and waits for its first response; the

@@ -32,9 +32,16 @@ type tokenHarness struct {
 
 func newTokenHarness(t *testing.T, o identity.TokenOptions) *tokenHarness {
 	t.Helper()
+	return newTokenHarnessWith(t, o, server.Config{})
+}
+
+// newTokenHarnessWith is newTokenHarness with the server configured as cfg
+// (its Authenticator is the harness's).
+func newTokenHarnessWith(t *testing.T, o identity.TokenOptions, cfg server.Config) *tokenHarness {
+	t.Helper()
 	kube := identitytest.New()
-	authn := identity.New(identity.Options{Tokens: identity.NewTokenVerifier(kube, o)})
-	h, loads := lrsHarness(t, server.Config{Authenticator: authn})
+	cfg.Authenticator = identity.New(identity.Options{Tokens: identity.NewTokenVerifier(kube, o)})
+	h, loads := lrsHarness(t, cfg)
 	return &tokenHarness{harness: h, kube: kube, loads: loads}
 }
 

@@ -102,7 +102,7 @@ const (
 	// DefaultMaxStreamsPerInstance leaves an Envoy (one ADS and one LRS
 	// stream) or a gRPC client (one of each per xDS server) many times
 	// what it opens, while one pod cannot take a replica's streams.
-	DefaultMaxStreamsPerInstance = 32
+	DefaultMaxStreamsPerInstance = 100
 )
 
 // New builds a gRPC server that serves ADS (SotW and Delta) and the
