@@ -27,7 +27,7 @@ const (
 	ReasonTokenReviewFailed Reason = "token-review-failed"
 	// ReasonTokenReviewThrottled: the client's address caused too many
 	// refused TokenReviews recently, so its new tokens are refused
-	// unreviewed for a while; the client may retry.
+	// unreviewed for a while; the client may retry later.
 	ReasonTokenReviewThrottled Reason = "token-review-throttled"
 	// ReasonNotServiceAccount: the token is valid but is not a service
 	// account's.
@@ -88,13 +88,13 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Code is the gRPC code the refusal ends an RPC with: PermissionDenied for a
 // claim the identity does not back, Unavailable when the apiserver could
-// not be asked or the client must wait before it is, Unauthenticated
-// otherwise.
+// not be asked, Unauthenticated otherwise (a client refused unreviewed
+// for its address's refusals too: it has not proved who it is).
 func (e *Error) Code() codes.Code {
 	switch e.Reason {
 	case ReasonClaimMismatch:
 		return codes.PermissionDenied
-	case ReasonTokenReviewFailed, ReasonTokenReviewThrottled:
+	case ReasonTokenReviewFailed:
 		return codes.Unavailable
 	default:
 		return codes.Unauthenticated

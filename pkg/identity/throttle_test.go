@@ -53,8 +53,8 @@ func TestRefusedReviewsPerAddress(t *testing.T) {
 			t.Errorf("%d TokenReviews for 1,000 made-up tokens from one address, want %d", n, burst)
 		}
 		_, err := v.Verify(attacker, madeUp(5000))
-		if status.Code(err) != codes.Unavailable {
-			t.Errorf("a throttled token ends the RPC with %v, want Unavailable (the client retries)", status.Code(err))
+		if status.Code(err) != codes.Unauthenticated {
+			t.Errorf("a throttled token ends the RPC with %v, want Unauthenticated (it proved nothing)", status.Code(err))
 		}
 		if st := v.Stats(); st.Throttled != 991 {
 			t.Errorf("throttled %d, want 991", st.Throttled)

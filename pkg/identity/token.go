@@ -70,7 +70,7 @@ type TokenOptions struct {
 	// ReviewTimeout bounds one TokenReview with its lookups (default 10s).
 	ReviewTimeout time.Duration
 	// RefusalBurst and RefusalsPerSecond bound the TokenReviews one client
-	// address may cause that the apiserver refuses (defaults 10 and 1): a
+	// address may cause that the apiserver refuses (defaults 30 and 1): a
 	// client sending made-up tokens is then refused unreviewed
 	// (token-review-throttled) instead of making the plane ask the
 	// apiserver for each. Reviews that accept a token cost nothing, so a
@@ -166,7 +166,7 @@ func NewTokenVerifier(kube Kube, o TokenOptions) *TokenVerifier {
 		o.Now = time.Now
 	}
 	if o.RefusalBurst <= 0 {
-		o.RefusalBurst = 10
+		o.RefusalBurst = 30
 	}
 	if !(o.RefusalsPerSecond > 0) {
 		o.RefusalsPerSecond = 1

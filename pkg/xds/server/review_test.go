@@ -188,8 +188,9 @@ func TestTokenReviewEndsStreamWhenItCannotBeAsked(t *testing.T) {
 
 // TestMadeUpTokensAreThrottledPerAddress: over real gRPC, a client sending
 // a new made-up token on every RPC (SotW, Delta, Fetch) makes the plane ask
-// the apiserver 10 times; later RPCs from its address are refused
-// unreviewed with Unavailable token-review-throttled, each counted.
+// the apiserver 30 times (the default budget); later RPCs from its address
+// are refused unreviewed, Unauthenticated token-review-throttled, each
+// counted.
 func TestMadeUpTokensAreThrottledPerAddress(t *testing.T) {
 	h := newTokenHarness(t, identity.TokenOptions{})
 	publishV1(t, h.harness)
@@ -201,7 +202,7 @@ func TestMadeUpTokensAreThrottledPerAddress(t *testing.T) {
 		{"/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources", true},
 		{"/envoy.service.cluster.v3.ClusterDiscoveryService/FetchClusters", false},
 	}
-	const rpcs = 60
+	const rpcs, budget = 90, 30
 	reasons := map[string]int{}
 	for i := range rpcs {
 		m := methods[i%len(methods)]
@@ -210,19 +211,19 @@ func TestMadeUpTokensAreThrottledPerAddress(t *testing.T) {
 		switch {
 		case status.Code(err) == codes.Unauthenticated && strings.Contains(err.Error(), "bad-token"):
 			reasons["bad-token"]++
-		case status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "token-review-throttled"):
+		case status.Code(err) == codes.Unauthenticated && strings.Contains(err.Error(), "token-review-throttled"):
 			reasons["token-review-throttled"]++
 		default:
 			t.Fatalf("RPC %d (%s) with a made-up token: %v", i, m.method, err)
 		}
 	}
-	if got := h.kube.Reviews(); got != 10 {
-		t.Errorf("%d TokenReviews for %d made-up tokens from one address, want 10", got, rpcs)
+	if got := h.kube.Reviews(); got != budget {
+		t.Errorf("%d TokenReviews for %d made-up tokens from one address, want %d", got, rpcs, budget)
 	}
-	if reasons["bad-token"] != 10 || reasons["token-review-throttled"] != rpcs-10 {
-		t.Errorf("outcomes %v, want 10 bad-token and %d token-review-throttled", reasons, rpcs-10)
+	if reasons["bad-token"] != budget || reasons["token-review-throttled"] != rpcs-budget {
+		t.Errorf("outcomes %v, want %d bad-token and %d token-review-throttled", reasons, budget, rpcs-budget)
 	}
-	if got := h.refusals(identity.ReasonTokenReviewThrottled); got != rpcs-10 {
-		t.Errorf("poise_xds_refused_total{reason=token-review-throttled} = %v, want %d", got, rpcs-10)
+	if got := h.refusals(identity.ReasonTokenReviewThrottled); got != rpcs-budget {
+		t.Errorf("poise_xds_refused_total{reason=token-review-throttled} = %v, want %d", got, rpcs-budget)
 	}
 }
