@@ -234,13 +234,16 @@ func metricsOptions(cfg Config) metrics.Options {
 // metrics following what the publisher publishes or refuses.
 func (p *parts) observePublications() {
 	m, loads, gauges, plane := p.m.Publication, p.loads, p.gauges, p.plane
-	p.pub.OnPublish = func(st publish.Stats) {
+	p.pub.BeforeApply = func(st publish.Stats) {
 		if len(st.Changed) > 0 || loads.Catalog().SpatialChanged(st.Snapshot) {
 			// the catalog follows every upstream change before clients
-			// can report on it; unchanged upstreams keep their entries,
-			// and with them the store's cells
+			// can report on it (a client that is sent a cluster may open
+			// LRS at once and name it); unchanged upstreams keep their
+			// entries, and with them the store's cells
 			loads.SetCatalog(loadreport.NewCatalog(loads.Catalog(), st.Snapshot, reportsLoad))
 		}
+	}
+	p.pub.OnPublish = func(st publish.Stats) {
 		// only queued here, under the publisher's lock; the gauges are set
 		// on their own goroutine
 		for _, c := range st.Changed {

@@ -45,7 +45,7 @@ type Stats struct {
 	Duration time.Duration
 	// Changed are the upstreams the publication changed, in the order it
 	// took them. The slice is the publisher's, reused by the next
-	// publication: it is valid only during OnPublish, which copies what it keeps.
+	// publication: it is valid only during BeforeApply and OnPublish, which copy what they keep.
 	Changed []UpstreamChange
 	// Snapshot is the snapshot published.
 	Snapshot *topology.Snapshot
@@ -102,6 +102,11 @@ type Publisher struct {
 	next    map[topology.Key]*published
 	pairs   []UpstreamChange
 	pubs    []*published
+	// BeforeApply, when set, is called with each publication's changes and
+	// snapshot just before its resources reach the cache, and so its
+	// clients: what must know a resource before any client can name it
+	// (the load-report catalog) follows here. Duration is not set yet.
+	BeforeApply func(Stats)
 	// OnPublish, when set, is called after each publication.
 	OnPublish func(Stats)
 	// OnReject, when set, is called when a snapshot cannot be published.
@@ -350,14 +355,17 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 		delete(p.upstream, k)
 		p.cls.forget(k)
 	}
+	st.Changed = pairs
+	st.Snapshot = s
+	if p.BeforeApply != nil {
+		p.BeforeApply(st)
+	}
 	p.cache.Apply(xdscache.Update{Version: st.Version, Changes: changes})
 	p.last = s
 	p.cls.seq = 0
 	close(p.changed)
 	p.changed = make(chan struct{})
 	st.Duration = time.Since(start)
-	st.Changed = pairs
-	st.Snapshot = s
 	if p.OnPublish != nil {
 		p.OnPublish(st)
 	}

@@ -2,6 +2,7 @@ package publish_test
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 	"time"
 
@@ -180,5 +181,36 @@ func TestLargePublicationsAsSmallOnes(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestBeforeApplyPrecedesClients: BeforeApply sees a publication's changes
+// while the cache still holds the previous one, so what it updates (the
+// load-report catalog) knows a cluster before any client can be sent it;
+// OnPublish sees the cache holding it.
+func TestBeforeApplyPrecedesClients(t *testing.T) {
+	cache := newCache()
+	p := publish.New(cache, "order", nil)
+	clusters := func() int { return len(cache.Resources(0)[resource.ClusterType]) }
+	var before, after []int
+	p.BeforeApply = func(st publish.Stats) {
+		if st.Snapshot == nil || len(st.Changed) == 0 {
+			t.Errorf("BeforeApply: snapshot %v, %d changed", st.Snapshot != nil, len(st.Changed))
+		}
+		before = append(before, clusters())
+	}
+	p.OnPublish = func(publish.Stats) { after = append(after, clusters()) }
+	dir := topology.NewDirectory()
+	for _, n := range []int{2, 5} {
+		snap, err := dir.Apply(topologytest.Batch(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Publish(snap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(before, []int{0, 2}) || !slices.Equal(after, []int{2, 5}) {
+		t.Errorf("clusters in the cache: at BeforeApply %v, want [0 2]; at OnPublish %v, want [2 5]", before, after)
 	}
 }
