@@ -31,7 +31,7 @@ var flagBounds = []flagBound{
 	{"serve", "drain-period", []string{"0", "10m"}, []string{"-1s", "10m1s", "1000000h"}, "0s to 10m0s"},
 	{"serve", "xds-max-streams", []string{"1", "1000000"}, []string{"0", "-1", "1000001", "99999999999"}, "1 to 1000000"},
 	{"serve", "xds-max-streams-per-connection", []string{"1", "10000"}, []string{"0", "-1", "10001", "99999999999"}, "1 to 10000"},
-	{"serve", "xds-max-streams-per-instance", []string{"1", "10000"}, []string{"0", "-1", "10001", "99999999999"}, "1 to 10000"},
+	{"serve", "xds-max-streams-per-instance", []string{"0", "1", "10000"}, []string{"-1", "10001", "99999999999"}, "0 to 10000"},
 	{"serve", "xds-token-review-interval", []string{"1s", "24h"}, []string{"0", "-1s", "999ms", "24h0m1s", "1000000h"}, "1s to 24h0m0s"},
 	{"serve", "kube-api-qps", []string{"0.001", "100000"}, []string{"0", "-1", "100000.5", "NaN", "1e300"}, "above 0, at most 100000"},
 	{"serve", "kube-api-burst", []string{"1", "100000"}, []string{"0", "-1", "100001", "99999999999"}, "1 to 100000"},

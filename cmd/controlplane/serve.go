@@ -94,8 +94,8 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.IntVar(&cfg.MaxStreams, "xds-max-streams", server.DefaultMaxStreams, "xDS streams served at once; beyond, a new stream ends with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&cfg.DrainPeriod, "drain-period", 5*time.Second, "on SIGTERM, stop accepting xDS connections and end the open streams spread over this long, so clients move to other replicas gradually (keep it below the pod's terminationGracePeriodSeconds)")
 	fs.IntVar(&cfg.MaxStreamsPerConnection, "xds-max-streams-per-connection", server.DefaultMaxStreamsPerConnection, "xDS streams one client connection may open at once")
-	fs.IntVar(&cfg.MaxStreamsPerInstance, "xds-max-streams-per-instance", server.DefaultMaxStreamsPerInstance,
-		"xDS and LRS streams one workload instance (a pod, by its bound token, or a client certificate) may hold at once on a replica, 1 to 10000")
+	fs.IntVar(&cfg.MaxStreamsPerInstance, "xds-max-streams-per-instance", 0,
+		"xDS and LRS streams one workload instance (a pod, by its bound token, or a client certificate) may hold at once on a replica, 0 (no bound but --xds-max-streams) to 10000")
 	fs.DurationVar(&cfg.Debounce, "debounce", files.DefaultDebounce,
 		"apply a manifest change once the files have been quiet this long (with --source=kubernetes: once changes pause for a tenth of this, at the latest this long after the first)")
 	fs.DurationVar(&cfg.DebounceMax, "debounce-max", 0, "apply manifest changes that never fall quiet at the latest this long after the first (0: twice --debounce)")

@@ -187,8 +187,8 @@ const (
 //     none with "kubernetes".
 //   - Debounce: 0 to 1m; DebounceMax: 0 (twice Debounce) or Debounce to
 //     10m; Settle, DrainPeriod: 0 to 10m.
-//   - MaxStreams: 1 to 1,000,000; MaxStreamsPerConnection and
-//     MaxStreamsPerInstance: 1 to 10,000.
+//   - MaxStreams: 1 to 1,000,000; MaxStreamsPerConnection: 1 to 10,000;
+//     MaxStreamsPerInstance: 0 (off) to 10,000.
 //   - KubeQPS: above 0 and at most 100,000; KubeBurst: 1 to 100,000;
 //     StatusWriters: 1 to 1024; StatusShare: above 0 and at most 1.
 //   - RemoteStaleAfter: kube.MinRemoteStaleAfter to kube.MaxRemoteStaleAfter;
@@ -232,7 +232,7 @@ func (c Config) Validate() error {
 	durations("--drain-period", c.DrainPeriod, 0, maxDrainPeriod)
 	ints("--xds-max-streams", c.MaxStreams, 1, maxXDSStreams)
 	ints("--xds-max-streams-per-connection", c.MaxStreamsPerConnection, 1, maxXDSStreamsPerConn)
-	ints("--xds-max-streams-per-instance", c.MaxStreamsPerInstance, 1, maxXDSStreamsPerInst)
+	ints("--xds-max-streams-per-instance", c.MaxStreamsPerInstance, 0, maxXDSStreamsPerInst)
 	if !(c.KubeQPS > 0 && c.KubeQPS <= maxKubeQPS) { // refuses NaN too
 		add("--kube-api-qps %v: want above 0 and at most %d", c.KubeQPS, maxKubeQPS)
 	}

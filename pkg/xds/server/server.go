@@ -40,7 +40,7 @@ type Config struct {
 	// MaxStreamsPerInstance bounds the streams (xDS and LRS) one workload
 	// instance holds at once on this server: one pod, proven by its bound
 	// token, or one client certificate. Anonymous clients and tokens bound
-	// to no pod are not counted. Zero means DefaultMaxStreamsPerInstance.
+	// to no pod are not counted. Zero bounds them by MaxStreams alone.
 	MaxStreamsPerInstance int
 	// Log receives what the server has to say on its own (TLS files that
 	// changed); nil means nowhere.
@@ -99,10 +99,6 @@ type Server struct {
 const (
 	DefaultMaxStreams              = 10000
 	DefaultMaxStreamsPerConnection = 100
-	// DefaultMaxStreamsPerInstance leaves an Envoy (one ADS and one LRS
-	// stream) or a gRPC client (one of each per xDS server) many times
-	// what it opens, while one pod cannot take a replica's streams.
-	DefaultMaxStreamsPerInstance = 100
 )
 
 // New builds a gRPC server that serves ADS (SotW and Delta) and the
@@ -122,10 +118,7 @@ func New(cache *xdscache.Cache, clients *Clients, cfg Config) (*Server, error) {
 	if perConn <= 0 {
 		perConn = DefaultMaxStreamsPerConnection
 	}
-	perInstance := cfg.MaxStreamsPerInstance
-	if perInstance <= 0 {
-		perInstance = DefaultMaxStreamsPerInstance
-	}
+	perInstance := max(cfg.MaxStreamsPerInstance, 0)
 	opts := []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(uint32(min(perConn, 1<<20))),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: kt, Timeout: kto}),

@@ -32,8 +32,9 @@ type xdsServer struct {
 	streams    atomic.Int64
 	maxStreams int64
 	// perInstance counts the open streams of each workload instance a
-	// pod-bound token or a certificate proves, at most maxPerInstance; an
-	// instance has an entry only while it holds streams. Guarded by mu.
+	// pod-bound token or a certificate proves, at most maxPerInstance (0:
+	// not counted); an instance has an entry only while it holds streams.
+	// Guarded by mu.
 	perInstance    map[string]int
 	maxPerInstance int
 	// leaving holds each open stream's channel to close when the server
@@ -297,7 +298,10 @@ func (x *xdsServer) admit(ctx context.Context) (leave chan struct{}, done func()
 		return nil, nil, status.Errorf(codes.ResourceExhausted,
 			"this xDS server holds its limit of %d streams; retry later or on another replica (the limit is --xds-max-streams)", x.maxStreams)
 	}
-	instance := limitedInstance(ctx)
+	var instance string
+	if x.maxPerInstance > 0 {
+		instance = limitedInstance(ctx)
+	}
 	if instance != "" {
 		x.mu.Lock()
 		if x.perInstance[instance] >= x.maxPerInstance {
