@@ -194,10 +194,7 @@ func load(files paths, stderr io.Writer) (*topology.Snapshot, *manifest.Set, boo
 	// The manifests are the whole truth, as serve -f holds them: a name no
 	// object defines is a mistake.
 	dir := topology.NewDirectory()
-	if err := dir.RequireComplete(); err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return nil, nil, false
-	}
+	_ = dir.RequireComplete() // refused only once a revision is held; this directory holds none
 	snap, err := dir.Apply(set.Batch)
 	if err != nil {
 		references, others := describeProblems(set, set.Locate(err))
@@ -259,16 +256,26 @@ func describeProblems(set *manifest.Set, err error) (references, others string) 
 	}
 	var refs []reference
 	var rest strings.Builder
+	var place map[topology.ObjectRef]int // built at the first reference
 	for _, p := range be.Problems {
 		switch {
 		case p.Field != "" && len(p.Objects) > 0:
-			at := slices.IndexFunc(set.Objects, func(o manifest.Object) bool { return o.Ref() == p.Objects[0] })
-			if at < 0 {
+			if place == nil {
+				place = make(map[topology.ObjectRef]int, len(set.Objects))
+				for i, o := range set.Objects {
+					if _, dup := place[o.Ref()]; !dup {
+						place[o.Ref()] = i
+					}
+				}
+			}
+			at, ok := place[p.Objects[0]]
+			if !ok {
 				refs = append(refs, reference{len(set.Objects), p.Error()})
 				continue
 			}
 			o := set.Objects[at]
-			refs = append(refs, reference{at, fmt.Sprintf("%s: document %d (%s): %s: %v%s", o.File, o.Document, p.Objects[0], p.Field, p.Err, p.SeeAlso())})
+			e := manifest.Error{File: o.File, Document: o.Document, Object: p.Objects[0].String(), Field: p.Field, Detail: fmt.Sprint(p.Err) + p.SeeAlso()}
+			refs = append(refs, reference{at, e.Error()})
 		case len(p.Objects) == 0:
 			refs = append(refs, reference{len(set.Objects) + 1, p.Error()})
 		default:

@@ -138,11 +138,11 @@ type replica struct {
 	forwarded *forwardLog
 }
 
-// replicas are the replicas the flags name, and a function that ends the
-// port-forwards to them. A problem finding them (the cluster, no pod) is
-// an error; a replica that cannot be reached is one with Err set.
-func (f *replicaFlags) replicas(ctx context.Context, fs *pflag.FlagSet, stderr io.Writer) ([]replica, func(), error) {
-	inCluster, _ := f.check(fs)
+// replicas are the replicas the flags (checked, saying whether they are
+// found in a cluster) name, and a function that ends the port-forwards to
+// them. A problem finding them (the cluster, no pod) is an error; a
+// replica that cannot be reached is one with Err set.
+func (f *replicaFlags) replicas(ctx context.Context, inCluster bool, stderr io.Writer) ([]replica, func(), error) {
 	if !inCluster {
 		addrs := f.addresses
 		if len(addrs) == 0 {
@@ -208,8 +208,7 @@ func (f *replicaFlags) restConfig() (*rest.Config, string, error) {
 	if err != nil {
 		return nil, "", usageError{err}
 	}
-	rc = rest.CopyConfig(rc)
-	rc.Timeout = f.timeout
+	rc.Timeout = f.timeout // rc is kubeContext's own
 	from := "$KUBECONFIG or ~/.kube/config"
 	if f.kubeconfig != "" {
 		from = f.kubeconfig

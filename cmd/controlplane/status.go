@@ -84,26 +84,29 @@ type statusReport struct {
 }
 
 // checkReplicaFlags checks what status and proxy-config share: the output
-// format and the flags that say which replicas to ask.
-func checkReplicaFlags(output string, f *replicaFlags, fs *pflag.FlagSet, stderr io.Writer) bool {
+// format and the flags that say which replicas to ask, and whether those
+// are found in a cluster.
+func checkReplicaFlags(output string, f *replicaFlags, fs *pflag.FlagSet, stderr io.Writer) (inCluster, ok bool) {
 	if !checkOutput(output, stderr) {
-		return false
+		return false, false
 	}
-	if _, err := f.check(fs); err != nil {
+	inCluster, err := f.check(fs)
+	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
-		return false
+		return false, false
 	}
-	return true
+	return inCluster, true
 }
 
 // openReplicas checks the flags status and proxy-config share and finds
 // the replicas they name; a code other than exitOK ends the command, having
 // said why, and stop ends the port-forwards to the replicas.
 func openReplicas(ctx context.Context, fs *pflag.FlagSet, f *replicaFlags, output string, stderr io.Writer) (replicas []replica, stop func(), code int) {
-	if !checkReplicaFlags(output, f, fs, stderr) {
+	inCluster, ok := checkReplicaFlags(output, f, fs, stderr)
+	if !ok {
 		return nil, nil, exitUsage
 	}
-	replicas, stop, err := f.replicas(ctx, fs, stderr)
+	replicas, stop, err := f.replicas(ctx, inCluster, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return nil, nil, exitFor(err)

@@ -3,6 +3,7 @@ package admin
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -114,13 +115,7 @@ const maxShownParam = 64
 // checkParams refuses the first parameter of q (in name order) that is not
 // one of allowed, naming it and what it may have meant.
 func checkParams(q url.Values, allowed []string) error {
-	for _, name := range slices.Sorted(func(yield func(string) bool) {
-		for n := range q {
-			if !yield(n) {
-				return
-			}
-		}
-	}) {
+	for _, name := range slices.Sorted(maps.Keys(q)) {
 		if slices.Contains(allowed, name) {
 			continue
 		}

@@ -2,6 +2,7 @@ package crdschema
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,8 +84,8 @@ func Check(binary, installed *apiextensionsv1.CustomResourceDefinition) Status {
 // same reports whether two statuses say the same (not counting Since).
 func (s Status) same(o Status) bool {
 	return s.State == o.State && s.InstalledVersion == o.InstalledVersion && s.Error == o.Error &&
-		strings.Join(s.PrunedFields, ",") == strings.Join(o.PrunedFields, ",") && s.PrunedMore == o.PrunedMore &&
-		strings.Join(s.UnknownFields, ",") == strings.Join(o.UnknownFields, ",") && s.UnknownMore == o.UnknownMore
+		slices.Equal(s.PrunedFields, o.PrunedFields) && s.PrunedMore == o.PrunedMore &&
+		slices.Equal(s.UnknownFields, o.UnknownFields) && s.UnknownMore == o.UnknownMore
 }
 
 // installedName is the installed version for people: "unversioned" when

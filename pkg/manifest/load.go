@@ -345,9 +345,6 @@ func decodeGeneral(file string, doc, line int, raw []byte) (Document, Errors) {
 	var tm typeMeta
 	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(js, &tm); err != nil {
 		if _, wrong := walkDocument(js, reflect.TypeFor[typeMeta](), true); len(wrong) > 0 {
-			if wrong[0].field == "" {
-				return fail("", "", "not a Kubernetes object: "+wrong[0].detail)
-			}
 			return fail("", wrong[0].field, "not a Kubernetes object: "+wrong[0].detail)
 		}
 		return fail("", "", fmt.Sprintf("not a Kubernetes object: %v", err))

@@ -232,7 +232,12 @@ func (st *staged) referenceProblems(keys []Key, states []*UpstreamState) []Probl
 	// Locality matching nothing there is most likely theirs
 	var astray []EndpointSet
 	for _, dg := range st.dangling() {
-		out = append(out, hints.dangling(st, dg))
+		// past the problems kept, only the count is said: no hint
+		p := Problem{}
+		if len(out) < maxReferenceProblems {
+			p = hints.dangling(st, dg)
+		}
+		out = append(out, p)
 		if s, ok := st.set(dg.Object.Key); ok && dg.Field == "spec.upstream" && dg.Object.Kind == s.Kind {
 			astray = append(astray, s)
 		}
@@ -373,7 +378,8 @@ func (st *staged) unknownReplicas() []Problem {
 	}
 	for dk, dom := range st.b.domains {
 		if dom != nil {
-			for _, pk := range st.partitionsOf(dk) {
+			// the batch's own partitions are in check already
+			for pk := range st.d.partitionsOf[dk] {
 				check[pk] = struct{}{}
 			}
 		}

@@ -328,7 +328,7 @@ func (x *xdsServer) admit(ctx context.Context) (leave chan struct{}, done func()
 // pod of a service account then shares one instance) are not limited.
 func limitedInstance(ctx context.Context) string {
 	id, ok := IdentityFrom(ctx)
-	if !ok || id.Anonymous() || strings.HasPrefix(id.Instance, "sa:") {
+	if !ok || !(id.Method == identity.MethodCertificate || id.Pod.UID != "") {
 		return ""
 	}
 	return id.Instance
