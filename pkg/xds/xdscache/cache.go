@@ -361,7 +361,9 @@ func (c *Cache) lastOfEach(changes []Change) []Change {
 		return changes
 	}
 	if c.last == nil {
-		c.last = map[changeKey]int{}
+		// sized for the update at once: a full rebuild's tens of
+		// thousands of changes would otherwise grow it step by step
+		c.last = make(map[changeKey]int, len(changes))
 	}
 	defer func() {
 		if len(c.last) > maxKeptLast {
