@@ -4,6 +4,7 @@
 package cpbinary
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -11,10 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
-
-	"poise.dev/poise/test/testkit"
 )
 
 // Main builds poise.dev/poise/cmd/controlplane into a temporary directory,
@@ -64,7 +64,8 @@ func FreeAddr(t testing.TB) string {
 // sent where StartTo says).
 type Process struct {
 	cmd  *exec.Cmd
-	out  testkit.Logs
+	mu   sync.Mutex
+	out  bytes.Buffer
 	done chan struct{}
 }
 
@@ -84,7 +85,7 @@ func Start(t testing.TB, bin string, args ...string) *Process {
 			t.Logf("controlplane output:\n%s", p.Logs())
 		}
 	})
-	p.start(t, &p.out, bin, args)
+	p.start(t, (*output)(p), bin, args)
 	return p
 }
 
@@ -152,8 +153,21 @@ func (p *Process) WaitReady(t testing.TB, adminURL string) {
 // Pid is the process's ID, for reading its /proc entries.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
+// output is a Process's writer for the child's stdout and stderr.
+type output Process
+
+func (o *output) Write(b []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.out.Write(b)
+}
+
 // Logs is what the process wrote so far.
-func (p *Process) Logs() string { return p.out.String() }
+func (p *Process) Logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
 
 // Signal sends sig to the process: syscall.SIGTERM is what the kubelet
 // sends a pod's container when the pod is deleted or replaced.
