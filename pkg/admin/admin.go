@@ -32,11 +32,6 @@ type Sources struct {
 	// Warnings, when set, lists what /readyz adds below "ok": conditions
 	// that do not stop serving but need an operator (a refused change).
 	Warnings func() []string
-	// Demand, when set, is the client demand in force for a Balanced
-	// upstream (what the publisher applied, from the connected clients or
-	// their load reports). When it is nil or has none for an upstream,
-	// /debug/explain?from= divides by the demand parameter.
-	Demand func(topology.Key) explain.AppliedDemand
 	// Serving, when set, lists what each stream of a node is served now
 	// (/debug/config).
 	Serving func(node string, limit int, match func(string) bool) []server.ClientServing
@@ -116,7 +111,7 @@ func addDebug(mux *routes, s Sources) {
 			}
 			keys = append(keys, k)
 		}
-		opts, err := classQuery(r.URL.Query(), s.Demand)
+		opts, err := classQuery(r.URL.Query())
 		if err != nil {
 			writeJSONError(w, http.StatusBadRequest, err.Error())
 			return
@@ -209,8 +204,10 @@ type Version struct {
 }
 
 // classQuery reads from=REGION/ZONE[/SUBZONE] and demand=REGION/ZONE=N,...,
-// bounded as the explain command's flags; nil options without from.
-func classQuery(q url.Values, applied func(topology.Key) explain.AppliedDemand) (*explain.ClassOptions, error) {
+// bounded as the explain command's flags; nil options without from. The
+// demand given divides a Balanced upstream only where the snapshot applies
+// none of its clients'.
+func classQuery(q url.Values) (*explain.ClassOptions, error) {
 	for _, name := range []string{"from", "demand"} {
 		if n := len(q[name]); n > 1 {
 			return nil, fmt.Errorf("%s is given %d times, at most once", name, n)
@@ -227,7 +224,7 @@ func classQuery(q url.Values, applied func(topology.Key) explain.AppliedDemand) 
 	if err != nil {
 		return nil, fmt.Errorf("from %w", err)
 	}
-	opts := &explain.ClassOptions{From: f, Applied: applied}
+	opts := &explain.ClassOptions{From: f}
 	if hasDemand {
 		if opts.Demand, err = explain.ParseDemand(q.Get("demand")); err != nil {
 			return nil, fmt.Errorf("demand %w", err)

@@ -171,15 +171,16 @@ func TestExplainFrom(t *testing.T) {
 	if _, err := d.Apply(b); err != nil {
 		t.Fatal(err)
 	}
-	var applied explain.AppliedDemand
+	// apply applies a demand to shop/web, as the live plane's demand signal does
+	apply := func(a topology.AppliedDemand) {
+		var b topology.Batch
+		b.PutDemand(topology.Key{Namespace: "shop", Name: "web"}, a)
+		if _, err := d.Apply(b); err != nil {
+			t.Fatal(err)
+		}
+	}
 	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: d.Current,
-		Clients: func() []server.Client { return nil },
-		Demand: func(k topology.Key) explain.AppliedDemand {
-			if k != (topology.Key{Namespace: "shop", Name: "web"}) {
-				t.Errorf("demand asked for %s", k)
-			}
-			return applied
-		}}))
+		Clients: func() []server.Client { return nil }}))
 	defer srv.Close()
 	get := func(query string) (int, string) { return httpGet(t, srv.URL+"/debug/explain?"+query) }
 	class := func(query string) (explain.Report, *explain.Class) {
@@ -211,7 +212,7 @@ func TestExplainFrom(t *testing.T) {
 	}
 
 	// the applied demand wins over the parameter
-	applied.Demand = []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 3}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 1}}
+	apply(topology.AppliedDemand{Zones: []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 3}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 1}}})
 	for _, q := range []string{"from=eu/b", "from=eu/b&demand=eu/b=5,eu/a=1"} {
 		if _, c = class(q); c.Balanced.DemandSource != explain.DemandClients || !c.Balanced.KeepsAll || !slices.Equal(traffic(c), []uint64{0, 1_000_000}) {
 			t.Errorf("%s: %s, traffic %v", q, c.Balanced.DemandSource, traffic(c))
@@ -224,13 +225,13 @@ func TestExplainFrom(t *testing.T) {
 		t.Errorf("without from: %d %s", code, body)
 	}
 	// from load reports: the source, the requests and the window say so
-	applied = explain.AppliedDemand{Demand: []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 750}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 250}},
-		LoadReports: true, Requests: 400, Window: 30 * time.Second}
+	apply(topology.AppliedDemand{Zones: []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 750}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 250}},
+		LoadReports: true, Requests: 400, Window: 30 * time.Second})
 	if _, c = class("from=eu/a"); c.Balanced.DemandSource != explain.DemandLoadReports || c.Balanced.DemandRequests != 400 ||
 		c.Balanced.DemandWindowSeconds != 30 || c.Balanced.Demand != 1000 || !slices.Equal(traffic(c), []uint64{666_667, 333_333}) {
 		t.Errorf("load reports: %+v, traffic %v", c.Balanced, traffic(c))
 	}
-	applied = explain.AppliedDemand{}
+	apply(topology.AppliedDemand{})
 
 	for _, tc := range []struct {
 		query string
@@ -246,7 +247,8 @@ func TestExplainFrom(t *testing.T) {
 		{"from=eu/a&demand=" + strings.Repeat("eu/a=1,", 64) + "eu/b=1", http.StatusBadRequest, "demand 65 zones, at most 64"},
 		{"from=eu/" + strings.Repeat("z", 129), http.StatusBadRequest, "the zone is 129 bytes, at most 128"},
 		{"from=eu/c&demand=eu/a=1", http.StatusBadRequest, "demand: upstream shop/web: localityAffinity Balanced: the demand has no entry for eu/c"},
-		{"from=eu/a&upstream=shop/nope", http.StatusNotFound, "not found in revision 1"},
+		// (revisions 2 to 4: the demand applied, moved and withdrawn)
+		{"from=eu/a&upstream=shop/nope", http.StatusNotFound, "not found in revision 4"},
 	} {
 		if code, body := get(tc.query); code != tc.code || !strings.Contains(body, tc.want) {
 			t.Errorf("%s: %d %s, want %d containing %q", tc.query, code, body, tc.code, tc.want)

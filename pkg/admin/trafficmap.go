@@ -3,12 +3,10 @@ package admin
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net/http"
 	"net/url"
 	"strconv"
 
-	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/trafficmap"
@@ -30,20 +28,20 @@ func addMap(mux *routes, s Sources) {
 		writeMap(w, code, func() error { return trafficmap.WriteFragment(w, v) })
 	})
 	// The version is what the page's script polls every second: the
-	// revision, and with a client locality the demand in force, which
-	// moves a Balanced class without a new revision. It costs no report.
+	// revision, which moves with everything drawn, the demand a Balanced
+	// class is divided by included. It costs no report.
 	mux.HandleFunc("GET /map/version", func(w http.ResponseWriter, r *http.Request) {
 		snap := s.Snapshot()
 		q := r.URL.Query()
-		keys, _, _, err := mapPage(snap, q)
-		opts, cerr := classQuery(q, s.Demand)
+		_, _, _, err := mapPage(snap, q)
+		_, cerr := classQuery(q)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		if err = errors.Join(err, cerr); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		fmt.Fprintln(w, mapVersion(snap, keys, opts))
+		fmt.Fprintln(w, mapVersion(snap))
 	})
 	mux.HandleFunc("GET /map/assets/{name}", func(w http.ResponseWriter, r *http.Request) {
 		b, typ, ok := trafficmap.Asset(r.PathValue("name"))
@@ -105,12 +103,12 @@ func mapView(s Sources, q url.Values) (trafficmap.View, int) {
 		return v, http.StatusBadRequest
 	}
 	v.Page, v.Pages, v.First = page, pages, (page-1)*trafficmap.PerPage
-	opts, err := classQuery(q, s.Demand)
+	opts, err := classQuery(q)
 	if err != nil {
 		v.Error = err.Error()
 		return v, http.StatusBadRequest
 	}
-	v.Version = mapVersion(snap, keys, opts)
+	v.Version = mapVersion(snap)
 	if len(keys) == 0 {
 		return v, http.StatusOK // explain.Build with no keys would explain every upstream
 	}
@@ -132,26 +130,5 @@ func mapView(s Sources, q url.Values) (trafficmap.View, int) {
 	return v, http.StatusOK
 }
 
-// mapVersion is the revision, followed with a client locality by a hash
-// of the demand in force for the page's Balanced upstreams.
-func mapVersion(snap *topology.Snapshot, keys []topology.Key, opts *explain.ClassOptions) string {
-	v := strconv.FormatUint(snap.Revision, 10)
-	if opts == nil || opts.Applied == nil {
-		return v
-	}
-	h := fnv.New64a()
-	for _, k := range keys {
-		if u := snap.Upstream(k); u == nil || u.Upstream.ModeOf() != affinity.Balanced {
-			continue
-		}
-		a := opts.Applied(k)
-		for _, d := range a.Demand {
-			fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00", k, d.Zone.Region, d.Zone.Zone, d.Weight)
-		}
-		if a.LoadReports {
-			h.Write([]byte{2}) // the source, not its request count, which moves every bucket
-		}
-		h.Write([]byte{1})
-	}
-	return fmt.Sprintf("%s-%016x", v, h.Sum64())
-}
+// mapVersion is what the page polls to know it must be drawn again.
+func mapVersion(snap *topology.Snapshot) string { return strconv.FormatUint(snap.Revision, 10) }

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"poise.dev/poise/pkg/affinity"
-	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 	"poise.dev/poise/pkg/xds/server"
@@ -89,15 +88,23 @@ func TestMapVersionFollowsDemand(t *testing.T) {
 	if _, err := d.Apply(b); err != nil {
 		t.Fatal(err)
 	}
-	applied := []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 1}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 1}}
+	apply := func(a, b uint64) {
+		var batch topology.Batch
+		batch.PutDemand(topology.Key{Namespace: "shop", Name: "web"}, topology.AppliedDemand{Zones: []affinity.Demand{
+			{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: a}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: b}}})
+		if _, err := d.Apply(batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(1, 1)
 	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: d.Current,
-		Clients: func() []server.Client { return nil }, Demand: func(topology.Key) explain.AppliedDemand { return explain.AppliedDemand{Demand: applied} }}))
+		Clients: func() []server.Client { return nil }}))
 	defer srv.Close()
 	_, plain := httpGet(t, srv.URL+"/map/version")
 	_, v1 := httpGet(t, srv.URL+"/map/version?from=eu/a")
-	applied[0].Weight = 3
+	apply(3, 1) // the demand applied moves, and with it the revision
 	_, v2 := httpGet(t, srv.URL+"/map/version?from=eu/a")
-	if plain != "1\n" || !strings.HasPrefix(v1, "1-") || v1 == v2 {
+	if plain != "2\n" || v1 != plain || v2 != "3\n" {
 		t.Errorf("versions: %q, %q, then %q", plain, v1, v2)
 	}
 	if _, body := httpGet(t, srv.URL+"/map?from=eu/a"); !strings.Contains(body, `<option value="eu/a" selected>eu/a</option>`) ||

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -23,6 +24,7 @@ import (
 	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/planelog"
+	"poise.dev/poise/pkg/signals/demand"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/upstreamgauges"
 	"poise.dev/poise/pkg/xds/publish"
@@ -160,6 +162,7 @@ type parts struct {
 	instance string
 	cache    *xdscache.Cache
 	pub      *publish.Publisher
+	demand   *demand.Signal // the clients' classes and demand, into the Directory
 	loads    *loadreport.Store
 	clients  *server.Clients
 	checks   healthcheck.Config
@@ -190,7 +193,6 @@ func newParts(cfg Config, export topology.Export, log *slog.Logger) *parts {
 		return out
 	}, func() float64 { return float64(p.cache.ZoneFallback()) }, func() float64 { return float64(p.cache.ZoneOverflow()) })
 	p.pub = publish.New(p.cache, p.instance, log)
-	p.pub.SetCensus(p.cache)
 	p.pub.SetSpatialOptions(cfg.Spatial)
 	p.pub.SetDefaultExport(export)
 	maxUpstreams := cfg.MetricsMaxUpstreams
@@ -204,7 +206,11 @@ func newParts(cfg Config, export topology.Export, log *slog.Logger) *parts {
 	p.loads = loadreport.NewStore(loadreport.Config{MaxCells: cfg.LoadReportMaxCells, Bucket: cfg.LoadReportBucket,
 		MaxRequests: uint64(max(cfg.LoadReportMaxRequests, 0)), Log: log})
 	m.Outliers.SetCappedRequests(func() uint64 { return p.loads.Drops().Capped })
-	p.pub.SetLoadDemand(loadDemand(p.loads)) // a Balanced upstream's demand, where its clients report
+	// The connected clients' classes and a Balanced upstream's demand (their
+	// demand weights, or the requests their load reports show) enter the
+	// Directory as a signal, like a check's verdicts.
+	p.demand = demand.New(p.dir, demand.Config{Census: census{p.cache}, Views: int(translate.NumRenderings), Log: log,
+		Loads: demand.LoadReports{Requests: p.loads.ClassRequests, Bucket: p.loads.Window() / loadreport.Buckets, Window: p.loads.Window()}})
 	m.Registry.MustRegister(p.gauges, loadreport.NewSpatialMetrics(p.loads))
 	p.observePublications()
 	p.clients = server.NewClients(m.XDS, log)
@@ -271,6 +277,14 @@ func (p *parts) observePublications() {
 	}
 }
 
+// census is the xDS cache's census as the demand signal reads it: the
+// demand for a cluster is the demand for its endpoints.
+type census struct{ *xdscache.Cache }
+
+func (c census) Demand(cluster string) map[string]uint64 {
+	return c.Cache.Demand(resource.EndpointType, cluster)
+}
+
 // reportsLoad says which upstreams' clients report load: those with
 // spec.loadReporting.
 func reportsLoad(u *topology.UpstreamState) bool { return u.Upstream.LoadReportInterval > 0 }
@@ -282,7 +296,7 @@ func (p *parts) outlierPeriod() time.Duration { return p.loads.Window() / loadre
 func (p *parts) tasks() []task {
 	return []task{
 		{"publisher", func(ctx context.Context) error { return p.pub.Run(ctx, p.dir) }},
-		{"client classes", p.pub.RunClasses},
+		{"client demand", p.demand.Run},
 		{"upstream gauges", p.gauges.Run},
 		{"plane log", p.plane.Run},
 	}
@@ -360,7 +374,6 @@ func (p *parts) adminSources(md mode) admin.Sources {
 	s.Snapshot = p.dir.Current
 	s.Clients = p.clients.List
 	s.Metrics = p.m.Gatherer()
-	s.Demand = appliedDemand(p.pub)
 	s.Serving = p.clients.Serving
 	s.Loads = p.loads
 	return s

@@ -157,27 +157,13 @@ type BalancedZone struct {
 }
 
 // ClassOptions select the client locality a report explains, and the demand
-// its Balanced upstreams are divided by.
+// its Balanced upstreams are divided by where the snapshot applies none.
 type ClassOptions struct {
 	From From
-	// Demand is the demand as given, from ParseDemand.
+	// Demand is the demand as given, from ParseDemand. The demand a live
+	// snapshot applies to an upstream (its connected clients', or their
+	// load reports') is used instead where there is one.
 	Demand []DemandEntry
-	// Applied, when set, is the demand in force for an upstream (the live
-	// plane's connected clients or their load reports). When it returns
-	// any, it is used instead of Demand.
-	Applied func(topology.Key) AppliedDemand
-}
-
-// AppliedDemand is the demand the live plane divides a Balanced upstream
-// by, and where it comes from.
-type AppliedDemand struct {
-	Demand []affinity.Demand
-	// LoadReports: the zones' request shares (per mille) from the clients'
-	// load reports, Requests of them over Window; otherwise the connected
-	// clients' demand weights.
-	LoadReports bool
-	Requests    uint64
-	Window      time.Duration
 }
 
 // DemandError is a given demand that does not fit an upstream: a bare zone
@@ -302,7 +288,6 @@ func BuildClass(u *topology.UpstreamState, opts ClassOptions) (*Class, error) {
 	mode := u.Upstream.ModeOf()
 	c := &Class{Mode: mode.String(), Region: from.Region, Zone: from.Zone}
 	var demand []affinity.Demand
-	source := AppliedDemand{}
 	sourceName := DemandNone
 	switch mode {
 	case affinity.None:
@@ -314,7 +299,7 @@ func BuildClass(u *topology.UpstreamState, opts ClassOptions) (*Class, error) {
 		c.Zone = ""
 	case affinity.Balanced:
 		var err error
-		if demand, sourceName, source, err = classDemand(u, from, opts); err != nil {
+		if demand, sourceName, err = classDemand(u, from, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -331,7 +316,7 @@ func BuildClass(u *topology.UpstreamState, opts ClassOptions) (*Class, error) {
 	if b := cs.Balanced; b != nil {
 		c.Balanced = balancedOf(b, sourceName)
 		if sourceName == DemandLoadReports {
-			c.Balanced.DemandRequests, c.Balanced.DemandWindowSeconds = source.Requests, int64(source.Window/time.Second)
+			c.Balanced.DemandRequests, c.Balanced.DemandWindowSeconds = u.Demand.Requests, int64(u.Demand.Window/time.Second)
 		}
 		c.Reason = b.Fallback
 	}
@@ -345,31 +330,29 @@ func BuildClass(u *topology.UpstreamState, opts ClassOptions) (*Class, error) {
 }
 
 // classDemand is the demand a Balanced upstream is divided by, and its
-// source: the applied demand when the live plane has any, else the given
-// one, resolved against the upstream's zones.
-func classDemand(u *topology.UpstreamState, from affinity.Zone, opts ClassOptions) ([]affinity.Demand, string, AppliedDemand, error) {
-	if opts.Applied != nil {
-		if a := opts.Applied(u.Upstream.Key); len(a.Demand) > 0 {
-			if a.LoadReports {
-				return a.Demand, DemandLoadReports, a, nil
-			}
-			return a.Demand, DemandClients, a, nil
+// source: the demand the snapshot applies to it when there is one (a live
+// plane's), else the given one, resolved against the upstream's zones.
+func classDemand(u *topology.UpstreamState, from affinity.Zone, opts ClassOptions) ([]affinity.Demand, string, error) {
+	if a := u.Demand; !a.None() {
+		if a.LoadReports {
+			return a.Zones, DemandLoadReports, nil
 		}
+		return a.Zones, DemandClients, nil
 	}
 	if len(opts.Demand) == 0 {
-		return nil, DemandNone, AppliedDemand{}, nil
+		return nil, DemandNone, nil
 	}
 	d, err := resolveDemand(u, opts.Demand)
 	if err != nil {
-		return nil, "", AppliedDemand{}, err
+		return nil, "", err
 	}
 	if !slices.ContainsFunc(d, func(x affinity.Demand) bool { return x.Zone == from }) {
 		// Offline, a class without demand of its own would only explain a
 		// fallback the live plane never shows for connected clients.
-		return nil, "", AppliedDemand{}, &DemandError{Upstream: u.Upstream.Key,
+		return nil, "", &DemandError{Upstream: u.Upstream.Key,
 			Msg: fmt.Sprintf("localityAffinity Balanced: the demand has no entry for %s, the zone of the clients explained; add %s=N", from, from)}
 	}
-	return d, DemandGiven, AppliedDemand{}, nil
+	return d, DemandGiven, nil
 }
 
 // resolveDemand turns the given entries into zones of u: a bare zone must

@@ -26,9 +26,12 @@ type place struct {
 	endpoints, healthy    int
 }
 
-func snapshotOf(t *testing.T, up topology.Upstream, places []place) *topology.Snapshot {
+func snapshotOf(t *testing.T, up topology.Upstream, places []place, edit ...func(*topology.Batch)) *topology.Snapshot {
 	t.Helper()
 	var b topology.Batch
+	for _, f := range edit {
+		f(&b)
+	}
 	b.PutUpstream(up)
 	for i, p := range places {
 		loc := weights.Locality{Region: p.region, Zone: p.zone, SubZone: p.subZone}
@@ -72,7 +75,7 @@ func orders(t *testing.T, ha topology.HealthAdjustment) *topology.Snapshot {
 // ledger: Balanced, priority 0 at 70 % health so 30 % spills to priority 1,
 // where eu/a has a second locality: a zone's traffic spans priorities, so a
 // class's priority loads are its own.
-func ledger(t *testing.T) *topology.Snapshot {
+func ledger(t *testing.T, edit ...func(*topology.Batch)) *topology.Snapshot {
 	return snapshotOf(t, topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "ledger"}, Policy: weights.DefaultPolicy(),
 		HealthAdjustment: topology.ControlPlane, Affinity: &topology.Affinity{Mode: affinity.Balanced, Origin: topology.OriginLocalityAffinity}},
 		[]place{
@@ -80,12 +83,17 @@ func ledger(t *testing.T) *topology.Snapshot {
 			{"eu", "b", "", 0, 0, 2, 1},
 			{"eu", "a", "s2", 1, 1, 1, 1},
 			{"us", "c", "", 1, 1, 1, 1},
-		})
+		}, edit...)
 }
 
-func ledgerDemand(topology.Key) AppliedDemand {
-	return AppliedDemand{Demand: []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 3}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 1}}}
+// applied is a batch edit that applies demand d to the ledger, as the live
+// plane's demand signal does.
+func applied(d topology.AppliedDemand) func(*topology.Batch) {
+	return func(b *topology.Batch) { b.PutDemand(topology.Key{Namespace: "shop", Name: "ledger"}, d) }
 }
+
+// ledgerDemand is the demand of connected clients: three in eu/a, one in eu/b.
+var ledgerDemand = applied(topology.AppliedDemand{Zones: []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 3}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 1}}})
 
 func TestClassGolden(t *testing.T) {
 	for _, tc := range []struct {
@@ -94,7 +102,7 @@ func TestClassGolden(t *testing.T) {
 		opts ClassOptions
 	}{
 		{"class-prefer-same-region", orders(t, topology.ControlPlane), ClassOptions{From: From{Region: "eu", Zone: "b"}}},
-		{"class-balanced-clients", ledger(t), ClassOptions{From: From{Region: "eu", Zone: "a"}, Applied: ledgerDemand,
+		{"class-balanced-clients", ledger(t, ledgerDemand), ClassOptions{From: From{Region: "eu", Zone: "a"},
 			// the live demand wins over the given one
 			Demand: []DemandEntry{{Region: "eu", Zone: "b", Weight: 7}}}},
 	} {
@@ -159,11 +167,11 @@ func TestPreferSameFindsLocalityObjectsAtEffectivePriorities(t *testing.T) {
 // localities carry its load less its drop, per locality its endpoints carry
 // its traffic, and all of it is a million.
 func TestClassSplitsAreConsistent(t *testing.T) {
-	snap := ledger(t)
+	snap := ledger(t, ledgerDemand)
 	u := snap.Upstreams()[0]
 	var loadsDiffer bool
 	for _, from := range []affinity.Zone{{Region: "eu", Zone: "a"}, {Region: "eu", Zone: "b"}} {
-		c, err := BuildClass(u, ClassOptions{From: From{Region: from.Region, Zone: from.Zone}, Applied: ledgerDemand})
+		c, err := BuildClass(u, ClassOptions{From: From{Region: from.Region, Zone: from.Zone}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,21 +209,21 @@ func TestClassSplitsAreConsistent(t *testing.T) {
 }
 
 func TestBalancedFallbacksAndDemandSources(t *testing.T) {
-	u := ledger(t).Upstreams()[0]
+	u, live := ledger(t).Upstreams()[0], ledger(t, ledgerDemand).Upstreams()[0]
 	euA := From{Region: "eu", Zone: "a"}
 	for _, tc := range []struct {
 		name   string
+		u      *topology.UpstreamState
 		opts   ClassOptions
 		source string
 		reason string
 	}{
-		{"nothing given", ClassOptions{From: euA}, DemandNone, "no client declares demand"},
-		{"live demand without the zone", ClassOptions{From: From{Region: "us", Zone: "c"}, Applied: ledgerDemand}, DemandClients, "no demand is counted for us/c yet"},
-		{"no live demand: the given one", ClassOptions{From: euA, Applied: func(topology.Key) AppliedDemand { return AppliedDemand{} },
-			Demand: []DemandEntry{{Region: "eu", Zone: "a", Weight: 1}}}, DemandGiven, ""},
+		{"nothing given", u, ClassOptions{From: euA}, DemandNone, "no client declares demand"},
+		{"live demand without the zone", live, ClassOptions{From: From{Region: "us", Zone: "c"}}, DemandClients, "no demand is counted for us/c yet"},
+		{"no live demand: the given one", u, ClassOptions{From: euA, Demand: []DemandEntry{{Region: "eu", Zone: "a", Weight: 1}}}, DemandGiven, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := BuildClass(u, tc.opts)
+			c, err := BuildClass(tc.u, tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -225,11 +233,9 @@ func TestBalancedFallbacksAndDemandSources(t *testing.T) {
 		})
 	}
 	// from load reports: the source, its requests and window, in JSON and text
-	loads := func(topology.Key) AppliedDemand {
-		return AppliedDemand{Demand: []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 750}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 250}},
-			LoadReports: true, Requests: 400, Window: 30 * time.Second}
-	}
-	rep, err := BuildFor(ledger(t), ClassOptions{From: euA, Applied: loads})
+	loads := applied(topology.AppliedDemand{Zones: []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 750}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 250}},
+		LoadReports: true, Requests: 400, Window: 30 * time.Second})
+	rep, err := BuildFor(ledger(t, loads), ClassOptions{From: euA})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,11 +22,10 @@ func TestClientZonesDemandSource(t *testing.T) {
 			Locality:  weights.Locality{Region: "eu", Zone: zone},
 			Endpoints: []topology.Endpoint{{Address: "10.0.0." + string(rune('1'+i)), Port: 80, Weight: 1}}})
 	}
-	snap, err := topology.NewDirectory().Apply(b)
-	if err != nil {
+	d := topology.NewDirectory()
+	if _, err := d.Apply(b); err != nil {
 		t.Fatal(err)
 	}
-	state := snap.Upstream(key)
 	u := v1alpha1.Upstream{}
 	u.Name, u.Namespace = key.Name, key.Namespace
 	shares := []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 750}, {Zone: affinity.Zone{Region: "eu", Zone: "b"}, Weight: 250}}
@@ -42,7 +41,14 @@ func TestClientZonesDemandSource(t *testing.T) {
 		{"load reports", shares, true, v1alpha1.DemandFromLoadReports, [2]int64{666_667, 1_000_000}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := upstreamStatus(&u, state, nil, nil, true, "", tc.demand, tc.fromLoads)
+			// the demand signal applies the demand; the state carries it
+			var b topology.Batch
+			b.PutDemand(key, topology.AppliedDemand{Zones: tc.demand, LoadReports: tc.fromLoads})
+			snap, err := d.Apply(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := upstreamStatus(&u, snap.Upstream(key), nil, nil, true, "")
 			if st.ClientZonesDemand != tc.want || len(st.ClientZones) != 2 ||
 				st.ClientZones[0].LocalMillionths != tc.local[0] || st.ClientZones[1].LocalMillionths != tc.local[1] {
 				t.Errorf("clientZonesDemand %q, clientZones %+v", st.ClientZonesDemand, st.ClientZones)

@@ -250,7 +250,7 @@ func endpointCounts(u *topology.UpstreamState, set topology.ObjectRef) (total, r
 // revision of state, or one past the stored revision when that is not above
 // it: a new leader counts revisions from its own start, and a revision never
 // goes back.
-func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *kube.Rejection, refs *metav1.Condition, programmed bool, rejectedBy string, demand []affinity.Demand, fromLoads bool) v1alpha1.UpstreamStatus {
+func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *kube.Rejection, refs *metav1.Condition, programmed bool, rejectedBy string) v1alpha1.UpstreamStatus {
 	stored := u.Status
 	want := *stored.DeepCopy()
 	want.ObservedGeneration = u.Generation
@@ -286,11 +286,11 @@ func upstreamStatus(u *v1alpha1.Upstream, state *topology.UpstreamState, rej *ku
 				EffectiveWeight: int64(l.EffectiveWeight), Traffic: int64(l.Traffic),
 			})
 		}
-		want.ClientZones, want.MoreClientZones = clientZones(state, demand)
+		want.ClientZones, want.MoreClientZones = clientZones(state)
 		want.ClientZonesDemand = ""
-		if state.Upstream.ModeOf() == affinity.Balanced && len(demand) > 0 {
+		if state.Upstream.ModeOf() == affinity.Balanced && !state.Demand.None() {
 			want.ClientZonesDemand = v1alpha1.DemandFromClients
-			if fromLoads {
+			if state.Demand.LoadReports {
 				want.ClientZonesDemand = v1alpha1.DemandFromLoadReports
 			}
 		}
@@ -443,9 +443,10 @@ func bounded(items []string) string {
 const maxClientZones = 16
 
 // clientZones is status.clientZones: what clients in each of the
-// upstream's zones keep local under its localityAffinity.
-func clientZones(state *topology.UpstreamState, demand []affinity.Demand) ([]v1alpha1.ClientZoneStatus, int32) {
-	shares, more := state.LocalShares(demand, maxClientZones)
+// upstream's zones keep local under its localityAffinity, a Balanced split
+// divided by the demand its state carries.
+func clientZones(state *topology.UpstreamState) ([]v1alpha1.ClientZoneStatus, int32) {
+	shares, more := state.LocalShares(state.Demand.Zones, maxClientZones)
 	var out []v1alpha1.ClientZoneStatus
 	for _, z := range shares {
 		out = append(out, v1alpha1.ClientZoneStatus{Zone: clip(z.Zone.String(), 258), LocalMillionths: int64(z.Local),

@@ -122,7 +122,7 @@ func TestLocalityAndEndpointSetFigures(t *testing.T) {
 		mustGet(t, fx, "u-0-b", &lb)
 		mustGet(t, fx, "u-0-a", &ea)
 		u := fx.upstream("u-0")
-		st := upstreamStatus(&u, snap.Upstream(topology.Key{Namespace: "ns", Name: "u-0"}), nil, nil, true, "", nil, false)
+		st := upstreamStatus(&u, snap.Upstream(topology.Key{Namespace: "ns", Name: "u-0"}), nil, nil, true, "")
 		return localityStatus(&la, snap, nil), localityStatus(&lb, snap, nil), endpointSetStatus(&ea, snap, nil),
 			meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionDegraded)
 	}
@@ -192,7 +192,7 @@ func TestProgrammed(t *testing.T) {
 		{"a NACK of a version not yet published does not count", nil, resolved, false, "1 xDS stream(s)", metav1.ConditionFalse, v1alpha1.ReasonPending, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := upstreamStatus(&u, state, tc.rej, tc.refs, tc.published, tc.rejectedBy, nil, false)
+			st := upstreamStatus(&u, state, tc.rej, tc.refs, tc.published, tc.rejectedBy)
 			c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgrammed)
 			if c == nil || c.Status != tc.status || c.Reason != tc.reason || c.ObservedGeneration != 2 || !strings.Contains(c.Message, tc.message) {
 				t.Fatalf("Programmed = %+v; want %s %s with %q", c, tc.status, tc.reason, tc.message)

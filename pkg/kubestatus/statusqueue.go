@@ -3,7 +3,6 @@ package kubestatus
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
-	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 )
@@ -165,39 +163,6 @@ func (r *statusRun) followPublication(ctx context.Context, seen uint64) {
 			}
 			r.mu.Unlock()
 			continue
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed:
-		}
-	}
-}
-
-// followDemand queues the Balanced upstreams whose applied demand changed:
-// their status.clientZones follow it. Demand moves at most every
-// publish.DemandQuiet per upstream, so this writes no more often.
-func (r *statusRun) followDemand(ctx context.Context, cd ClassDemand) {
-	type applied struct {
-		demand    []affinity.Demand
-		fromLoads bool
-	}
-	seen := map[topology.Key]applied{}
-	for {
-		changed := cd.DemandChanged()
-		for _, u := range r.w.Dir.Current().Upstreams() {
-			if u.Upstream.ModeOf() != affinity.Balanced {
-				delete(seen, u.Upstream.Key)
-				continue
-			}
-			var d applied
-			d.demand, d.fromLoads = cd.AppliedDemand(u.Upstream.Key)
-			if old, ok := seen[u.Upstream.Key]; !ok || !slices.Equal(old.demand, d.demand) || old.fromLoads != d.fromLoads {
-				seen[u.Upstream.Key] = d
-				if ok {
-					r.queueUpstream(ctx, u.Upstream.Key)
-				}
-			}
 		}
 		select {
 		case <-ctx.Done():

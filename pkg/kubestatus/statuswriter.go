@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
-	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
@@ -34,17 +33,6 @@ type Publication interface {
 	LastRevision() uint64
 	// Changed is closed by the next publication.
 	Changed() <-chan struct{}
-}
-
-// ClassDemand is what a Publication that renders client-locality classes
-// also tells the status writer: the demand each Balanced upstream's split
-// is divided by, for status.clientZones, and when it changes.
-type ClassDemand interface {
-	// AppliedDemand is the demand in force, and whether it is the zones'
-	// reported request shares (load reports) rather than the connected
-	// clients' demand weights.
-	AppliedDemand(topology.Key) (demand []affinity.Demand, fromLoads bool)
-	DemandChanged() <-chan struct{}
 }
 
 // ClientRejections is what a Publication whose xDS clients can reject
@@ -220,9 +208,6 @@ func (w *StatusWriter) Start(ctx context.Context) error {
 	wg.Go(func() { r.followDirectory(ctx, snap) })
 	wg.Go(func() { r.followPublication(ctx, published) })
 	wg.Go(func() { r.followRejections(ctx, rejected, refs) })
-	if cd, ok := pub.(ClassDemand); ok {
-		wg.Go(func() { r.followDemand(ctx, cd) })
-	}
 	if cr, ok := pub.(ClientRejections); ok {
 		wg.Go(func() { r.followClientRejections(ctx, cr) })
 	}
@@ -350,16 +335,11 @@ func (r *statusRun) process(ctx context.Context, ref topology.ObjectRef) error {
 			}
 			refs = &c
 		}
-		var demand []affinity.Demand
-		fromLoads := false
-		if cd, ok := r.pub.(ClassDemand); ok && state != nil && state.Upstream.ModeOf() == affinity.Balanced {
-			demand, fromLoads = cd.AppliedDemand(ref.Key)
-		}
 		rejectedBy := ""
 		if cr, ok := r.pub.(ClientRejections); ok && state != nil {
 			rejectedBy = cr.RejectedBy(ref.Key)
 		}
-		want := upstreamStatus(&u, state, rej, refs, programmed, rejectedBy, demand, fromLoads)
+		want := upstreamStatus(&u, state, rej, refs, programmed, rejectedBy)
 		if c, ok := r.w.Source.ClusterConditions()[ref.Key]; ok && u.Spec.EndpointsFrom != nil {
 			c.ObservedGeneration = u.Generation
 			meta.SetStatusCondition(&want.Conditions, c)

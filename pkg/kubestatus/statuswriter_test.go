@@ -433,7 +433,7 @@ func TestUpstreamRevisionOnlyGoesUp(t *testing.T) {
 	fx := newStatusFixture(t, 1, StatusBudget{QPS: 1e6, Burst: 1e6})
 	state := fx.dir.Current().Upstream(topology.Key{Namespace: "ns", Name: "u-0"})
 	u := fx.upstream("u-0")
-	first := upstreamStatus(&u, state, nil, nil, true, "", nil, false)
+	first := upstreamStatus(&u, state, nil, nil, true, "")
 	if first.Revision != int64(state.Revision) {
 		t.Fatalf("first status: revision %d; want the topology revision %d", first.Revision, state.Revision)
 	}
@@ -443,16 +443,16 @@ func TestUpstreamRevisionOnlyGoesUp(t *testing.T) {
 	u.Status.Revision = 90
 	meta.SetStatusCondition(&u.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionProgrammed, Status: metav1.ConditionTrue,
 		Reason: v1alpha1.ReasonProgrammed, ObservedGeneration: 1, Message: "published over xDS at revision 90"})
-	if again := upstreamStatus(&u, state, nil, nil, true, "", nil, false); fmt.Sprint(again) != fmt.Sprint(u.Status) {
+	if again := upstreamStatus(&u, state, nil, nil, true, ""); fmt.Sprint(again) != fmt.Sprint(u.Status) {
 		t.Errorf("same figures under a new leader:\n got %+v\nwant %+v", again, u.Status)
 	}
 	// changed figures go past it, whatever this leader's own count
 	rej := &kube.Rejection{Reason: v1alpha1.ReasonInvalid, Message: "bad"}
-	if next := upstreamStatus(&u, state, rej, nil, true, "", nil, false); next.Revision != 91 {
+	if next := upstreamStatus(&u, state, rej, nil, true, ""); next.Revision != 91 {
 		t.Errorf("changed figures: revision %d; want 91", next.Revision)
 	}
 	// Programmed alone does not move it
-	if pending := upstreamStatus(&u, state, nil, nil, false, "", nil, false); pending.Revision != 90 {
+	if pending := upstreamStatus(&u, state, nil, nil, false, ""); pending.Revision != 90 {
 		t.Errorf("not yet published: revision %d; want 90", pending.Revision)
 	}
 }
@@ -464,7 +464,7 @@ func TestRefusedUpstreamIsNotProgrammed(t *testing.T) {
 	u := v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "u", Namespace: "n", Generation: 2}}
 	state := &topology.UpstreamState{Revision: 7, Result: &weights.Result{}}
 	rej := &kube.Rejection{Reason: v1alpha1.ReasonAddressNotAllowed, Message: "AddressNotAllowed: ..."}
-	st := upstreamStatus(&u, state, rej, nil, true, "", nil, false)
+	st := upstreamStatus(&u, state, rej, nil, true, "")
 	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgrammed)
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonAddressNotAllowed || c.ObservedGeneration != 2 {
 		t.Fatalf("Programmed = %+v; want False, AddressNotAllowed, generation 2", c)

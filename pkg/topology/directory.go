@@ -30,6 +30,9 @@ type Batch struct {
 	// replaceChecks, replaceOutliers: upstreams whose verdicts of that kind
 	// the batch does not name are withdrawn
 	replaceChecks, replaceOutliers map[Key]struct{}
+	// demand applied to Balanced upstreams, and the client classes when set
+	demand  map[Key]AppliedDemand
+	classes *ClientClasses
 }
 
 // PutUpstream adds or replaces an upstream.
@@ -74,6 +77,10 @@ func (b *Batch) Len() int {
 	for _, vs := range b.outliers {
 		n += len(vs)
 	}
+	n += len(b.demand)
+	if b.classes != nil {
+		n++
+	}
 	return n + len(b.replaceChecks) + len(b.replaceOutliers)
 }
 
@@ -113,6 +120,10 @@ type Directory struct {
 	// outliers: fleet outlier detection's ejections by upstream, merged
 	// into the endpoints' outlier signal likewise
 	outliers overlay[OutlierVerdict]
+	// demand: the demand applied to each Balanced upstream, carried by its
+	// state; classes: the client classes with clients (demand.go)
+	demand  map[Key]AppliedDemand
+	classes *ClientClasses
 	// scratch is reused by every Apply (they are serialized), so a small
 	// change allocates only what the new snapshot keeps.
 	scratch applyScratch
@@ -137,8 +148,10 @@ func NewDirectory() *Directory {
 		partitionsOf: map[Key]map[Key]struct{}{},
 		checks:       overlay[CheckVerdict]{},
 		outliers:     overlay[OutlierVerdict]{},
+		demand:       map[Key]AppliedDemand{},
+		classes:      noClasses,
 	}
-	d.current.Store(&Snapshot{superseded: make(chan struct{})})
+	d.current.Store(&Snapshot{classes: noClasses, superseded: make(chan struct{})})
 	return d
 }
 
@@ -161,10 +174,12 @@ func (d *Directory) Apply(b Batch) (*Snapshot, error) {
 	st := d.stage(b)
 	defer st.release()
 	prev := d.current.Load()
-	if len(st.affected) == 0 && !st.objectsChanged && !st.spatialChanged() {
-		// verdicts on upstreams that do not exist change no snapshot, but
-		// are kept for when they do
+	if len(st.affected) == 0 && !st.objectsChanged && !st.spatialChanged() && st.classes == nil {
+		// verdicts and demand on upstreams that do not exist (or, for
+		// demand, are not Balanced) change no snapshot, but are kept for
+		// when they do
 		d.commitChecks(st)
+		d.commitDemand(st)
 		return prev, nil
 	}
 	rev := prev.Revision + 1
@@ -193,7 +208,7 @@ func (d *Directory) Apply(b Batch) (*Snapshot, error) {
 	}
 	d.commit(st)
 	next := &Snapshot{Revision: rev, list: prev.list.merge(keys, states), changes: newChangeSet(rev, keys, prev.changes),
-		superseded: make(chan struct{})}
+		classes: d.classes, superseded: make(chan struct{})}
 	next.spatial = d.applySpatial(prev, st, keys, next)
 	next.orphans = d.orphans(prev, st)
 	d.current.Store(next)
@@ -217,6 +232,10 @@ type staged struct {
 	orphansChanged bool
 	// objectsChanged: some locality or set changed even if no upstream is affected (orphans)
 	objectsChanged bool
+	// demand: the batch's demands that change something; classes: the
+	// batch's client classes when they differ from the Directory's
+	demand  map[Key]AppliedDemand
+	classes *ClientClasses
 }
 
 // namedBy is an object of a batch and the upstream it names.
@@ -297,6 +316,7 @@ func (d *Directory) stage(b Batch) *staged {
 	slices.SortFunc(st.batchLocalities, compareNamedBy)
 	slices.SortFunc(st.batchSets, compareNamedBy)
 	st.stageChecks(b)
+	st.stageDemand(b)
 	return st
 }
 
@@ -313,6 +333,7 @@ func (st *staged) release() {
 	st.batchLocalities = clearSlice(st.batchLocalities)
 	st.batchSets = clearSlice(st.batchSets)
 	st.checks, st.outliers = nil, nil
+	st.demand, st.classes = nil, nil
 	st.orphansChanged, st.objectsChanged = false, false
 }
 
@@ -432,6 +453,7 @@ func (d *Directory) commit(st *staged) {
 		index(d.setsOf, Key{k.Namespace, s.Upstream}, k)
 	}
 	d.commitChecks(st)
+	d.commitDemand(st)
 }
 
 func index(m map[Key]map[Key]struct{}, up, obj Key) {
@@ -677,6 +699,7 @@ func (sc *resolver) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 	alloc := &stateWithResult{}
 	state := &alloc.state
 	state.Upstream = u
+	state.Demand = st.demandFor(u)
 	state.Endpoints = make([]weights.Endpoint, 0, total)
 	state.Origins = make([]Origin, 0, total)
 	var localityKeys []Key

@@ -18,6 +18,7 @@ type Snapshot struct {
 	spatial  []*SpatialState // sorted by key
 	orphans  []ObjectRef     // sorted
 	changes  *changeSet      // the upstreams that changed at this revision, and before
+	classes  *ClientClasses  // the client classes with clients (never nil)
 	// superseded is closed when a newer snapshot is published.
 	superseded chan struct{}
 
@@ -93,6 +94,15 @@ func (s *Snapshot) ChangedSince(rev uint64) ([]Key, bool) {
 	return slices.Compact(out), true
 }
 
+// ClientClasses are the locality classes that have connected clients, per
+// view, as the demand signal last handed them over (none offline).
+func (s *Snapshot) ClientClasses() *ClientClasses {
+	if s.classes == nil {
+		return noClasses
+	}
+	return s.classes
+}
+
 // Orphans lists the Locality and EndpointSet objects whose upstream does not
 // exist (yet). They are kept and take effect when it appears.
 func (s *Snapshot) Orphans() []ObjectRef { return s.orphans }
@@ -125,6 +135,10 @@ type UpstreamState struct {
 	Endpoints []weights.Endpoint
 	Origins   []Origin
 	Result    *weights.Result
+	// Demand is the demand a Balanced upstream's split is divided by for
+	// each client zone (ForClass); empty when it is not Balanced or no
+	// demand is applied (offline, or no client connected).
+	Demand AppliedDemand
 	// Revision is the last revision that changed anything of this upstream;
 	// ClusterRevision the last that changed the Upstream object itself.
 	Revision        uint64

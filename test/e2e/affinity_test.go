@@ -166,10 +166,10 @@ func TestGRPCClientsInThreeZonesCarryOutTheirClassSplit(t *testing.T) {
 	//    5/9 local and send 2/9 to each zone with a surplus; eu/b's and
 	//    us/c's keep everything. The revision first renders every class
 	//    the None split (no demand is applied to the upstream yet); the
-	//    census has been quiet since phase a, longer than DemandQuiet, so
-	//    the demand is applied at once as one class publication (EDS
-	//    version REVISION.1), which every client must ACK. (Churning
-	//    clients wait for the hysteresis: pkg/xds/publish's unit tests.)
+	//    census has been quiet since phase a, longer than demand.Quiet, so
+	//    the demand signal applies the clients' demand at once, as a
+	//    revision of its own, which every client must ACK. (Churning
+	//    clients wait for the hysteresis: pkg/signals/demand's unit tests.)
 	const phaseC = "c Balanced 3:1:1"
 	written = time.Now()
 	affTopology{mode: "Balanced"}.write(t, manifests, backends)
@@ -178,9 +178,11 @@ func TestGRPCClientsInThreeZonesCarryOutTheirClassSplit(t *testing.T) {
 		cp.waitAcked(t, c.node, served.Revision, 10*time.Second)
 	}
 	limit := 10 * time.Second // for this slow, shared machine
+	applied := cp.waitDemandApplied(t, served.Revision, limit)
 	for _, c := range clients {
-		v := cp.waitDemandApplied(t, c.node, served.Revision, written.Add(limit))
-		t.Logf("%s: %s ACKed EDS %s, the demand applied, %v after the manifest was written", phaseC, c.node, v, time.Since(written).Round(time.Millisecond))
+		v := cp.waitAcked(t, c.node, applied, limit)
+		t.Logf("%s: %s ACKed EDS %s, the demand applied at revision %d, %v after the manifest was written", phaseC, c.node, v, applied,
+			time.Since(written).Round(time.Millisecond))
 	}
 	const demand = "eu/a=3,eu/b=1,us/c=1"
 	balanced := classExpectations(t, manifests, demand)
@@ -338,20 +340,27 @@ func (cp *controlPlane) waitClasses(t *testing.T, clients []zoneClient) {
 	}
 }
 
-// waitDemandApplied waits until the node has ACKed an EDS version of a
-// client-class publication (REVISION.N) since the given revision.
-func (cp *controlPlane) waitDemandApplied(t *testing.T, node string, revision uint64, deadline time.Time) string {
+// waitDemandApplied waits until the plane's snapshot, after revision,
+// divides aff/echo by the demand of its connected clients (as
+// /debug/explain says for clients in eu/a), and returns that revision.
+func (cp *controlPlane) waitDemandApplied(t *testing.T, after uint64, within time.Duration) uint64 {
 	t.Helper()
-	for {
-		v := cp.ackedEDS(t, node)
-		if r, class, ok := versionOf(v); ok && r >= revision && class > 0 {
-			return v
+	var applied uint64
+	testkit.Eventually(t, within, "the clients' demand applied", func() (bool, string) {
+		var rep explain.Report
+		if err := testkit.GetJSON(cp.adminURL+"/debug/explain?upstream="+affUpstream+"&from="+affZones[0], &rep); err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %s did not ACK the applied demand (a version %d.N) by the deadline (acked %q)\n%s", node, revision, v, cp.Logs())
+		if len(rep.Upstreams) != 1 || rep.Upstreams[0].Class == nil || rep.Upstreams[0].Class.Balanced == nil {
+			return false, fmt.Sprintf("revision %d has no Balanced class", rep.Revision)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		if b := rep.Upstreams[0].Class.Balanced; rep.Revision <= after || b.DemandSource != explain.DemandClients {
+			return false, fmt.Sprintf("revision %d, demand source %s\n%s", rep.Revision, b.DemandSource, cp.Logs())
+		}
+		applied = rep.Revision
+		return true, ""
+	})
+	return applied
 }
 
 // checkLiveClasses compares, for each zone, what /debug/explain?from=

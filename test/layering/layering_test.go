@@ -62,6 +62,7 @@ var layers = []struct {
 		"pkg/convert",
 		"pkg/healthcheck",
 		"pkg/loadreport",
+		"pkg/signals/demand",
 		"pkg/topology/topologytest",
 		"pkg/upstreamgauges",
 		"pkg/xds/translate",

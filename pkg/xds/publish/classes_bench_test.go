@@ -1,12 +1,9 @@
 package publish_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
-	"time"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"poise.dev/poise/pkg/affinity"
@@ -14,7 +11,6 @@ import (
 	"poise.dev/poise/pkg/topology/topologytest"
 	"poise.dev/poise/pkg/xds/publish"
 	"poise.dev/poise/pkg/xds/translate"
-	"poise.dev/poise/pkg/xds/xdscache"
 )
 
 // affineBatch is topologytest.Batch(n) with upstream u under PreferSameZone.
@@ -26,27 +22,32 @@ func affineBatch(n, u int) topology.Batch {
 	return b
 }
 
-// withClasses connects one Envoy stream in each of k zones spread over the
-// synthetic regions, runs the publisher's class loop, and waits until it
-// renders for all k classes.
-func withClasses(tb testing.TB, c *xdscache.Cache, p *publish.Publisher, k int) {
-	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.RunClasses(ctx) }()
-	tb.Cleanup(func() { cancel(); <-done })
+// classesOf is k client classes of Envoy's view, in zones spread over the
+// synthetic regions.
+func classesOf(k int, extra ...string) *topology.ClientClasses {
+	views := make([][]string, translate.NumRenderings)
 	for i := range k {
-		s := c.NewStream(false)
-		s.SetNode(&core.Node{Id: fmt.Sprint(i), UserAgentName: "envoy",
-			Locality: &core.Locality{Region: topologytest.Regions[i%len(topologytest.Regions)], Zone: fmt.Sprintf("z%d", i)}})
-		tb.Cleanup(s.Close)
+		views[translate.Weighted] = append(views[translate.Weighted], topologytest.Regions[i%len(topologytest.Regions)]+"/"+fmt.Sprintf("z%d", i))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(p.Classes()[translate.Weighted]) != k {
-		if time.Now().After(deadline) {
-			tb.Fatalf("the publisher renders for %d classes, want %d", len(p.Classes()[translate.Weighted]), k)
-		}
-		time.Sleep(5 * time.Millisecond)
+	views[translate.Weighted] = append(views[translate.Weighted], extra...)
+	return topology.NewClientClasses(views)
+}
+
+// withClasses publishes k client classes, as the demand signal hands them
+// to the Directory when clients of k zones connect.
+func withClasses(tb testing.TB, d *topology.Directory, p *publish.Publisher, k int) {
+	tb.Helper()
+	var b topology.Batch
+	b.SetClientClasses(classesOf(k))
+	snap, err := d.Apply(b)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := p.Publish(snap); err != nil {
+		tb.Fatal(err)
+	}
+	if got := snap.ClientClasses().Len(); got != k {
+		tb.Fatalf("%d classes published, want %d", got, k)
 	}
 }
 
@@ -61,7 +62,6 @@ func BenchmarkFlipClasses(b *testing.B) {
 			d := topology.NewDirectory()
 			c := newCache()
 			p := publish.New(c, "bench", nil)
-			p.SetCensus(c)
 			snap, err := d.Apply(affineBatch(n, u))
 			if err != nil {
 				b.Fatal(err)
@@ -69,7 +69,7 @@ func BenchmarkFlipClasses(b *testing.B) {
 			if _, err := p.Publish(snap); err != nil {
 				b.Fatal(err)
 			}
-			withClasses(b, c, p, k)
+			withClasses(b, d, p, k)
 			flips := [2]topology.Batch{topologytest.Flip(u, 0), topologytest.Flip(u, 1)}
 			b.ReportAllocs()
 			i := 0
@@ -102,11 +102,10 @@ func TestFlipAllocsPerClass(t *testing.T) {
 	d := topology.NewDirectory()
 	c := newCache()
 	p := publish.New(c, "inst", nil)
-	p.SetCensus(c)
 	if _, err := p.Publish(apply(t, d, affineBatch(n, u))); err != nil {
 		t.Fatal(err)
 	}
-	withClasses(t, c, p, k)
+	withClasses(t, d, p, k)
 	flips := [2]topology.Batch{topologytest.Flip(u, 0), topologytest.Flip(u, 1)}
 	i := 0
 	allocs := testing.AllocsPerRun(100, func() {
@@ -128,8 +127,9 @@ func TestFlipAllocsPerClass(t *testing.T) {
 
 // BenchmarkClassJoin is a client of a new class connecting and leaving
 // while 16 classes have clients and 500 upstreams are under
-// PreferSameZone: each costs every upstream one derivation, for that class
-// only, and not one per class already there.
+// PreferSameZone: the Directory takes the classes (no upstream is resolved
+// again) and the publication costs every upstream one derivation, for that
+// class only, and not one per class already there.
 func BenchmarkClassJoin(b *testing.B) {
 	const n = 500
 	batch := topologytest.Batch(n)
@@ -141,7 +141,6 @@ func BenchmarkClassJoin(b *testing.B) {
 	d := topology.NewDirectory()
 	c := newCache()
 	p := publish.New(c, "bench", nil)
-	p.SetCensus(c)
 	snap, err := d.Apply(batch)
 	if err != nil {
 		b.Fatal(err)
@@ -149,23 +148,77 @@ func BenchmarkClassJoin(b *testing.B) {
 	if _, err := p.Publish(snap); err != nil {
 		b.Fatal(err)
 	}
-	withClasses(b, c, p, 16)
+	withClasses(b, d, p, 16)
+	var join, leave topology.Batch
+	join.SetClientClasses(classesOf(16, topologytest.Regions[0]+"/joiner"))
+	leave.SetClientClasses(classesOf(16))
 	b.ReportAllocs()
 	for b.Loop() {
-		s := c.NewStream(false)
-		s.SetNode(&core.Node{Id: "joiner", UserAgentName: "envoy", Locality: &core.Locality{Region: topologytest.Regions[0], Zone: "joiner"}})
-		waitClasses(b, p, 17)
-		s.Close()
-		waitClasses(b, p, 16)
+		for _, step := range []topology.Batch{join, leave} {
+			snap, err := d.Apply(step)
+			if err != nil {
+				b.Fatal(err)
+			}
+			st, err := p.Publish(snap)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if st.Changes.Of(resource.EndpointType) != n {
+				b.Fatalf("a class joining or leaving published %+v, want %d variants", st.Changes, n)
+			}
+		}
 	}
 }
 
-func waitClasses(b *testing.B, p *publish.Publisher, k int) {
-	deadline := time.Now().Add(30 * time.Second)
-	for len(p.Classes()[translate.Weighted]) != k {
-		if time.Now().After(deadline) {
-			b.Fatalf("%d classes, want %d", len(p.Classes()[translate.Weighted]), k)
-		}
-		time.Sleep(time.Millisecond)
+// BenchmarkDemandChange is the demand of one Balanced upstream of 20
+// endpoints moving, with 0, 8 and 64 client classes connected, on the
+// 100k-endpoint topology: one Directory revision that resolves that
+// upstream again, and a publication of its variants, whatever the
+// topology's size.
+func BenchmarkDemandChange(b *testing.B) {
+	const n, u = 5000, 2500
+	for _, k := range []int{0, 8, 64} {
+		b.Run(fmt.Sprintf("classes=%d", k), func(b *testing.B) {
+			batch := topologytest.Batch(n)
+			up := topologytest.Upstream(u)
+			up.Affinity = &topology.Affinity{Mode: affinity.Balanced}
+			batch.PutUpstream(up)
+			d := topology.NewDirectory()
+			p := publish.New(newCache(), "bench", nil)
+			snap, err := d.Apply(batch)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := p.Publish(snap); err != nil {
+				b.Fatal(err)
+			}
+			withClasses(b, d, p, k)
+			// every class's zone has demand; one zone's moves between 1 and 2
+			var moves [2]topology.Batch
+			for i := range moves {
+				var zones []affinity.Demand
+				for _, class := range classesOf(max(k, 1)).Of(int(translate.Weighted)) {
+					zones = append(zones, affinity.Demand{Zone: topology.ClassZone(class), Weight: 1})
+				}
+				zones[0].Weight += uint64(i)
+				moves[i].PutDemand(topologytest.Upstream(u).Key, topology.AppliedDemand{Zones: zones})
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				snap, err := d.Apply(moves[i%2])
+				if err != nil {
+					b.Fatal(err)
+				}
+				st, err := p.Publish(snap)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if st.Upstreams != 1 {
+					b.Fatalf("a demand change published %+v", st)
+				}
+			}
+		})
 	}
 }

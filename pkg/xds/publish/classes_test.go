@@ -5,15 +5,14 @@ import (
 	"maps"
 	"slices"
 	"testing"
-	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/topology/topologytest"
 	"poise.dev/poise/pkg/weights"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
@@ -22,46 +21,38 @@ import (
 
 var web = topology.Key{Namespace: "shop", Name: "web"}
 
-// zoned is an upstream with two endpoints in each of eu/a, eu/b and us/c.
+// zoned is web under mode with two endpoints in each of eu/a, eu/b and us/c.
 func zoned(mode affinity.Mode, edit ...func(*topology.Upstream)) topology.Batch {
+	return topologytest.Zoned(web, mode, edit...)
+}
+
+// envoyClasses are client classes with clients in Envoy's view.
+func envoyClasses(names ...string) *topology.ClientClasses {
+	views := make([][]string, translate.NumRenderings)
+	views[translate.Weighted] = names
+	return topology.NewClientClasses(views)
+}
+
+// withClasses is a batch that makes names (of Envoy's view) the client
+// classes that have clients, as the demand signal hands them over.
+func withClasses(names ...string) topology.Batch {
 	var b topology.Batch
-	u := topology.Upstream{Key: web, Policy: weights.DefaultPolicy(), HealthAdjustment: topology.ControlPlane,
-		LoadBalancing: "RoundRobin", Protocol: "HTTP2"}
-	if mode != affinity.None {
-		u.Affinity = &topology.Affinity{Mode: mode}
-	}
-	for _, f := range edit {
-		f(&u)
-	}
-	b.PutUpstream(u)
-	for i, z := range []affinity.Zone{{Region: "eu", Zone: "a"}, {Region: "eu", Zone: "b"}, {Region: "us", Zone: "c"}} {
-		s := topology.EndpointSet{Key: topology.Key{Namespace: "shop", Name: "web-" + z.Zone}, Upstream: "web",
-			Locality: weights.Locality{Region: z.Region, Zone: z.Zone}}
-		for j := range 2 {
-			s.Endpoints = append(s.Endpoints, topology.Endpoint{Address: fmt.Sprintf("10.0.%d.%d", i, j), Port: 80, Weight: 1})
-		}
-		b.PutEndpointSet(s)
-	}
+	b.SetClientClasses(envoyClasses(names...))
 	return b
 }
 
-type clock struct{ t time.Time }
-
-func (c *clock) now() time.Time { return c.t }
-
-func client(t *testing.T, c *xdscache.Cache, region, zone string, demand float64) *xdscache.Stream {
+// publishBatch applies b to d and publishes the snapshot.
+func publishBatch(t *testing.T, p *Publisher, d *topology.Directory, b topology.Batch) (*topology.Snapshot, Stats) {
 	t.Helper()
-	n := &core.Node{Id: region + zone, UserAgentName: "envoy", Locality: &core.Locality{Region: region, Zone: zone}}
-	if demand > 0 {
-		n.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{xdscache.DemandWeightKey: structpb.NewNumberValue(demand)}}
-	}
-	s := c.NewStream(false)
-	s.SetNode(n)
-	names := []string{xdsname.Cluster(web)}
-	if err := s.Sotw(xdscache.SotwRequest{TypeURL: resource.EndpointType, NamesHash: c.HashNames(names), Names: func() []string { return names }}); err != nil {
+	s, err := d.Apply(b)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	st, err := p.Publish(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, st
 }
 
 // trafficOf is each locality's weight at EDS priority 0 of what a stream of
@@ -88,27 +79,22 @@ func trafficOf(t *testing.T, c *xdscache.Cache, class string) map[string]uint32 
 	return nil
 }
 
-func TestClassesFollowTheCensus(t *testing.T) {
+// A class gets its variants when the snapshot says it has clients and
+// loses them when it no longer does; clients without a locality receive the
+// base.
+func TestVariantsFollowTheClasses(t *testing.T) {
 	c := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
 	p := New(c, "inst", nil)
-	p.SetCensus(c)
 	d := topology.NewDirectory()
-	s, err := d.Apply(zoned(affinity.PreferSameZone))
-	if err != nil {
-		t.Fatal(err)
-	}
-	inA, inC := client(t, c, "eu", "a", 0), client(t, c, "us", "c", 0)
-	defer inC.Close()
-	noLocality := client(t, c, "", "", 0)
-	defer noLocality.Close()
-	if _, err := p.Publish(s); err != nil {
-		t.Fatal(err)
-	}
+	publishBatch(t, p, d, zoned(affinity.PreferSameZone))
 	base := map[string]uint32{"eu/a": 333_334, "eu/b": 333_333, "us/c": 333_333}
 	if got := trafficOf(t, c, ""); !maps.Equal(got, base) {
 		t.Fatalf("base: %v, want %v", got, base)
 	}
-	p.refreshClasses()
+	_, st := publishBatch(t, p, d, withClasses("eu/a", "us/c"))
+	if st.Version != p.Version(st.Revision) || st.Changes.Of(resource.EndpointType) != 2 {
+		t.Errorf("two classes joining: %+v", st)
+	}
 	for class, want := range map[string]map[string]uint32{
 		"eu/a": {"eu/a": 1_000_000},
 		"us/c": {"us/c": 1_000_000},
@@ -121,63 +107,37 @@ func TestClassesFollowTheCensus(t *testing.T) {
 		t.Fatalf("variants for %v", got)
 	}
 	// The last client of a class leaves: its variant goes.
-	inA.Close()
-	p.refreshClasses()
+	publishBatch(t, p, d, withClasses("us/c"))
 	if got := c.VariantZones(int(translate.Weighted)); !slices.Equal(got, []string{"us/c"}) {
 		t.Fatalf("after eu/a left, variants for %v", got)
 	}
 	// Back to None: every variant goes.
-	s, err = d.Apply(zoned(affinity.None))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Publish(s); err != nil {
-		t.Fatal(err)
-	}
+	publishBatch(t, p, d, zoned(affinity.None))
 	if got := c.VariantZones(int(translate.Weighted)); len(got) != 0 {
 		t.Fatalf("mode None, yet variants for %v", got)
 	}
 }
 
-// Balanced follows the demand of the connected clients with hysteresis:
-// capacity eu/a, eu/b, us/c one third each; clients 3 in eu/a (one of
-// weight 2), 1 in us/c.
-// balancedOnClock publishes zoned(Balanced) with a census and a clock the
-// test moves.
-func balancedOnClock(t *testing.T) (*xdscache.Cache, *Publisher, *clock, *topology.Snapshot) {
-	t.Helper()
+// A Balanced split is divided by the demand the upstream's state carries:
+// capacity eu/a, eu/b, us/c one third each; demand 3 in eu/a, 1 in us/c. A
+// change of demand is a revision of its own, published under the one
+// version scheme.
+func TestBalancedRendersTheAppliedDemand(t *testing.T) {
 	c := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
 	p := New(c, "inst", nil)
-	clk := &clock{t: time.Unix(1000, 0)}
-	p.cls.now = clk.now
-	p.SetCensus(c)
-	s, err := topology.NewDirectory().Apply(zoned(affinity.Balanced))
-	if err != nil {
-		t.Fatal(err)
+	d := topology.NewDirectory()
+	b := zoned(affinity.Balanced)
+	b.SetClientClasses(envoyClasses("eu/a", "us/c"))
+	s, _ := publishBatch(t, p, d, b)
+	if got := trafficOf(t, c, "eu/a"); !maps.Equal(got, trafficOf(t, c, "")) {
+		t.Errorf("without demand eu/a receives %v, want the base", got)
 	}
-	if _, err := p.Publish(s); err != nil {
-		t.Fatal(err)
-	}
-	return c, p, clk, s
-}
-
-func TestBalancedFollowsDemandWithHysteresis(t *testing.T) {
-	c, p, clk, s := balancedOnClock(t)
-	for _, s := range []*xdscache.Stream{client(t, c, "eu", "a", 2), client(t, c, "eu", "a", 0), client(t, c, "us", "c", 0)} {
-		defer s.Close()
-	}
-	p.cls.censusAt = clk.t // as RunClasses records each census change
-	if due := p.refreshClasses(); due != DemandQuiet {
-		t.Fatalf("a new demand is due in %v, want %v", due, DemandQuiet)
-	}
-	if got, _ := p.AppliedDemand(web); got != nil {
-		t.Fatalf("demand applied before it was quiet: %v", got)
-	}
-	clk.t = clk.t.Add(DemandQuiet)
-	p.refreshClasses()
 	want := []affinity.Demand{{Zone: affinity.Zone{Region: "eu", Zone: "a"}, Weight: 3}, {Zone: affinity.Zone{Region: "us", Zone: "c"}, Weight: 1}}
-	if got, _ := p.AppliedDemand(web); !slices.Equal(got, want) {
-		t.Fatalf("applied demand %v, want %v", got, want)
+	var dm topology.Batch
+	dm.PutDemand(web, topology.AppliedDemand{Zones: want})
+	s, st := publishBatch(t, p, d, dm)
+	if st.Version != "inst-"+fmt.Sprint(s.Revision) || st.Upstreams != 1 {
+		t.Errorf("the demand published as %+v", st)
 	}
 	// U = 1,000,000, D = 4: eu/a keeps (1/3)/(3/4) = 4/9 local and sends
 	// the rest to eu/b and us/c in proportion to their surpluses, 1/3 and
@@ -186,7 +146,7 @@ func TestBalancedFollowsDemandWithHysteresis(t *testing.T) {
 		t.Errorf("eu/a: %v", got)
 	}
 	for _, class := range []string{"eu/a", "us/c"} {
-		split, err := s.Upstream(web).ForClass(ClassOf(class), want)
+		split, err := s.Upstream(web).ForClass(topology.ClassZone(class), want)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,24 +163,12 @@ func TestBalancedFollowsDemandWithHysteresis(t *testing.T) {
 	if got := trafficOf(t, c, "us/c"); !maps.Equal(got, map[string]uint32{"us/c": 1_000_000}) {
 		t.Errorf("us/c has more supply than demand and keeps all: %v", got)
 	}
-	// Churn: demand moves and moves again; nothing is applied until it has
-	// held for DemandQuiet, or DemandMaxDelay after it first moved.
-	var churn []*xdscache.Stream
-	for i := range 6 {
-		churn = append(churn, client(t, c, "eu", "b", 0))
-		p.cls.censusAt = clk.t
-		p.refreshClasses()
-		clk.t = clk.t.Add(DemandQuiet - time.Millisecond)
-		if i < 5 && !slices.Equal(first(p.AppliedDemand(web)), want) {
-			t.Fatalf("churn step %d: demand applied while it kept moving", i)
-		}
-	}
-	p.refreshClasses()
-	if got, _ := p.AppliedDemand(web); len(got) != 3 || got[1].Weight != 6 {
-		t.Fatalf("after %v of churn the demand is %v, want eu/b counted (6)", DemandMaxDelay, got)
-	}
-	for _, s := range churn {
-		s.Close()
+	// the demand withdrawn: every class receives the base again
+	var none topology.Batch
+	none.PutDemand(web, topology.AppliedDemand{})
+	publishBatch(t, p, d, none)
+	if got := c.VariantZones(int(translate.Weighted)); len(got) != 0 {
+		t.Errorf("without demand, variants for %v", got)
 	}
 }
 
@@ -229,16 +177,9 @@ func TestBalancedFollowsDemandWithHysteresis(t *testing.T) {
 func TestProxyModeClassesCarryProximityPriorities(t *testing.T) {
 	c := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
 	p := New(c, "inst", nil)
-	p.SetCensus(c)
-	s, err := topology.NewDirectory().Apply(zoned(affinity.PreferSameZone, func(u *topology.Upstream) { u.HealthAdjustment = topology.Proxy }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client(t, c, "eu", "b", 0).Close()
-	if _, err := p.Publish(s); err != nil {
-		t.Fatal(err)
-	}
-	p.refreshClasses()
+	b := zoned(affinity.PreferSameZone, func(u *topology.Upstream) { u.HealthAdjustment = topology.Proxy })
+	b.SetClientClasses(envoyClasses("eu/b"))
+	publishBatch(t, p, topology.NewDirectory(), b)
 	priorities := func(class string) map[string]uint32 {
 		out := map[string]uint32{}
 		for _, e := range c.ZoneResources(int(translate.Weighted), class)[resource.EndpointType] {
@@ -265,8 +206,8 @@ func TestProxyModeClassesCarryProximityPriorities(t *testing.T) {
 func TestClassBeyondThePriorityLimitReceivesTheBase(t *testing.T) {
 	c := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
 	p := New(c, "inst", nil)
-	p.SetCensus(c)
 	b := zoned(affinity.PreferSameZone)
+	b.SetClientClasses(envoyClasses("eu/a"))
 	for prio := range uint32(50) {
 		for i, z := range []affinity.Zone{{Region: "eu", Zone: "a"}, {Region: "eu", Zone: "b"}, {Region: "us", Zone: "c"}} {
 			b.PutEndpointSet(topology.EndpointSet{Key: topology.Key{Namespace: "shop", Name: fmt.Sprintf("p%d-%s", prio, z.Zone)}, Upstream: "web",
@@ -274,15 +215,8 @@ func TestClassBeyondThePriorityLimitReceivesTheBase(t *testing.T) {
 				Endpoints: []topology.Endpoint{{Address: fmt.Sprintf("10.1.%d.%d", prio, i), Port: 80, Weight: 1}}})
 		}
 	}
-	s, err := topology.NewDirectory().Apply(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inA := client(t, c, "eu", "a", 0)
-	if _, err := p.Publish(s); err != nil {
-		t.Fatal(err)
-	}
-	p.refreshClasses()
+	d := topology.NewDirectory()
+	publishBatch(t, p, d, b)
 	if got := c.VariantZones(int(translate.Weighted)); len(got) != 0 {
 		t.Fatalf("variants for %v, want none: 150 effective priorities do not fit", got)
 	}
@@ -290,46 +224,9 @@ func TestClassBeyondThePriorityLimitReceivesTheBase(t *testing.T) {
 		t.Fatal("the class is not recorded as failed")
 	}
 	// the class's last client leaves: its failure is not kept
-	inA.Close()
-	p.refreshClasses()
+	publishBatch(t, p, d, withClasses())
 	if len(p.upstream[web].failed) != 0 {
 		t.Fatalf("failures kept for classes that left: %v", p.upstream[web].failed)
-	}
-}
-
-// An upstream that becomes Balanced among clients whose census has been
-// quiet for DemandQuiet follows their demand at once.
-func TestBalancedAmongSettledClientsAppliesAtOnce(t *testing.T) {
-	c := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
-	p := New(c, "inst", nil)
-	clk := &clock{t: time.Unix(1000, 0)}
-	p.cls.now = clk.now
-	p.SetCensus(c)
-	for _, s := range []*xdscache.Stream{client(t, c, "eu", "a", 3), client(t, c, "us", "c", 0)} {
-		defer s.Close()
-	}
-	p.cls.censusAt = clk.t
-	d := topology.NewDirectory()
-	s, err := d.Apply(zoned(affinity.PreferSameZone))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Publish(s); err != nil {
-		t.Fatal(err)
-	}
-	p.refreshClasses()
-	clk.t = clk.t.Add(time.Minute)
-	if s, err = d.Apply(zoned(affinity.Balanced)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Publish(s); err != nil {
-		t.Fatal(err)
-	}
-	if due := p.refreshClasses(); due != 0 {
-		t.Fatalf("the demand waits %v", due)
-	}
-	if got, _ := p.AppliedDemand(web); len(got) != 2 || got[0].Weight != 3 {
-		t.Fatalf("applied demand %v", got)
 	}
 }
 
@@ -338,18 +235,9 @@ func TestBalancedAmongSettledClientsAppliesAtOnce(t *testing.T) {
 func TestPreferSameRegionSharesOneEncodingPerRegion(t *testing.T) {
 	c := xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) })
 	p := New(c, "inst", nil)
-	p.SetCensus(c)
-	s, err := topology.NewDirectory().Apply(zoned(affinity.PreferSameRegion))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, z := range [][2]string{{"eu", "a"}, {"eu", "b"}, {"us", "c"}} {
-		defer client(t, c, z[0], z[1], 0).Close()
-	}
-	if _, err := p.Publish(s); err != nil {
-		t.Fatal(err)
-	}
-	p.refreshClasses()
+	batch := zoned(affinity.PreferSameRegion)
+	batch.SetClientClasses(envoyClasses("eu/a", "eu/b", "us/c"))
+	publishBatch(t, p, topology.NewDirectory(), batch)
 	v := p.upstream[web].variants
 	a, b, us := v[variantKey{int(translate.Weighted), "eu/a"}], v[variantKey{int(translate.Weighted), "eu/b"}], v[variantKey{int(translate.Weighted), "us/c"}]
 	if a == nil || a != b || us == nil || us == a {
@@ -359,5 +247,3 @@ func TestPreferSameRegionSharesOneEncodingPerRegion(t *testing.T) {
 		t.Fatalf("eu/b receives %v, want %v", got, want)
 	}
 }
-
-func first[T, U any](t T, _ U) T { return t }

@@ -16,6 +16,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
+	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
@@ -139,9 +140,7 @@ func New(c xdscache.Publisher, instance string, log *slog.Logger) *Publisher {
 	}
 	return &Publisher{cache: c, instance: instance, log: log, upstream: map[topology.Key]*published{}, changed: make(chan struct{}),
 		enc: translate.NewEncoder(),
-		cls: classState{demand: map[topology.Key]demandReading{}, pending: map[topology.Key]*pendingDemand{}, reading: map[topology.Key]*loadReading{},
-			affine: map[topology.Key]struct{}{}, now: time.Now, poke: make(chan struct{}, 1),
-			demandChanged: make(chan struct{})}}
+		cls: classState{classes: topology.NewClientClasses(nil), affine: map[topology.Key]struct{}{}}}
 }
 
 // SetSpatialOptions says where Envoy's spatial listener listens; call it before the
@@ -298,7 +297,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 	defer func() { p.pairs, p.pubs = clearSlice(pairs), clearSlice(p.pubs) }()
 	var pubs []*published
 	if err == nil {
-		pubs, err = p.translateAll(pairs, st.Version)
+		pubs, err = p.translateAll(pairs, st.Version, s.ClientClasses())
 	}
 	for i := 0; err == nil && i < len(pairs); i++ {
 		old, cur, pub := pairs[i].Old, pairs[i].Cur, pubs[i]
@@ -346,15 +345,25 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 		}
 		return st, fmt.Errorf("revision %d: %w", s.Revision, err)
 	}
+	var rerendered map[topology.Key]*published
+	if !s.ClientClasses().Equal(p.cls.classes) {
+		n := len(changes)
+		changes, rerendered = p.rerenderClasses(s, st.Version, next, changes)
+		st.Changes[xdstype.Endpoints] += len(changes) - n
+	}
 	p.spatial = spatial
 	for k, pub := range next {
 		p.upstream[k] = pub
 		p.cls.follow(k, pub.state.Upstream.ModeOf())
 	}
+	for k, pub := range rerendered {
+		p.upstream[k] = pub
+	}
 	for _, k := range gone {
 		delete(p.upstream, k)
-		p.cls.forget(k)
+		p.cls.follow(k, affinity.None)
 	}
+	p.cls.classes = s.ClientClasses()
 	st.Changed = pairs
 	st.Snapshot = s
 	if p.BeforeApply != nil {
@@ -362,7 +371,6 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 	}
 	p.cache.Apply(xdscache.Update{Version: st.Version, Changes: changes})
 	p.last = s
-	p.cls.seq = 0
 	close(p.changed)
 	p.changed = make(chan struct{})
 	st.Duration = time.Since(start)
@@ -447,7 +455,7 @@ const parallelTranslation = 256
 // translateAll translates every changed upstream (nil for a removed one),
 // checking each one's references; on several cores when there are many. The
 // first error in key order is returned, whatever the scheduling.
-func (p *Publisher) translateAll(pairs []UpstreamChange, version string) ([]*published, error) {
+func (p *Publisher) translateAll(pairs []UpstreamChange, version string, classes *topology.ClientClasses) ([]*published, error) {
 	pubs := p.pubs[:0]
 	for range pairs {
 		pubs = append(pubs, nil)
@@ -462,7 +470,7 @@ func (p *Publisher) translateAll(pairs []UpstreamChange, version string) ([]*pub
 		if old != nil {
 			prev = p.upstream[old.Upstream.Key]
 		}
-		pub, err := p.translate(prev, cur, version, scratch)
+		pub, err := p.translate(prev, cur, classes, version, scratch)
 		if err == nil {
 			err = pub.references(cur.Upstream.Key)
 		}
@@ -505,7 +513,7 @@ func (p *Publisher) translateAll(pairs []UpstreamChange, version string) ([]*pub
 // whose Upstream object did not change is translated only for its
 // endpoints; a cluster change always re-sends the endpoints too. Every
 // resource is encoded straight to the wire, in scratch.
-func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, version string, scratch *[]byte) (pub *published, err error) {
+func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, classes *topology.ClientClasses, version string, scratch *[]byte) (pub *published, err error) {
 	pub = &published{state: cur}
 	if prev != nil {
 		pub.name = prev.name
@@ -556,7 +564,7 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, vers
 	if prev != nil {
 		pub.variants, pub.failed = prev.variants, maps.Clone(prev.failed)
 	}
-	if pub.variants, err = p.renderVariants(pub, cur, version, scratch, clusterChanged); err != nil {
+	if pub.variants, err = p.renderVariants(pub, cur, classes, version, scratch, clusterChanged); err != nil {
 		return nil, err
 	}
 	// Who may read them is part of each entry: a change of exportTo alone

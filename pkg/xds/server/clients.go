@@ -450,10 +450,10 @@ func (c *Clients) identify(cl *Client, n *core.Node) {
 			cl.Identity.ClaimedNamespace = truncate(ns, maxNodeField)
 		}
 	}
-	if w, valid := xdscache.DemandWeight(n); !valid {
-		cl.DemandNote = fmt.Sprintf("metadata %s is not an integer 1..%d; counted as 1", xdscache.DemandWeightKey, affinity.MaxDemandWeight)
+	if w, valid := DemandWeight(n); !valid {
+		cl.DemandNote = fmt.Sprintf("metadata %s is not an integer 1..%d; counted as 1", DemandWeightKey, affinity.MaxDemandWeight)
 	} else if cl.demandCap > 0 && w > cl.demandCap {
-		cl.DemandNote = fmt.Sprintf("metadata %s claims %d; capped at %d, the demand its identity is granted", xdscache.DemandWeightKey, w, cl.demandCap)
+		cl.DemandNote = fmt.Sprintf("metadata %s claims %d; capped at %d, the demand its identity is granted", DemandWeightKey, w, cl.demandCap)
 	}
 	c.logConnected(cl)
 }

@@ -11,14 +11,13 @@ import (
 
 	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/xds/server"
-	"poise.dev/poise/pkg/xds/xdscache"
 )
 
 // claiming is an Envoy node of zone r1/z1 that declares a demand weight.
 func claiming(id string, weight float64) *core.Node {
 	n := envoyNode(id)
 	n.Locality = &core.Locality{Region: "r1", Zone: "z1"}
-	n.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{xdscache.DemandWeightKey: structpb.NewNumberValue(weight)}}
+	n.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{server.DemandWeightKey: structpb.NewNumberValue(weight)}}
 	return n
 }
 
@@ -136,5 +135,34 @@ func waitFor(t *testing.T, ok func() bool) {
 			t.Fatal("timed out")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The demand weight a node declares: a number or a string of digits,
+// 1 to 1,000,000; anything else counts 1 and is not valid.
+func TestDemandWeight(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    *structpb.Value
+		want uint64
+		ok   bool
+	}{
+		{"absent", nil, 1, true},
+		{"number", structpb.NewNumberValue(40), 40, true},
+		{"string", structpb.NewStringValue("1000000"), 1_000_000, true},
+		{"zero", structpb.NewNumberValue(0), 1, false},
+		{"fraction", structpb.NewNumberValue(2.5), 1, false},
+		{"too large", structpb.NewNumberValue(1_000_001), 1, false},
+		{"negative string", structpb.NewStringValue("-3"), 1, false},
+		{"long string", structpb.NewStringValue("00000000000000000001"), 1, false},
+		{"bool", structpb.NewBoolValue(true), 1, false},
+	} {
+		n := &core.Node{Id: "n"}
+		if tc.v != nil {
+			n.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{server.DemandWeightKey: tc.v}}
+		}
+		if got, ok := server.DemandWeight(n); got != tc.want || ok != tc.ok {
+			t.Errorf("%s: %d %v, want %d %v", tc.name, got, ok, tc.want, tc.ok)
+		}
 	}
 }

@@ -63,7 +63,7 @@ func bearing(token string) context.Context {
 func claimingZone(id, zone string) *core.Node {
 	n := envoyNode(id)
 	n.Locality = &core.Locality{Region: "r1", Zone: zone}
-	n.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{xdscache.DemandWeightKey: structpb.NewNumberValue(1_000_000)}}
+	n.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{server.DemandWeightKey: structpb.NewNumberValue(1_000_000)}}
 	return n
 }
 

@@ -57,22 +57,6 @@ type xdsServer struct {
 	demandGrant func(identity.Identity) uint64
 }
 
-// demandCap is the demand weight the client of ctx may claim at most, and
-// the workload instance it is: 0 (no cap) and "" when anonymous, else what
-// its identity is granted, at least 1.
-func (x *xdsServer) demandCap(ctx context.Context) (max uint64, instance string) {
-	id, ok := IdentityFrom(ctx)
-	if !ok || id.Anonymous() {
-		return 0, ""
-	}
-	if x.demandGrant != nil {
-		if g := x.demandGrant(id); g > 0 {
-			return g, id.Instance
-		}
-	}
-	return 1, id.Instance
-}
-
 // audienceOf is the audience of the client of a call, or the status that
 // refuses it.
 func (x *xdsServer) audienceOf(ctx context.Context) (Audience, error) {
@@ -388,7 +372,7 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 	st := x.cache.NewStreamFor(protocol == "delta", aud)
 	defer st.Close()
 	capped, instance := x.demandCap(ss.Context())
-	st.CapDemand(capped, instance)
+	st.WeighDemand(weighDemand(capped), instance)
 	if p := placementOf(ss.Context()); p.proven {
 		st.Place(p.class(nil))
 	}

@@ -10,16 +10,22 @@ import (
 	"poise.dev/poise/pkg/xds/xdscache"
 )
 
-// openCapped opens a stream whose claim is capped at max, of instance.
+// openCapped opens a stream of instance that the server weighs at its
+// node's claim within max (0: not capped), as the server does.
 func openCapped(t *testing.T, c *xdscache.Cache, node *core.Node, max uint64, instance string) *zoneClient {
 	s := c.NewStream(false)
-	s.CapDemand(max, instance)
+	s.WeighDemand(func(n *core.Node) uint64 {
+		if w := weighNode(n); max == 0 || w < max {
+			return w
+		}
+		return max
+	}, instance)
 	s.SetNode(node)
 	return &zoneClient{t: t, c: c, s: s}
 }
 
-// TestDemandCapAndInstance: a capped stream counts at most its cap; the
-// streams of one instance count once, in the class of the largest (the
+// TestDemandCapAndInstance: a stream counts what the server weighs it at
+// (here its claim within a cap); the streams of one instance count once, in the class of the largest (the
 // least class on a tie), and again in full as the others close; streams
 // of no instance count each.
 func TestDemandCapAndInstance(t *testing.T) {

@@ -6,7 +6,9 @@
 // sent only what changed since its last response, a NACKed version is never
 // re-sent in a loop, and an ACK that repeats its subscription costs O(1).
 // A resource may have a variant per client zone, sent to that zone's streams
-// instead of the base; the cache counts the streams of each zone, bounded.
+// instead of the base; the cache counts the streams of each zone, bounded,
+// and sums the demand weight the server weighed each stream at, per zone and
+// resource (the census the client-demand signal reads).
 // Each entry says who may read it and each stream has an audience (the
 // namespace its identity proves, or anonymous): the watches of each zone and
 // audience are a group of their own, and a stream is sent only what its

@@ -15,6 +15,7 @@ import (
 func openPlaced(t *testing.T, c *xdscache.Cache, delta bool, node *core.Node, key string) *zoneClient {
 	s := c.NewStream(delta)
 	s.Place(key)
+	s.WeighDemand(weighNode, "")
 	s.SetNode(node)
 	return &zoneClient{t: t, c: c, s: s, delta: delta}
 }

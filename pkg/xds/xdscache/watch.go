@@ -31,17 +31,18 @@ type Stream struct {
 	zone     string
 	aud      Audience // what the client may read, as its identity proves; fixed for its life
 	admitted Admission
-	demand   uint64 // DemandWeight of the node, within demandCap: what the stream counts for in Demand
+	demand   uint64 // what the stream counts for in Demand: weigh of its node, else 1
 	watches  [xdstype.Count]*Watch
 	wakeCh   chan struct{}
 	epoch    uint64 // the Apply that last queued this stream for waking
 	nonce    uint64
 	closed   bool
 
-	// demandCap bounds the demand the node may claim: what the client's
-	// proven identity is granted (0: unbounded, for an anonymous client).
-	demandCap uint64
-	instance  string // the workload instance it is of, counted once in Demand ("": on its own)
+	// weigh reads the demand weight of the stream's node (WeighDemand);
+	// instance is the workload instance it is of, counted once in Demand
+	// ("": on its own).
+	weigh    func(*core.Node) uint64
+	instance string
 
 	// placed is the class Place put the stream in, whatever its node
 	// claims (isPlaced: Place was called).
@@ -132,9 +133,9 @@ func (s *Stream) SetNode(n *core.Node) {
 	defer s.c.mu.Unlock()
 	if !s.viewSet && !s.closed && s.watches == [xdstype.Count]*Watch{} {
 		s.view, s.viewSet = s.c.viewOf(n), true
-		s.demand, _ = DemandWeight(n)
-		if s.demandCap > 0 {
-			s.demand = min(s.demand, s.demandCap)
+		s.demand = 1
+		if s.weigh != nil {
+			s.demand = s.weigh(n)
 		}
 		s.zone, s.admitted = s.c.zones.admit(s.view, s.classKey(n))
 		if s.instance != "" {

@@ -2,14 +2,10 @@ package xdscache
 
 import (
 	"maps"
-	"math"
-	"strconv"
 	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"google.golang.org/protobuf/types/known/structpb"
 
-	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/xds/xdstype"
 )
 
@@ -64,40 +60,6 @@ func (a Admission) String() string {
 	return [...]string{"admitted", "region-level: zone classes are over the bound", "none: zone and region classes are over the bound"}[a]
 }
 
-// DemandWeightKey is the node metadata field a client declares its demand
-// weight in, for the Balanced affinity mode.
-const DemandWeightKey = "poise.dev/demand-weight"
-
-// DemandWeight is the demand a node declares: the integer in its metadata
-// DemandWeightKey (a number or a string of digits, 1..affinity.MaxDemandWeight),
-// else 1; ok is false when the field is there but not such an integer.
-func DemandWeight(n *core.Node) (weight uint64, ok bool) {
-	v, has := n.GetMetadata().GetFields()[DemandWeightKey]
-	if !has {
-		return 1, true
-	}
-	var w float64
-	switch x := v.GetKind().(type) {
-	case *structpb.Value_NumberValue:
-		w = x.NumberValue
-	case *structpb.Value_StringValue:
-		if len(x.StringValue) > 7 {
-			return 1, false
-		}
-		i, err := strconv.ParseUint(x.StringValue, 10, 64)
-		if err != nil {
-			return 1, false
-		}
-		w = float64(i)
-	default:
-		return 1, false
-	}
-	if w != math.Trunc(w) || w < 1 || w > affinity.MaxDemandWeight {
-		return 1, false
-	}
-	return uint64(w), true
-}
-
 // zoneCensus counts the open streams of each class. A stream's class is
 // admitted when it is seen first: while maxZones distinct zone classes have
 // streams, a stream of another zone gets its region's class instead, and
@@ -113,8 +75,8 @@ type zoneCensus struct {
 	fallback int           // streams in a region class because their zone did not fit
 	changed  chan struct{} // closed, and replaced, when a count or a demand changes
 
-	// instances counts the streams of each workload instance that a cap
-	// named (CapDemand); shared is how many have more than one.
+	// instances counts the streams of each workload instance that
+	// WeighDemand named; shared is how many have more than one.
 	instances map[string]int
 	shared    int
 }
@@ -219,17 +181,17 @@ func (c *Cache) ZoneFallback() int {
 	return c.zones.fallback
 }
 
-// CapDemand bounds the demand weight the stream's node may claim
-// (DemandWeight) to max, what the client's proven identity is granted, so a
-// client cannot move a zone's traffic by claiming more than it is, and names
-// the workload instance the stream is of: Demand counts an instance once,
+// WeighDemand says what the stream counts for in Demand: weigh gives the
+// demand weight of its node (the server's reading of the node's claim,
+// within what the client's identity is granted), and instance names the
+// workload instance the stream is of, so Demand counts an instance once,
 // however many streams it opens. It takes effect at SetNode, so it is
-// called before it; zero and "" (an anonymous client) leave the claim
-// unbounded and the stream counted on its own.
-func (s *Stream) CapDemand(max uint64, instance string) {
+// called before it; a stream never weighed counts 1, and "" counts the
+// stream on its own.
+func (s *Stream) WeighDemand(weigh func(*core.Node) uint64, instance string) {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	s.demandCap, s.instance = max, instance
+	s.weigh, s.instance = weigh, instance
 }
 
 // Place puts the stream in locality class key (see ClassKey), whatever
@@ -292,9 +254,8 @@ func (d *instanceDemand) offer(zone string, demand uint64) {
 }
 
 // Demand is, for one resource name of a type, the summed demand weight
-// (DemandWeight, within what the stream's identity is granted) of the
-// streams of each zone class that subscribe to it, over every view; the
-// streams of one workload instance count once (CapDemand). Region-level
+// (WeighDemand) of the streams of each zone class that subscribe to it,
+// over every view; the streams of one workload instance count once. Region-level
 // classes and streams with no class are not counted: the Balanced mode
 // gives them the None split.
 func (c *Cache) Demand(typeURL, name string) map[string]uint64 {
