@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/identity/identitytest"
 	"poise.dev/poise/pkg/xds/server"
+	"poise.dev/poise/test/testkit"
 )
 
 // TestStreamsPerInstanceAreBounded: one pod (its bound token) holds at most
@@ -76,13 +78,8 @@ func TestStreamsPerInstanceAreBounded(t *testing.T) {
 	}
 
 	first()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testkit.Eventually(t, 5*time.Second, "after one of its streams ended, a new one served", func() (bool, string) {
 		_, err := hold(greedy, "greedy-0.again")
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after one of its streams ended, a new one: %v", err)
-		}
-	}
+		return err == nil, fmt.Sprint(err)
+	})
 }
