@@ -62,6 +62,7 @@ func TestConvergenceObservedOnACK(t *testing.T) {
 	_, before := h.histogram(h.metrics.Convergence, "EDS")
 	h.apply("v2", put(0, EDS, entry(t, "v2", cla("c1", 9001))))
 	eds := env.expect(EDS, "v2", "c1")
+	// sleep: the ACK must come at least delay after the publication
 	time.Sleep(delay)
 	env.ack(eds)
 	eventually(t, "the v2 ACK observed", func() bool { n, _ := h.histogram(h.metrics.Convergence, "EDS"); return n == 2 })
