@@ -652,13 +652,18 @@ func (w *modelWorld) put(t *rapid.T, d *modelDraft, view, typ int, name, version
 }
 
 // putViews is put in each of views: in both, of one content (the views
-// render it alike) or each of its own.
+// render it alike) or each of its own. Audience variants are each view's
+// own draw: a variant one view keeps may be one the other deleted, and
+// no content comes back to a view once it has gone.
 func (w *modelWorld) putViews(t *rapid.T, d *modelDraft, views []int, typ int, name, version string) []modelChange {
 	var out []modelChange
 	for i, view := range views {
 		if i > 0 && rapid.Bool().Draw(t, "rendered alike") {
 			ch := out[0]
 			ch.view = view
+			if name == modelVariantName {
+				ch.variants = w.drawVariants(t, d, view, typ, version)
+			}
 			out = append(out, d.take(ch))
 			continue
 		}
