@@ -954,6 +954,12 @@ type modelClient struct {
 	nacked        [2]map[string]*xdscache.Entry
 	// newest is the highest version received of each type, over streams.
 	newest [2]int
+	// moved are the names whose content changed for the client since it
+	// was last sent them: a Delta server rightly sends such a name again
+	// even when its content has come back to what the client holds or
+	// NACKed (a zone or audience variant put and removed again while a
+	// response awaited its answer).
+	moved [2]map[string]bool
 	// resubscribed are the names subscribed to again since they were last
 	// received: a Delta server rightly sends them again.
 	resubscribed [2]map[string]bool
@@ -998,6 +1004,7 @@ func (w *modelWorld) newClient(t *rapid.T, id int, delta bool) *modelClient {
 		c.held[typ] = map[string]*xdscache.Entry{}
 		c.names[typ] = map[string]bool{}
 		c.resubscribed[typ] = map[string]bool{}
+		c.moved[typ] = map[string]bool{}
 		for _, n := range rapid.SliceOfDistinct(rapid.SampledFrom(modelNames), rapid.ID).Draw(t, "names") {
 			c.names[typ][n] = true
 		}
@@ -1347,6 +1354,10 @@ func (c *modelClient) settle() {
 		c.unanswered[r.typ] = r
 		for _, e := range r.entries {
 			delete(c.resubscribed[r.typ], e.Name)
+			delete(c.moved[r.typ], e.Name)
+		}
+		for _, name := range r.removed {
+			delete(c.moved[r.typ], name)
 		}
 		if !c.hold[r.typ] {
 			c.answer(r.typ, c.nackNext[r.typ])
@@ -1429,10 +1440,10 @@ func (c *modelClient) check(r *modelResponse) error {
 		if !c.scope(typ, e.Name) {
 			return fmt.Errorf("%s was sent though the client does not subscribe to it", e.Name)
 		}
-		if c.delta && c.held[typ][e.Name] == e && !c.resubscribed[typ][e.Name] {
+		if c.delta && c.held[typ][e.Name] == e && !c.resubscribed[typ][e.Name] && !c.moved[typ][e.Name] {
 			return fmt.Errorf("%s@%s was sent again though the client holds it", e.Name, e.Version)
 		}
-		if c.delta && c.nacked[typ][e.Name] == e && !c.resubscribed[typ][e.Name] {
+		if c.delta && c.nacked[typ][e.Name] == e && !c.resubscribed[typ][e.Name] && !c.moved[typ][e.Name] {
 			return fmt.Errorf("%s@%s was sent again though the client NACKed it", e.Name, e.Version)
 		}
 	}

@@ -32,6 +32,7 @@ func (c *modelClient) published(changed [2][]string) {
 		s := c.srv[typ]
 		for _, n := range names {
 			delete(c.stale[typ], n) // the server owes the client its new content
+			c.moved[typ][n] = true
 			if s != nil && s.scope(n) {
 				s.dirty[n] = true
 			}
