@@ -20,6 +20,7 @@ import (
 // A client's connect and disconnect are logged at INFO with who it is and
 // where it is placed.
 func TestClientConnectLogged(t *testing.T) {
+	t.Parallel()
 	var log testkit.Logs
 	h := newHarnessWith(t, server.Config{}, slog.New(slog.NewJSONHandler(&log, nil)))
 	publishV1(t, h)
@@ -59,6 +60,7 @@ func TestClientConnectLogged(t *testing.T) {
 // out, one line counting the rest: every connect and disconnect is
 // accounted for, in a few dozen lines.
 func TestClientConnectBurstBounded(t *testing.T) {
+	t.Parallel()
 	const clients, conns = 1000, 10
 	const period = time.Second
 	var log testkit.Logs

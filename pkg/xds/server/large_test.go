@@ -13,6 +13,7 @@ import (
 // answers (release), and at the latest after its bound, so a client that
 // never answers cannot keep the budget from the others.
 func TestLargeHoldIsGivenBack(t *testing.T) {
+	t.Parallel()
 	x := &xdsServer{large: semaphore.NewWeighted(maxLargeInFlight)}
 	h := &largeHold{x: x, max: 50 * time.Millisecond}
 	take := func(w int64) {

@@ -23,6 +23,7 @@ import (
 // ResourceExhausted and a message that says which limit, while the
 // streams already served keep working.
 func TestStreamLimits(t *testing.T) {
+	t.Parallel()
 	h := newHarnessWith(t, server.Config{MaxStreams: 5, MaxStreamsPerConnection: 3}, nil)
 	publishV1(t, h)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -31,6 +31,7 @@ func servedTypes() []string { return xdstype.Shorts() }
 
 // The client kinds the server records with are the ones created at 0 up front.
 func TestMetricClientKindsAreTheServers(t *testing.T) {
+	t.Parallel()
 	if want := []string{server.KindEnvoy, server.KindGRPC, server.KindUnknown}; !slices.Equal(metrics.ClientKinds, want) {
 		t.Errorf("metrics create client kinds %v, the server records %v", metrics.ClientKinds, want)
 	}
@@ -40,6 +41,7 @@ func TestMetricClientKindsAreTheServers(t *testing.T) {
 // or of a later one, once per client and version; a NACKed version
 // converges with the next one the client accepts.
 func TestConvergenceObservedOnACK(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for _, typ := range servedTypes() {
 		if n, _ := h.histogram(h.metrics.Convergence, typ); n != 0 {
@@ -99,6 +101,7 @@ func TestConvergenceObservedOnACK(t *testing.T) {
 }
 
 func TestConvergenceObservedOnDeltaACK(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	publishV1(t, h)
 	d := h.delta(envoyNode("envoy-d"))

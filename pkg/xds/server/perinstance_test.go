@@ -25,6 +25,7 @@ import (
 // service account's pods would share it) are served. A stream that ends
 // gives its place back.
 func TestStreamsPerInstanceAreBounded(t *testing.T) {
+	t.Parallel()
 	const limit = 8
 	h := newTokenHarnessWith(t, identity.TokenOptions{}, server.Config{MaxStreamsPerInstance: limit})
 	publishV1(t, h.harness)

@@ -102,6 +102,7 @@ func runDelta(c *deltaClient, s *held) {
 // SotW and Delta clients ACK continuously; every client must end up holding
 // exactly the final resources of its view. Run it with -race.
 func TestConcurrentAppliesConverge(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	const nClusters, appliers, appliesEach = 8, 4, 40
 	var clusterNames []string

@@ -106,6 +106,7 @@ func serveMutualTLS(t *testing.T, p *pki) (addr string, put func(version string,
 }
 
 func TestMutualTLS(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	addr, _, _ := serveMutualTLS(t, p)
 

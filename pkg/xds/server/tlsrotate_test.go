@@ -43,6 +43,7 @@ func readFile(t *testing.T, path string) []byte {
 // on, without a restart; a stream opened before keeps working; files that
 // cannot be used leave the last good ones serving.
 func TestTLSRotation(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	other := newPKI(t) // a second CA, trusted only after the CA file is rotated
 	addr, put, srv := serveMutualTLS(t, p)
