@@ -12,6 +12,7 @@ import (
 // holds the real binary's time and memory for it); anchors used within
 // reason still decode.
 func TestAliasBombsRefused(t *testing.T) {
+	t.Parallel()
 	head := "apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata:\n  name: bomb\n  namespace: default\n  annotations:\n"
 	wide := head + "    a: &big " + strings.Repeat("x", 1<<20) + "\n    b: [" + strings.TrimSuffix(strings.Repeat("*big, ", 3000), ", ") + "]\n"
 	deep := head + "    l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"

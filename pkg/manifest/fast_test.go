@@ -376,6 +376,7 @@ func (g *docGen) inline(v *gval) string {
 // path decodes to exactly what the general path does, or leaves the
 // document to it; and it takes most valid documents.
 func TestFastPathMatchesGeneral(t *testing.T) {
+	t.Parallel()
 	n := 5000
 	if testing.Short() {
 		n = 1000
@@ -402,6 +403,7 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 // TestFastPathTakesExamples: the bundled examples and the scale fixture's
 // shape decode by the fast path, where they can, to the same objects.
 func TestFastPathTakesExamples(t *testing.T) {
+	t.Parallel()
 	paths, err := filepath.Glob("../../examples/*.yaml")
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no examples: %v", err)
@@ -488,6 +490,7 @@ var fastMistakes = []string{
 // mistake is never decoded by the fast path; the general path names the
 // field (or the apiVersion, or the kind) of each.
 func TestFastPathLeavesMistakesToTheGeneralPath(t *testing.T) {
+	t.Parallel()
 	var p fastParser
 	for _, doc := range fastMistakes {
 		raw := []byte(doc)
@@ -537,6 +540,7 @@ func BenchmarkDecodeDocument(b *testing.B) {
 // TestFastPathBounds: a document past maxFastDocument takes the general
 // path, and a parser does not keep a large node array for the next file.
 func TestFastPathBounds(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	b.WriteString("apiVersion: poise.dev/v1alpha1\nkind: EndpointSet\nmetadata: {name: s}\nspec:\n  upstream: u\n  endpoints:\n")
 	for i := 0; b.Len() <= maxFastDocument; i++ {
@@ -557,6 +561,7 @@ func TestFastPathBounds(t *testing.T) {
 // quoted or plain, decodes by the fast path to what the general path
 // decodes; a plain * (a YAML alias) is left to the general path.
 func TestFastPathTakesExportTo(t *testing.T) {
+	t.Parallel()
 	var p fastParser
 	for _, tc := range []struct {
 		doc  string

@@ -14,6 +14,7 @@ import (
 // TestDecodeFileMatchesLoad: a file decoded alone gives Load's objects and
 // Load's errors, message for message.
 func TestDecodeFileMatchesLoad(t *testing.T) {
+	t.Parallel()
 	for name, content := range map[string]string{
 		"valid": docs(upstreamX, localityX, setX, domainX, partitionX),
 		"errors": docs(
@@ -79,6 +80,7 @@ func countDocs(errs manifest.Errors) int {
 // TestDecodeFileReusesUnchangedDocuments: only a document whose text
 // changed is decoded again, and every document is numbered where it is now.
 func TestDecodeFileReusesUnchangedDocuments(t *testing.T) {
+	t.Parallel()
 	v1 := manifest.DecodeFile("a.yaml", []byte(docs(upstreamX, localityX, setX)), nil)
 	if v1.Decoded != 3 || len(v1.Documents) != 3 || v1.Err() != nil {
 		t.Fatalf("first version: decoded %d, %d objects, %v", v1.Decoded, len(v1.Documents), v1.Err())
@@ -127,6 +129,7 @@ func TestDecodeFileReusesUnchangedDocuments(t *testing.T) {
 // TestDuplicateNamesBoth: the message of an object defined twice names both
 // places, as Load words it.
 func TestDuplicateNamesBoth(t *testing.T) {
+	t.Parallel()
 	key := topology.Key{Namespace: "shop", Name: "x"}
 	err := manifest.Duplicate(manifest.Object{File: "b.yaml", Document: 3, Kind: "Upstream", Key: key},
 		manifest.Object{File: "a.yaml", Document: 1, Kind: "Upstream", Key: key})
@@ -138,6 +141,7 @@ func TestDuplicateNamesBoth(t *testing.T) {
 // TestRelease: a released file's documents cannot be put, nor those taken
 // from it; those decoded anew can.
 func TestRelease(t *testing.T) {
+	t.Parallel()
 	v1 := manifest.DecodeFile("a.yaml", []byte(docs(upstreamX, localityX)), nil)
 	v1.Release()
 	var b topology.Batch

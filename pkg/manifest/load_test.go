@@ -74,6 +74,7 @@ type wantErr struct {
 func docs(ds ...string) string { return strings.Join(ds, "---\n") }
 
 func TestLoadErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		files map[string]string
@@ -445,6 +446,7 @@ func TestLoadErrors(t *testing.T) {
 }
 
 func TestLoadPathErrors(t *testing.T) {
+	t.Parallel()
 	if _, err := manifest.Load(); err == nil {
 		t.Error("Load() without paths succeeded")
 	}
@@ -459,6 +461,7 @@ func TestLoadPathErrors(t *testing.T) {
 }
 
 func TestLoadSkipsEmptyDocuments(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
 		"a.yaml":        "# header comment\n---\n---\n" + upstreamX + "---\n# nothing here\n   # indented comment\n--- # separator with a comment\n\n---\n" + localityX + "---\n",
@@ -484,6 +487,7 @@ func TestLoadSkipsEmptyDocuments(t *testing.T) {
 }
 
 func TestLoadDirectory(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	obj := func(kind, name string) string {
 		return "apiVersion: poise.dev/v1alpha1\nkind: " + kind + "\nmetadata: {name: " + name + "}\nspec: {upstream: u}\n"
@@ -540,6 +544,7 @@ func TestLoadDirectory(t *testing.T) {
 }
 
 func TestIsManifest(t *testing.T) {
+	t.Parallel()
 	for name, want := range map[string]bool{
 		"a.yaml": true, "a.yml": true, "a.json": true, "A.YAML": true, "dir/b.Yml": true,
 		"a.txt": false, "a.yaml.bak": false, "yaml": false, "a": false, "a.jsonl": false,
@@ -551,6 +556,7 @@ func TestIsManifest(t *testing.T) {
 }
 
 func TestDecodeMatchesLoad(t *testing.T) {
+	t.Parallel()
 	set, err := manifest.Decode("inline.yaml", []byte(docs(upstreamX, localityX, setX)))
 	if err != nil {
 		t.Fatal(err)
@@ -579,6 +585,7 @@ func TestDecodeMatchesLoad(t *testing.T) {
 // TestExamples checks that examples/ loads, applies, and shows every
 // feature the examples are meant to demonstrate.
 func TestExamples(t *testing.T) {
+	t.Parallel()
 	set, err := manifest.Load("../../examples")
 	if err != nil {
 		t.Fatal(err)

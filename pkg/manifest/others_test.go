@@ -20,6 +20,7 @@ const (
 // TestLoadSkipsOtherKinds: the kinds kubectl applies from the same directory
 // are counted and skipped; they neither fail the load nor add objects.
 func TestLoadSkipsOtherKinds(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		files   map[string]string
@@ -71,6 +72,7 @@ func TestLoadSkipsOtherKinds(t *testing.T) {
 
 // TestOthersStringBounded: the line names at most ten kinds, then counts the rest.
 func TestOthersStringBounded(t *testing.T) {
+	t.Parallel()
 	var ds []string
 	for i := range 14 {
 		for range i + 1 {
@@ -90,6 +92,7 @@ func TestOthersStringBounded(t *testing.T) {
 // TestProblemsPerDocumentBounded: a document with many problems reports the
 // first MaxProblemsPerDocument and counts the rest.
 func TestProblemsPerDocumentBounded(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	b.WriteString("apiVersion: poise.dev/v1alpha1\nkind: EndpointSet\nmetadata: {name: x-eu, namespace: shop}\nspec:\n  upstream: x\n  locality: {region: eu}\n  endpoints:\n")
 	for i := range 30 {
@@ -122,6 +125,7 @@ func asErrors(err error, into *manifest.Errors) bool {
 // TestNoNamespace: an object without metadata.namespace is read in namespace
 // default, and says so, on the fast path and the general one alike.
 func TestNoNamespace(t *testing.T) {
+	t.Parallel()
 	bare := strings.Replace(upstreamX, "  namespace: shop\n", "", 1)
 	for name, doc := range map[string]string{
 		"fast":    bare,

@@ -43,6 +43,7 @@ spec:
 )
 
 func TestLoadSpatial(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
 		"a.yaml": docs(upstreamX, domainX, partitionX, strings.Replace(partitionX, "pacific", "europe", 1)),
@@ -109,6 +110,7 @@ func TestLoadSpatial(t *testing.T) {
 // TestLocateSpatial: a topology problem naming spatial objects points at their
 // files and documents.
 func TestLocateSpatial(t *testing.T) {
+	t.Parallel()
 	set, err := manifest.Decode("a.yaml", []byte(docs(domainX, partitionX)))
 	if err != nil {
 		t.Fatal(err)

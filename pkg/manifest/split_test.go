@@ -83,6 +83,7 @@ var splitSeeds = []string{
 // TestSplitMatchesKubernetesReader: splitDocuments gives the documents, the
 // numbers and the errors of the line-by-line reader it replaces.
 func TestSplitMatchesKubernetesReader(t *testing.T) {
+	t.Parallel()
 	for _, s := range splitSeeds {
 		got, want := splitWith(splitOnly, []byte(s)), splitWith(splitReference, []byte(s))
 		if !reflect.DeepEqual(got, want) {
@@ -107,6 +108,7 @@ func FuzzSplit(f *testing.F) {
 // ignores, is warned of with its document and line, in both decoding paths;
 // a marker followed only by blank lines, comments or the next "---" is not.
 func TestContentAfterDocumentEndIsWarned(t *testing.T) {
+	t.Parallel()
 	up := "apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: web, namespace: shop}\n"
 	for _, tc := range []struct {
 		data string

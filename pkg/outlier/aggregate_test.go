@@ -45,6 +45,7 @@ func summary(address string, port uint32, requests, errors, reporters uint64, fa
 }
 
 func TestSummarize(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		n         int
@@ -95,6 +96,7 @@ func TestSummarize(t *testing.T) {
 // TestSummarizeIgnoresReporterOrderAndExtraLoads: the reporters' order does
 // not matter, and loads past the endpoints are not read.
 func TestSummarizeIgnoresReporterOrderAndExtraLoads(t *testing.T) {
+	t.Parallel()
 	r := reports(3, map[string][][2]uint64{"a": {{1, 2}, {3, 0}}, "b": {{5, 5}, {0, 0}, {9, 1}}, "c": {{7, 0}}})
 	want := Summarize(r, 30)
 	slices.Reverse(r.Reporters)
@@ -109,6 +111,7 @@ func TestSummarizeIgnoresReporterOrderAndExtraLoads(t *testing.T) {
 // TestMerge: counts add up; the failing instances unite, so one instance
 // failing on two replicas is two failing reporters but one instance.
 func TestMerge(t *testing.T) {
+	t.Parallel()
 	a := Aggregate{Reporters: 2, Untrusted: 1, Endpoints: []EndpointSummary{summary("10.0.0.1", 80, 10, 5, 2, "x"), summary("10.0.0.2", 80, 4, 0, 1)}}
 	b := Aggregate{Reporters: 3, Endpoints: []EndpointSummary{summary("10.0.0.1", 80, 1, 1, 1, "x"), summary("10.0.0.1", 81, 2, 0, 1)}}
 	one := summary("10.0.0.1", 80, 11, 6, 3, "x")
@@ -158,6 +161,7 @@ func TestMerge(t *testing.T) {
 }
 
 func TestMergeIsBounded(t *testing.T) {
+	t.Parallel()
 	big := Aggregate{}
 	for i := range MaxEndpoints + 5 {
 		big.Endpoints = append(big.Endpoints, EndpointSummary{Address: "10.0.0.1", Port: uint32(i), Requests: 1})

@@ -52,6 +52,7 @@ func ejected(vs []Verdict) []string {
 }
 
 func TestDecideThresholds(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		cfg  func(*topology.OutlierDetection)
@@ -91,6 +92,7 @@ func TestDecideThresholds(t *testing.T) {
 
 // TestDecideWeightedCap: the cap is on configured weight, not endpoints.
 func TestDecideWeightedCap(t *testing.T) {
+	t.Parallel()
 	eps := endpoints(4)
 	eps[0].Weight, eps[1].Weight = 7, 1 // total 10: 20 % is 2
 	c := cfg
@@ -111,6 +113,7 @@ func TestDecideWeightedCap(t *testing.T) {
 // ends by itself; a second one needs new evidence and lasts longer; healthy
 // windows decay the count; the origin says what was seen.
 func TestEjectionLifecycle(t *testing.T) {
+	t.Parallel()
 	d := NewDecider(window)
 	c := cfg
 	c.MaxEjectionTime = 75 * time.Second
@@ -168,6 +171,7 @@ func TestEjectionLifecycle(t *testing.T) {
 // TestDecideEndpointsLeaving: an ejected endpoint that leaves the upstream
 // is withdrawn; Forget withdraws every ejection.
 func TestDecideEndpointsLeaving(t *testing.T) {
+	t.Parallel()
 	d := NewDecider(window)
 	c := cfg
 	c.MaxEjectionPercent = 50
@@ -182,6 +186,7 @@ func TestDecideEndpointsLeaving(t *testing.T) {
 }
 
 func TestOriginFigures(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		e    EndpointSummary
 		w    time.Duration
@@ -204,6 +209,7 @@ func TestOriginFigures(t *testing.T) {
 // allowed), and the decisions do not depend on the order of the aggregate's
 // entries.
 func TestDecideProperties(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(15, 2))
 	for iter := range 2000 {
 		n := 1 + rng.IntN(12)

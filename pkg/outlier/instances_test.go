@@ -19,6 +19,7 @@ import (
 
 // MaxInstances is the largest minReporters the API allows.
 func TestMaxInstancesIsTheLargestMinReporters(t *testing.T) {
+	t.Parallel()
 	if MaxInstances != v1alpha1.MaxOutlierMinReporters {
 		t.Fatalf("MaxInstances %d, the API's largest minReporters %d", MaxInstances, v1alpha1.MaxOutlierMinReporters)
 	}
@@ -30,6 +31,7 @@ func TestMaxInstancesIsTheLargestMinReporters(t *testing.T) {
 // all the replicas' instances together are at least m, and never more than
 // them (the equality proved in "Counting failing instances over replicas").
 func TestBottomSetsCountDistinctInstances(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		m := rapid.IntRange(1, 40).Draw(t, "m")
 		k := rapid.IntRange(m, 2*m).Draw(t, "k")
@@ -147,6 +149,7 @@ func previousLeaderFailing(t *rapid.T, b []byte, up, address string) uint64 {
 // the count, and a leader of the previous version reads no failing
 // reporters in this version's shares.
 func TestFleetCountsEachInstanceOnce(t *testing.T) {
+	t.Parallel()
 	const share = "ns/svc"
 	rapid.Check(t, func(t *rapid.T) {
 		m := rapid.IntRange(1, 6).Draw(t, "minReporters")
@@ -227,6 +230,7 @@ func TestFleetCountsEachInstanceOnce(t *testing.T) {
 // endpoints alone, TestCompactBound). What is kept of a set is its smallest
 // hashes, so the leader's count can only fall.
 func TestEncodeShareBound(t *testing.T) {
+	t.Parallel()
 	const maxBytes = 512 << 10
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, tc := range []struct {

@@ -24,6 +24,7 @@ import (
 // only the origins' count of failing instances may be lower, never below
 // minReporters.
 func TestCompactKeepsEveryDecision(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(7, 15))
 	for trial := range 120 {
 		full, compact := NewDecider(window), NewDecider(window)
@@ -106,6 +107,7 @@ func withoutFailing[T Verdict | Ejection](t *testing.T, c topology.OutlierDetect
 // then the most requests, are kept, the rest counted as truncated, per
 // upstream.
 func TestCompactBound(t *testing.T) {
+	t.Parallel()
 	const max = 100
 	aggs := map[string]Aggregate{}
 	for u, up := range []string{"ns/a", "ns/b"} {
@@ -137,6 +139,7 @@ func TestCompactBound(t *testing.T) {
 // set is cut to one level, and what is left goes one each to the first
 // longer sets, so exactly the budget is kept.
 func TestInstanceBudget(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		lens   []int
 		budget int
@@ -181,6 +184,7 @@ func TestInstanceBudget(t *testing.T) {
 // ejections keeps them until their end, returns the endpoint then, and its
 // next ejection counts on from the restored count.
 func TestRestoreContinuesTheEjection(t *testing.T) {
+	t.Parallel()
 	eps := endpoints(10)
 	first := NewDecider(window)
 	if got := ejected(first.Decide(up, cfg, bad(10, 50, 3), eps, t0)); !reflect.DeepEqual(got, []string{addr(3)}) {
@@ -221,6 +225,7 @@ func TestRestoreContinuesTheEjection(t *testing.T) {
 // whose instance sets no replica writes; a share of the previous version
 // is read.
 func TestSharedRoundTrip(t *testing.T) {
+	t.Parallel()
 	in := Compact(map[string]Aggregate{"ns/a": bad(5, 40, 2), "ns/b": {Reporters: 1}}, MaxSharedEndpoints, MaxSharedInstances)
 	b, err := in.Encode()
 	if err != nil {

@@ -23,6 +23,7 @@ func reasonOf(err error) string {
 }
 
 func TestParseBBox(t *testing.T) {
+	t.Parallel()
 	const epsgURI = "http://www.opengis.net/def/crs/EPSG/0/4326"
 	tests := []struct {
 		name, raw, crs string
@@ -111,6 +112,7 @@ func TestParseBBox(t *testing.T) {
 
 // NaN must never pass validation, whichever field carries it (positive-form checks).
 func TestValidateNaN(t *testing.T) {
+	t.Parallel()
 	nan := math.NaN()
 	for i, b := range []BBox{
 		{nan, 0, 1, 1}, {0, nan, 1, 1}, {0, 0, nan, 1}, {0, 0, 1, nan}, {nan, nan, nan, nan},
@@ -129,6 +131,7 @@ func TestValidateNaN(t *testing.T) {
 }
 
 func TestBBoxFromRequest(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		header    string

@@ -21,6 +21,7 @@ func grid(xs [][2]int, y0, y1 int) []Cell {
 }
 
 func TestCells(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		b      BBox
@@ -93,6 +94,7 @@ func TestCells(t *testing.T) {
 }
 
 func TestCellsFromParsedBBox(t *testing.T) {
+	t.Parallel()
 	// The EPSG:4326 request must touch the same cells as the CRS84 one.
 	a, err := ParseBBox("170,-10,-170,10", "")
 	if err != nil {
@@ -133,6 +135,7 @@ func TestAppendCellsReusesDst(t *testing.T) {
 
 // Every multiple of the grid and its float neighbours: one consistent edge rule.
 func TestCellsEdgeNeighbours(t *testing.T) {
+	t.Parallel()
 	const g = 5
 	for k := -36; k <= 36; k++ {
 		e := float64(k * g)

@@ -42,6 +42,7 @@ func mustBuild(t testing.TB, d Domain, parts []Partition) *Map {
 }
 
 func TestDecide(t *testing.T) {
+	t.Parallel()
 	d, parts := exampleDomain()
 	m := mustBuild(t, d, parts)
 	// replicas in name order: eu-central, eu-west, us-east
@@ -118,6 +119,7 @@ func TestDecide(t *testing.T) {
 }
 
 func TestDecideCap(t *testing.T) {
+	t.Parallel()
 	d, parts := exampleDomain()
 	d.CapPercent = 30
 	m := mustBuild(t, d, parts)
@@ -146,6 +148,7 @@ func TestDecideCap(t *testing.T) {
 }
 
 func TestBuildProblems(t *testing.T) {
+	t.Parallel()
 	d, parts := exampleDomain()
 	parts = append(parts,
 		Partition{"atlantis", BBox{-30, 30, -20, 40}, []string{"eu-west", "eu-south"}},
@@ -198,6 +201,7 @@ func TestBuildProblems(t *testing.T) {
 
 // Identical input in any order gives the identical map, version and Lua, byte for byte.
 func TestBuildIsOrderIndependent(t *testing.T) {
+	t.Parallel()
 	d, parts := exampleDomain()
 	ref := mustBuild(t, d, parts)
 	h := []bool{true, false, true}
@@ -238,6 +242,7 @@ func TestBuildIsOrderIndependent(t *testing.T) {
 }
 
 func TestRenderDataRefusesUnsafeIdentifiers(t *testing.T) {
+	t.Parallel()
 	d, parts := exampleDomain()
 	m := mustBuild(t, d, parts)
 	h := []bool{true, true, true}

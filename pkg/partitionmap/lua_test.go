@@ -351,6 +351,7 @@ func runCases(t testing.TB, bin, chunk string, cases []luaCase, extra ...string)
 // handle and compares status, reason and cluster with the Go reference on random and
 // adversarial requests over several maps.
 func TestLuaMatchesGo(t *testing.T) {
+	t.Parallel()
 	bin := luatest.Need(t)
 	perMap := 4000
 	if testing.Short() {
@@ -412,6 +413,7 @@ func TestLuaMatchesGo(t *testing.T) {
 // TestLuaDecisionCost measures the pure decision cost in LuaJIT over a mixed request set
 // (reported in the log; bounded loosely so a pathological slowdown fails).
 func TestLuaDecisionCost(t *testing.T) {
+	t.Parallel()
 	bin := luatest.Need(t)
 	if testing.Short() {
 		t.Skip("skipping the LuaJIT timing in -short mode")
@@ -449,6 +451,7 @@ func TestLuaDecisionCost(t *testing.T) {
 // the largest DATA a domain can produce; LuaJIT must load it (a chunk's constants are
 // limited) and decide as Go does.
 func TestLuaLoadsTheLargestMap(t *testing.T) {
+	t.Parallel()
 	bin := luatest.Need(t)
 	dom := Domain{Name: "world", GridDeg: 1, MaxCells: 256, CapPercent: NoCap,
 		Replicas: []Replica{{"a", "ua", "r"}, {"b", "ub", "r"}}, Products: []Product{{"p", "/p", []string{"r"}}}}

@@ -100,6 +100,7 @@ func benchComputeOn(b *testing.B, in []Endpoint) {
 }
 
 func TestBenchTopologyIsRealistic(t *testing.T) {
+	t.Parallel()
 	for _, n := range benchSizes {
 		in := benchTopology(n)
 		for _, x := range [][]Endpoint{in, flipped(in)} {

@@ -109,6 +109,7 @@ func mustCompute(t *rapid.T, p Policy, in []Endpoint) *Result {
 
 // (a) Conservation invariants, and exact agreement with the spec model.
 func TestPropertyInvariants(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		p, in := genPolicy.Draw(t, "policy"), genEndpoints.Draw(t, "endpoints")
 		r := mustCompute(t, p, in)
@@ -148,6 +149,7 @@ func byIdentity(r *Result, in []Endpoint) identResult {
 // (b) Permutation invariance, for valid inputs and for the first validation
 // error of invalid ones.
 func TestPropertyPermutationInvariance(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		p, in := genPolicy.Draw(t, "policy"), genEndpoints.Draw(t, "endpoints")
 		if len(in) > 1 && rapid.IntRange(0, 4).Draw(t, "corrupt") == 0 {
@@ -206,6 +208,7 @@ func usesPanicSet(p Policy, r *Result, pi int) bool {
 // eligible ⊆ panic set) or stays equal (panic set → panic set), and
 // floor(opf × S × 10_000 / T), the min-unit and the cap are all monotone in S.
 func TestPropertyMonotonicity(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		p, in := genPolicy.Draw(t, "policy"), genEndpoints.Draw(t, "endpoints")
 		before := mustCompute(t, p, in).Clone()
@@ -263,6 +266,7 @@ func TestPropertyMonotonicity(t *testing.T) {
 // (d) A failover priority never takes load from a 100 % healthy one, and
 // locality weights of higher priorities never change any load.
 func TestPropertyFailoverAndLocalityWeightIndependence(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		p, in := genPolicy.Draw(t, "policy"), genEndpoints.Draw(t, "endpoints")
 		r := mustCompute(t, p, in).Clone()
@@ -324,6 +328,7 @@ func TestPropertyFailoverAndLocalityWeightIndependence(t *testing.T) {
 // (e) A Calculator reused across many inputs, valid and invalid, agrees with
 // a fresh one: no scratch state leaks between computations.
 func TestPropertyCalculatorReuse(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		c := NewCalculator()
 		steps := rapid.IntRange(1, 8).Draw(t, "steps")
@@ -347,6 +352,7 @@ func TestPropertyCalculatorReuse(t *testing.T) {
 // (f) Replay: the same seed gives the same picks, and frequencies follow the
 // integer shares.
 func TestReplaySeeded(t *testing.T) {
+	t.Parallel()
 	mk := func(prio uint32, region, zone string, lw uint64, weights []uint64, healthy int) []Endpoint {
 		out := make([]Endpoint, len(weights))
 		for i, w := range weights {
@@ -438,6 +444,7 @@ func TestReplaySeeded(t *testing.T) {
 // quota, the extra units go to the largest remainders with ties to the
 // earlier key.
 func TestPropertyApportion(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		total := rapid.OneOf(rapid.Uint64Range(0, 20), rapid.Uint64Range(0, Million), rapid.Uint64()).Draw(t, "total")
 		n := rapid.IntRange(0, 20).Draw(t, "n")
@@ -496,6 +503,7 @@ func TestPropertyApportion(t *testing.T) {
 }
 
 func TestApportionTies(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		total uint64
 		w     []uint64

@@ -6,6 +6,7 @@ import "testing"
 // const block without a case in classify fails here, before it can be
 // published as something it is not.
 func TestEveryReasonIsClassified(t *testing.T) {
+	t.Parallel()
 	if got := len(Reasons()); got != int(reasonCount) {
 		t.Fatalf("Reasons() has %d reasons, want %d", got, reasonCount)
 	}
@@ -29,6 +30,7 @@ func TestEveryReasonIsClassified(t *testing.T) {
 // read: over every endpoint state, the reported reason's Signal is a signal
 // that failed, Eligible is eligibility's verdict, and every reason occurs.
 func TestReasonClassificationAgreesWithEligibility(t *testing.T) {
+	t.Parallel()
 	seen := map[Reason]bool{}
 	for _, scope := range []Scope{ScopeIn, ScopeOut} {
 		for _, admin := range []AdminState{Ready, Draining, Unavailable} {
@@ -69,6 +71,7 @@ func TestReasonClassificationAgreesWithEligibility(t *testing.T) {
 // A proxy doing its own math is told HEALTHY only for an eligible endpoint
 // a probe vouched for, and never about one out of scope or Unavailable.
 func TestReasonProxyHealth(t *testing.T) {
+	t.Parallel()
 	want := map[Reason][3]ProxyHealth{ // by probe: Unknown, Healthy, Unhealthy
 		ReasonNone:           {ProxyUnknown, ProxyHealthy, ProxyUnknown},
 		ReasonOutOfScope:     {ProxyWithheld, ProxyWithheld, ProxyWithheld},

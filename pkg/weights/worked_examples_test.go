@@ -32,6 +32,7 @@ func concat(parts ...[]Endpoint) []Endpoint {
 }
 
 func TestWorkedExample1Seed(t *testing.T) {
+	t.Parallel()
 	r, err := Compute(DefaultPolicy(), concat(eps(0, "x", 1, 2, 1), eps(0, "y", 2, 2, 2)))
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +47,7 @@ func TestWorkedExample1Seed(t *testing.T) {
 }
 
 func TestWorkedExample2Threshold(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		eligible int
 		want     uint64
@@ -59,6 +61,7 @@ func TestWorkedExample2Threshold(t *testing.T) {
 }
 
 func TestWorkedExample3PrioritySpill(t *testing.T) {
+	t.Parallel()
 	for _, p1Weight := range []uint64{1, 1000} {
 		r, err := Compute(DefaultPolicy(), concat(eps(0, "a", 1, 10, 5), eps(1, "b", p1Weight, 4, 4)))
 		if err != nil {
@@ -73,6 +76,7 @@ func TestWorkedExample3PrioritySpill(t *testing.T) {
 }
 
 func TestWorkedExample4Panic(t *testing.T) {
+	t.Parallel()
 	in := eps(0, "a", 1, 10, 3)
 	r, err := Compute(DefaultPolicy(), in)
 	if err != nil {
@@ -101,6 +105,7 @@ func TestWorkedExample4Panic(t *testing.T) {
 }
 
 func TestValidationErrors(t *testing.T) {
+	t.Parallel()
 	base := func() []Endpoint { return eps(0, "a", 1, 3, 3) }
 	for _, tc := range []struct {
 		name   string

@@ -36,6 +36,7 @@ func startEnvoy(t *testing.T, h *harness, id string) *sotwClient {
 }
 
 func TestSotWSendsOnlyWhatChangedInADSOrder(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	publishV1(t, h)
 	env := startEnvoy(t, h, "envoy-1")
@@ -91,6 +92,7 @@ func TestSotWSendsOnlyWhatChangedInADSOrder(t *testing.T) {
 }
 
 func TestSotWNACKIsRecordedAndNotResent(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		typeURL string
 		bad     func(t *testing.T, h *harness)
@@ -113,6 +115,7 @@ func TestSotWNACKIsRecordedAndNotResent(t *testing.T) {
 		fix:     func(t *testing.T, h *harness) { h.apply("v4", both(CDS, entry(t, "v4", cluster("c1", 5)))) },
 	}} {
 		t.Run(short(tc.typeURL), func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t)
 			publishV1(t, h)
 			env := startEnvoy(t, h, "envoy-1")
@@ -171,6 +174,7 @@ func TestSotWNACKIsRecordedAndNotResent(t *testing.T) {
 }
 
 func TestDeltaADS(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	publishV1(t, h)
 	d := h.delta(envoyNode("envoy-d"))
@@ -240,6 +244,7 @@ func TestDeltaADS(t *testing.T) {
 }
 
 func TestViewsByClientFeatures(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	c1 := entry(t, "v1", cluster("c1", 1))
 	rt := entry(t, "v1", routeConfig("svc", "c1"))
@@ -292,6 +297,7 @@ func TestViewsByClientFeatures(t *testing.T) {
 }
 
 func TestMarshalledOnceAndSharedByClients(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	c1, c2 := entry(t, "v1", cluster("c1", 1)), entry(t, "v1", cluster("c2", 1))
 	e1, e2 := entry(t, "v1", cla("c1", 8001)), entry(t, "v1", cla("c2", 8002))
@@ -334,6 +340,7 @@ func TestMarshalledOnceAndSharedByClients(t *testing.T) {
 }
 
 func TestResponseVersionIsTheLastApplyThatChangedTheType(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.apply("v1", both(CDS, entry(t, "v1", cluster("c1", 1))), put(0, EDS, entry(t, "v1", cla("c1", 8001))))
 	h.apply("v2", put(0, EDS, entry(t, "v2", cla("c1", 8002))))
@@ -369,6 +376,7 @@ func TestResponseVersionIsTheLastApplyThatChangedTheType(t *testing.T) {
 }
 
 func TestClientKind(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		node *core.Node
 		want string
@@ -388,6 +396,7 @@ func TestClientKind(t *testing.T) {
 }
 
 func TestClientsRegistryAndGauge(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	publishV1(t, h)
 	gauges := func(envoy, grpc, unknown float64) func() bool {

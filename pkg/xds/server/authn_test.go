@@ -191,6 +191,7 @@ func methods(t *testing.T, s *server.Server) map[string]bool {
 // sent, no client is registered, no load report is kept, and each refusal
 // is counted under no-credentials and logged within bounds.
 func TestEveryMethodRefusesNoCredentials(t *testing.T) {
+	t.Parallel()
 	s := serveAuth(t, identity.New(identity.Options{}), nil)
 	ms := methods(t, s.srv)
 	if len(ms) != 2+4*3+1 { // ADS (SotW, Delta), four types (SotW, Delta, Fetch), LRS
@@ -234,6 +235,7 @@ func claimingNode(id, ns, sa string) *core.Node {
 // claims it backs is served, its identity on /debug/clients and in the
 // per-principal stream gauge.
 func TestClaimsBoundToCertificate(t *testing.T) {
+	t.Parallel()
 	ca := newSPIFFECA(t)
 	s := serveAuth(t, identity.New(identity.Options{TrustDomain: "cluster.local"}), ca.serverTLS(t))
 	tenantB := ca.issue(t, x509.ExtKeyUsageClientAuth, time.Now().Add(time.Hour), "spiffe://cluster.local/ns/tenant-b/sa/ledger")
@@ -358,6 +360,7 @@ func TestExpiringCertificateEndsStream(t *testing.T) {
 // The per-principal gauge holds at most metrics.MaxPrincipals series of
 // principals; the streams of the others count under ~other.
 func TestIdentityStreamsBounded(t *testing.T) {
+	t.Parallel()
 	ca := newSPIFFECA(t)
 	s := serveAuth(t, identity.New(identity.Options{}), ca.serverTLS(t))
 	ctx, cancel := context.WithCancel(context.Background())

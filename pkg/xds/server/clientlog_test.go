@@ -20,6 +20,7 @@ import (
 // A client's connect and disconnect are logged at INFO with who it is and
 // where it is placed.
 func TestClientConnectLogged(t *testing.T) {
+	t.Parallel()
 	var log testkit.Logs
 	h := newHarnessWith(t, server.Config{}, slog.New(slog.NewJSONHandler(&log, nil)))
 	publishV1(t, h)
@@ -59,6 +60,7 @@ func TestClientConnectLogged(t *testing.T) {
 // out, one line counting the rest: every connect and disconnect is
 // accounted for, in a few dozen lines.
 func TestClientConnectBurstBounded(t *testing.T) {
+	t.Parallel()
 	const clients, conns = 1000, 10
 	const period = time.Second
 	var log testkit.Logs
@@ -102,20 +104,26 @@ func TestClientConnectBurstBounded(t *testing.T) {
 	cancel()
 	eventually(t, "every stream closed", func() bool { return len(h.clients.List()) == 0 })
 	elapsed := time.Since(began)
-	// the line counting the last period's rest
-	time.Sleep(period + 200*time.Millisecond)
 
-	up := log.Records(t, "xDS client connected")
-	down := log.Records(t, "xDS client disconnected")
-	rest := log.Records(t, "xDS client connects and disconnects not logged one by one")
+	// The line counting the last period's rest comes at the period's end:
+	// wait for the lines to account for every connect and disconnect (a
+	// line too many or a count too high fails below).
+	var up, down, rest []map[string]any
+	connects, disconnects := 0, 0
+	testkit.Eventually(t, period+recvTimeout, "the lines account for every connect and disconnect", func() (bool, string) {
+		up = log.Records(t, "xDS client connected")
+		down = log.Records(t, "xDS client disconnected")
+		rest = log.Records(t, "xDS client connects and disconnects not logged one by one")
+		connects, disconnects = len(up), len(down)
+		for _, r := range rest {
+			connects += int(r["connects"].(float64))
+			disconnects += int(r["disconnects"].(float64))
+		}
+		return connects >= clients && disconnects >= clients, fmt.Sprintf("%d connects and %d disconnects", connects, disconnects)
+	})
 	periods := int(elapsed/period) + 2
 	if lines, limit := len(up)+len(down)+len(rest), periods*(20+1); lines > limit {
 		t.Fatalf("%d lines in %v, want at most %d", lines, elapsed, limit)
-	}
-	connects, disconnects := len(up), len(down)
-	for _, r := range rest {
-		connects += int(r["connects"].(float64))
-		disconnects += int(r["disconnects"].(float64))
 	}
 	if connects != clients || disconnects != clients {
 		t.Errorf("the lines account for %d connects and %d disconnects, want %d each", connects, disconnects, clients)

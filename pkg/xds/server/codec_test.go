@@ -51,6 +51,7 @@ func framesOf(b []byte, size int) mem.BufferSlice {
 // The server's hash of a request's names, however it reads them, is the
 // cache's hash of the same names in the same order.
 func TestRequestNamesHash(t *testing.T) {
+	t.Parallel()
 	for _, blocks := range []*nameBlocks{nil, newNameBlocks(maxNameBlockBytes), newNameBlocks(100)} {
 		testRequestNamesHash(t, blocks)
 	}
@@ -183,6 +184,7 @@ func transportFrames(dst mem.BufferSlice, b []byte) mem.BufferSlice {
 // last one was: a thousand clients that each repeat a large subscription
 // must not each keep a copy of it.
 func TestRequestHoldsNoBytes(t *testing.T) {
+	t.Parallel()
 	c := xdscache.New(1, func(*core.Node) int { return 0 })
 	r := &sotwRequest{seed: c.Seed()}
 	large, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: names(50000, "svc")})
@@ -203,6 +205,7 @@ func TestRequestHoldsNoBytes(t *testing.T) {
 // the block goes when the last of them does, and the blocks' total stays
 // within its limit.
 func TestNameBlocksShared(t *testing.T) {
+	t.Parallel()
 	c := xdscache.New(1, func(*core.Node) int { return 0 })
 	eds := names(1000, "svc")
 	req := func(n []string) []byte {
@@ -267,6 +270,7 @@ func TestNameBlocksShared(t *testing.T) {
 // what the server reads of each is what proto.Unmarshal reads: the names
 // (and their hash), version, nonce and type.
 func TestRequestReadAsDecoded(t *testing.T) {
+	t.Parallel()
 	c := xdscache.New(1, func(*core.Node) int { return 0 })
 	rng := rand.New(rand.NewPCG(1, 2))
 	subs := [][]string{names(200, "svc"), names(200, "svd"), names(3, "svc"), nil, names(2000, "svc")}

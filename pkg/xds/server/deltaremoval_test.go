@@ -10,6 +10,7 @@ import (
 // answer is told of the deletion with the whole scope: the wildcard's
 // response carries the resources and the removal of what it still holds.
 func TestDeltaWildcardCarriesPendingRemovals(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.apply("v1", put(0, CDS, entry(t, "v1", cluster("c", 1)), entry(t, "v1", cluster("p", 1))))
 	d := h.delta(envoyNode("wildcard-later"))

@@ -11,6 +11,7 @@ import (
 // go-control-plane): it is then sent their changes and not the others'.
 // Both ways of naming them are held: before "*", and with it.
 func TestDeltaWildcardKeepsNamedSubscriptions(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.apply("v1", put(0, CDS, entry(t, "v1", cluster("a", 1)), entry(t, "v1", cluster("b", 1))))
 	for i, first := range [][]string{{"a"}, {"*", "a"}} {

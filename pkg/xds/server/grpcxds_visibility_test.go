@@ -25,6 +25,7 @@ import (
 // absent (its listener is never sent): the channel does not become ready
 // until b/ledger is exported to a too.
 func TestVisibilityGRPCXDS(t *testing.T) {
+	t.Parallel()
 	backend := grpc.NewServer()
 	healthpb.RegisterHealthServer(backend, health.NewServer())
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

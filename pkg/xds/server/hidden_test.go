@@ -15,6 +15,7 @@ import (
 // not published at all is listed apart; a wildcard counts what is withheld
 // of its type; the names are bounded; an exportTo change moves the list.
 func TestWithheldShown(t *testing.T) {
+	t.Parallel()
 	w := newVisibilityWorld(t)
 	v := w.pub.Version(w.pub.LastRevision())
 

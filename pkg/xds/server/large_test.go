@@ -5,12 +5,15 @@ import (
 	"time"
 
 	"golang.org/x/sync/semaphore"
+
+	"poise.dev/poise/test/testkit"
 )
 
 // A stream's hold on the large-response budget goes back when its client
 // answers (release), and at the latest after its bound, so a client that
 // never answers cannot keep the budget from the others.
 func TestLargeHoldIsGivenBack(t *testing.T) {
+	t.Parallel()
 	x := &xdsServer{large: semaphore.NewWeighted(maxLargeInFlight)}
 	h := &largeHold{x: x, max: 50 * time.Millisecond}
 	take := func(w int64) {
@@ -26,13 +29,9 @@ func TestLargeHoldIsGivenBack(t *testing.T) {
 	h.release() // the client's next request
 	take(maxLargeInFlight / 2)
 	take(maxLargeInFlight / 2)
-	deadline := time.Now().Add(5 * time.Second)
-	for !x.large.TryAcquire(maxLargeInFlight) {
-		if time.Now().After(deadline) {
-			t.Fatal("a client that never answered kept the budget")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "the budget of a client that never answered given back", func() (bool, string) {
+		return x.large.TryAcquire(maxLargeInFlight), "the client keeps it"
+	})
 	x.large.Release(maxLargeInFlight)
 	h.release() // after the timer: gives back nothing twice
 	if !x.large.TryAcquire(maxLargeInFlight) {

@@ -23,6 +23,7 @@ import (
 // ResourceExhausted and a message that says which limit, while the
 // streams already served keep working.
 func TestStreamLimits(t *testing.T) {
+	t.Parallel()
 	h := newHarnessWith(t, server.Config{MaxStreams: 5, MaxStreamsPerConnection: 3}, nil)
 	publishV1(t, h)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -46,6 +47,7 @@ func TestStreamLimits(t *testing.T) {
 		go func() { _, _ = try(h.conn) }() // the ones beyond 3 wait in the client until the test ends
 	}
 	eventually(t, "three streams served", func() bool { return len(h.clients.List()) == 3 })
+	// sleep: a quiet period in which no fourth stream may be served
 	time.Sleep(quiet)
 	if n := len(h.clients.List()); n != 3 {
 		t.Fatalf("one connection holds %d streams, limit 3", n)

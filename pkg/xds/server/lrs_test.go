@@ -46,6 +46,7 @@ func endpointStats(cluster, addr string, issued, ok, errs uint64) *endpointv3.Cl
 // reach the store attributed to its node; naming another published
 // cluster later is answered again; what is not published is dropped.
 func TestLoadStatsStream(t *testing.T) {
+	t.Parallel()
 	h, store := lrsHarness(t, server.Config{LoadReportInterval: 2 * time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -96,6 +97,7 @@ func TestLoadStatsStream(t *testing.T) {
 
 // LRS streams count against the server's stream limit like ADS streams.
 func TestLoadStatsStreamLimit(t *testing.T) {
+	t.Parallel()
 	h, _ := lrsHarness(t, server.Config{MaxStreams: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -144,6 +146,7 @@ func intervalStream(t *testing.T) lrs.LoadReportingService_StreamLoadStatsClient
 // keeps the first answer's interval), is asked for the shortest interval of
 // any published cluster.
 func TestLoadStatsFirstRequestWithoutClusters(t *testing.T) {
+	t.Parallel()
 	stream := intervalStream(t)
 	if err := stream.Send(&lrs.LoadStatsRequest{Node: &core.Node{Id: "grpc-1"}}); err != nil {
 		t.Fatal(err)
@@ -160,6 +163,7 @@ func TestLoadStatsFirstRequestWithoutClusters(t *testing.T) {
 // The interval answered is the upstream's spec.loadReporting.interval, the
 // shortest of the clusters answered when they differ.
 func TestLoadStatsIntervalOfTheUpstreams(t *testing.T) {
+	t.Parallel()
 	stream := intervalStream(t)
 	for _, step := range []struct {
 		cluster string

@@ -15,6 +15,7 @@ import (
 // stays above errorPercent and it is ejected. The same reports with the
 // flood counted as sent would drown the errors: nothing would be ejected.
 func TestOneInstanceCannotMaskAFailingEndpoint(t *testing.T) {
+	t.Parallel()
 	const maxReq, claimed = 1000, 1_000_000_000_000
 	s := serveTrustedLRSWith(t, loadreport.Config{MaxRequests: maxReq})
 	for _, id := range []string{"node-1", "node-2", "node-3"} {

@@ -115,6 +115,7 @@ func reportersOf(s *loadreport.Store, cluster, addr string) int {
 // reporter: the store counts workload instances, not the node IDs they
 // claim.
 func TestLoadReportsCountOneCertificateOnce(t *testing.T) {
+	t.Parallel()
 	s := serveTrustedLRS(t)
 	conn := s.ca.dial(t, s.addr, s.cert(t, "b", "ledger"))
 	for _, id := range []string{"node-1", "node-2", "node-3"} {
@@ -135,6 +136,7 @@ func TestLoadReportsCountOneCertificateOnce(t *testing.T) {
 
 // Two client certificates, even of one service account, are two reporters.
 func TestLoadReportsCountEachCertificate(t *testing.T) {
+	t.Parallel()
 	s := serveTrustedLRS(t)
 	for i, id := range []string{"node-1", "node-2"} {
 		conn := s.ca.dial(t, s.addr, s.cert(t, "b", "ledger"))
@@ -149,6 +151,7 @@ func TestLoadReportsCountEachCertificate(t *testing.T) {
 // counted as an unknown cluster's; the same report from the audience that
 // may read it is kept.
 func TestLoadReportsOnlyOnReadableClusters(t *testing.T) {
+	t.Parallel()
 	s := serveTrustedLRS(t)
 	asB := s.ca.dial(t, s.addr, s.cert(t, "b", "ledger"))
 	report(t, asB, "b-1", endpointStats("bench/svc-0001", "10.0.1.0", 10, 0, 10), endpointStats("bench/svc-0000", "10.0.0.0", 1, 1, 0))
@@ -206,6 +209,7 @@ func ejectedFrom(r loadreport.ClusterReports, window time.Duration) []string {
 // one failing reporter: under minReporters 2 nothing is ejected. Two
 // certificates reporting the same are two, and the endpoint is ejected.
 func TestOneCertificateCannotEjectAlone(t *testing.T) {
+	t.Parallel()
 	s := serveTrustedLRS(t)
 	conn := s.ca.dial(t, s.addr, s.cert(t, "b", "ledger"))
 	for _, id := range []string{"node-1", "node-2", "node-3"} {

@@ -31,6 +31,7 @@ func servedTypes() []string { return xdstype.Shorts() }
 
 // The client kinds the server records with are the ones created at 0 up front.
 func TestMetricClientKindsAreTheServers(t *testing.T) {
+	t.Parallel()
 	if want := []string{server.KindEnvoy, server.KindGRPC, server.KindUnknown}; !slices.Equal(metrics.ClientKinds, want) {
 		t.Errorf("metrics create client kinds %v, the server records %v", metrics.ClientKinds, want)
 	}
@@ -40,6 +41,7 @@ func TestMetricClientKindsAreTheServers(t *testing.T) {
 // or of a later one, once per client and version; a NACKed version
 // converges with the next one the client accepts.
 func TestConvergenceObservedOnACK(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	for _, typ := range servedTypes() {
 		if n, _ := h.histogram(h.metrics.Convergence, typ); n != 0 {
@@ -62,6 +64,7 @@ func TestConvergenceObservedOnACK(t *testing.T) {
 	_, before := h.histogram(h.metrics.Convergence, "EDS")
 	h.apply("v2", put(0, EDS, entry(t, "v2", cla("c1", 9001))))
 	eds := env.expect(EDS, "v2", "c1")
+	// sleep: the ACK must come at least delay after the publication
 	time.Sleep(delay)
 	env.ack(eds)
 	eventually(t, "the v2 ACK observed", func() bool { n, _ := h.histogram(h.metrics.Convergence, "EDS"); return n == 2 })
@@ -98,6 +101,7 @@ func TestConvergenceObservedOnACK(t *testing.T) {
 }
 
 func TestConvergenceObservedOnDeltaACK(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	publishV1(t, h)
 	d := h.delta(envoyNode("envoy-d"))

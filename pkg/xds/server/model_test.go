@@ -27,15 +27,21 @@ import (
 )
 
 // The protocol model: random publications (clusters and their endpoints
-// put, changed, deleted; publications that change nothing), subscriptions
-// (SotW: the whole name list; Delta: subscribe and unsubscribe; clusters by
+// put, changed, deleted, in one view or both; zone variants of them put
+// and deleted; publications that change nothing), subscriptions (SotW:
+// the whole name list; Delta: subscribe and unsubscribe; clusters by
 // name, legacy wildcard or "*", which a client may take and leave), ACKs,
-// NACKs, responses held unanswered while changes pile up, and reconnections
-// (SotW with the versions it holds, Delta with initial_resource_versions)
-// of one to three SotW or Delta clients against the real server over gRPC
-// on loopback. modelserver_test.go's modelWatch is the server's side of a
-// stream as the protocol and the cache promise it, in plain maps;
-// modelClient is what a client sends and holds.
+// NACKs, responses held unanswered while changes pile up, and
+// reconnections (SotW with the versions it holds, Delta with
+// initial_resource_versions) of one to four SotW or Delta clients against
+// the real server over gRPC on loopback. Each client reads one of two
+// views (its node's user agent chooses), is in a locality class (its
+// node's region and zone, admitted within the cache's bound on zones:
+// none, a region alone, a zone, or its region when the zones are over the
+// bound) and of an audience (its namespace). modelserver_test.go's
+// modelWatch is the server's side of a stream as the protocol and the
+// cache promise it, in plain maps; modelClient is what a client sends and
+// holds.
 //
 // A step is one action followed by a settle: the model says which
 // responses the server owes each client now, the test waits (modelWait at
@@ -62,7 +68,16 @@ import (
 //     subscribe to (or no longer does), except to a wildcard subscription;
 //   - nothing is sent that the client's audience may not read, and of a
 //     name with audience variants each client is sent its audience's
-//     variant or the base, and only when that content changes.
+//     variant or the base, and only when that content changes;
+//   - the view decides the resources: a client is sent only what its view
+//     publishes, at its view's versions (a publication to the other view
+//     sends it nothing);
+//   - a client is sent its class's zone variant of a resource where one
+//     exists (and its audience has no variant of it), else the base; a
+//     variant's put or removal is sent to the clients of its class only,
+//     and its removal falls back to the base (a change they must be sent);
+//     a variant of a name without a base is no variant, and deleting the
+//     base deletes its variants.
 
 // modelStepsPerCheck is how many actions one rapid check runs.
 const modelStepsPerCheck = 75
@@ -74,7 +89,10 @@ const modelWait = 5 * time.Second
 // again with new seeds for that long (make fuzz).
 const modelTimeEnv = "POISE_MODEL_TIME"
 
-// TestProtocolModel runs the model for SotW and for Delta clients.
+// TestProtocolModel runs the model for SotW and for Delta clients, one
+// after the other and not beside the package's parallel tests: the model
+// is busy, not waiting, and on two cores it takes longer side by side
+// (measured: the package's wall time is shorter so).
 func TestProtocolModel(t *testing.T) {
 	var budget time.Duration
 	if v := os.Getenv(modelTimeEnv); v != "" {
@@ -109,7 +127,12 @@ func TestProtocolModel(t *testing.T) {
 type modelStats struct {
 	checks, steps, publications, changes, responses, resources, removals int
 	variants                                                             int // resources sent that are audience variants
+	zoneChanges, zoneVariants                                            int // zone variants put or deleted; sent
+	zoneNews, zoneFallbacks                                              int // a client's content changed by a zone variant's put or deletion; by a deletion
 	acks, nacks, heldBack, reconnects                                    int
+	// clients by view 1, and by class: a zone, a region (fallback: for a
+	// zone over the bound), none (overflow: over the bound)
+	clients, view1, zoned, regional, fallback, classless, overflow int
 }
 
 func (s *modelStats) add(o modelStats) {
@@ -121,16 +144,31 @@ func (s *modelStats) add(o modelStats) {
 	s.resources += o.resources
 	s.removals += o.removals
 	s.variants += o.variants
+	s.zoneChanges += o.zoneChanges
+	s.zoneVariants += o.zoneVariants
+	s.zoneNews += o.zoneNews
+	s.zoneFallbacks += o.zoneFallbacks
 	s.acks += o.acks
 	s.nacks += o.nacks
 	s.heldBack += o.heldBack
 	s.reconnects += o.reconnects
+	s.clients += o.clients
+	s.view1 += o.view1
+	s.zoned += o.zoned
+	s.regional += o.regional
+	s.fallback += o.fallback
+	s.classless += o.classless
+	s.overflow += o.overflow
 }
 
 func (s modelStats) String() string {
-	return fmt.Sprintf("%d steps in %d checks: %d publications of %d changes; %d responses of %d resources (%d audience variants) and %d removals; "+
-		"%d ACKs, %d NACKs, %d responses held before their answer, %d reconnections",
-		s.steps, s.checks, s.publications, s.changes, s.responses, s.resources, s.variants, s.removals, s.acks, s.nacks, s.heldBack, s.reconnects)
+	return fmt.Sprintf("%d steps in %d checks: %d publications of %d changes (%d of zone variants, news to a client %d times, %d of them a deletion falling back to the base); "+
+		"%d responses of %d resources (%d audience variants, %d zone variants) and %d removals; "+
+		"%d ACKs, %d NACKs, %d responses held before their answer, %d reconnections; "+
+		"%d clients: %d of view 1; %d in a zone class, %d in a region class (%d over the bound), %d in none (%d over the bound)",
+		s.steps, s.checks, s.publications, s.changes, s.zoneChanges, s.zoneNews, s.zoneFallbacks, s.responses, s.resources, s.variants, s.zoneVariants, s.removals,
+		s.acks, s.nacks, s.heldBack, s.reconnects,
+		s.clients, s.view1, s.zoned, s.regional, s.fallback, s.classless, s.overflow)
 }
 
 // runModel runs one check and returns what it did.
@@ -138,11 +176,13 @@ func runModel(t *rapid.T, delta bool) modelStats {
 	w := newModelWorld(t)
 	defer w.stop()
 	w.publishInitial()
-	n := rapid.IntRange(1, 3).Draw(t, "clients")
+	n := rapid.IntRange(1, 4).Draw(t, "clients")
 	for i := range n {
 		w.clients = append(w.clients, w.newClient(t, i, delta))
+		// its first response says the server has its class before the
+		// next client claims one
+		w.settle()
 	}
-	w.settle()
 	for range modelStepsPerCheck {
 		w.step(t)
 		w.stats.steps++
@@ -183,42 +223,183 @@ var (
 
 const modelVariantName = "e"
 
-// modelVariant is an audience variant as published (src) and as the cache
-// sends it (sent: the same bytes under a version of its own).
+// The cache has modelViews views; a client's node chooses its view by its
+// user agent (modelViewFor), as the control plane's chooses a rendering by
+// the node's client features.
+const modelViews = 2
+
+var modelUserAgents = [modelViews]string{"model-envoy", "model-grpc"}
+
+func modelViewFor(n *core.Node) int {
+	if i := slices.Index(modelUserAgents[:], n.GetUserAgentName()); i >= 0 {
+		return i
+	}
+	return 0
+}
+
+// modelLocalities are the localities a client's node may claim, with the
+// class each claims: a sub-zone is no class of its own, and a node that
+// names no region claims none.
+var modelLocalities = []struct {
+	loc   *core.Locality
+	claim string
+}{
+	{nil, ""},
+	{&core.Locality{Zone: "z1"}, ""},
+	{&core.Locality{Region: "r1"}, "r1"},
+	{&core.Locality{Region: "r1", Zone: "z1"}, "r1/z1"},
+	{&core.Locality{Region: "r1", Zone: "z1", SubZone: "s1"}, "r1/z1"},
+	{&core.Locality{Region: "r1", Zone: "z2"}, "r1/z2"},
+	{&core.Locality{Region: "r2", Zone: "z1"}, "r2/z1"},
+}
+
+// modelZones are the classes publications put zone variants for, besides
+// the classes of the clients of the check: "r2" is only ever the class of
+// a client of r2/z1 over the bound on zones.
+var modelZones = []string{"r1", "r1/z1", "r1/z2", "r2", "r2/z1"}
+
+// modelCensus admits a stream's claimed class as the cache promises
+// (xdscache.WithMaxZones): its zone while fewer than max zone classes
+// have streams (or its zone has), else its region's class while fewer
+// than max region classes have streams (or its region has), else none. A
+// client keeps its class over reconnections: the classes of the others do
+// not change meanwhile, and its own stream's leaving cannot make room for
+// a class it did not get.
+type modelCensus struct {
+	max            int
+	streams        map[string]int
+	zones, regions int
+}
+
+func (z *modelCensus) admit(claim string) string {
+	if claim == "" {
+		return ""
+	}
+	fits := func(class string) bool {
+		if z.streams[class] > 0 {
+			return true
+		}
+		if strings.Contains(class, "/") {
+			return z.zones < z.max
+		}
+		return z.regions < z.max
+	}
+	region, _, _ := strings.Cut(claim, "/")
+	class := ""
+	switch {
+	case fits(claim):
+		class = claim
+	case fits(region):
+		class = region
+	default:
+		return ""
+	}
+	if z.streams[class]++; z.streams[class] == 1 {
+		if strings.Contains(class, "/") {
+			z.zones++
+		} else {
+			z.regions++
+		}
+	}
+	return class
+}
+
+// modelVariant is a variant as published (src) and as the cache sends it
+// (sent: the same bytes under a version of its own).
 type modelVariant struct{ src, sent *xdscache.Entry }
 
-// modelState is what one type publishes: the base resources and the
-// audience variants of a name, by namespace.
+// modelState is what one type publishes in one view: the base resources,
+// the audience variants of a name, by namespace, and its zone variants, by
+// class. A variant map is replaced, never changed in place, so a clone
+// shares them.
 type modelState struct {
 	base     map[string]*xdscache.Entry
 	variants map[string]map[string]modelVariant
+	zones    map[string]map[string]modelVariant
+}
+
+func newModelState() modelState {
+	return modelState{base: map[string]*xdscache.Entry{}, variants: map[string]map[string]modelVariant{},
+		zones: map[string]map[string]modelVariant{}}
 }
 
 func (s modelState) clone() modelState {
-	return modelState{base: maps.Clone(s.base), variants: maps.Clone(s.variants)}
+	return modelState{base: maps.Clone(s.base), variants: maps.Clone(s.variants), zones: maps.Clone(s.zones)}
 }
 
-// get is what a client of aud is sent for name: its audience's variant,
-// else the base if it may read it; nil for nothing.
-func (s modelState) get(name string, aud xdscache.Audience) *xdscache.Entry {
+// get is what a client of class and aud is sent for name: its audience's
+// variant, else, if it may read the base, its class's zone variant or the
+// base; nil for nothing.
+func (s modelState) get(name, class string, aud xdscache.Audience) *xdscache.Entry {
 	if v, ok := s.variants[name][aud.Namespace]; ok && !aud.IsAnonymous() {
 		return v.sent
 	}
-	if e := s.base[name]; e != nil && e.VisibleTo(aud) {
-		return e
+	e := s.base[name]
+	if e == nil || !e.VisibleTo(aud) {
+		return nil
 	}
-	return nil
+	if v, ok := s.zones[name][class]; ok && class != "" {
+		return v.sent
+	}
+	return e
 }
 
-// read is everything a client of aud is sent, by name.
-func (s modelState) read(aud xdscache.Audience) map[string]*xdscache.Entry {
+// read is everything a client of class and aud is sent, by name.
+func (s modelState) read(class string, aud xdscache.Audience) map[string]*xdscache.Entry {
 	out := make(map[string]*xdscache.Entry, len(s.base))
 	for n := range s.base {
-		if e := s.get(n, aud); e != nil {
+		if e := s.get(n, class, aud); e != nil {
 			out[n] = e
 		}
 	}
 	return out
+}
+
+// apply applies a change as the cache promises (xdscache.Change) and
+// reports whether it changed anything: a zone variant exists only beside
+// its base, a put of what is there changes nothing, and a base's put
+// replaces its audience variants and keeps its zone variants, its
+// deletion deletes both.
+func (s modelState) apply(ch modelChange) bool {
+	if ch.zone != "" {
+		zs := s.zones[ch.name]
+		old, had := zs[ch.zone]
+		switch {
+		case ch.e == nil && !had, ch.e != nil && (s.base[ch.name] == nil || had && old == ch.zoneVariant):
+			return false
+		}
+		zs = maps.Clone(zs)
+		if zs == nil {
+			zs = map[string]modelVariant{}
+		}
+		if ch.e == nil {
+			delete(zs, ch.zone)
+		} else {
+			zs[ch.zone] = ch.zoneVariant
+		}
+		if len(zs) == 0 {
+			delete(s.zones, ch.name)
+		} else {
+			s.zones[ch.name] = zs
+		}
+		return true
+	}
+	old, had := s.base[ch.name]
+	switch {
+	case ch.e == nil && !had, ch.e != nil && old == ch.e && maps.Equal(s.variants[ch.name], ch.variants):
+		return false
+	}
+	delete(s.variants, ch.name)
+	if ch.e == nil {
+		delete(s.base, ch.name)
+		delete(s.zones, ch.name)
+		return true
+	}
+	s.base[ch.name] = ch.e
+	if len(ch.variants) > 0 {
+		s.variants[ch.name] = ch.variants
+	}
+	return true
 }
 
 // modelWorld is the server under test and the model of what it publishes.
@@ -230,22 +411,32 @@ type modelWorld struct {
 
 	seq     int
 	ids     int
-	cur     [2]modelState
-	version [2]string
-	// at holds each type's resources as they were at each version of it.
-	at      [2]map[string]modelState
+	cur     [modelViews][2]modelState
+	version [modelViews][2]string
+	// at holds each type's resources in each view as they were at each
+	// version of it.
+	at      [modelViews][2]map[string]modelState
 	byBytes map[string]*xdscache.Entry
-	clients []*modelClient
-	stats   modelStats
+	// zoneSent are the zone variants as sent.
+	zoneSent map[*xdscache.Entry]bool
+	census   modelCensus
+	// zoneChoices are the classes publications put zone variants for:
+	// modelZones and the clients' classes, so these come up more often.
+	zoneChoices []string
+	clients     []*modelClient
+	stats       modelStats
 }
 
 func newModelWorld(t *rapid.T) *modelWorld {
-	w := &modelWorld{t: t, byBytes: map[string]*xdscache.Entry{}}
-	for i := range 2 {
-		w.cur[i] = modelState{base: map[string]*xdscache.Entry{}, variants: map[string]map[string]modelVariant{}}
-		w.at[i] = map[string]modelState{}
+	w := &modelWorld{t: t, byBytes: map[string]*xdscache.Entry{}, zoneSent: map[*xdscache.Entry]bool{}, zoneChoices: slices.Clone(modelZones)}
+	for view := range modelViews {
+		for typ := range 2 {
+			w.cur[view][typ] = newModelState()
+			w.at[view][typ] = map[string]modelState{}
+		}
 	}
-	w.cache = xdscache.New(1, func(*core.Node) int { return 0 })
+	w.census = modelCensus{max: rapid.IntRange(1, 3).Draw(t, "max zones"), streams: map[string]int{}}
+	w.cache = xdscache.New(modelViews, modelViewFor, xdscache.WithMaxZones(w.census.max))
 	g, err := server.New(w.cache, server.NewClients(nil, nil), server.Config{Audience: testAudience})
 	if err != nil {
 		t.Fatal(err)
@@ -313,13 +504,29 @@ func (w *modelWorld) newVariant(typ int, ns, version string) modelVariant {
 	return modelVariant{src, sent}
 }
 
-// modelChange is one change of a publication: a new content, or a
-// deletion (e nil); variants are its audience variants, by namespace.
+// newZoneVariant makes a new content of name for the clients of class: the
+// cache sends it under the version it is put at, "@" and the class, to
+// whoever may read the base.
+func (w *modelWorld) newZoneVariant(typ int, name, class, version string) modelVariant {
+	src := w.newEntry(typ, name, version)
+	sent := &xdscache.Entry{Name: name, Version: version + "@" + class, Any: src.Any}
+	w.byBytes[bytesKey(typ, src.Any.GetValue())] = sent
+	w.zoneSent[sent] = true
+	return modelVariant{src, sent}
+}
+
+// modelChange is one change of a publication in one view: a new content,
+// or a deletion (e nil), of a base or (zone set) of a class's zone
+// variant; variants are a base's audience variants, by namespace, and
+// zoneVariant the zone variant put (its src is e).
 type modelChange struct {
-	typ      int
-	name     string
-	e        *xdscache.Entry
-	variants map[string]modelVariant
+	view        int
+	typ         int
+	name        string
+	zone        string
+	e           *xdscache.Entry
+	variants    map[string]modelVariant
+	zoneVariant modelVariant
 }
 
 // audiences are a change's variants as the cache takes them, in namespace order.
@@ -332,78 +539,78 @@ func (ch modelChange) audiences() []*xdscache.Entry {
 }
 
 // publish applies changes to the cache at a new version and to the model.
-// A change marks its name on each client that may read it before or after,
-// as the cache does, or, for a name with audience variants, on each client
-// whose content of it differs.
+// A change marks its name on each client whose content of it differs
+// after it (its view's, its class's and its audience's), as the cache
+// does: a base's change is news to no client of a class with a variant of
+// it, a variant's to no client of another class.
 func (w *modelWorld) publish(changes []modelChange) {
 	w.seq++
 	v := fmt.Sprintf("v%d", w.seq)
 	u := xdscache.Update{Version: v}
-	var changed [2][]string
+	var changed [modelViews][2]bool
 	marks := make([][2][]string, len(w.clients))
 	for _, ch := range changes {
-		u.Changes = append(u.Changes, xdscache.Change{TypeURL: modelTypeURLs[ch.typ], Name: ch.name, Entry: ch.e, Audiences: ch.audiences()})
+		u.Changes = append(u.Changes, xdscache.Change{View: ch.view, TypeURL: modelTypeURLs[ch.typ], Name: ch.name, Zone: ch.zone,
+			Entry: ch.e, Audiences: ch.audiences()})
 	}
-	// of several changes of one name the cache publishes the last, measured
-	// against what was published before the Update
+	// of several changes of one resource the cache publishes the last, in
+	// the order of the changes
+	before := make([]*xdscache.Entry, len(w.clients))
 	for _, ch := range lastChanges(changes) {
-		cur := &w.cur[ch.typ]
-		old, had := cur.base[ch.name]
-		oldVariants := cur.variants[ch.name]
-		switch {
-		case ch.e == nil && !had, ch.e != nil && old == ch.e && maps.Equal(oldVariants, ch.variants):
-			continue // no change: the version does not move
-		}
-		before := make([]*xdscache.Entry, len(w.clients))
+		st := w.cur[ch.view][ch.typ]
 		for i, c := range w.clients {
-			before[i] = cur.get(ch.name, c.aud)
+			before[i] = st.get(ch.name, c.class, c.aud)
 		}
-		delete(cur.variants, ch.name)
-		if ch.e == nil {
-			delete(cur.base, ch.name)
-		} else {
-			cur.base[ch.name] = ch.e
-			if len(ch.variants) > 0 {
-				cur.variants[ch.name] = ch.variants
-			}
+		if !st.apply(ch) {
+			continue
 		}
-		changed[ch.typ] = append(changed[ch.typ], ch.name)
-		withVariants := len(oldVariants) > 0 || len(ch.variants) > 0
+		changed[ch.view][ch.typ] = true
+		w.stats.changes++
+		if ch.zone != "" {
+			w.stats.zoneChanges++
+		}
 		for i, c := range w.clients {
-			now := cur.get(ch.name, c.aud)
-			if (withVariants && before[i] != now) || (!withVariants && (before[i] != nil || now != nil)) {
+			if c.view == ch.view && st.get(ch.name, c.class, c.aud) != before[i] {
 				marks[i][ch.typ] = append(marks[i][ch.typ], ch.name)
+				if ch.zone != "" {
+					w.stats.zoneNews++
+					if ch.e == nil {
+						w.stats.zoneFallbacks++
+					}
+				}
 			}
 		}
 	}
-	for typ := range 2 {
-		if len(changed[typ]) > 0 || w.version[typ] == "" {
-			w.version[typ] = v
-			w.at[typ][v] = w.cur[typ].clone()
+	// The first publication publishes every type in every view.
+	for view := range modelViews {
+		for typ := range 2 {
+			if changed[view][typ] || w.version[view][typ] == "" {
+				w.version[view][typ] = v
+				w.at[view][typ][v] = w.cur[view][typ].clone()
+			}
 		}
 	}
 	w.cache.Apply(u)
 	w.stats.publications++
-	w.stats.changes += len(changed[mCDS]) + len(changed[mEDS])
 	for i, c := range w.clients {
 		c.published(marks[i])
 	}
 }
 
-// lastChanges is changes with only the last change of each name and type,
-// in their order.
+// lastChanges is changes with only the last change of each resource (its
+// view, type, name and zone), in their order.
 func lastChanges(changes []modelChange) []modelChange {
 	type key struct {
-		typ  int
-		name string
+		view, typ  int
+		name, zone string
 	}
 	last := map[key]int{}
 	for i, ch := range changes {
-		last[key{ch.typ, ch.name}] = i
+		last[key{ch.view, ch.typ, ch.name, ch.zone}] = i
 	}
 	var out []modelChange
 	for i, ch := range changes {
-		if last[key{ch.typ, ch.name}] == i {
+		if last[key{ch.view, ch.typ, ch.name, ch.zone}] == i {
 			out = append(out, ch)
 		}
 	}
@@ -413,44 +620,62 @@ func lastChanges(changes []modelChange) []modelChange {
 // modelDraft is what the changes drawn so far for one publication make of
 // the published state: a change drawn after another of the same name
 // starts from it, as a publisher's would.
-type modelDraft [2]modelState
+type modelDraft [modelViews][2]modelState
 
 func (w *modelWorld) draft() *modelDraft {
-	return &modelDraft{w.cur[0].clone(), w.cur[1].clone()}
+	d := &modelDraft{}
+	for view := range modelViews {
+		for typ := range 2 {
+			d[view][typ] = w.cur[view][typ].clone()
+		}
+	}
+	return d
 }
 
 // take applies ch to the draft and returns it.
 func (d *modelDraft) take(ch modelChange) modelChange {
-	st := d[ch.typ]
-	delete(st.variants, ch.name)
-	if ch.e == nil {
-		delete(st.base, ch.name)
-		return ch
-	}
-	st.base[ch.name] = ch.e
-	if len(ch.variants) > 0 {
-		st.variants[ch.name] = ch.variants
-	}
+	d[ch.view][ch.typ].apply(ch)
 	return ch
 }
 
-// put is a change that puts a new content of name, with audience variants
-// drawn for modelVariantName: for each namespace none, the one it has, or
-// a new one.
-func (w *modelWorld) put(t *rapid.T, d *modelDraft, typ int, name, version string) modelChange {
-	ch := modelChange{typ: typ, name: name, e: w.newEntry(typ, name, version)}
+// put is a change that puts a new content of name in view, with audience
+// variants drawn for modelVariantName: for each namespace none, the one it
+// has, or a new one.
+func (w *modelWorld) put(t *rapid.T, d *modelDraft, view, typ int, name, version string) modelChange {
+	ch := modelChange{view: view, typ: typ, name: name, e: w.newEntry(typ, name, version)}
 	if name == modelVariantName {
-		ch.variants = w.drawVariants(t, d, typ, version)
+		ch.variants = w.drawVariants(t, d, view, typ, version)
 	}
 	return d.take(ch)
 }
 
-func (w *modelWorld) drawVariants(t *rapid.T, d *modelDraft, typ int, version string) map[string]modelVariant {
+// putViews is put in each of views: in both, of one content (the views
+// render it alike) or each of its own. Audience variants are each view's
+// own draw: a variant one view keeps may be one the other deleted, and
+// no content comes back to a view once it has gone.
+func (w *modelWorld) putViews(t *rapid.T, d *modelDraft, views []int, typ int, name, version string) []modelChange {
+	var out []modelChange
+	for i, view := range views {
+		if i > 0 && rapid.Bool().Draw(t, "rendered alike") {
+			ch := out[0]
+			ch.view = view
+			if name == modelVariantName {
+				ch.variants = w.drawVariants(t, d, view, typ, version)
+			}
+			out = append(out, d.take(ch))
+			continue
+		}
+		out = append(out, w.put(t, d, view, typ, name, version))
+	}
+	return out
+}
+
+func (w *modelWorld) drawVariants(t *rapid.T, d *modelDraft, view, typ int, version string) map[string]modelVariant {
 	out := map[string]modelVariant{}
 	for _, ns := range modelAudiences[1:] {
 		switch rapid.IntRange(0, 2).Draw(t, "variant of "+ns) {
 		case 1:
-			if v, ok := d[typ].variants[modelVariantName][ns]; ok {
+			if v, ok := d[view][typ].variants[modelVariantName][ns]; ok {
 				out[ns] = v
 			}
 		case 2:
@@ -463,20 +688,47 @@ func (w *modelWorld) drawVariants(t *rapid.T, d *modelDraft, typ int, version st
 	return out
 }
 
-// publishInitial publishes the pings and some of the names.
+// putZone is a change that puts a zone variant of name for class in view:
+// the one it has or a new one. Of a name without a base it is no variant.
+func (w *modelWorld) putZone(t *rapid.T, d *modelDraft, view, typ int, name, class, version string) modelChange {
+	ch := modelChange{view: view, typ: typ, name: name, zone: class}
+	if v, ok := d[view][typ].zones[name][class]; ok && rapid.IntRange(0, 3).Draw(t, "same zone variant") == 0 {
+		ch.zoneVariant = v
+	} else {
+		ch.zoneVariant = w.newZoneVariant(typ, name, class, version)
+	}
+	ch.e = ch.zoneVariant.src
+	return d.take(ch)
+}
+
+// publishInitial publishes the pings in both views, and some of the names
+// and zone variants of them.
 func (w *modelWorld) publishInitial() {
 	v := fmt.Sprintf("v%d", w.seq+1)
 	var changes []modelChange
 	for typ := range 2 {
 		for _, p := range modelPings {
-			changes = append(changes, modelChange{typ: typ, name: p, e: w.newEntry(typ, p, v)})
+			e := w.newEntry(typ, p, v)
+			for view := range modelViews {
+				changes = append(changes, modelChange{view: view, typ: typ, name: p, e: e})
+			}
 		}
 	}
 	d := w.draft()
 	for _, n := range rapid.SliceOfDistinct(rapid.SampledFrom(modelNames), rapid.ID).Draw(w.t, "initial") {
-		changes = append(changes, w.put(w.t, d, mCDS, n, v), w.put(w.t, d, mEDS, n, v))
+		views := w.drawViews(w.t)
+		changes = append(changes, w.putViews(w.t, d, views, mCDS, n, v)...)
+		changes = append(changes, w.putViews(w.t, d, views, mEDS, n, v)...)
+		for _, class := range rapid.SliceOfDistinct(rapid.SampledFrom(modelZones), rapid.ID).Draw(w.t, "initial zone variants") {
+			changes = append(changes, w.putZone(w.t, d, views[0], mEDS, n, class, v))
+		}
 	}
 	w.publish(changes)
+}
+
+// drawViews draws the views a change is published in.
+func (w *modelWorld) drawViews(t *rapid.T) []int {
+	return rapid.SampledFrom([][]int{{0}, {1}, {0, 1}}).Draw(t, "views")
 }
 
 // step draws and runs one action.
@@ -484,12 +736,8 @@ func (w *modelWorld) step(t *rapid.T) {
 	c := w.clients[rapid.IntRange(0, len(w.clients)-1).Draw(t, "client")]
 	typ := rapid.IntRange(0, 1).Draw(t, "type")
 	switch rapid.IntRange(0, 9).Draw(t, "action") {
-	case 0: // a publication that changes nothing: nothing is sent
-		var changes []modelChange
-		for _, n := range rapid.SliceOfN(rapid.SampledFrom(modelNames), 1, 2).Draw(t, "same") {
-			changes = append(changes, modelChange{typ, n, w.cur[typ].base[n], w.cur[typ].variants[n]})
-		}
-		w.publish(changes)
+	case 0:
+		w.publish(w.drawSame(t, typ))
 	case 1, 2, 3:
 		w.publish(w.drawChanges(t))
 	case 4, 5:
@@ -517,28 +765,76 @@ func (w *modelWorld) step(t *rapid.T) {
 	}
 }
 
-// drawChanges draws a publication: clusters with their endpoints put,
-// changed or deleted, or endpoints or a cluster alone.
+// drawSame draws a publication that changes nothing, so nothing is sent:
+// names put as they are, with their audience variants and zone variants,
+// a zone variant deleted that is not there, and one put of a name
+// without a base.
+func (w *modelWorld) drawSame(t *rapid.T, typ int) []modelChange {
+	var changes []modelChange
+	for _, n := range rapid.SliceOfN(rapid.SampledFrom(modelNames), 1, 2).Draw(t, "same") {
+		for _, view := range w.drawViews(t) {
+			st := w.cur[view][typ]
+			changes = append(changes, modelChange{view: view, typ: typ, name: n, e: st.base[n], variants: st.variants[n]})
+			for _, class := range slices.Sorted(maps.Keys(st.zones[n])) {
+				zv := st.zones[n][class]
+				changes = append(changes, modelChange{view: view, typ: typ, name: n, zone: class, e: zv.src, zoneVariant: zv})
+			}
+			class := rapid.SampledFrom(w.zoneChoices).Draw(t, "class")
+			if _, ok := st.zones[n][class]; !ok {
+				changes = append(changes, modelChange{view: view, typ: typ, name: n, zone: class})
+			}
+			if st.base[n] == nil {
+				zv := w.newZoneVariant(typ, n, class, fmt.Sprintf("v%d", w.seq+1))
+				changes = append(changes, modelChange{view: view, typ: typ, name: n, zone: class, e: zv.src, zoneVariant: zv})
+			}
+		}
+	}
+	return changes
+}
+
+// drawChanges draws a publication in one view or both: clusters with
+// their endpoints put, changed or deleted, endpoints or a cluster alone,
+// or zone variants (mostly of endpoints) put or deleted.
 func (w *modelWorld) drawChanges(t *rapid.T) []modelChange {
 	v := fmt.Sprintf("v%d", w.seq+1)
 	var out []modelChange
 	d := w.draft()
 	for range rapid.IntRange(1, 3).Draw(t, "changes") {
 		n := rapid.SampledFrom(modelNames).Draw(t, "name")
-		switch rapid.IntRange(0, 3).Draw(t, "op") {
+		views := w.drawViews(t)
+		switch rapid.IntRange(0, 5).Draw(t, "op") {
 		case 0:
-			out = append(out, w.put(t, d, mCDS, n, v), w.put(t, d, mEDS, n, v))
+			out = append(out, w.putViews(t, d, views, mCDS, n, v)...)
+			out = append(out, w.putViews(t, d, views, mEDS, n, v)...)
 		case 1:
 			typ := mEDS
-			if e := d[typ].base[n]; n == modelVariantName && e != nil && rapid.Bool().Draw(t, "variants alone") {
-				out = append(out, d.take(modelChange{typ, n, e, w.drawVariants(t, d, typ, v)})) // the base kept
-				continue
+			for _, view := range views {
+				if e := d[view][typ].base[n]; n == modelVariantName && e != nil && rapid.Bool().Draw(t, "variants alone") {
+					// the base kept
+					out = append(out, d.take(modelChange{view: view, typ: typ, name: n, e: e, variants: w.drawVariants(t, d, view, typ, v)}))
+					continue
+				}
+				out = append(out, w.put(t, d, view, typ, n, v))
 			}
-			out = append(out, w.put(t, d, typ, n, v))
 		case 2:
-			out = append(out, w.put(t, d, mCDS, n, v))
+			out = append(out, w.putViews(t, d, views, mCDS, n, v)...)
 		case 3:
-			out = append(out, d.take(modelChange{typ: mCDS, name: n}), d.take(modelChange{typ: mEDS, name: n}))
+			for _, view := range views {
+				out = append(out, d.take(modelChange{view: view, typ: mCDS, name: n}), d.take(modelChange{view: view, typ: mEDS, name: n}))
+			}
+		case 4, 5:
+			typ := mEDS
+			if rapid.IntRange(0, 3).Draw(t, "zone variant of a cluster") == 0 {
+				typ = mCDS
+			}
+			class := rapid.SampledFrom(w.zoneChoices).Draw(t, "class")
+			for _, view := range views {
+				if rapid.IntRange(0, 2).Draw(t, "zone op") == 0 {
+					out = append(out, d.take(modelChange{view: view, typ: typ, name: n, zone: class}))
+				} else {
+					out = append(out, w.putZone(t, d, view, typ, n, class, v))
+				}
+			}
 		}
 	}
 	return out
@@ -553,7 +849,7 @@ func (w *modelWorld) settle() {
 	for _, c := range w.clients {
 		for typ := range 2 {
 			if err := c.converged(typ); err != nil {
-				w.t.Fatalf("client %d %s: %v", c.id, short(modelTypeURLs[typ]), err)
+				w.t.Fatalf("%s %s: %v", c.label, short(modelTypeURLs[typ]), err)
 			}
 		}
 	}
@@ -610,9 +906,14 @@ func sameResponse(a, b *modelResponse) bool {
 type modelClient struct {
 	w     *modelWorld
 	id    int
-	aud   xdscache.Audience
+	label string // for messages: who it is and what it reads
 	delta bool
 	node  *core.Node
+	// What it reads: its view, its class (of its node's locality, as the
+	// cache admitted it) and its audience.
+	view  int
+	class string
+	aud   xdscache.Audience
 
 	cancel   context.CancelFunc
 	sotw     discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
@@ -651,6 +952,12 @@ type modelClient struct {
 	nacked        [2]map[string]*xdscache.Entry
 	// newest is the highest version received of each type, over streams.
 	newest [2]int
+	// moved are the names whose content changed for the client since it
+	// was last sent them: a Delta server rightly sends such a name again
+	// even when its content has come back to what the client holds or
+	// NACKed (a zone or audience variant put and removed again while a
+	// response awaited its answer).
+	moved [2]map[string]bool
 	// resubscribed are the names subscribed to again since they were last
 	// received: a Delta server rightly sends them again.
 	resubscribed [2]map[string]bool
@@ -660,12 +967,42 @@ type modelClient struct {
 }
 
 func (w *modelWorld) newClient(t *rapid.T, id int, delta bool) *modelClient {
-	c := &modelClient{w: w, id: id, delta: delta, node: &core.Node{Id: fmt.Sprintf("model-%d", id), Cluster: "test"}}
+	c := &modelClient{w: w, id: id, delta: delta}
+	c.view = rapid.IntRange(0, modelViews-1).Draw(t, "view")
+	loc := rapid.SampledFrom(modelLocalities).Draw(t, "locality")
+	c.node = &core.Node{Id: fmt.Sprintf("model-%d", id), Cluster: "test", UserAgentName: modelUserAgents[c.view]}
+	if loc.loc != nil {
+		c.node.Locality = proto.CloneOf(loc.loc) // each check's own
+	}
+	c.class = w.census.admit(loc.claim)
 	c.aud = xdscache.Audience{Namespace: rapid.SampledFrom(modelAudiences).Draw(t, "audience")}
+	c.label = fmt.Sprintf("client %d (view %d, class %q of claim %q, %v)", id, c.view, c.class, loc.claim, c.aud)
+	if c.class != "" {
+		w.zoneChoices = append(w.zoneChoices, c.class, c.class, c.class)
+	}
+	w.stats.clients++
+	if c.view == 1 {
+		w.stats.view1++
+	}
+	switch {
+	case c.class == "" && loc.claim != "":
+		w.stats.overflow++
+		w.stats.classless++
+	case c.class == "":
+		w.stats.classless++
+	case strings.Contains(c.class, "/"):
+		w.stats.zoned++
+	case c.class != loc.claim:
+		w.stats.fallback++
+		w.stats.regional++
+	default:
+		w.stats.regional++
+	}
 	for typ := range 2 {
 		c.held[typ] = map[string]*xdscache.Entry{}
 		c.names[typ] = map[string]bool{}
 		c.resubscribed[typ] = map[string]bool{}
+		c.moved[typ] = map[string]bool{}
 		for _, n := range rapid.SliceOfDistinct(rapid.SampledFrom(modelNames), rapid.ID).Draw(t, "names") {
 			c.names[typ][n] = true
 		}
@@ -682,8 +1019,11 @@ func (w *modelWorld) newClient(t *rapid.T, id int, delta bool) *modelClient {
 	return c
 }
 
-// cur is what of the published resources of typ the client's audience may read.
-func (c *modelClient) cur(typ int) map[string]*xdscache.Entry { return c.w.cur[typ].read(c.aud) }
+// cur is what of the published resources of typ the client is sent: its
+// view's, of its class and what its audience may read.
+func (c *modelClient) cur(typ int) map[string]*xdscache.Entry {
+	return c.w.cur[c.view][typ].read(c.class, c.aud)
+}
 
 // scope is whether the client subscribes to name of typ.
 func (c *modelClient) scope(typ int, name string) bool { return c.wildcard[typ] || c.names[typ][name] }
@@ -763,7 +1103,7 @@ func (c *modelClient) close() {
 	select {
 	case <-c.done:
 	case <-time.After(modelWait):
-		c.w.t.Errorf("client %d: the stream's reader did not stop", c.id)
+		c.w.t.Errorf("%s: the stream's reader did not stop", c.label)
 	}
 }
 
@@ -812,7 +1152,7 @@ func (c *modelClient) sendSotw(typ int, version, nonce, errMsg string) {
 		req.ErrorDetail = &status.Status{Code: 3, Message: errMsg}
 	}
 	if err := c.sotw.Send(req); err != nil {
-		c.w.t.Fatalf("client %d: send: %v", c.id, err)
+		c.w.t.Fatalf("%s: send: %v", c.label, err)
 	}
 	c.serverSotw(typ, req.GetResourceNames(), version, nonce)
 }
@@ -822,7 +1162,7 @@ func (c *modelClient) sendDelta(req *discovery.DeltaDiscoveryRequest) {
 		req.Node, c.nodeSent = c.node, true
 	}
 	if err := c.dstream.Send(req); err != nil {
-		c.w.t.Fatalf("client %d: send: %v", c.id, err)
+		c.w.t.Fatalf("%s: send: %v", c.label, err)
 	}
 }
 
@@ -976,22 +1316,22 @@ func (c *modelClient) settle() {
 		select {
 		case got, ok := <-c.in:
 			if !ok {
-				c.w.t.Fatalf("client %d: the stream ended while expecting %v %v", c.id, c.expect[mCDS], c.expect[mEDS])
+				c.w.t.Fatalf("%s: the stream ended while expecting %v %v", c.label, c.expect[mCDS], c.expect[mEDS])
 			}
 			m = got
 		case <-deadline.C:
-			c.w.t.Fatalf("client %d: no response in %v; expected %v %v", c.id, modelWait, c.expect[mCDS], c.expect[mEDS])
+			c.w.t.Fatalf("%s: no response in %v; expected %v %v", c.label, modelWait, c.expect[mCDS], c.expect[mEDS])
 		}
 		r := c.decode(m)
 		if err := c.check(r); err != nil {
-			c.w.t.Fatalf("client %d: %v: %v", c.id, r, err)
+			c.w.t.Fatalf("%s: %v: %v", c.label, r, err)
 		}
 		want := c.expect[r.typ]
 		if len(want) == 0 {
-			c.w.t.Fatalf("client %d: unexpected response %v (the model expects none of this type)", c.id, r)
+			c.w.t.Fatalf("%s: unexpected response %v (the model expects none of this type)", c.label, r)
 		}
 		if !sameResponse(r, want[0]) {
-			c.w.t.Fatalf("client %d: got %v, the model expects %v", c.id, r, want[0])
+			c.w.t.Fatalf("%s: got %v, the model expects %v", c.label, r, want[0])
 		}
 		c.expect[r.typ] = want[1:]
 		c.w.stats.responses++
@@ -999,6 +1339,9 @@ func (c *modelClient) settle() {
 		for _, e := range r.entries {
 			if e.Visible.Restricted() && e.Name == modelVariantName {
 				c.w.stats.variants++
+			}
+			if c.w.zoneSent[e] {
+				c.w.stats.zoneVariants++
 			}
 		}
 		c.w.stats.removals += len(r.removed)
@@ -1009,6 +1352,10 @@ func (c *modelClient) settle() {
 		c.unanswered[r.typ] = r
 		for _, e := range r.entries {
 			delete(c.resubscribed[r.typ], e.Name)
+			delete(c.moved[r.typ], e.Name)
+		}
+		for _, name := range r.removed {
+			delete(c.moved[r.typ], name)
 		}
 		if !c.hold[r.typ] {
 			c.answer(r.typ, c.nackNext[r.typ])
@@ -1024,17 +1371,17 @@ func (c *modelClient) decode(m proto.Message) *modelResponse {
 	typeOf := func(url string) int {
 		i := slices.Index(modelTypeURLs[:], url)
 		if i < 0 {
-			t.Fatalf("client %d: a response of type %q", c.id, url)
+			t.Fatalf("%s: a response of type %q", c.label, url)
 		}
 		return i
 	}
 	lookup := func(typeURL string, b []byte) *xdscache.Entry {
 		if typeURL != modelTypeURLs[r.typ] {
-			t.Fatalf("client %d: a resource of type %q in a %s response", c.id, typeURL, short(modelTypeURLs[r.typ]))
+			t.Fatalf("%s: a resource of type %q in a %s response", c.label, typeURL, short(modelTypeURLs[r.typ]))
 		}
 		e := c.w.byBytes[bytesKey(r.typ, b)]
 		if e == nil {
-			t.Fatalf("client %d: a %s resource that was never published", c.id, short(typeURL))
+			t.Fatalf("%s: a %s resource that was never published", c.label, short(typeURL))
 		}
 		return e
 	}
@@ -1049,7 +1396,7 @@ func (c *modelClient) decode(m proto.Message) *modelResponse {
 		for _, res := range m.GetResources() {
 			e := lookup(res.GetResource().GetTypeUrl(), res.GetResource().GetValue())
 			if res.GetName() != e.Name || res.GetVersion() != e.Version {
-				t.Fatalf("client %d: %s resource %s@%s carries %s@%s", c.id, short(m.GetTypeUrl()), res.GetName(), res.GetVersion(), e.Name, e.Version)
+				t.Fatalf("%s: %s resource %s@%s carries %s@%s", c.label, short(m.GetTypeUrl()), res.GetName(), res.GetVersion(), e.Name, e.Version)
 			}
 			r.entries = append(r.entries, e)
 		}
@@ -1071,11 +1418,11 @@ func versionNumber(v string) int {
 // server's stream.
 func (c *modelClient) check(r *modelResponse) error {
 	typ := r.typ
-	all, ok := c.w.at[typ][r.version]
+	all, ok := c.w.at[c.view][typ][r.version]
 	if !ok {
-		return fmt.Errorf("version %q is not one at which %s changed", r.version, short(modelTypeURLs[typ]))
+		return fmt.Errorf("version %q is not one at which %s changed in view %d", r.version, short(modelTypeURLs[typ]), c.view)
 	}
-	then := all.read(c.aud) // what the client's audience may read of it: nothing else may be sent
+	then := all.read(c.class, c.aud) // what the client is sent of it: nothing else may be
 	if n := versionNumber(r.version); n < c.newest[typ] {
 		return fmt.Errorf("the version went backwards: v%d was received before", c.newest[typ])
 	} else {
@@ -1091,10 +1438,10 @@ func (c *modelClient) check(r *modelResponse) error {
 		if !c.scope(typ, e.Name) {
 			return fmt.Errorf("%s was sent though the client does not subscribe to it", e.Name)
 		}
-		if c.delta && c.held[typ][e.Name] == e && !c.resubscribed[typ][e.Name] {
+		if c.delta && c.held[typ][e.Name] == e && !c.resubscribed[typ][e.Name] && !c.moved[typ][e.Name] {
 			return fmt.Errorf("%s@%s was sent again though the client holds it", e.Name, e.Version)
 		}
-		if c.delta && c.nacked[typ][e.Name] == e && !c.resubscribed[typ][e.Name] {
+		if c.delta && c.nacked[typ][e.Name] == e && !c.resubscribed[typ][e.Name] && !c.moved[typ][e.Name] {
 			return fmt.Errorf("%s@%s was sent again though the client NACKed it", e.Name, e.Version)
 		}
 	}

@@ -25,13 +25,14 @@ type modelWatch struct {
 
 func (s *modelWatch) scope(name string) bool { return s.wildcard || s.names[name] }
 
-// published marks what a publication changed for the client (what its
-// audience may read, see modelWorld.publish) on the client's stream.
+// published marks what a publication changed for the client (what it
+// reads, see modelWorld.publish) on the client's stream.
 func (c *modelClient) published(changed [2][]string) {
 	for typ, names := range changed {
 		s := c.srv[typ]
 		for _, n := range names {
 			delete(c.stale[typ], n) // the server owes the client its new content
+			c.moved[typ][n] = true
 			if s != nil && s.scope(n) {
 				s.dirty[n] = true
 			}
@@ -55,7 +56,7 @@ func (c *modelClient) serverNext() {
 			continue
 		}
 		s.awaiting = true
-		r.typ, r.version = typ, c.w.version[typ]
+		r.typ, r.version = typ, c.w.version[c.view][typ]
 		c.expect[typ] = append(c.expect[typ], r)
 	}
 }
@@ -78,7 +79,7 @@ func (c *modelClient) build(typ int) (*modelResponse, bool) {
 	switch {
 	case !c.delta && typ == mCDS:
 		whole()
-		if len(r.entries) == 0 && s.first && s.reqVersion == c.w.version[typ] {
+		if len(r.entries) == 0 && s.first && s.reqVersion == c.w.version[c.view][typ] {
 			return nil, false
 		}
 		return r, true

@@ -18,6 +18,7 @@ type lockedBuffer = testkit.Logs
 // ignored, a NACK's text is kept and logged only up to 1 KiB, and a
 // stream's NACKs of one type are logged at most once per 10 s.
 func TestHostileNACKs(t *testing.T) {
+	t.Parallel()
 	var log lockedBuffer
 	h := newHarnessWith(t, server.Config{}, slog.New(slog.NewJSONHandler(&log, nil)))
 	publishV1(t, h)
@@ -67,6 +68,7 @@ func TestHostileNACKs(t *testing.T) {
 // response carrying the resource is ACKed or the stream goes; streams count
 // separately, and RejectedChanged signals each change.
 func TestRejectedResources(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	publishV1(t, h)
 	one, two := startEnvoy(t, h, "envoy-1"), startEnvoy(t, h, "envoy-2")

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/identity/identitytest"
 	"poise.dev/poise/pkg/xds/server"
+	"poise.dev/poise/test/testkit"
 )
 
 // TestStreamsPerInstanceAreBounded: one pod (its bound token) holds at most
@@ -23,6 +25,7 @@ import (
 // service account's pods would share it) are served. A stream that ends
 // gives its place back.
 func TestStreamsPerInstanceAreBounded(t *testing.T) {
+	t.Parallel()
 	const limit = 8
 	h := newTokenHarnessWith(t, identity.TokenOptions{}, server.Config{MaxStreamsPerInstance: limit})
 	publishV1(t, h.harness)
@@ -76,13 +79,8 @@ func TestStreamsPerInstanceAreBounded(t *testing.T) {
 	}
 
 	first()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	testkit.Eventually(t, 5*time.Second, "after one of its streams ended, a new one served", func() (bool, string) {
 		_, err := hold(greedy, "greedy-0.again")
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after one of its streams ended, a new one: %v", err)
-		}
-	}
+		return err == nil, fmt.Sprint(err)
+	})
 }

@@ -19,6 +19,7 @@ import (
 // names as its generated client calls them; a request naming another type
 // there is refused.
 func TestEachTypeOnItsOwnService(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.apply("v1",
 		both(CDS, entry(t, "v1", cluster("c1", 1))),

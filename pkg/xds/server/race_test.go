@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/test/testkit"
 )
 
 // held is what one client holds: type URL → name → marshalled resource.
@@ -101,6 +102,7 @@ func runDelta(c *deltaClient, s *held) {
 // SotW and Delta clients ACK continuously; every client must end up holding
 // exactly the final resources of its view. Run it with -race.
 func TestConcurrentAppliesConverge(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	const nClusters, appliers, appliesEach = 8, 4, 40
 	var clusterNames []string
@@ -175,6 +177,8 @@ func TestConcurrentAppliesConverge(t *testing.T) {
 				}
 				h.cache.Apply(xdscache.Update{Version: v, Changes: changes})
 				if r.IntN(4) == 0 {
+					// Now and then the clients read and answer between publications, not only after bursts.
+					// sleep: the pause is what lets them
 					time.Sleep(time.Millisecond)
 				}
 			}
@@ -197,23 +201,20 @@ func TestConcurrentAppliesConverge(t *testing.T) {
 		return out
 	}
 	final := []map[string]map[string][]byte{want(0), want(1)}
-	deadline := time.Now().Add(20 * time.Second)
-	for i, s := range states {
-		for {
+	testkit.Eventually(t, 20*time.Second, "every client holds the final resources of its view", func() (bool, string) {
+		for i, s := range states {
 			ok, err := s.matches(final[s.view])
 			if err != nil {
 				t.Fatalf("client %d: %v", i, err)
 			}
-			if ok {
-				break
-			}
-			if time.Now().After(deadline) {
+			if !ok {
 				s.mu.Lock()
-				t.Fatalf("client %d (view %d) did not converge: holds %d clusters, %d CLAs", i, s.view, len(s.res[CDS]), len(s.res[EDS]))
+				defer s.mu.Unlock()
+				return false, fmt.Sprintf("client %d (view %d) holds %d clusters, %d CLAs", i, s.view, len(s.res[CDS]), len(s.res[EDS]))
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
-	}
+		return true, ""
+	})
 	for _, c := range h.clients.List() {
 		for typ, ts := range c.Types {
 			if ts.NACKs != 0 {

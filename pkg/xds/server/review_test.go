@@ -105,6 +105,7 @@ func TestTokenReviewedAgainWhileStreamsLast(t *testing.T) {
 	start := time.Now()
 	// Three intervals and a half: a review runs when an interval ends, so
 	// a look at an end could find the old expiry just past.
+	// sleep: the streams must outlive several review intervals of real time
 	time.Sleep(3*interval + interval/2)
 	for i, o := range open {
 		if !o.open() {

@@ -90,6 +90,7 @@ type Audience = xdscache.Audience
 type Server struct {
 	g     *grpc.Server
 	x     *xdsServer
+	tls   *tlsFiles // nil without TLS
 	drain time.Duration
 }
 
@@ -136,9 +137,10 @@ func New(cache *xdscache.Cache, clients *Clients, cfg Config) (*Server, error) {
 		grpc.InitialConnWindowSize(1 << 20),
 		grpc.SharedWriteBuffer(true),
 	}
+	var files *tlsFiles
 	if cfg.TLS != nil {
-		files, err := newTLSFiles(*cfg.TLS, cfg.Log)
-		if err != nil {
+		var err error
+		if files, err = newTLSFiles(*cfg.TLS, cfg.Log); err != nil {
 			return nil, err
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(files.serverConfig())))
@@ -150,7 +152,7 @@ func New(cache *xdscache.Cache, clients *Clients, cfg Config) (*Server, error) {
 	opts = append(opts, grpc.ChainStreamInterceptor(x.authStream), grpc.ChainUnaryInterceptor(x.authUnary))
 	g := grpc.NewServer(opts...)
 	x.register(g)
-	return &Server{g: g, x: x, drain: cfg.DrainPeriod}, nil
+	return &Server{g: g, x: x, tls: files, drain: cfg.DrainPeriod}, nil
 }
 
 // Serve serves s on lis until ctx is done, then drains it (see

@@ -44,6 +44,7 @@ func spatialHosts(t *testing.T, a *anypb.Any) []string {
 // are sent the spatial listener. When b exports its domain to a too, a's
 // clients are sent the new route and b's nothing.
 func TestSpatialRoutesFollowTheProvenIdentity(t *testing.T) {
+	t.Parallel()
 	ca := newSPIFFECA(t)
 	h := newHarnessWith(t, server.Config{TLS: ca.serverTLS(t), Authenticator: identity.New(identity.Options{TrustDomain: "cluster.local"})}, nil)
 	w := newVisibilityWorldOn(h)

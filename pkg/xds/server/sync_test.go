@@ -37,6 +37,7 @@ func (h *harness) served(node, short string) server.ServingType {
 // nothing in its scope changed. What it is served marks the resources it
 // has not ACKed and those it rejected, with its reason.
 func TestClientStates(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	early := h.sotw(envoyNode("envoy-0"))
 	early.subscribe(CDS) // nothing is published yet

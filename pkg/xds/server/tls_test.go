@@ -77,8 +77,8 @@ func fetchCDS(addr string, cfg *tls.Config) (int, error) {
 
 // serveMutualTLS serves, over mTLS with p's server certificate and CA file,
 // a cache holding cluster c1 at v1 until the test ends. It returns the
-// address and a function that puts c1 at another version.
-func serveMutualTLS(t *testing.T, p *pki) (addr string, put func(version string, timeout int64)) {
+// address, a function that puts c1 at another version, and the server.
+func serveMutualTLS(t *testing.T, p *pki) (addr string, put func(version string, timeout int64), srv *server.Server) {
 	t.Helper()
 	cache := xdscache.New(2, func(n *core.Node) int { return int(translate.RenderingFor(n)) })
 	put = func(version string, timeout int64) {
@@ -102,12 +102,13 @@ func serveMutualTLS(t *testing.T, p *pki) (addr string, put func(version string,
 		t.Fatal(err)
 	}
 	go server.Serve(ctx, g, lis)
-	return lis.Addr().String(), put
+	return lis.Addr().String(), put, g
 }
 
 func TestMutualTLS(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
-	addr, _ := serveMutualTLS(t, p)
+	addr, _, _ := serveMutualTLS(t, p)
 
 	withCert := &tls.Config{RootCAs: p.caPool, Certificates: []tls.Certificate{p.clientPair}, ServerName: "127.0.0.1"}
 	if n, err := fetchCDS(addr, withCert); err != nil || n != 1 {

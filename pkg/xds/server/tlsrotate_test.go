@@ -7,13 +7,14 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"poise.dev/poise/pkg/xds/server"
 )
 
 // replaceFile puts data at path the way a Secret volume does: written
@@ -42,9 +43,10 @@ func readFile(t *testing.T, path string) []byte {
 // on, without a restart; a stream opened before keeps working; files that
 // cannot be used leave the last good ones serving.
 func TestTLSRotation(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	other := newPKI(t) // a second CA, trusted only after the CA file is rotated
-	addr, put := serveMutualTLS(t, p)
+	addr, put, srv := serveMutualTLS(t, p)
 	caFile := filepath.Join(p.dir, "ca.pem")
 
 	// the serial of the certificate the server presents to a new connection
@@ -83,7 +85,7 @@ func TestTLSRotation(t *testing.T) {
 	replaceFile(t, p.serverCert, readFile(t, cert))
 	replaceFile(t, p.serverKey, readFile(t, key))
 	replaceFile(t, caFile, append(readFile(t, caFile), readFile(t, filepath.Join(other.dir, "ca.pem"))...))
-	time.Sleep(1100 * time.Millisecond) // the files are looked at once a second at most
+	server.PassTLSRecheck(srv) // the files are looked at once a second at most: that second passes on the server's clock
 	if n, err := fetchCDS(addr, client(p.clientPair)); err != nil || n != 1 || seen.Load() != rotated {
 		t.Fatalf("after rotation: %d clusters, serial %d, %v; want the rotated certificate", n, seen.Load(), err)
 	}
@@ -102,7 +104,7 @@ func TestTLSRotation(t *testing.T) {
 
 	// a certificate file caught mid-write: the last good one keeps serving
 	replaceFile(t, p.serverCert, []byte("-----BEGIN CERTIFICATE-----\ntruncat"))
-	time.Sleep(1100 * time.Millisecond)
+	server.PassTLSRecheck(srv)
 	if n, err := fetchCDS(addr, client(p.clientPair)); err != nil || n != 1 || seen.Load() != rotated {
 		t.Fatalf("with a broken certificate file: %d clusters, serial %d, %v; want the last good certificate", n, seen.Load(), err)
 	}

@@ -82,6 +82,7 @@ func TestUnknownTypesLeaveNoState(t *testing.T) {
 
 // The refusal names the types that are served, as clients have seen it.
 func TestUnknownTypeNamesTheServedTypes(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	s, err := discovery.NewAggregatedDiscoveryServiceClient(h.conn).StreamAggregatedResources(t.Context())
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 // Fetch is sent nothing of it, and its wildcard CDS holds b's and the shared
 // upstream only; a's identity is sent a's.
 func TestVisibilityFollowsTheProvenIdentity(t *testing.T) {
+	t.Parallel()
 	ca := newSPIFFECA(t)
 	h := newHarnessWith(t, server.Config{TLS: ca.serverTLS(t), Authenticator: identity.New(identity.Options{TrustDomain: "cluster.local"})}, nil)
 	w := newVisibilityWorldOn(h)

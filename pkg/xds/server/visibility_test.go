@@ -117,6 +117,7 @@ func sorted(s ...string) []string { return slices.Sorted(slices.Values(s)) }
 // by name gets nothing of it; an anonymous client is sent the shared one
 // only. /debug/clients says who each client is.
 func TestVisibilitySotw(t *testing.T) {
+	t.Parallel()
 	w := newVisibilityWorld(t)
 	v := w.pub.Version(w.pub.LastRevision())
 	all := []topology.Key{payKey, ledgerKey, webKey}
@@ -161,6 +162,7 @@ func TestVisibilitySotw(t *testing.T) {
 // TestVisibilityDelta: the same over Delta, wildcard and by name; a
 // resource of b that changes wakes no client of a.
 func TestVisibilityDelta(t *testing.T) {
+	t.Parallel()
 	w := newVisibilityWorld(t)
 	v := w.pub.Version(w.pub.LastRevision())
 
@@ -194,6 +196,7 @@ func TestVisibilityDelta(t *testing.T) {
 // caller may read; an identity the hook refuses gets PermissionDenied on
 // Fetch and on a stream alike.
 func TestVisibilityFetch(t *testing.T) {
+	t.Parallel()
 	w := newVisibilityWorld(t)
 	cds := clustersvc.NewClusterDiscoveryServiceClient(w.conn)
 	fetch := func(ctx context.Context, names ...string) ([]string, error) {
@@ -245,6 +248,7 @@ func names2(t *testing.T, r *discovery.DiscoveryResponse) []string {
 // Delta client is sent its removal and a's SotW client a full state
 // without it, b's clients are sent it, and back.
 func TestVisibilityChangesLive(t *testing.T) {
+	t.Parallel()
 	w := newVisibilityWorld(t)
 	v := w.pub.Version(w.pub.LastRevision())
 

@@ -2,9 +2,11 @@ package translate_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -821,31 +823,52 @@ func checkWire(t tester, u *topology.UpstreamState, r translate.Rendering, cla *
 	}
 }
 
-// The wire encoder refuses what the message's validation refuses.
+// The wire encoder refuses what the message's validation refuses. The
+// Directory lets only IP addresses in (an empty or non-UTF-8 address is
+// refused there as AddressNotAllowed), so the upstream here is one it
+// resolved from a good endpoint with the endpoint then spoiled: the state a
+// caller that builds an UpstreamState itself could hand the encoder.
 func TestWireValidation(t *testing.T) {
+	t.Parallel()
+	var b topology.Batch
+	b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "ns", Name: "up"}, Policy: weights.DefaultPolicy(), HealthAdjustment: topology.ControlPlane})
+	b.PutEndpointSet(topology.EndpointSet{Key: topology.Key{Namespace: "ns", Name: "set"}, Upstream: "up",
+		Endpoints: []topology.Endpoint{{Address: "10.0.0.1", Port: 80, Weight: 1}}})
+	snap, err := topology.NewDirectory().Apply(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := snap.Upstreams()[0]
+	for r := range translate.NumRenderings {
+		if _, err := translate.AppendEndpoints(nil, good, r); err != nil {
+			t.Fatalf("%s: the good endpoint refused by the wire encoder: %v", r, err)
+		}
+		if _, err := translate.Endpoints(good, r); err != nil {
+			t.Fatalf("%s: the good endpoint refused by the message path: %v", r, err)
+		}
+	}
 	for _, tc := range []struct {
-		name string
-		set  topology.EndpointSet
+		name  string
+		spoil func(*weights.Endpoint)
+		field string // what the refusal names
 	}{
-		{"empty address", topology.EndpointSet{Endpoints: []topology.Endpoint{{Address: "", Port: 80, Weight: 1}}}},
-		{"port out of range", topology.EndpointSet{Endpoints: []topology.Endpoint{{Address: "10.0.0.1", Port: 70000, Weight: 1}}}},
-		{"not UTF-8", topology.EndpointSet{Endpoints: []topology.Endpoint{{Address: "10.0.0.\xff", Port: 80, Weight: 1}}}},
+		{"empty address", func(e *weights.Endpoint) { e.Address = "" }, ".address"},
+		{"port out of range", func(e *weights.Endpoint) { e.Port = 70000 }, ".port_value"},
+		{"not UTF-8", func(e *weights.Endpoint) { e.Address = "10.0.0.\xff" }, ".address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var b topology.Batch
-			b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "ns", Name: "up"}, Policy: weights.DefaultPolicy(), HealthAdjustment: topology.ControlPlane})
-			tc.set.Key, tc.set.Upstream = topology.Key{Namespace: "ns", Name: "set"}, "up"
-			b.PutEndpointSet(tc.set)
-			snap, err := topology.NewDirectory().Apply(b)
-			if err != nil {
-				t.Skipf("refused before translation: %v", err)
-			}
-			u := snap.Upstreams()[0]
+			t.Parallel()
+			u := *good
+			u.Endpoints = slices.Clone(good.Endpoints)
+			tc.spoil(&u.Endpoints[0])
 			for r := range translate.NumRenderings {
-				_, werr := translate.AppendEndpoints(nil, u, r)
-				_, perr := translate.Endpoints(u, r)
-				if werr == nil || perr == nil {
-					t.Fatalf("%s: accepted (wire %v, message %v)", r, werr, perr)
+				_, werr := translate.AppendEndpoints(nil, &u, r)
+				_, perr := translate.Endpoints(&u, r)
+				for path, err := range map[string]error{"wire": werr, "message": perr} {
+					var verr *translate.ValidationError
+					if !errors.As(err, &verr) || !strings.Contains(err.Error(), tc.field) {
+						t.Errorf("%s, %s path: %v; want a ValidationError naming %s", r, path, err, tc.field)
+					}
 				}
 			}
 		})
