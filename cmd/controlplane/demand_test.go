@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/adstest"
+	"poise.dev/poise/test/testkit"
 )
 
 // TestBalancedDemandFromLoadReports: a Balanced upstream with
@@ -70,15 +72,12 @@ func TestBalancedDemandFromLoadReports(t *testing.T) {
 	}
 	waitFor := func(what string, ok func(*explain.Balanced) bool) *explain.Balanced {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			b := explainFrom("a")
-			if ok(b) {
-				return b
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: /debug/explain?from=eu/a says %+v", what, b)
-			}
-		}
+		var b *explain.Balanced
+		testkit.EventuallyEvery(t, 20*time.Second, 50*time.Millisecond, what, func() (bool, string) {
+			b = explainFrom("a")
+			return ok(b), fmt.Sprintf("/debug/explain?from=eu/a says %+v", b)
+		})
+		return b
 	}
 	waitFor("the census applied", func(b *explain.Balanced) bool {
 		return b.DemandSource == explain.DemandClients && demandOf(b) == [2]uint64{1, 3}
@@ -102,7 +101,7 @@ func TestBalancedDemandFromLoadReports(t *testing.T) {
 		}
 	}
 
-	// within a bucket and DemandQuiet the load reports are the demand
+	// within a bucket and demand.Quiet the load reports are the demand
 	b := waitFor("the load reports applied", func(b *explain.Balanced) bool { return b.DemandSource == explain.DemandLoadReports })
 	if demandOf(b) != [2]uint64{750, 250} || b.Demand != 1000 || b.DemandRequests != 400 || b.DemandWindowSeconds != 30 || b.KeepsAll {
 		t.Errorf("from load reports: %+v", b)

@@ -314,10 +314,11 @@ func measure(t *testing.T, phase string, clients []zoneClient, want map[string]s
 // endpoints.
 func (cp *controlPlane) waitClasses(t *testing.T, clients []zoneClient) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testkit.Eventually(t, 20*time.Second, "every client in its zone's class", func() (bool, string) {
 		var v clientsView
-		testkit.MustGetJSON(t, cp.adminURL+"/debug/clients", &v)
+		if err := testkit.GetJSON(cp.adminURL+"/debug/clients", &v); err != nil {
+			return false, err.Error()
+		}
 		var missing []string
 		for _, c := range clients {
 			i := slices.IndexFunc(v.Clients, func(x clientView) bool { return x.NodeID == c.node })
@@ -330,14 +331,8 @@ func (cp *controlPlane) waitClasses(t *testing.T, clients []zoneClient) {
 				missing = append(missing, fmt.Sprintf("%s: zone %q class %q demand weight %d %q, EDS ACKed %q", c.node, x.Zone, x.Class, x.DemandWeight, x.DemandNote, x.Types["EDS"].LastAckedVersion))
 			}
 		}
-		if len(missing) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 20s the clients are not all in their zone's class:\n  %s", strings.Join(missing, "\n  "))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(missing) == 0, "\n  " + strings.Join(missing, "\n  ")
+	})
 }
 
 // waitDemandApplied waits until the plane's snapshot, after revision,

@@ -21,23 +21,25 @@ func claiming(id string, weight float64) *core.Node {
 	return n
 }
 
-// demandOf subscribes a stream of node, over the harness's connection, to
-// the endpoints of name and returns what it counts for in their demand
-// once it counts at all.
+// demandOf publishes the endpoints of name, subscribes a stream of node
+// over the harness's connection to them, and returns what the stream
+// counts for in their demand once it is sent them (the cache counts a
+// watch before it answers it).
 func demandOf(t *testing.T, h *harness, node *core.Node, name string) uint64 {
 	t.Helper()
-	h.sotw(node).subscribe(EDS, name)
-	deadline := time.Now().Add(recvTimeout)
-	for {
-		var sum uint64
-		for _, d := range h.cache.Demand(EDS, name) {
-			sum += d
-		}
-		if sum > 0 || time.Now().After(deadline) {
-			return sum
-		}
-		time.Sleep(5 * time.Millisecond)
+	h.apply(name, both(EDS, entry(t, name, cla(name, 9000))))
+	c := h.sotw(node)
+	c.subscribe(EDS, name)
+	c.recv()
+	return demandSum(h, name)
+}
+
+// demandSum is the demand for name's endpoints, over every zone.
+func demandSum(h *harness, name string) (sum uint64) {
+	for _, d := range h.cache.Demand(EDS, name) {
+		sum += d
 	}
+	return sum
 }
 
 // TestDemandCappedByIdentity: over real mTLS, the demand weight a node
@@ -102,39 +104,23 @@ func TestDemandCountsAnInstanceOnce(t *testing.T) {
 	if got := demandOf(t, h, claiming("one", 5), "e"); got != 5 {
 		t.Fatalf("one stream claiming 5: counts %d, want 5", got)
 	}
-	for i, id := range []string{"two", "three"} {
-		h.sotw(claiming(id, 5)).subscribe(EDS, "e")
-		waitFor(t, func() bool { return len(h.clients.List()) == i+2 })
+	for _, id := range []string{"two", "three"} {
+		c := h.sotw(claiming(id, 5))
+		c.subscribe(EDS, "e")
+		c.recv() // counted, as the first was
 	}
-	total := func() (sum uint64) {
-		for _, d := range h.cache.Demand(EDS, "e") {
-			sum += d
-		}
-		return sum
-	}
-	settle := time.Now().Add(200 * time.Millisecond)
-	for time.Now().Before(settle) {
-		if got := total(); got != 5 {
-			t.Fatalf("three streams of one certificate claiming 5 each: count %d, want 5", got)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if got := demandSum(h, "e"); got != 5 {
+		t.Fatalf("three streams of one certificate claiming 5 each: count %d, want 5", got)
 	}
 	h.conn = ca.dial(t, h.addr, ca.issue(t, x509.ExtKeyUsageClientAuth, time.Now().Add(time.Hour), spiffe))
 	if got := demandOf(t, h, claiming("other-instance", 5), "e2"); got != 5 {
 		t.Fatalf("the other certificate's own stream: counts %d, want 5", got)
 	}
-	h.sotw(claiming("other-instance-e", 5)).subscribe(EDS, "e")
-	waitFor(t, func() bool { return total() == 10 })
-}
-
-func waitFor(t *testing.T, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(recvTimeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(5 * time.Millisecond)
+	c := h.sotw(claiming("other-instance-e", 5))
+	c.subscribe(EDS, "e")
+	c.recv()
+	if got := demandSum(h, "e"); got != 10 {
+		t.Fatalf("a second instance's stream: count %d, want 10", got)
 	}
 }
 
