@@ -23,13 +23,14 @@ import (
 // table with it.
 var layers = []struct {
 	name     string
+	about    string // the layer as docs/architecture.md's table names it
 	packages []string
 }{
 	// Standard library and third-party code only: the share math, the API
 	// types and their generated CRDs, the CRD schema check, the spatial cell
 	// map, the Lease election, the table of xDS types, the Prometheus
 	// collectors and the "did you mean" of names.
-	{"leaves", []string{
+	{"leaves", "leaves: standard library and third-party code only", []string{
 		"api/v1alpha1",
 		"config/crd",
 		"pkg/crdschema",
@@ -44,21 +45,21 @@ var layers = []struct {
 	}},
 	// The share math run again per client locality; the token verifier's
 	// questions answered from tables, for tests.
-	{"affinity", []string{
+	{"affinity", "the share math per client locality; the token verifier's questions answered from tables (for tests)", []string{
 		"pkg/affinity",
 		"pkg/identity/identitytest",
 	}},
 	// The single-writer model every source feeds and every reader reads.
-	{"model", []string{
+	{"model", "the model", []string{
 		"pkg/topology",
 	}},
 	// The names of the published clusters, which the translator renders and
 	// the load reports read back.
-	{"names", []string{
+	{"names", "names of the published clusters", []string{
 		"pkg/xdsname",
 	}},
 	// Each reads or fills the model for one purpose.
-	{"over the model", []string{
+	{"over the model", "over the model", []string{
 		"pkg/convert",
 		"pkg/healthcheck",
 		"pkg/loadreport",
@@ -68,14 +69,14 @@ var layers = []struct {
 		"pkg/xds/translate",
 		"pkg/xds/xdscache",
 	}},
-	{"built on those", []string{
+	{"built on those", "built on those", []string{
 		"pkg/explain",
 		"pkg/manifest",
 		"pkg/outlier",
 		"pkg/xds/publish",
 		"pkg/xds/server",
 	}},
-	{"sources and views", []string{
+	{"sources and views", "sources and views", []string{
 		"pkg/planelog",
 		"pkg/source/files",
 		"pkg/source/kube",
@@ -83,26 +84,26 @@ var layers = []struct {
 	}},
 	// What the Kubernetes leader writes back: status, Events, the check and
 	// outlier decisions, from what the reader publishes.
-	{"writing back", []string{
+	{"writing back", "writing back to the cluster", []string{
 		"pkg/kubestatus",
 	}},
 	// One Kubernetes replica: the reader, the writer and the election.
-	{"kubernetes replica", []string{
+	{"kubernetes replica", "one Kubernetes replica", []string{
 		"pkg/kubereplica",
 	}},
-	{"admin port", []string{
+	{"admin port", "the admin port", []string{
 		"pkg/admin",
 	}},
 	// One control-plane process assembled from all of the above.
-	{"wiring", []string{
+	{"wiring", "wiring", []string{
 		"pkg/controlplane",
 	}},
-	{"commands", []string{
+	{"commands", "commands", []string{
 		"cmd/controlplane",
 		"hack/crdversion",
 	}},
 	// Imported by tests only (the rules below keep pkg/ and cmd/ off them).
-	{"test helpers", []string{
+	{"test helpers", "test helpers", []string{
 		"test/adstest",
 		"test/cpbinary",
 		"test/golden",
@@ -111,7 +112,7 @@ var layers = []struct {
 		"test/testkit",
 	}},
 	// Tests and their tools; nothing imports them.
-	{"test suites", []string{
+	{"test suites", "test suites", []string{
 		"test/browser",
 		"test/chart",
 		"test/e2e",
