@@ -118,6 +118,7 @@ func normalize(s string, a controlplane.Addrs) string {
 // client's error as the last NACK), STALE (against the version it has not
 // answered) and the class of a client in a zone class.
 func TestStatusLive(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	a := f.addrs
 	rep, out := statusJSON(t, "--admin-address", a.Admin)
@@ -178,6 +179,7 @@ func TestStatusLive(t *testing.T) {
 // its error; the listener and route views; an unknown resource is exit 1,
 // with the name meant.
 func TestProxyConfigLive(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	a := f.addrs
 	for _, tc := range []struct {
