@@ -53,6 +53,7 @@ func checkNoCrash(t *testing.T, stderr string) {
 }
 
 func TestGolden(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		args []string
@@ -79,6 +80,7 @@ func TestGolden(t *testing.T) {
 // TestDeterministic: the same input gives byte-identical output, so the
 // golden files are meaningful.
 func TestDeterministic(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"explain", "-f", examples, "-o", "json", "--simulate", "1000", "--seed", "3"},
 		{"explain", "-f", examples},
@@ -100,6 +102,7 @@ func TestDeterministic(t *testing.T) {
 }
 
 func TestExplainJSON(t *testing.T) {
+	t.Parallel()
 	code, stdout, stderr := runCLI("explain", "-f", examples, "-o", "json")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -163,6 +166,7 @@ func TestExplainJSON(t *testing.T) {
 }
 
 func TestSimulateJSON(t *testing.T) {
+	t.Parallel()
 	code, stdout, stderr := runCLI("explain", "-f", examples, "--upstream", "shop/checkout", "-o", "json", "--simulate", "20000", "--seed", "7")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -206,6 +210,7 @@ func TestSimulateJSON(t *testing.T) {
 }
 
 func TestVersionAndHelp(t *testing.T) {
+	t.Parallel()
 	code, stdout, stderr := runCLI("version")
 	if code != exitOK || !strings.HasPrefix(stdout, "controlplane dev (go") || stderr != "" {
 		t.Errorf("version: exit %d, stdout %q, stderr %q", code, stdout, stderr)
@@ -222,6 +227,7 @@ func TestVersionAndHelp(t *testing.T) {
 // object naming an upstream no object defines is an error naming the file,
 // document, object and field.
 func TestValidateRefusesOrphans(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write(t, dir, "orphan.yaml", locality("l", "missing", 0, "eu", 1))
 	code, stdout, stderr := runCLI("validate", "-f", dir)
@@ -239,6 +245,7 @@ func TestValidateRefusesOrphans(t *testing.T) {
 // object defines (a replica's Upstream, a Partition's domain or replica) is
 // an error, in file and document order.
 func TestValidateSpatialProblems(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	const domain = `apiVersion: poise.dev/v1alpha1
 kind: SpatialDomain
@@ -292,6 +299,7 @@ spec: {domain: rivers, extent: {west: 5, south: 44, east: 16, north: 48}, replic
 // range no client should be sent to, is refused with the file, document,
 // object and field; loopback only without the Upstream's opt-in.
 func TestValidateRefusesAddresses(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	refused := write(t, dir, "vms.yaml", upstream("web")+"---\n"+
 		endpointSet("web-a", "web", "a", "[{address: 10.0.0.1, port: 80}, {address: vm1.example.internal, port: 80}, {address: 169.254.169.254, port: 80}]"))
@@ -341,6 +349,7 @@ func TestValidateRefusesAddresses(t *testing.T) {
 // localityAffinity mode None validates, and explain names the mode and
 // that the Upstream set it.
 func TestExplicitNoneAffinity(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write(t, dir, "web.yaml", upstream("web")+"spec: {localityAffinity: {mode: None}}\n---\n"+
 		endpointSet("web-a", "web", "a", "[{address: 10.0.0.1, port: 80}]"))
@@ -377,6 +386,7 @@ func endpointSet(name, up, zone, endpoints string) string {
 }
 
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	invalid := write(t, dir, "invalid.yaml", upstream("web")+"---\n"+
 		endpointSet("web-a", "web", "a", "[{address: 10.0.0.1, port: 80, weight: 0}]"))
@@ -494,7 +504,8 @@ func buildBinary(t *testing.T, version string) string {
 }
 
 // TestBinary builds the real command and runs it, checking exit codes as a
-// shell sees them.
+// shell sees them. Not parallel: the peak RSS of the alias bomb's process
+// grows when its garbage collector shares the CPU with the other tests.
 func TestBinary(t *testing.T) {
 	bin := buildBinary(t, "v0.0.0-test")
 	invalid := write(t, t.TempDir(), "bad.yaml", upstream("web")+"spec: {panicThreshold: 101}\n")

@@ -14,6 +14,7 @@ import (
 // TestHelp: --help, -h and help CMD print the command's help on stdout
 // and exit 0, with double-dash long flags.
 func TestHelp(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		cmd   string
 		flags []string // each must appear as help shows it
@@ -59,6 +60,7 @@ func TestHelp(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	want := buildVersion()
 	if !strings.HasPrefix(want.text(), "controlplane dev (go") {
 		t.Errorf("a test binary's version: %q", want.text())
@@ -90,6 +92,7 @@ func TestVersion(t *testing.T) {
 }
 
 func TestCompletion(t *testing.T) {
+	t.Parallel()
 	for shell, marker := range map[string]string{
 		"bash":       "complete -o default -F __start_controlplane controlplane",
 		"zsh":        "#compdef controlplane",
@@ -117,6 +120,7 @@ func TestCompletion(t *testing.T) {
 // TestBinaryConventions runs the built command: version from -ldflags,
 // help and usage exit codes, and the JSON banner of serve --log-format json.
 func TestBinaryConventions(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t, "v9.8.7")
 	for _, tc := range []struct {
 		args   []string

@@ -35,6 +35,7 @@ func deadKubeconfig(t *testing.T) string {
 // stdout. Every command has rows for each code it can give, and the test
 // fails on a command with none.
 func TestExitCodes(t *testing.T) {
+	t.Parallel()
 	a := startPlane(t)
 	client := adstest.Dial(t, a.XDS, &core.Node{Id: "envoy-exit", Cluster: "test", UserAgentName: "envoy"})
 	client.ACK(client.Ask(resource.ClusterType))

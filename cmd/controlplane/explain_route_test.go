@@ -12,6 +12,7 @@ import (
 const spatialExamples = "../../examples/spatial"
 
 func TestExplainRouteGolden(t *testing.T) {
+	t.Parallel()
 	base := []string{"explain-route", "-f", spatialExamples, "--domain", "cadastre"}
 	tests := []struct {
 		name   string
@@ -57,6 +58,7 @@ func TestExplainRouteGolden(t *testing.T) {
 }
 
 func TestExplainRouteErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		args []string
 		code int

@@ -18,6 +18,7 @@ const tenantsDir = "testdata/tenants"
 // read it and why, resolving objects without spec.exportTo by
 // --default-export-to as serve does.
 func TestExplainVisibilityGolden(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -41,6 +42,7 @@ func TestExplainVisibilityGolden(t *testing.T) {
 // upstream is what exportTo says; the JSON decodes into explain.Report
 // and prints the same text; without the flags nothing is resolved.
 func TestExplainVisibility(t *testing.T) {
+	t.Parallel()
 	args := []string{"explain", "-f", tenantsDir, "--client-namespace", "tenant-b"}
 	code, stdout, stderr := runCLI(append(args, "-o", "json")...)
 	if code != exitOK {
@@ -90,6 +92,7 @@ func TestExplainVisibility(t *testing.T) {
 // TestExplainVisibilityFlags: a bad flag is exit 2 with the flag named;
 // --default-export-to is refused as serve refuses it.
 func TestExplainVisibilityFlags(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string

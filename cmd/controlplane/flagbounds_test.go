@@ -67,6 +67,7 @@ func numeric(f *pflag.Flag) bool {
 // TestEveryNumericFlagIsBounded: every numeric flag of every command has a
 // row in flagBounds, and every row a flag.
 func TestEveryNumericFlagIsBounded(t *testing.T) {
+	t.Parallel()
 	rows := map[string]bool{}
 	for _, b := range flagBounds {
 		rows[b.cmd+" --"+b.flag] = true
@@ -101,6 +102,7 @@ func TestEveryNumericFlagIsBounded(t *testing.T) {
 // goes on to fail (exit 1) on an input that does not exist, or a cluster
 // that does not answer.
 func TestFlagBounds(t *testing.T) {
+	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "missing.yaml")
 	dead := deadKubeconfig(t)
 	base := func(b flagBound) []string {
@@ -146,6 +148,7 @@ func TestFlagBounds(t *testing.T) {
 // each numeric flag, with its default as the command has it and the range
 // the command holds it to.
 func TestFlagBoundsDocumented(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../../docs/cli.md")
 	if err != nil {
 		t.Fatal(err)

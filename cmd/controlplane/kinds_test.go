@@ -11,6 +11,7 @@ import (
 // applies whole, validates and explains; its Namespaces, Services,
 // Deployments and ConfigMap are skipped with one note naming them.
 func TestKubernetesWalkthrough(t *testing.T) {
+	t.Parallel()
 	const dir = examples + "/kubernetes"
 	note := "note: skipped 19 objects of other kinds (Service 8, Deployment 7, Namespace 2, ConfigMap 1, ServiceAccount 1) in " + dir + "\n"
 	for _, tc := range []struct {
@@ -36,6 +37,7 @@ func TestKubernetesWalkthrough(t *testing.T) {
 // TestOtherKindsAndNamespaces: what the commands say of documents that are
 // not Poise objects, and of Poise objects without a namespace.
 func TestOtherKindsAndNamespaces(t *testing.T) {
+	t.Parallel()
 	const (
 		ns      = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n"
 		svc     = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: shop}\n"

@@ -13,6 +13,7 @@ import (
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 
 	"poise.dev/poise/pkg/admin"
+	"poise.dev/poise/test/testkit"
 )
 
 // TestLoadReports: an Upstream with spec.loadReporting is published with
@@ -20,6 +21,7 @@ import (
 // (not one without load reporting) and the Upstream's interval, and the
 // report it sends for one endpoint shows in /debug/loads.
 func TestLoadReports(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := write(t, dir, "shop.yaml", upstream("web")+"spec:\n  loadReporting: {interval: 2s}\n---\n"+
 		endpointSet("web-a", "web", "a", "[{address: 10.1.0.1, port: 8080}, {address: 10.1.0.2, port: 8080}]")+"---\n"+
@@ -49,9 +51,9 @@ func TestLoadReports(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// the report is stored asynchronously: poll the admin view
+	// the report is stored asynchronously: wait for the admin view to show it
 	var got admin.Loads
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testkit.Eventually(t, 10*time.Second, "the report shows in /debug/loads", func() (bool, string) {
 		r, err := http.Get("http://" + a.Admin + "/debug/loads?cluster=shop/web")
 		if err != nil {
 			t.Fatal(err)
@@ -65,13 +67,8 @@ func TestLoadReports(t *testing.T) {
 		if err := json.Unmarshal(body, &got); err != nil {
 			t.Fatal(err)
 		}
-		if len(got.Endpoints) == 2 && got.Endpoints[1].Issued > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the report does not show: %s", body)
-		}
-	}
+		return len(got.Endpoints) == 2 && got.Endpoints[1].Issued > 0, string(body)
+	})
 	if e := got.Endpoints[1]; e.Address != "10.1.0.2" || e.Port != 8080 || e.Issued != 9 || e.Successes != 6 || e.Errors != 3 || e.Reporters != 1 {
 		t.Errorf("10.1.0.2: %+v", e)
 	}

@@ -15,6 +15,7 @@ import (
 // and the field, and what was likely meant; the goldens hold the whole
 // output, the test directory written DIR.
 func TestValidateMistakes(t *testing.T) {
+	t.Parallel()
 	checkout, err := os.ReadFile(filepath.Join(examples, "checkout.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +65,7 @@ func TestValidateMistakes(t *testing.T) {
 // YAML block of the docs that holds a Poise object — are complete: each
 // validates as serve -f would hold it.
 func TestBundledManifestsValidate(t *testing.T) {
+	t.Parallel()
 	paths := []string{examples, examples + "/kubernetes", examples + "/spatial", "../../pkg/loadreport/testdata/spatial.yaml"}
 	for _, pattern := range []string{"../../pkg/xds/translate/testdata/*/input.yaml", "testdata/*/*.yaml"} {
 		found, err := filepath.Glob(pattern)

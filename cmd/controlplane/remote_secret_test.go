@@ -14,6 +14,7 @@ import (
 // TestCreateRemoteSecretFlags: a command line that cannot work is a usage
 // error (exit 2) that names the flag, before any cluster is reached.
 func TestCreateRemoteSecretFlags(t *testing.T) {
+	t.Parallel()
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
 kind: Config
@@ -70,6 +71,7 @@ current-context: east
 // TestCreateRemoteSecretRBACOnly: --rbac-only prints the remote objects,
 // and the ClusterRole reads services, endpointslices and nodes, nothing else.
 func TestCreateRemoteSecretRBACOnly(t *testing.T) {
+	t.Parallel()
 	code, stdout, stderr := runCLI("create-remote-secret", "--rbac-only", "--namespace", "mesh", "--service-account", "reader")
 	if code != exitOK || stderr != "" {
 		t.Fatalf("exit %d, stderr %q", code, stderr)

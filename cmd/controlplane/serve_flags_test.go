@@ -13,6 +13,7 @@ import (
 // not exist, so a value the command wrongly lets through fails fast, in
 // loading the manifests (exit 1), rather than serving.
 func TestServeFlags(t *testing.T) {
+	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "missing.yaml")
 	base := []string{"serve", "-f", missing, "--xds-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"}
 	const (
@@ -159,6 +160,7 @@ func TestServeFlags(t *testing.T) {
 // the checks, so serve goes on to load the manifests (and fails there, on
 // a file that does not exist).
 func TestServeFlagsAtTheirBounds(t *testing.T) {
+	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "missing.yaml")
 	for _, flags := range [][]string{
 		{"--debounce", "0", "--debounce-max", "0", "--settle", "0", "--drain-period", "0"},

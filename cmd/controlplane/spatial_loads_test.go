@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/test/testkit"
 )
 
 // spatialLoads is a domain with loadReporting (interval 2s): a replica in
@@ -42,6 +44,7 @@ func endpointIssued(cluster, addr string, issued uint64) *endpoint.ClusterStats 
 // on them over LRS; /metrics counts the requests by client and replica
 // region with the cross-region share, and /debug/explain-route shows them.
 func TestSpatialLoads(t *testing.T) {
+	t.Parallel()
 	manifest, err := os.ReadFile(spatialLoads)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +98,7 @@ func TestSpatialLoads(t *testing.T) {
 	report("envoy-eu", "eu-west", endpointIssued("spatial:geo:maps:eu", "10.20.0.1", 30), endpointIssued("spatial-pool:geo:maps:tiles", "10.30.0.1", 10))
 	report("envoy-us", "us-east", endpointIssued("spatial:geo:maps:us", "10.30.0.1", 45), endpointIssued("spatial:geo:maps:eu", "10.20.0.1", 15))
 
-	// reports are stored asynchronously: poll /metrics
+	// reports are stored asynchronously: wait for /metrics to show them
 	wantMetrics := []string{
 		`poise_spatial_requests_total{client_region="eu-west",domain="geo/maps",replica_region="eu-west"} 30`,
 		`poise_spatial_requests_total{client_region="eu-west",domain="geo/maps",replica_region="us-east"} 10`,
@@ -103,22 +106,20 @@ func TestSpatialLoads(t *testing.T) {
 		`poise_spatial_requests_total{client_region="us-east",domain="geo/maps",replica_region="us-east"} 45`,
 		`poise_spatial_cross_region_share{domain="geo/maps"} 0.25`,
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testkit.Eventually(t, 10*time.Second, "the spatial series on /metrics", func() (bool, string) {
 		body := get(t, "http://"+a.Admin+"/metrics")
 		missing := slices.DeleteFunc(slices.Clone(wantMetrics), func(line string) bool { return strings.Contains(body, line+"\n") })
 		if len(missing) == 0 {
-			break
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			var got []string
-			for _, line := range strings.Split(body, "\n") {
-				if strings.HasPrefix(line, "poise_spatial_") {
-					got = append(got, line)
-				}
+		var got []string
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "poise_spatial_") {
+				got = append(got, line)
 			}
-			t.Fatalf("/metrics lacks %q; has:\n%s", missing, strings.Join(got, "\n"))
 		}
-	}
+		return false, fmt.Sprintf("/metrics lacks %q; has:\n%s", missing, strings.Join(got, "\n"))
+	})
 
 	var rep explain.RouteReport
 	if err := json.Unmarshal([]byte(get(t, "http://"+a.Admin+"/debug/explain-route?domain=maps&product=tiles&bbox=8,48,9,49")), &rep); err != nil {
@@ -139,19 +140,14 @@ func TestSpatialLoads(t *testing.T) {
 	// loadReporting removed: no upstream changes, yet the domain's clusters
 	// leave the catalog and its counters go
 	write(t, filepath.Dir(path), "maps.yaml", strings.Replace(string(manifest), "  loadReporting: {interval: 2s}\n", "", 1))
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testkit.Eventually(t, 10*time.Second, "loadReporting removed: no more reporting", func() (bool, string) {
 		body := get(t, "http://"+a.Admin+"/metrics")
 		var rep explain.RouteReport
 		if err := json.Unmarshal([]byte(get(t, "http://"+a.Admin+"/debug/explain-route?domain=maps&product=tiles")), &rep); err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(body, "poise_spatial_") && rep.Loads != nil && !rep.Loads.Reporting {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("loadReporting removed, still reporting: loads %+v", rep.Loads)
-		}
-	}
+		return !strings.Contains(body, "poise_spatial_") && rep.Loads != nil && !rep.Loads.Reporting, fmt.Sprintf("still reporting: loads %+v", rep.Loads)
+	})
 }
 
 // lrsServers is the CDS a new ADS stream of node receives: whether each

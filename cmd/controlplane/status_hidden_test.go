@@ -51,6 +51,7 @@ func withheldRows(replicas ...string) []replicaClient {
 // principal, then what each asked for and is not sent, and why; the
 // replica is named when there are several.
 func TestStatusWithheldGolden(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	if err := writeStatusText(&b, statusReport{Clients: withheldRows("127.0.0.1:19000")}); err != nil {
 		t.Fatal(err)
@@ -80,6 +81,7 @@ func TestStatusWithheldGolden(t *testing.T) {
 // JSON, that they are exported to tenant-a only, and that a name nothing
 // has is not published.
 func TestStatusWithheldLive(t *testing.T) {
+	t.Parallel()
 	a := startPlaneOn(t, tenantsDir)
 	st := adsStream(t, a.XDS)
 	node := &core.Node{Id: "envoy-anon", Cluster: "test", UserAgentName: "envoy"}

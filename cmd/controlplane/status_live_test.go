@@ -113,6 +113,11 @@ func normalize(s string, a controlplane.Addrs) string {
 	return regexp.MustCompile(` {2,}`).ReplaceAllString(s, "  ")
 }
 
+// The live status tests are not parallel: their goldens hold the plane's
+// first revision, and once, run beside the package's other tests under a
+// loaded machine, a plane serving the unchanged examples had published a
+// second one before the clients asked.
+
 // TestStatusLive: status against a real plane with real ADS clients shows
 // the replica's version and, per client and type, SYNCED, NACKED (with the
 // client's error as the last NACK), STALE (against the version it has not

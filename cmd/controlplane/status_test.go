@@ -82,6 +82,7 @@ func adsStream(t *testing.T, xds string) discovery.AggregatedDiscoveryService_St
 // decoded: the checkout cluster's ClusterLoadAssignment, whose priority-0
 // locality weights are the traffic explain computes for it.
 func TestProxyConfig(t *testing.T) {
+	t.Parallel()
 	a := startPlane(t)
 	st := adsStream(t, a.XDS)
 	node := &core.Node{Id: "envoy-config-1", Cluster: "test", UserAgentName: "envoy"}
@@ -151,6 +152,7 @@ func TestProxyConfig(t *testing.T) {
 // TestStatusClusters: the remote clusters each replica reads are listed
 // below its clients, one line per (cluster, replica).
 func TestStatusClusters(t *testing.T) {
+	t.Parallel()
 	since := time.Date(2026, 11, 30, 10, 42, 7, 0, time.UTC)
 	var b strings.Builder
 	err := writeStatusText(&b, statusReport{Clusters: []replicaCluster{
@@ -186,6 +188,7 @@ func TestStatusClusters(t *testing.T) {
 // client stands on it, or for a replica that does not say, what it ACKed
 // and was sent.
 func TestStatusPlacedZone(t *testing.T) {
+	t.Parallel()
 	acked := func(v string) map[string]*server.TypeState {
 		return map[string]*server.TypeState{"CDS": {LastAckedVersion: v, LastSentVersion: v, State: server.Synced, CurrentVersion: v},
 			"EDS": {LastAckedVersion: v, LastSentVersion: v, State: server.Synced, CurrentVersion: v}}

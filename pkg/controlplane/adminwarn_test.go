@@ -11,6 +11,7 @@ import (
 // The admin port has no authentication and its /debug views show every
 // namespace, so serving it off loopback is said at start, and only then.
 func TestAdminOffLoopbackWarns(t *testing.T) {
+	t.Parallel()
 	const warning = "serving the admin port on an address that is not loopback: it has no authentication, and /debug shows every namespace's topology and every connected client"
 	for _, tc := range []struct {
 		admin string
@@ -22,6 +23,7 @@ func TestAdminOffLoopbackWarns(t *testing.T) {
 		{":0", true},
 	} {
 		t.Run(tc.admin, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			if err := os.WriteFile(filepath.Join(dir, "checkout.yaml"), []byte(planeManifests), 0o644); err != nil {
 				t.Fatal(err)

@@ -27,6 +27,7 @@ func complete() controlplane.Config {
 // TestValidateBounds: each field at the ends of its range is accepted,
 // and one step beyond is refused with a problem naming its flag.
 func TestValidateBounds(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		ok   func(*controlplane.Config)
@@ -143,6 +144,7 @@ func TestValidateBounds(t *testing.T) {
 // order; and a zero Config, which Run reads as all defaults, is refused
 // by Validate, which reads its zeros as values.
 func TestValidateAll(t *testing.T) {
+	t.Parallel()
 	c := complete()
 	c.MaxStreams, c.HealthCheckMaxEndpoints, c.StatusShare, c.Source = 0, 0, 2, "etcd"
 	err := c.Validate()

@@ -45,6 +45,7 @@ spec:
 // stopping plane receives a change made meanwhile, rather than keeping what
 // it held when stopping began until its stream ends.
 func TestDrainingPlaneFollowsChanges(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "pay.yaml")
 	write := func(weight string) {
@@ -128,26 +129,50 @@ func TestDrainingPlaneFollowsChanges(t *testing.T) {
 		all = append(all, held{s, weightOf(r)})
 	}
 
+	// Each stream is read on its own: it ends, or its first response that
+	// moves 10.0.0.1's weight arrives.
+	type event struct {
+		i   int
+		w   uint32 // the new weight, when err is nil
+		err error
+	}
+	events := make(chan event, streams)
 	stopping := time.Now()
 	cancel()
-	time.Sleep(200 * time.Millisecond) // stopping has begun: the drain is under way
+	for i, h := range all {
+		go func() {
+			for {
+				r, err := h.s.Recv()
+				if err != nil {
+					events <- event{i: i, err: err}
+					return
+				}
+				if w := weightOf(r); w != h.before {
+					events <- event{i: i, w: w}
+					return
+				}
+			}
+		}()
+	}
+	// stopping has begun once the drain has ended its first stream, at
+	// once: the edit is made while the others are still open
+	first := <-events
+	if first.err == nil {
+		t.Fatalf("stream %d: 10.0.0.1's weight moved to %d before the edit", first.i, first.w)
+	}
+	t.Logf("stream %d ended %s after stopping began: %v", first.i, time.Since(stopping).Round(time.Millisecond), first.err)
 	write("5")
 	got := 0
-	for i, h := range all {
-		for {
-			r, err := h.s.Recv()
-			if err != nil {
-				t.Logf("stream %d ended %s after stopping began: %v", i, time.Since(stopping).Round(time.Millisecond), err)
-				break
-			}
-			if w := weightOf(r); w != h.before {
-				t.Logf("stream %d: 10.0.0.1's weight %d → %d, %s after stopping began (drain period %s)", i, h.before, w, time.Since(stopping).Round(time.Millisecond), drain)
-				got++
-				break
-			}
+	for range streams - 1 {
+		e := <-events
+		if e.err != nil {
+			t.Logf("stream %d ended %s after stopping began: %v", e.i, time.Since(stopping).Round(time.Millisecond), e.err)
+			continue
 		}
+		t.Logf("stream %d: 10.0.0.1's weight %d → %d, %s after stopping began (drain period %s)", e.i, all[e.i].before, e.w, time.Since(stopping).Round(time.Millisecond), drain)
+		got++
 	}
-	// the first stream ends as the drain begins, before the edit; the
+	// the first stream ended as the drain began, before the edit; the
 	// others are still open when the edit is published
 	if got < streams-1 {
 		t.Errorf("%d of the %d streams still open after the edit received it: want every one of them", got, streams-1)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +97,29 @@ spec:
 	return hs, dir, fmt.Sprintf("127.0.0.1:%d", port)
 }
 
+// activeChecks is poise_active_checks_total of the given result ("pass" or
+// "fail") on the admin port's /metrics, 0 when absent.
+func activeChecks(t *testing.T, admin, result string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	prefix := `poise_active_checks_total{result="` + result + `"} `
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, prefix); ok {
+			v, err := strconv.ParseFloat(rest, 64)
+			if err != nil {
+				t.Fatalf("%s%s: %v", prefix, rest, err)
+			}
+			return v
+		}
+	}
+	return 0
+}
+
 // checkInterval is the API's shortest.
 const checkInterval = time.Second
 
@@ -105,25 +129,21 @@ const checkInterval = time.Second
 // unhealthyThreshold checks, and eligible again once it serves. The log
 // warns of each turn, with explain's origin, and of the upstream's panic.
 func TestActiveHealthCheckInFilesMode(t *testing.T) {
+	t.Parallel()
 	const interval, threshold = checkInterval, 2
 	hs, dir, target := checkedUpstream(t, threshold)
 	a, log := startPlane(t, controlplane.Config{Paths: []string{dir}})
 	admin := a.Admin
-	// waitFor polls explain until the endpoint is as wanted, or fails
+	// waitFor waits until explain shows the endpoint as wanted, or fails
 	// after within.
 	waitFor := func(what string, within time.Duration, ok func(e map[string]any) bool) map[string]any {
 		t.Helper()
-		deadline := time.Now().Add(within)
-		for {
-			e := explainEndpoints(t, admin, "shop/api")[target]
-			if e != nil && ok(e) {
-				return e
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %v; endpoint %v", what, within, e)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		var e map[string]any
+		testkit.Eventually(t, within, what, func() (bool, string) {
+			e = explainEndpoints(t, admin, "shop/api")[target]
+			return e != nil && ok(e), fmt.Sprintf("endpoint %v", e)
+		})
+		return e
 	}
 	// Checks start on the first snapshot; one passing check makes it Healthy.
 	waitFor("healthy", 3*interval, func(e map[string]any) bool { return e["probe"] == "Healthy" && e["eligible"] == true })
@@ -159,7 +179,10 @@ func TestActiveHealthCheckInFilesMode(t *testing.T) {
 
 	turns := func() []map[string]any { return log.Records(t, "endpoint taken out", "endpoint brought back") }
 	testkit.Eventually(t, 5*time.Second, "two turns logged", func() (bool, string) { return len(turns()) >= 2, fmt.Sprint(turns()) })
-	time.Sleep(1500 * time.Millisecond) // a look at the publications later, nothing more
+	// sleep: the plane log looks at the publications at most once a second
+	// and nothing says a look found nothing new; a third line would show
+	// within the next look
+	time.Sleep(1500 * time.Millisecond)
 	lines := turns()
 	if len(lines) != 2 || lines[0]["msg"] != "endpoint taken out" || lines[1]["msg"] != "endpoint brought back" {
 		t.Fatalf("turns logged: %v", lines)
@@ -187,6 +210,7 @@ func TestActiveHealthCheckInFilesMode(t *testing.T) {
 // first two turns; the lines count every turn they stand for, and the last
 // says where it ended.
 func TestFlappingCheckIsBounded(t *testing.T) {
+	t.Parallel()
 	const period = 3 * time.Second
 	hs, dir, target := checkedUpstream(t, 1)
 	a, log := startPlane(t, controlplane.Config{Paths: []string{dir}, LogPeriod: period})
@@ -196,18 +220,27 @@ func TestFlappingCheckIsBounded(t *testing.T) {
 	}
 	testkit.Eventually(t, 5*checkInterval, "healthy", eligible)
 
+	// Twelve turns, each made once a check has seen the one before: the
+	// endpoint flaps at every check.
 	began := time.Now()
-	for i := 0; time.Since(began) < 12*time.Second; i++ {
-		s := healthpb.HealthCheckResponse_NOT_SERVING
+	for i := range 12 {
+		s, result := healthpb.HealthCheckResponse_NOT_SERVING, "fail"
 		if i%2 == 1 {
-			s = healthpb.HealthCheckResponse_SERVING
+			s, result = healthpb.HealthCheckResponse_SERVING, "pass"
 		}
+		before := activeChecks(t, a.Admin, result)
 		hs.SetServingStatus("", s)
-		time.Sleep(checkInterval)
+		testkit.Eventually(t, 3*checkInterval, fmt.Sprintf("turn %d (%s) checked", i, s), func() (bool, string) {
+			n := activeChecks(t, a.Admin, result)
+			return n > before, fmt.Sprintf("%s checks: %v, %v before the turn", result, n, before)
+		})
 	}
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	testkit.Eventually(t, 3*checkInterval, "healthy at the end", eligible)
-	time.Sleep(period + 2*time.Second) // the line held, a look later
+	// sleep: past its burst the endpoint has a line at most once a period;
+	// the line holding the last turns is written when its period is up, and
+	// no event says it was: a period and a look must pass
+	time.Sleep(period + 2*time.Second)
 	elapsed := time.Since(began)
 
 	lines := log.Records(t, "endpoint taken out", "endpoint brought back")

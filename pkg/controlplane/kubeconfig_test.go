@@ -46,6 +46,7 @@ current-context: x
 // ~/.kube/config; the context's namespace comes along (kubectl's "default"
 // when the context sets none).
 func TestKubeClientLoadingOrder(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	flag := writeKubeconfig(t, dir, "flag", "https://flag.example:6443", "team-flag")
 	env := writeKubeconfig(t, dir, "env", "https://env.example:6443", "team-env")

@@ -15,6 +15,7 @@ import (
 
 // TestKlogLevels: klog's warnings and errors keep their level through slog,
 // and its structured calls are unchanged.
+// Not parallel: it sets klog's process-wide logger.
 func TestKlogLevels(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -57,6 +58,7 @@ func TestKlogLevels(t *testing.T) {
 
 // TestBannerJSON: under --log-format json the banner is one JSON object.
 func TestBannerJSON(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	a := Addrs{XDS: "127.0.0.1:18000", Admin: "127.0.0.1:19000", Metrics: "0.0.0.0:19001", Instance: "i-1"}
 	writeBanner(&buf, Config{BannerFormat: "json", Version: "v1.2.3", Paths: []string{"examples"}, TLS: &server.TLS{ClientCAFile: "ca"}}, a)

@@ -61,6 +61,7 @@ func ejectedIn(t *testing.T, snap *topology.Snapshot) map[string]string {
 // client is counted untrusted, the ejection ends by itself, and removing
 // the detection withdraws an ejection and its series.
 func TestOutlierLoopInFilesMode(t *testing.T) {
+	t.Parallel()
 	dir := topology.NewDirectory()
 	od := &topology.OutlierDetection{ErrorPercent: 20, MinRequestVolume: 100, MinReporters: 3,
 		BaseEjectionTime: 5 * time.Second, MaxEjectionTime: time.Minute, MaxEjectionPercent: 10}

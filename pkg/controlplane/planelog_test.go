@@ -167,6 +167,7 @@ spec: {upstream: still, locality: {region: r1}, endpoints: [{address: 10.3.1.10,
 // none for the upstream it left alone; objects of other kinds are logged
 // once for what they are, not on every save.
 func TestPlaneLogInFilesMode(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write := func(name, text string) {
 		t.Helper()
@@ -205,7 +206,10 @@ func TestPlaneLogInFilesMode(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "two summaries", func() (bool, string) {
 		return len(moved()) >= 2, fmt.Sprint(moved())
 	})
-	time.Sleep(1500 * time.Millisecond) // a look at the publications later, nothing more
+	// sleep: the plane log looks at the publications at most once a second
+	// and nothing says a look found nothing new; a third line would show
+	// within the next look
+	time.Sleep(1500 * time.Millisecond)
 	lines := moved()
 	if len(lines) != 2 {
 		t.Fatalf("summaries: %v", lines)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"poise.dev/poise/pkg/controlplane"
+	"poise.dev/poise/test/testkit"
 )
 
 // scrape runs the control plane on the examples and returns /metrics once
@@ -16,8 +17,8 @@ func scrape(t *testing.T, cfg controlplane.Config) string {
 	t.Helper()
 	cfg.Paths = []string{"../../examples"}
 	a, _ := startPlane(t, cfg)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var out string
+	testkit.Eventually(t, 10*time.Second, "the upstream gauges on /metrics", func() (bool, string) {
 		resp, err := http.Get("http://" + a.Admin + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -27,14 +28,14 @@ func scrape(t *testing.T, cfg controlplane.Config) string {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("/metrics: %s\n%s", resp.Status, b)
 		}
-		if strings.Contains(string(b), "poise_upstream_priority_load{") || time.Now().After(deadline) {
-			return string(b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		out = string(b)
+		return strings.Contains(out, "poise_upstream_priority_load{"), "no poise_upstream_priority_load series yet"
+	})
+	return out
 }
 
 func TestMetricsServed(t *testing.T) {
+	t.Parallel()
 	out := scrape(t, controlplane.Config{Version: "v9.9.9"})
 	for _, want := range []string{
 		`poise_upstream_priority_load{`, `poise_upstream_locality_traffic{`, `poise_build_info{goversion="`,
@@ -50,6 +51,7 @@ func TestMetricsServed(t *testing.T) {
 }
 
 func TestMetricsWithoutLocalityGauges(t *testing.T) {
+	t.Parallel()
 	out := scrape(t, controlplane.Config{MetricsNoLocalityGauges: true})
 	if !strings.Contains(out, "poise_upstream_priority_load{") || strings.Contains(out, "poise_upstream_locality_traffic{") {
 		t.Error("with the locality gauges off: want priority loads and no locality traffic")

@@ -22,6 +22,7 @@ import (
 // client reads none; the audience comes from Config.Audience, not from the
 // node, which claims shop.
 func TestDefaultExportTo(t *testing.T) {
+	t.Parallel()
 	a, _ := startPlane(t, controlplane.Config{Paths: []string{"../../examples"}, DefaultExportTo: []string{"."},
 		Audience: func(ctx context.Context) (server.Audience, error) {
 			md, _ := metadata.FromIncomingContext(ctx)

@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/test/testkit"
 )
 
 // page is what the traffic map shows, read back from the DOM: every figure
@@ -161,18 +162,17 @@ func waitDrawn(t *testing.T, ctx context.Context, want explain.Report, from stri
 	wantUps := figures(want)
 	var last page
 	var lastErr error
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	testkit.EventuallyEvery(t, 20*time.Second, 100*time.Millisecond, "the page draws explain's figures", func() (bool, string) {
 		p, err := tryRead(ctx)
-		if lastErr = err; err != nil || p == nil {
-			continue
+		if lastErr = err; err == nil && p != nil {
+			if last = *p; last.From == from && reflect.DeepEqual(onlyFigures(last.Upstreams), wantUps) {
+				return true, ""
+			}
 		}
-		if last = *p; last.From == from && reflect.DeepEqual(onlyFigures(last.Upstreams), wantUps) {
-			return last
-		}
-	}
-	got, _ := json.MarshalIndent(onlyFigures(last.Upstreams), "", "  ")
-	exp, _ := json.MarshalIndent(wantUps, "", "  ")
-	t.Fatalf("the page did not draw explain's figures within 20s (from %q, want %q; last error %v)\ndrawn:\n%s\nexplain:\n%s", last.From, from, lastErr, got, exp)
+		got, _ := json.MarshalIndent(onlyFigures(last.Upstreams), "", "  ")
+		exp, _ := json.MarshalIndent(wantUps, "", "  ")
+		return false, fmt.Sprintf("from %q, want %q; last error %v\ndrawn:\n%s\nexplain:\n%s", last.From, from, lastErr, got, exp)
+	})
 	return last
 }
 
@@ -190,18 +190,16 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	var png []byte
 	// A page that was read a moment ago can still be between layouts; the
 	// browser then refuses with "0 width". Only that is retried, briefly.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	testkit.EventuallyEvery(t, 5*time.Second, 100*time.Millisecond, "screenshot "+name, func() (bool, string) {
 		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
 		var err error
 		png, err = chromedp.Run(tctx, chromedp.FullScreenshot(100))
-		cancel()
-		if err == nil {
-			break
-		}
-		if !strings.Contains(err.Error(), "0 width") || time.Now().After(deadline) {
+		if err != nil && !strings.Contains(err.Error(), "0 width") {
 			t.Fatalf("screenshot %s: %v", name, err)
 		}
-	}
+		return err == nil, fmt.Sprint(err)
+	})
 	path := filepath.Join(t.ArtifactDir(), name)
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
@@ -235,6 +233,7 @@ func replaceOnce(t *testing.T, s, old, new string) string {
 // spill and the panic; with localityAffinity it offers the client zones and
 // draws the class split of the zone picked.
 func TestTrafficMapDrawsExplainLive(t *testing.T) {
+	t.Parallel()
 	ctx := browser(t)
 	src, err := os.ReadFile("../../examples/checkout.yaml")
 	if err != nil {
@@ -310,14 +309,12 @@ func TestTrafficMapDrawsExplainLive(t *testing.T) {
 	manifest = replaceOnce(t, manifest, "  panicThreshold: 50\n", "  panicThreshold: 50\n  localityAffinity: {mode: PreferSameZone}\n")
 	writeManifest(t, dir, manifest)
 	const from = "eu-west/eu-west-1b"
-	for deadline := time.Now().Add(20 * time.Second); !slices.Contains(p.Zones, from); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no locality selector with %s after localityAffinity was set: zones %v", from, p.Zones)
-		}
+	testkit.EventuallyEvery(t, 20*time.Second, 100*time.Millisecond, "a locality selector with "+from+" after localityAffinity was set", func() (bool, string) {
 		if read, err := tryRead(ctx); err == nil && read != nil {
 			p = *read
 		}
-	}
+		return slices.Contains(p.Zones, from), fmt.Sprintf("zones %v", p.Zones)
+	})
 	run(t, ctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const s = document.getElementById('from');
 		s.value = %q; s.dispatchEvent(new Event('change')); return true; })()`, from)))
 	want = explainJSON(t, dir, "--from", from)

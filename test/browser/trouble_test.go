@@ -222,6 +222,7 @@ func spillOf(s explain.Split) uint64 {
 // thresholds; and under ?from= each effective priority labelled with its
 // configured priority and rank. A screenshot of each.
 func TestTrafficMapMarksTrouble(t *testing.T) {
+	t.Parallel()
 	ctx := browser(t)
 	src, err := os.ReadFile("../../examples/checkout.yaml")
 	if err != nil {

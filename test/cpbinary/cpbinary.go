@@ -129,23 +129,31 @@ func (p *Process) Stop(t testing.TB) {
 }
 
 // WaitReady waits up to 20 s for adminURL/readyz to answer 200, and fails
-// the test if it does not or the process ends first.
+// the test if it does not or the process ends first. Readiness (the first
+// snapshot published) is seen only on /readyz, so it is asked every 20 ms;
+// the end of the process is seen at once. (A helper package, cpbinary does
+// not import testkit: packages of one layer do not import each other.)
 func (p *Process) WaitReady(t testing.TB, adminURL string) {
 	t.Helper()
 	const within = 20 * time.Second
 	client := &http.Client{Timeout: 2 * time.Second}
-	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+	expired := time.NewTimer(within)
+	defer expired.Stop()
+	ask := time.NewTicker(20 * time.Millisecond)
+	defer ask.Stop()
+	for {
 		if resp, err := client.Get(adminURL + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return
 			}
 		}
-		if p.Exited() {
+		select {
+		case <-p.done:
 			t.Fatalf("controlplane exited (code %d) before it was ready:\n%s", p.ExitCode(), p.Logs())
-		}
-		if time.Now().After(deadline) {
+		case <-expired.C:
 			t.Fatalf("controlplane not ready after %v:\n%s", within, p.Logs())
+		case <-ask.C:
 		}
 	}
 }

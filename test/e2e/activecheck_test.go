@@ -21,6 +21,7 @@ import (
 // ineligible with the check's origin, and a real grpc-go xDS client stops
 // sending to it (4.5σ); when it serves again it comes back.
 func TestActiveCheckTakesOutANotServingBackend(t *testing.T) {
+	t.Parallel()
 	backends := splitcheck.StartBackends(t, "127.0.0.1", 3)
 	manifests := t.TempDir()
 	var y strings.Builder
@@ -63,18 +64,14 @@ spec:
 	}
 	wait := func(what string, within time.Duration, ok func(explain.Endpoint) bool) (explain.Report, time.Duration) {
 		t.Helper()
-		start := time.Now()
-		for {
-			var rep explain.Report
+		var rep explain.Report
+		took := testkit.Eventually(t, within, what, func() (bool, string) {
+			rep = explain.Report{}
 			testkit.MustGetJSON(t, cp.adminURL+"/debug/explain?upstream=hc/echo", &rep)
-			if ok(endpoint(rep, backends[1])) {
-				return rep, time.Since(start)
-			}
-			if time.Since(start) > within {
-				t.Fatalf("%s: not within %v\n%s", what, within, cp.Logs())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			e := endpoint(rep, backends[1])
+			return ok(e), fmt.Sprintf("%s: %+v", backends[1].Addr, e)
+		})
+		return rep, took
 	}
 	measure := func(phase string, rep explain.Report) {
 		t.Helper()

@@ -40,18 +40,15 @@ func startControlPlane(t *testing.T, dir, xdsAddr, adminAddr string, extra ...st
 	return cp
 }
 
-// logged waits up to 5 s for the control plane's log to hold substr: a line
-// reaches the test through the child's output pipe, which may lag what the
-// admin port already shows.
-func (cp *controlPlane) logged(substr string) bool {
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if strings.Contains(cp.Logs(), substr) {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
+// waitLogged waits up to 5 s for the control plane's log to hold substr,
+// and fails the test with what if it does not: a line reaches the test
+// through the child's output pipe, which may lag what the admin port
+// already shows.
+func (cp *controlPlane) waitLogged(t *testing.T, what, substr string) {
+	t.Helper()
+	testkit.Eventually(t, 5*time.Second, what, func() (bool, string) {
+		return strings.Contains(cp.Logs(), substr), fmt.Sprintf("the log has no %q", substr)
+	})
 }
 
 // metric reads one sample from /metrics, 0 when absent.
@@ -130,17 +127,13 @@ func versionOf(v string) (revision, class uint64, ok bool) {
 // write as more than one batch), and returns the version.
 func (cp *controlPlane) waitAcked(t *testing.T, node string, revision uint64, timeout time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		v := cp.ackedEDS(t, node)
-		if r, _, ok := versionOf(v); ok && r >= revision {
-			return v
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %s did not ACK revision %d within %v (acked %q)\n%s", node, revision, timeout, cp.ackedEDS(t, node), cp.Logs())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var v string
+	testkit.EventuallyEvery(t, timeout, 5*time.Millisecond, fmt.Sprintf("node %s ACKs revision %d", node, revision), func() (bool, string) {
+		v = cp.ackedEDS(t, node)
+		r, _, ok := versionOf(v)
+		return ok && r >= revision, fmt.Sprintf("acked %q", v)
+	})
+	return v
 }
 
 // explainOffline runs `controlplane explain -o json` on the manifests, the
@@ -166,16 +159,10 @@ func (cp *controlPlane) waitServed(t *testing.T, phase, dir, upstream string) ex
 	t.Helper()
 	want := explainOffline(t, dir, upstream)
 	var served explain.Report
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, phase+": the served topology follows the manifests", func() (bool, string) {
 		testkit.MustGetJSON(t, cp.adminURL+"/debug/explain?upstream="+upstream, &served)
 		got := splitcheck.ExpectationOf(t, served)
-		if maps.Equal(got.Share, want.Share) && got.Dropped == want.Dropped {
-			return served
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: the served topology did not follow the manifests within 10s", phase)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return maps.Equal(got.Share, want.Share) && got.Dropped == want.Dropped, fmt.Sprintf("served revision %d: %+v, want %+v", served.Revision, got, want)
+	})
+	return served
 }

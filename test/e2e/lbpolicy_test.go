@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/splitcheck"
@@ -29,6 +27,7 @@ const lbPolicyRPCs = 4_000
 // grpc-go xDS client. Every policy must reach the client without a NACK and
 // be carried out with the split explain computes (18.75 / 56.25 / 25 %).
 func TestGRPCClientsCarryOutEveryLoadBalancingPolicy(t *testing.T) {
+	t.Parallel()
 	backends := splitcheck.StartBackends(t, "127.0.0.1", 3)
 	dir := t.TempDir()
 	manifests := filepath.Join(dir, "manifests")
@@ -53,6 +52,7 @@ func TestGRPCClientsCarryOutEveryLoadBalancingPolicy(t *testing.T) {
 
 	for _, p := range policies {
 		t.Run(p, func(t *testing.T) {
+			t.Parallel()
 			up := "lb/" + strings.ToLower(p)
 			want := explainOffline(t, manifests, up)
 			for i, s := range []uint64{187_500, 562_500, 250_000} {
@@ -75,40 +75,32 @@ func TestGRPCClientsCarryOutEveryLoadBalancingPolicy(t *testing.T) {
 			}
 			node := "lb-" + strings.ToLower(p)
 			conn := splitcheck.NewXDSClient(t, xdsAddr, node, strings.ToLower(p)+".lb")
-			if err := warmAll(conn, want, 15*time.Second); err != nil {
-				t.Fatalf("%s: %v; CDS NACKs %d\n%s", p, err, cp.nacks(t, node, "CDS"), cp.Logs())
-			}
+			// splitcheck.Warm's wait, with the NACKs in its last word, so a
+			// client that never gets a usable cluster is told apart from a
+			// wrong split
+			testkit.Eventually(t, 15*time.Second, p+": every backend with a share serves, no RPC fails", func() (bool, string) {
+				res := splitcheck.Send(conn, 200)
+				missing := 0
+				for addr, s := range want.Share {
+					if s > 0 && res.By[addr] == 0 {
+						missing++
+					}
+				}
+				if missing == 0 && len(res.Other) == 0 {
+					return true, ""
+				}
+				var first error
+				if len(res.Other) > 0 {
+					first = res.Other[0]
+				}
+				return false, fmt.Sprintf("%d of %d backends never served, %d of 200 RPCs failed (first: %v); CDS NACKs %d",
+					missing, len(want.Share), len(res.Other), first, cp.nacks(t, node, "CDS"))
+			})
 			splitcheck.CheckSplit(t, p, splitcheck.Send(conn, lbPolicyRPCs), want)
 			if n := cp.nacks(t, node, "CDS"); n > 0 {
 				t.Errorf("%s: the client NACKed the cluster %d times", p, n)
 			}
 		})
-	}
-}
-
-// warmAll is splitcheck.Warm that reports instead of failing, so a client
-// that never gets a usable cluster is told apart from a wrong split.
-func warmAll(conn *grpc.ClientConn, want splitcheck.Expectation, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		res := splitcheck.Send(conn, 200)
-		missing := 0
-		for addr, s := range want.Share {
-			if s > 0 && res.By[addr] == 0 {
-				missing++
-			}
-		}
-		if missing == 0 && len(res.Other) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			var first error
-			if len(res.Other) > 0 {
-				first = res.Other[0]
-			}
-			return fmt.Errorf("after %v: %d of %d backends never served, %d of 200 RPCs failed (first: %v)", timeout, missing, len(want.Share), len(res.Other), first)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 // connected gRPC client keeps the last good split. Putting the file back
 // clears the warning.
 func TestOneCharacterMistakesKeepTheSplit(t *testing.T) {
+	t.Parallel()
 	backends := splitcheck.StartBackends(t, "127.0.0.1", 8)
 	manifests := filepath.Join(t.TempDir(), "manifests")
 	if err := os.Mkdir(manifests, 0o755); err != nil {
@@ -85,9 +86,7 @@ func TestOneCharacterMistakesKeepTheSplit(t *testing.T) {
 		if got := cp.metric(t, `poise_source_refusing{source="files"}`); got != 1 {
 			t.Errorf("%s: poise_source_refusing = %v, want 1", tc.name, got)
 		}
-		if !cp.logged(tc.reason) {
-			t.Errorf("%s: the log does not give the reason %q:\n%s", tc.name, tc.reason, cp.Logs())
-		}
+		cp.waitLogged(t, tc.name+": the reason logged", tc.reason)
 		if got := cp.metric(t, "poise_xds_published_revision"); got != revision {
 			t.Fatalf("%s: the published revision moved from %v to %v", tc.name, revision, got)
 		}
@@ -99,7 +98,7 @@ func TestOneCharacterMistakesKeepTheSplit(t *testing.T) {
 			return !strings.Contains(r, "warning:") && cp.metric(t, `poise_source_refusing{source="files"}`) == 0, r
 		})
 	}
-	if !cp.logged("manifest change held back") || !cp.logged("would take 1 of its 9 objects away and leave 8 objects naming an Upstream or SpatialDomain no file defines") {
-		t.Errorf("the namespace lost was not held back first for the objects it orphans:\n%s", cp.Logs())
-	}
+	const held = "the namespace lost held back first for the objects it orphans"
+	cp.waitLogged(t, held, "manifest change held back")
+	cp.waitLogged(t, held, "would take 1 of its 9 objects away and leave 8 objects naming an Upstream or SpatialDomain no file defines")
 }

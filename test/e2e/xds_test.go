@@ -97,6 +97,7 @@ func unhealthy(idx ...int) map[int]bool {
 // through a served topology phase by phase and compares what it does with
 // what explain computed.
 func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
+	t.Parallel()
 	backends := splitcheck.StartBackends(t, "127.0.0.1", 8)
 	dir := t.TempDir()
 	manifests := filepath.Join(dir, "manifests")
@@ -171,16 +172,11 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 	bad := filepath.Join(manifests, "conflict.yaml")
 	start := time.Now()
 	writeAtomically(t, bad, "apiVersion: poise.dev/v1alpha1\nkind: Locality\nmetadata: {name: conflicting, namespace: e2e}\nspec: {upstream: echo, priority: 0, region: eu-west, zone: eu-west-a, weight: 7}\n")
-	for cp.metric(t, `poise_source_batches_total{result="rejected",source="files"}`) == rejectedBefore {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("the invalid edit was not refused within 10s\n%s", cp.Logs())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.EventuallyEvery(t, 10*time.Second, 5*time.Millisecond, "6 invalid edit: refused", func() (bool, string) {
+		return cp.metric(t, `poise_source_batches_total{result="rejected",source="files"}`) > rejectedBefore, ""
+	})
 	t.Logf("6 invalid edit: refused %v after it was written", time.Since(start).Round(time.Millisecond))
-	if !cp.logged("InconsistentTopology") {
-		t.Errorf("the refusal was not logged with its reason:\n%s", cp.Logs())
-	}
+	cp.waitLogged(t, "6 invalid edit: the refusal logged with its reason", "InconsistentTopology")
 	if got := cp.metric(t, "poise_xds_published_revision"); got != revBefore {
 		t.Fatalf("published revision moved from %v to %v after an invalid edit", revBefore, got)
 	}

@@ -117,6 +117,9 @@ func TestSoak(t *testing.T) {
 	}
 	var edits []edit
 	for k := 1; hostile.Err() == nil; k++ {
+		// sleep: a pace, not a wait: at least editEvery between two edits,
+		// so that each written in the open can be applied before the next
+		// supersedes it
 		time.Sleep(editEvery)
 		addr := flipAddress(k)
 		s.writeFile("flip.yaml", upstreamDocs("flip", addr))
@@ -274,12 +277,19 @@ func (r *rssSamples) max() int64 {
 func (s *soak) sampleRSS(ctx context.Context) *rssSamples {
 	r := &rssSamples{}
 	go func() {
-		for ctx.Err() == nil {
+		// a sample every 250 ms until the soak ends
+		every := time.NewTicker(250 * time.Millisecond)
+		defer every.Stop()
+		for {
 			v := procStatusKiB(s.proc.Pid(), "VmRSS:") << 10
 			r.mu.Lock()
 			r.top = max(r.top, v)
 			r.mu.Unlock()
-			time.Sleep(250 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				return
+			case <-every.C:
+			}
 		}
 	}()
 	return r
@@ -597,6 +607,8 @@ func truncatedEdits(ctx context.Context, s *soak, c *hostileCounts) {
 		if err != nil {
 			continue
 		}
+		// sleep: the file must stay empty for a moment, as it does for a
+		// careless writer, for the watcher to have the chance to read it so
 		time.Sleep(time.Duration(k%40) * time.Millisecond)
 		_, _ = f.WriteString(churnDocs(k))
 		f.Close()

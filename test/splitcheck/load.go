@@ -51,7 +51,10 @@ func StartLoad(t *testing.T, conn *grpc.ClientConn, node string, headers ...stri
 					c.failed++
 				}
 				c.mu.Unlock()
-				time.Sleep(2 * time.Millisecond) // leave the CPU to the rest
+				// sleep: a pace, not a wait: two workers per client sending
+				// without pause would take the CPU from the plane and the
+				// backends they measure
+				time.Sleep(2 * time.Millisecond)
 			}
 		}()
 	}

@@ -288,10 +288,14 @@ func ClassExpectationOf(t *testing.T, rep explain.Report) Expectation {
 // Warm sends RPCs until every backend with a share has served one and no
 // backend without one serves any more, so the measured split is not skewed
 // by connections still being made (gRPC weighs only READY localities) or an
-// update still arriving.
+// update still arriving: the client's picker is seen only through the RPCs
+// it places, 400 at a time, for up to 20 s. (A helper package, splitcheck
+// does not import testkit: packages of one layer do not import each other.)
 func Warm(t *testing.T, conn *grpc.ClientConn, want Expectation) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	const within = 20 * time.Second
+	expired := time.NewTimer(within)
+	defer expired.Stop()
 	for {
 		res := Send(conn, 400)
 		var missing, extra []string
@@ -308,8 +312,10 @@ func Warm(t *testing.T, conn *grpc.ClientConn, want Expectation) {
 		if len(missing) == 0 && len(extra) == 0 && len(res.Other) == 0 {
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 20s: not serving %v; serving without a share %v; %d failures (first: %v)", missing, extra, len(res.Other), firstErr(res.Other))
+		select {
+		case <-expired.C:
+			t.Fatalf("after %v: not serving %v; serving without a share %v; %d failures (first: %v)", within, missing, extra, len(res.Other), firstErr(res.Other))
+		default:
 		}
 	}
 }
