@@ -134,12 +134,15 @@ func TestBurstIsAppliedOnce(t *testing.T) {
 	// the watching goroutine records the apply just after waitFor sees it;
 	// a second apply, if any, would come within another quiet interval
 	testkit.Eventually(t, time.Second, "the apply recorded", func() (bool, string) { return len(seen.since(start)) > 0, "" })
-	// sleep: proving that no second apply follows needs a quiet interval
-	// (300ms) to pass, and a margin
-	time.Sleep(400 * time.Millisecond)
-	if at := seen.since(start); len(at) != 1 {
-		t.Fatalf("%d applies for one burst, want 1 (revision %d)", len(at), snap.Revision)
-	} else if at[0].Sub(last) < 300*time.Millisecond {
+	// no second apply through another quiet interval (300ms) and a margin
+	quiet := time.Now().Add(400 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, "a quiet interval past the apply", func() (bool, string) {
+		if at := seen.since(start); len(at) != 1 {
+			t.Fatalf("%d applies for one burst, want 1 (revision %d)", len(at), snap.Revision)
+		}
+		return !time.Now().Before(quiet), ""
+	})
+	if at := seen.since(start); at[0].Sub(last) < 300*time.Millisecond {
 		t.Errorf("applied %v after the last write, before the files were quiet for 300ms", at[0].Sub(last))
 	}
 }
