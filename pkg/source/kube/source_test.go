@@ -136,15 +136,19 @@ func TestUpdatesMarkOnlyWhatTheyChange(t *testing.T) {
 				got := fx.s.dirtyNow()
 				return len(got) >= len(tc.want), fmt.Sprintf("marked %v, want %v", slices.Collect(maps.Keys(got)), tc.want)
 			})
-			// sleep: an update marks in up to two steps, and nothing says
-			// a handler is done: a mark past what is wanted would show
-			// within this quiet moment
-			time.Sleep(20 * time.Millisecond)
-			got := fx.s.dirtyNow()
-			keys := slices.SortedFunc(maps.Keys(got), func(a, b topology.ObjectRef) int { return a.Key.Compare(b.Key) })
-			if !slices.Equal(keys, tc.want) {
-				t.Errorf("marked %v, want %v", keys, tc.want)
+			// an update marks in up to two steps, and nothing says a handler
+			// is done: a mark past what is wanted would show within a
+			// quiet moment, looked at throughout
+			marked := func() []topology.ObjectRef {
+				return slices.SortedFunc(maps.Keys(fx.s.dirtyNow()), func(a, b topology.ObjectRef) int { return a.Key.Compare(b.Key) })
 			}
+			quiet := time.Now().Add(20 * time.Millisecond)
+			testkit.EventuallyEvery(t, 5*time.Second, time.Millisecond, "a quiet moment past the marks", func() (bool, string) {
+				if keys := marked(); !slices.Equal(keys, tc.want) {
+					t.Fatalf("marked %v, want %v", keys, tc.want)
+				}
+				return !time.Now().Before(quiet), ""
+			})
 			fx.s.sync(ctx)
 		})
 	}
