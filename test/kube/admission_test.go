@@ -67,6 +67,7 @@ func partitionWith(ns string, f func(*v1alpha1.PartitionSpec)) *v1alpha1.Partiti
 // TestAdmission: the CRD schema and CEL rules turn bad objects away at the
 // real apiserver, naming the field, and the apiserver applies the defaults.
 func TestAdmission(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	for _, tc := range badObjects(ns) {
 		t.Run(tc.name, func(t *testing.T) {

@@ -407,6 +407,7 @@ func runBinary(t *testing.T, bin string, args ...string) string {
 // `controlplane status` and `controlplane explain --source=kubernetes
 // --client-namespace` each say why tenant-b does not see it.
 func TestExportToAcrossTenants(t *testing.T) {
+	t.Parallel()
 	nA, nB := tenantNamespace(t, "tenant-a"), tenantNamespace(t, "tenant-b")
 	bin := cpbinary.Build(t)
 	backends := splitcheck.StartBackends(t, "127.0.0.1", 7)
