@@ -424,7 +424,10 @@ func TestExportToAcrossTenants(t *testing.T) {
 	for _, u := range ups {
 		u.create(t)
 	}
-	domain := key(nA, "maps")
+	// the plane reads every namespace, and serves one spatial virtual host
+	// per domain name: the name is this run's own (another "maps", of a run
+	// before it, say, would share its virtual host)
+	domain := key(nA, "maps-"+nA)
 	for _, o := range []client.Object{
 		&v1alpha1.SpatialDomain{ObjectMeta: metav1.ObjectMeta{Name: domain.Name, Namespace: nA}, Spec: v1alpha1.SpatialDomainSpec{
 			ExportTo: []string{"."},
