@@ -58,6 +58,7 @@ properties:
 `
 
 func TestCompare(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, installed        string
 		pruned, unknown        []string
@@ -137,6 +138,7 @@ func annotate(t *testing.T, c *apiextensionsv1.CustomResourceDefinition) {
 }
 
 func TestCompareVersions(t *testing.T) {
+	t.Parallel()
 	bin := crdOf(t, binarySchema)
 	inst := crdOf(t, binarySchema)
 	inst.Spec.Versions[0].Name = "v2"
@@ -160,6 +162,7 @@ func TestCompareVersions(t *testing.T) {
 // Bounds: a schema of many fields lists MaxFields and counts the rest; a
 // deep one is followed to maxDepth and no further.
 func TestCompareBounds(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	b.WriteString("type: object\nproperties:\n  spec:\n    type: object\n    properties:\n")
 	for i := range MaxFields + 50 {
@@ -196,6 +199,7 @@ func TestCompareBounds(t *testing.T) {
 // schema version, and the Upstream's schema without spec.exportTo is
 // outdated by exactly that field.
 func TestGeneratedCRDs(t *testing.T) {
+	t.Parallel()
 	crds, err := Load(crd.Files, crd.Pattern)
 	if err != nil {
 		t.Fatal(err)
@@ -233,6 +237,7 @@ func TestGeneratedCRDs(t *testing.T) {
 
 // A generated file whose annotation is not its schemas' version is refused.
 func TestLoadRefusesAStaleVersion(t *testing.T) {
+	t.Parallel()
 	raw, err := crd.Files.ReadFile("poise.dev_localities.yaml")
 	if err != nil {
 		t.Fatal(err)

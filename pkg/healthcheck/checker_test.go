@@ -3,6 +3,7 @@ package healthcheck
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
+	"poise.dev/poise/test/testkit"
 )
 
 var up = topology.Key{Namespace: "shop", Name: "checkout"}
@@ -82,6 +84,7 @@ func target(t *testing.T, addr string) Target {
 }
 
 func TestGRPCNotServingEjectsWithinThresholdTimesInterval(t *testing.T) {
+	t.Parallel()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -126,6 +129,7 @@ func TestGRPCNotServingEjectsWithinThresholdTimesInterval(t *testing.T) {
 }
 
 func TestHTTPExpectedStatuses(t *testing.T) {
+	t.Parallel()
 	var code atomic.Int32
 	code.Store(204)
 	var host atomic.Value
@@ -162,6 +166,7 @@ func TestHTTPExpectedStatuses(t *testing.T) {
 }
 
 func TestTCPAndRemoval(t *testing.T) {
+	t.Parallel()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -195,6 +200,7 @@ func TestTCPAndRemoval(t *testing.T) {
 }
 
 func TestBoundedConcurrencyAndEndpoints(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	inFlight, most, checked := 0, 0, map[Target]bool{}
 	probe := func(ctx context.Context, hc *topology.HealthCheck, tg Target) error {
@@ -203,6 +209,8 @@ func TestBoundedConcurrencyAndEndpoints(t *testing.T) {
 		most = max(most, inFlight)
 		checked[tg] = true
 		mu.Unlock()
+		// sleep: a check that lasts, so checks overlap and the concurrency
+		// bound, not their speed, is what keeps them few
 		time.Sleep(5 * time.Millisecond)
 		mu.Lock()
 		inFlight--
@@ -239,12 +247,15 @@ func TestBoundedConcurrencyAndEndpoints(t *testing.T) {
 // failing) and needs healthyThreshold passes, not one, to be Healthy again;
 // an endpoint that was not seeded becomes Healthy at its first pass.
 func TestSeedStartsUnhealthy(t *testing.T) {
+	t.Parallel()
 	var failing atomic.Bool
 	failing.Store(true)
 	seeded, fresh := Target{Address: "10.0.0.1", Port: 80}, Target{Address: "10.0.0.2", Port: 80}
-	var passes sync.Map // target -> *atomic.Int32, passes seen
+	var passes sync.Map     // target -> *atomic.Int32, passes seen
+	var failed atomic.Int32 // checks of the seeded endpoint failed
 	c := New(Config{Name: "poise-1", Probe: func(ctx context.Context, hc *topology.HealthCheck, tg Target) error {
 		if tg == seeded && failing.Load() {
+			failed.Add(1)
 			return errors.New("connection refused")
 		}
 		n, _ := passes.LoadOrStore(tg, new(atomic.Int32))
@@ -259,8 +270,14 @@ func TestSeedStartsUnhealthy(t *testing.T) {
 	if v.Target != fresh {
 		t.Fatalf("first Healthy verdict %+v, want the fresh endpoint", v)
 	}
-	// several failed checks of the seeded endpoint later, still nothing about it
-	time.Sleep(5 * hc.Interval)
+	// several failed checks of the seeded endpoint later, still nothing
+	// about it: the checker publishes the verdict of a check before it
+	// starts the check after next, so by the fifth check the verdicts of
+	// the first three (the unhealthy threshold) are out
+	testkit.Eventually(t, 5*bound(hc), "5 failed checks of the seeded endpoint", func() (bool, string) {
+		n := failed.Load()
+		return n >= 5, fmt.Sprintf("%d failed", n)
+	})
 	select {
 	case v := <-out:
 		t.Fatalf("a seeded endpoint that keeps failing published %+v", v)

@@ -7,6 +7,7 @@ import (
 )
 
 func TestStateThresholds(t *testing.T) {
+	t.Parallel()
 	const (
 		U = weights.ProbeUnknown
 		H = weights.ProbeHealthy

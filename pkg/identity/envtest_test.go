@@ -152,6 +152,7 @@ func authenticate(a *identity.Authenticator, token string) (identity.Identity, e
 }
 
 func TestTokenReviewEnvtest(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	for _, hide := range []bool{false, true} {
 		name := "node from TokenReview's extra"
@@ -159,6 +160,7 @@ func TestTokenReviewEnvtest(t *testing.T) {
 			name = "node from the pod"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			kube := &countingKube{Kube: identity.NewKube(clientset), hideNode: hide}
 			v := identity.NewTokenVerifier(kube, identity.TokenOptions{})
 			auth := identity.New(identity.Options{Tokens: v})
@@ -204,6 +206,7 @@ func TestTokenReviewEnvtest(t *testing.T) {
 	}
 
 	t.Run("another audience", func(t *testing.T) {
+		t.Parallel()
 		auth := identity.New(identity.Options{Tokens: identity.NewTokenVerifier(identity.NewKube(clientset), identity.TokenOptions{})})
 		_, err := authenticate(auth, c.token(t, c.pod, "vault"))
 		if identity.ReasonOf(err) != identity.ReasonBadToken {
@@ -217,6 +220,7 @@ func TestTokenReviewEnvtest(t *testing.T) {
 	})
 
 	t.Run("not a token", func(t *testing.T) {
+		t.Parallel()
 		auth := identity.New(identity.Options{Tokens: identity.NewTokenVerifier(identity.NewKube(clientset), identity.TokenOptions{})})
 		tok := c.token(t, c.pod, "poise")
 		forged := tok[:len(tok)-4] + "AAAA"
@@ -226,6 +230,7 @@ func TestTokenReviewEnvtest(t *testing.T) {
 	})
 
 	t.Run("expired, by the cache's clock", func(t *testing.T) {
+		t.Parallel()
 		kube := &countingKube{Kube: identity.NewKube(clientset)}
 		clk := &clock{now: time.Now()}
 		auth := identity.New(identity.Options{Tokens: identity.NewTokenVerifier(kube, identity.TokenOptions{Now: clk.Now})})
@@ -248,6 +253,7 @@ func TestTokenReviewEnvtest(t *testing.T) {
 	})
 
 	t.Run("pod deleted", func(t *testing.T) {
+		t.Parallel()
 		kube := &countingKube{Kube: identity.NewKube(clientset)}
 		clk := &clock{now: time.Now()}
 		v := identity.NewTokenVerifier(kube, identity.TokenOptions{Now: clk.Now, ReviewInterval: time.Second})
@@ -267,21 +273,19 @@ func TestTokenReviewEnvtest(t *testing.T) {
 		// apiserver is asked again; its own short token cache may answer
 		// from before the deletion for a few seconds
 		start := time.Now()
-		for {
+		testkit.EventuallyEvery(t, 30*time.Second, 200*time.Millisecond, "the token of a deleted pod refused", func() (bool, string) {
 			clk.Add(time.Second)
 			_, err := authenticate(auth, tok)
-			if identity.ReasonOf(err) == identity.ReasonBadToken {
-				t.Logf("refused %v after the deletion, after %d TokenReviews: %v", time.Since(start).Round(time.Millisecond), kube.reviews.Load(), err)
-				break
+			if identity.ReasonOf(err) != identity.ReasonBadToken {
+				return false, fmt.Sprintf("still: %v", err)
 			}
-			if time.Since(start) > 30*time.Second {
-				t.Fatalf("the token of a deleted pod still accepted after 30s: %v", err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			t.Logf("refused %v after the deletion, after %d TokenReviews: %v", time.Since(start).Round(time.Millisecond), kube.reviews.Load(), err)
+			return true, ""
+		})
 	})
 
 	t.Run("cache bounded", func(t *testing.T) {
+		t.Parallel()
 		kube := &countingKube{Kube: identity.NewKube(clientset)}
 		v := identity.NewTokenVerifier(kube, identity.TokenOptions{CacheSize: 3})
 		auth := identity.New(identity.Options{Tokens: v})
@@ -315,6 +319,7 @@ func TestTokenReviewEnvtest(t *testing.T) {
 }
 
 func TestTokenOverGRPCEnvtest(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	srv := startServer(t, nil)
 	kube := &countingKube{Kube: identity.NewKube(clientset)}

@@ -61,6 +61,7 @@ func FuzzJWTExpiry(f *testing.F) {
 }
 
 func TestJWTExpiry(t *testing.T) {
+	t.Parallel()
 	enc := base64.RawURLEncoding.EncodeToString
 	for _, tc := range []struct {
 		payload string

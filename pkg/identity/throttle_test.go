@@ -14,6 +14,7 @@ import (
 
 	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/identity/identitytest"
+	"poise.dev/poise/test/testkit"
 )
 
 func fromAddr(ip string) context.Context {
@@ -26,6 +27,7 @@ func fromAddr(ip string) context.Context {
 // Accepted tokens cost nothing, other addresses keep their own budget, and
 // IPv6 addresses count by /64.
 func TestRefusedReviewsPerAddress(t *testing.T) {
+	t.Parallel()
 	const burst, perSecond = 10, 1.0
 	exp := time.Now().Add(time.Hour)
 	newVerifier := func() (*identitytest.Kube, *identity.TokenVerifier, *clock) {
@@ -136,11 +138,10 @@ func TestRefusedReviewsPerAddress(t *testing.T) {
 				reasons[i] = identity.ReasonOf(err)
 			})
 		}
-		for deadline := time.Now().Add(10 * time.Second); v.Stats().Throttled < uint64(len(reasons)-burst); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("throttled %d of %d while %d reviews were in flight", v.Stats().Throttled, len(reasons), kube.Reviews())
-			}
-		}
+		testkit.Eventually(t, 10*time.Second, "the made-up tokens past the budget throttled while the reviews are in flight", func() (bool, string) {
+			return v.Stats().Throttled >= uint64(len(reasons)-burst),
+				fmt.Sprintf("throttled %d of %d while %d reviews were in flight", v.Stats().Throttled, len(reasons), kube.Reviews())
+		})
 		release()
 		wg.Wait()
 		if n := kube.Reviews(); n != burst {
@@ -171,11 +172,9 @@ func TestRefusedReviewsPerAddress(t *testing.T) {
 		for i := range errs {
 			wg.Go(func() { _, errs[i] = v.Verify(from, good) })
 		}
-		for deadline := time.Now().Add(10 * time.Second); kube.Reviews() < burst; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the good token's review never started")
-			}
-		}
+		testkit.Eventually(t, 10*time.Second, "the good token's review started", func() (bool, string) {
+			return kube.Reviews() >= burst, fmt.Sprintf("%d reviews", kube.Reviews())
+		})
 		release()
 		wg.Wait()
 		for i, err := range errs {

@@ -92,6 +92,7 @@ func (s *authServer) call(t *testing.T, creds credentials.TransportCredentials, 
 }
 
 func TestCertificateOverGRPC(t *testing.T) {
+	t.Parallel()
 	authority, other := newCA(t, "poise test CA"), newCA(t, "another CA")
 	serverCert := authority.issue(t, x509.ExtKeyUsageServerAuth, time.Now().Add(24*time.Hour))
 	srv := startServer(t, credentials.NewTLS(&tls.Config{
@@ -211,6 +212,7 @@ func TestCertificateOverGRPC(t *testing.T) {
 
 // A certificate and a token on one call must prove the same service account.
 func TestCertificateAndTokenOverGRPC(t *testing.T) {
+	t.Parallel()
 	authority := newCA(t, "poise test CA")
 	srv := startServer(t, credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{authority.issue(t, x509.ExtKeyUsageServerAuth, time.Now().Add(time.Hour))},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/identity/identitytest"
+	"poise.dev/poise/test/testkit"
 )
 
 func bearerCtx(values ...string) context.Context {
@@ -29,6 +31,7 @@ func bearerCtx(values ...string) context.Context {
 }
 
 func TestBearerBounds(t *testing.T) {
+	t.Parallel()
 	kube := identitytest.New()
 	good := identitytest.Token("ok", time.Now().Add(time.Hour))
 	kube.Accept(good, "ns", "sa", "", "", "")
@@ -76,6 +79,7 @@ func TestBearerBounds(t *testing.T) {
 }
 
 func TestTokenReviewAnswers(t *testing.T) {
+	t.Parallel()
 	exp := time.Now().Add(20 * time.Minute).Truncate(time.Second)
 	type setup func(k *identitytest.Kube, token string)
 	extra := func(kv ...string) setup {
@@ -155,6 +159,27 @@ func TestTokenReviewAnswers(t *testing.T) {
 	}
 }
 
+// flightWaiters counts the goroutines started by test (a function name)
+// that wait in singleflight for a call another goroutine makes.
+func flightWaiters(test string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	waiting := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "sync.(*WaitGroup).Wait") && strings.Contains(g, "singleflight.(*Group).Do") && strings.Contains(g, "."+test+".") {
+			waiting++
+		}
+	}
+	return waiting
+}
+
 type clock struct {
 	mu  sync.Mutex
 	now time.Time
@@ -164,6 +189,7 @@ func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return 
 func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
 
 func TestTokenCache(t *testing.T) {
+	t.Parallel()
 	t.Run("a review per token lifetime", func(t *testing.T) {
 		kube := identitytest.New()
 		clk := &clock{now: time.Now()}
@@ -261,10 +287,12 @@ func TestTokenCache(t *testing.T) {
 				errs <- err
 			})
 		}
-		for kube.Reviews() == 0 {
-			time.Sleep(time.Millisecond)
-		}
-		time.Sleep(50 * time.Millisecond) // let the others join the flight
+		testkit.Eventually(t, 10*time.Second, "the first review asked", func() (bool, string) { return kube.Reviews() > 0, "" })
+		// the other 99 join its flight: each waits in singleflight's Do
+		testkit.Eventually(t, 10*time.Second, "99 callers waiting on the review in flight", func() (bool, string) {
+			n := flightWaiters("TestTokenCache")
+			return n == 99, fmt.Sprintf("%d waiting", n)
+		})
 		release()
 		wg.Wait()
 		close(errs)
@@ -304,6 +332,7 @@ func TestTokenCache(t *testing.T) {
 }
 
 func TestCheckClaims(t *testing.T) {
+	t.Parallel()
 	id := identity.Identity{Method: identity.MethodToken, Namespace: "tenant-a", ServiceAccount: "pay"}
 	node := func(kv ...any) *corev3.Node {
 		m := map[string]any{}
@@ -356,6 +385,7 @@ func TestCheckClaims(t *testing.T) {
 }
 
 func TestCheckAnonymous(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		addr     string
 		loopback bool
@@ -392,6 +422,7 @@ func TestCheckAnonymous(t *testing.T) {
 }
 
 func TestStringBounded(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 10_000)
 	id := identity.Identity{Method: identity.MethodCertificate, SPIFFEID: long, Namespace: long, ServiceAccount: long,
 		Instance: long, Pod: identity.PodRef{Namespace: long, Name: long}, Node: long,

@@ -8,6 +8,7 @@ import (
 )
 
 func TestCRDEvent(t *testing.T) {
+	t.Parallel()
 	st := func(state crdschema.State, pruned ...string) crdschema.Status {
 		return crdschema.Status{Name: "upstreams.poise.dev", State: state, BinaryVersion: "sha256:b", InstalledVersion: "sha256:i", PrunedFields: pruned}
 	}

@@ -18,6 +18,7 @@ func (r *recordedEvents) Eventf(_ runtime.Object, _ runtime.Object, eventtype, r
 }
 
 func TestStatusEvents(t *testing.T) {
+	t.Parallel()
 	cond := func(typ string, status metav1.ConditionStatus, reason string) metav1.Condition {
 		return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: "why"}
 	}

@@ -15,6 +15,7 @@ import (
 )
 
 func TestPercent(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		m    uint64
 		want string
@@ -50,6 +51,7 @@ func loc(zone string, weight, configured, share, avail uint64) weights.LocalityR
 }
 
 func TestDegradedCondition(t *testing.T) {
+	t.Parallel()
 	full := func(p uint32, load uint64) weights.PriorityResult {
 		return weights.PriorityResult{Priority: p, Health: 1_000_000, Load: load}
 	}
@@ -96,6 +98,7 @@ func TestDegradedCondition(t *testing.T) {
 }
 
 func TestDegradedMessageIsBounded(t *testing.T) {
+	t.Parallel()
 	r := result(weights.Routable, 0, weights.PriorityResult{Priority: 0, Load: 100_000})
 	var locs []weights.LocalityResult
 	for i := range 10 {
@@ -113,6 +116,7 @@ func TestDegradedMessageIsBounded(t *testing.T) {
 // TestLocalityAndEndpointSetFigures: a Locality's status carries what its
 // group receives, an EndpointSet's its counts, and both follow health.
 func TestLocalityAndEndpointSetFigures(t *testing.T) {
+	t.Parallel()
 	fx := newStatusFixture(t, 1, StatusBudget{QPS: 1e6, Burst: 1e6})
 	get := func() (a, b v1alpha1.LocalityObjectStatus, sa v1alpha1.EndpointSetStatus, deg *metav1.Condition) {
 		snap := fx.dir.Current()
@@ -168,6 +172,7 @@ func mustGet(t *testing.T, fx *statusFixture, name string, obj client.Object) {
 // published, accepted, its references resolve and no client of this
 // replica rejects it.
 func TestProgrammed(t *testing.T) {
+	t.Parallel()
 	u := v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "u", Namespace: "n", Generation: 2},
 		Spec: v1alpha1.UpstreamSpec{EndpointsFrom: &v1alpha1.EndpointsFrom{Service: v1alpha1.ServiceReference{Name: "svc"}}}}
 	state := &topology.UpstreamState{Revision: 7, Result: &weights.Result{}}
@@ -207,6 +212,7 @@ func TestProgrammed(t *testing.T) {
 // TestPendingGenerations: a Locality or EndpointSet whose spec the topology
 // does not hold yet waits (its figures would change right after).
 func TestPendingGenerations(t *testing.T) {
+	t.Parallel()
 	fx := newStatusFixture(t, 1, StatusBudget{QPS: 1e6, Burst: 1e6})
 	snap := fx.dir.Current()
 	var l v1alpha1.Locality

@@ -27,6 +27,7 @@ import (
 	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
+	"poise.dev/poise/test/testkit"
 )
 
 // fakePublication publishes what the test says, when it says.
@@ -177,13 +178,20 @@ func (fx *statusFixture) processed() uint64 {
 // waitProcessed waits until the workers have finished with n more objects than at mark.
 func (fx *statusFixture) waitProcessed(mark uint64, n int) {
 	fx.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for fx.processed() < mark+uint64(n) {
-		if time.Now().After(deadline) {
-			fx.t.Fatalf("the workers finished %d of %d objects", fx.processed()-mark, n)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testkit.Eventually(fx.t, 20*time.Second, fmt.Sprintf("the workers finished with %d objects", n), func() (bool, string) {
+		done := fx.processed() - mark
+		return done >= uint64(n), fmt.Sprintf("%d of %d", done, n)
+	})
+}
+
+// waitRevision waits until Upstream name's status is at the Directory's
+// current revision.
+func (fx *statusFixture) waitRevision(name string) {
+	fx.t.Helper()
+	testkit.Eventually(fx.t, 10*time.Second, name+"'s status at the current revision", func() (bool, string) {
+		got, want := fx.upstream(name).Status.Revision, int64(fx.dir.Current().Revision)
+		return got == want, fmt.Sprintf("revision %d, want %d", got, want)
+	})
 }
 
 // sumOf adds up the counters of a vector.
@@ -235,6 +243,7 @@ func (fx *statusFixture) setHealth(i int, probe v1alpha1.ProbeState) {
 }
 
 func TestStatusWriterWritesEachObjectOnceAndNothingUnchanged(t *testing.T) {
+	t.Parallel()
 	const n = 20
 	fx := newStatusFixture(t, n, StatusBudget{QPS: 1e6, Burst: 1e6})
 	fx.start(4)
@@ -274,10 +283,7 @@ func TestStatusWriterWritesEachObjectOnceAndNothingUnchanged(t *testing.T) {
 	mark = fx.processed()
 	fx.setHealth(7, v1alpha1.ProbeUnhealthy)
 	fx.pub.publish(fx.dir.Current().Revision)
-	deadline := time.Now().Add(10 * time.Second)
-	for fx.upstream("u-7").Status.Revision != int64(fx.dir.Current().Revision) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	fx.waitRevision("u-7")
 	fx.waitProcessed(mark, 5) // u-7, its two Localities and two EndpointSets
 	// the Upstream's figures, the set's eligible count, and the shares of both Localities of the priority
 	if got, want := fx.writes(), map[string]int{"*v1alpha1.EndpointSet/u-7-a": 1, "*v1alpha1.Locality/u-7-a": 1, "*v1alpha1.Locality/u-7-b": 1,
@@ -296,6 +302,7 @@ func TestStatusWriterWritesEachObjectOnceAndNothingUnchanged(t *testing.T) {
 }
 
 func TestStatusWriterWaitsForPublication(t *testing.T) {
+	t.Parallel()
 	fx := newStatusFixture(t, 2, StatusBudget{QPS: 1e6, Burst: 1e6})
 	fx.start(1)
 	mark := fx.processed()
@@ -318,10 +325,7 @@ func TestStatusWriterWaitsForPublication(t *testing.T) {
 	go fx.run.followPublication(ctx, fx.pub.LastRevision())
 	mark = fx.processed()
 	fx.pub.publish(fx.dir.Current().Revision)
-	deadline := time.Now().Add(10 * time.Second)
-	for fx.upstream("u-1").Status.Revision != int64(fx.dir.Current().Revision) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	fx.waitRevision("u-1")
 	fx.waitProcessed(mark, 1)
 	if got, want := fx.writes(), map[string]int{"*v1alpha1.Upstream/u-1": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("the publication wrote %v; want %v", got, want)
@@ -335,32 +339,22 @@ func TestStatusWriterWaitsForPublication(t *testing.T) {
 	fx.run.grace = 30 * time.Millisecond
 	fx.setHealth(1, v1alpha1.ProbeHealthy)
 	fx.run.q.Add(ref)
-	deadline = time.Now().Add(5 * time.Second)
-	for {
-		u = fx.upstream("u-1")
+	testkit.Eventually(t, 5*time.Second, "u-1 says Pending after the grace", func() (bool, string) {
+		u := fx.upstream("u-1")
 		c := meta.FindStatusCondition(u.Status.Conditions, v1alpha1.ConditionProgrammed)
-		if c != nil && c.Reason == v1alpha1.ReasonPending {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("u-1 did not say Pending after the grace: %+v", c)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return c != nil && c.Reason == v1alpha1.ReasonPending, fmt.Sprintf("Programmed %+v", c)
+	})
 }
 
 func TestStatusWriterRetriesConflictsWithBackoff(t *testing.T) {
+	t.Parallel()
 	fx := newStatusFixture(t, 1, StatusBudget{QPS: 1e6, Burst: 1e6})
 	fx.conflicts.Store(3)
 	fx.start(1)
 	fx.run.q.Add(topology.ObjectRef{Kind: topology.KindUpstream, Key: topology.Key{Namespace: "ns", Name: "u-0"}})
-	deadline := time.Now().Add(5 * time.Second)
-	for fx.upstream("u-0").Status.Revision == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("u-0 was never written")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "u-0 written", func() (bool, string) {
+		return fx.upstream("u-0").Status.Revision != 0, fmt.Sprintf("%d patches", fx.patches.Load())
+	})
 	if got := testutil.ToFloat64(fx.m.WriteErrors.WithLabelValues(topology.KindUpstream, "conflict")); got != 3 {
 		t.Errorf("poise_status_write_errors_total{reason=conflict} = %v; want 3", got)
 	}
@@ -371,19 +365,20 @@ func TestStatusWriterRetriesConflictsWithBackoff(t *testing.T) {
 		t.Errorf("%d patches; want 4 (3 conflicts, then the write)", got)
 	}
 	ref := topology.ObjectRef{Kind: topology.KindUpstream, Key: topology.Key{Namespace: "ns", Name: "u-0"}}
-	for deadline := time.Now().Add(time.Second); fx.run.q.NumRequeues(ref) != 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the backoff of a written object was not forgotten")
-		}
-	}
+	testkit.Eventually(t, time.Second, "the backoff of the written object forgotten", func() (bool, string) {
+		n := fx.run.q.NumRequeues(ref)
+		return n == 0, fmt.Sprintf("%d requeues", n)
+	})
 }
 
 func TestStatusWriterBacksOffWhileTheApiserverFails(t *testing.T) {
+	t.Parallel()
 	const n = 2 // 10 objects
 	fx := newStatusFixture(t, n, StatusBudget{QPS: 1e6, Burst: 1e6})
 	fx.down.Store(true)
 	fx.start(4)
 	fx.queueAll(n)
+	// sleep: the figure is a rate, attempts within 300ms of failures
 	time.Sleep(300 * time.Millisecond)
 	// backoff from 1 ms doubling to the fixture's 50 ms cap: about 10 attempts
 	// an object in 300 ms, where retrying at once would make thousands
@@ -396,13 +391,10 @@ func TestStatusWriterBacksOffWhileTheApiserverFails(t *testing.T) {
 	}
 	// the apiserver recovers: every object is written, once
 	fx.down.Store(false)
-	deadline := time.Now().Add(5 * time.Second)
-	for sumOf(fx.m.Writes) < 5*n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%v of %d objects written after the recovery", sumOf(fx.m.Writes), 5*n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 5*time.Second, "every object written after the recovery", func() (bool, string) {
+		w := sumOf(fx.m.Writes)
+		return w >= 5*n, fmt.Sprintf("%v of %d", w, 5*n)
+	})
 	for obj, c := range fx.writes() {
 		if c != 1 {
 			t.Errorf("%s written %d times after the recovery", obj, c)
@@ -412,6 +404,7 @@ func TestStatusWriterBacksOffWhileTheApiserverFails(t *testing.T) {
 }
 
 func TestStatusWriterKeepsToItsBudget(t *testing.T) {
+	t.Parallel()
 	const n = 4 // 20 objects
 	fx := newStatusFixture(t, n, StatusBudget{QPS: 50, Burst: 5})
 	fx.start(8)
@@ -430,6 +423,7 @@ func TestStatusWriterKeepsToItsBudget(t *testing.T) {
 }
 
 func TestUpstreamRevisionOnlyGoesUp(t *testing.T) {
+	t.Parallel()
 	fx := newStatusFixture(t, 1, StatusBudget{QPS: 1e6, Burst: 1e6})
 	state := fx.dir.Current().Upstream(topology.Key{Namespace: "ns", Name: "u-0"})
 	u := fx.upstream("u-0")
@@ -461,6 +455,7 @@ func TestUpstreamRevisionOnlyGoesUp(t *testing.T) {
 // what it imports) is refused, its status never says Programmed, though its
 // last accepted version is published.
 func TestRefusedUpstreamIsNotProgrammed(t *testing.T) {
+	t.Parallel()
 	u := v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "u", Namespace: "n", Generation: 2}}
 	state := &topology.UpstreamState{Revision: 7, Result: &weights.Result{}}
 	rej := &kube.Rejection{Reason: v1alpha1.ReasonAddressNotAllowed, Message: "AddressNotAllowed: ..."}
@@ -507,6 +502,7 @@ func (p *rejectingPublication) reject(k topology.Key, why string) {
 // Programmed=False, RejectedByClients, and True again when they stop,
 // without moving its revision; nothing else is written.
 func TestStatusWriterFollowsClientRejections(t *testing.T) {
+	t.Parallel()
 	fx := newStatusFixture(t, 2, StatusBudget{QPS: 1e6, Burst: 1e6})
 	pub := &rejectingPublication{fakePublication: fx.pub, by: map[topology.Key]string{}, changed: make(chan struct{})}
 	fx.run.pub, fx.run.w.Publication = pub, pub
@@ -523,20 +519,14 @@ func TestStatusWriterFollowsClientRejections(t *testing.T) {
 	k := topology.Key{Namespace: "ns", Name: "u-1"}
 	programmed := func(what string, status metav1.ConditionStatus, reason string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			u := fx.upstream("u-1")
+		var u v1alpha1.Upstream
+		testkit.Eventually(t, 10*time.Second, what, func() (bool, string) {
+			u = fx.upstream("u-1")
 			c := meta.FindStatusCondition(u.Status.Conditions, v1alpha1.ConditionProgrammed)
-			if c != nil && c.Status == status && c.Reason == reason {
-				if u.Status.Revision != rev {
-					t.Errorf("%s: revision moved from %d to %d", what, rev, u.Status.Revision)
-				}
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: Programmed = %+v; want %s %s", what, c, status, reason)
-			}
-			time.Sleep(5 * time.Millisecond)
+			return c != nil && c.Status == status && c.Reason == reason, fmt.Sprintf("Programmed = %+v; want %s %s", c, status, reason)
+		})
+		if u.Status.Revision != rev {
+			t.Errorf("%s: revision moved from %d to %d", what, rev, u.Status.Revision)
 		}
 	}
 	pub.reject(k, "1 xDS stream(s) of this replica; resource ns/u-1: bad")

@@ -20,6 +20,7 @@ import (
 // is written once, resolved, with no Event; fixing it writes ResolvedRefs
 // True at once with a Normal Recovered Event.
 func TestLocalityMatchingNoEndpoints(t *testing.T) {
+	t.Parallel()
 	fx := newStatusFixture(t, 1, StatusBudget{QPS: 1e6, Burst: 1e6})
 	var events recordedEvents
 	fx.run.w.Events = &events
@@ -81,8 +82,15 @@ func TestLocalityMatchingNoEndpoints(t *testing.T) {
 	setZone("cc")
 	apply("the mistyped zone")
 	expect("the mistyped zone, within the grace", 0, metav1.ConditionTrue, kube.ReasonResolved, "")
-	fx.run.grace = 20 * time.Millisecond
-	time.Sleep(2 * fx.run.grace)
+	// the grace passes: the Locality's hold is moved back by it, as the
+	// wall clock would move on
+	fx.run.mu.Lock()
+	since, held := fx.run.unmatched[ref]
+	fx.run.unmatched[ref] = since.Add(-fx.run.grace)
+	fx.run.mu.Unlock()
+	if !held {
+		t.Fatal("the mistyped zone is not held for the grace")
+	}
 	apply("the mistyped zone after the grace")
 	expect("the mistyped zone after the grace", 1, metav1.ConditionFalse, v1alpha1.ReasonMatchesNoEndpoints,
 		`spec.zone: matches no endpoints of Upstream ns/u-0: no endpoint set is in priority 0, locality region "eu" zone "cc" (did you mean zone "c"? EndpointSet ns/u-0-c is there, and no Locality object places it)`,

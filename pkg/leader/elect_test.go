@@ -11,6 +11,7 @@ import (
 // in the pod's own, else in the kubeconfig context's; the reason goes to
 // the log.
 func TestElectionNamespace(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	pod := filepath.Join(dir, "namespace")
 	if err := os.WriteFile(pod, []byte("poise-system\n"), 0o644); err != nil {

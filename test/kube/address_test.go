@@ -25,6 +25,7 @@ import (
 // generation that is refused. With spec.addressPolicy.allowLoopback it is
 // published.
 func TestAddressRefusals(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	p := startPlane(t, ns, "addr")
 	cluster := ns + "/web"

@@ -67,6 +67,7 @@ func partitionWith(ns string, f func(*v1alpha1.PartitionSpec)) *v1alpha1.Partiti
 // TestAdmission: the CRD schema and CEL rules turn bad objects away at the
 // real apiserver, naming the field, and the apiserver applies the defaults.
 func TestAdmission(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	for _, tc := range badObjects(ns) {
 		t.Run(tc.name, func(t *testing.T) {
@@ -331,6 +332,9 @@ func badObjects(ns string) []badObject {
 		{"domain exportTo twice the same", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.ExportTo = []string{".", "."} }), "spec.exportTo[1]", "Duplicate value"},
 		{"domain exportTo an invalid namespace name", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.ExportTo = []string{"ui.eu"} }), "spec.exportTo[0]", "should match"},
 		{"domain exportTo 65 items", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.ExportTo = namespaceNames(65) }), "spec.exportTo", "at most 64 items"},
+		{"domain loadReporting interval 61s", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) {
+			s.LoadReporting = &v1alpha1.LoadReporting{Interval: &metav1.Duration{Duration: 61 * time.Second}}
+		}), "spec.loadReporting.interval", "from 1s to 60s"},
 		{"gridDegrees 7", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = new(int32(7)) }), "spec.gridDegrees", "gridDegrees must divide 180"},
 		{"gridDegrees 360", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.GridDegrees = new(int32(360)) }), "spec.gridDegrees", "less than or equal to 180"},
 		{"maxCells 0", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.MaxCells = new(int32(0)) }), "spec.maxCells", "greater than or equal to 1"},

@@ -62,6 +62,7 @@ func waitAffinity(t *testing.T, p *plane, ns, name, phase, mode, origin string, 
 // naming no locality every zone; once the preference is removed every client
 // is sent the same.
 func TestServiceTrafficDistribution(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	b := importedBackends(2)
 	for name, zone := range map[string]string{ns + "-a": "eu-west-a", ns + "-b": "eu-west-b"} {

@@ -44,6 +44,8 @@ const (
 // test's, so Stop keeps its serving certificate and port and Start brings
 // it back at the same address with the same CA, as a restarted apiserver
 // behind a Service would be.
+// It runs alone (not in parallel): its apiserver comes back on the port it
+// had, which a listener of another test could take meanwhile.
 func TestAPIServerRestart(t *testing.T) {
 	needEnv(t)
 	if testing.Short() {
@@ -120,12 +122,17 @@ func TestAPIServerRestart(t *testing.T) {
 		return strings.Contains(w, "warning: kubernetes: the watch of") && strings.Contains(w, "Upstream") &&
 			strings.Contains(w, "the topology last seen keeps serving"), w
 	})
-	time.Sleep(outage - time.Since(down))
+	// the outage lasts: all along, the plane is ready (readyz fails the
+	// test otherwise) and serves the topology last seen
+	holds(t, outage-time.Since(down), 500*time.Millisecond, "the topology last seen served while the apiserver is down", func() string {
+		readyz(t, p)
+		if _, err := p.explainOf(ns, replicaUpstream(0)); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
 	if s := staleSeconds(t, p); s["Upstream"] < (outage - 10*time.Second).Seconds() {
 		t.Errorf("poise_kube_source_stale_seconds after %v down: %v, want Upstream's to count the outage", outage, s)
-	}
-	if _, err := p.explainOf(ns, replicaUpstream(0)); err != nil {
-		t.Errorf("the topology last seen is not served while the apiserver is down: %v", err)
 	}
 
 	// it comes back; a change made now is served within resumeBound

@@ -37,8 +37,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
@@ -63,6 +65,7 @@ import (
 // only that every write is delivered. POISE_CHURN_STATUS_WRITER=0 keeps the
 // plane from writing status; POISE_CHURN_APISERVER_PROFILE=FILE saves a CPU
 // profile of the apiserver taking the writes alone.
+// It runs alone (not in parallel): its figures are the machine's, under its load only.
 func TestChurn(t *testing.T) {
 	mode := churnModeOf(t)
 	t.Logf("mode: %s", mode.why)
@@ -375,31 +378,25 @@ func (fx *churnFixture) write(ctx context.Context, tg *churnTarget) error {
 	tg.writes = append(tg.writes, w)
 	tg.mu.Unlock()
 	down := m % fx.eps
-	var err error
-	for attempt := 0; attempt < 20; attempt++ {
-		if attempt > 0 {
-			time.Sleep(50 * time.Millisecond)
-		}
+	// up to 20 attempts, 50 ms apart, while the test runs
+	err := retry.OnError(wait.Backoff{Duration: 50 * time.Millisecond, Factor: 1, Steps: 20}, func(error) bool { return ctx.Err() == nil }, func() error {
 		if tg.slice {
 			for e := range tg.obj.Endpoints {
 				tg.obj.Endpoints[e].Conditions = sliceCond(e != down)
 			}
-			err = fx.writer.Update(ctx, tg.obj)
+			err := fx.writer.Update(ctx, tg.obj)
 			if apierrors.IsConflict(err) {
 				fresh := &discoveryv1.EndpointSlice{}
 				if gerr := fx.writer.Get(ctx, client.ObjectKeyFromObject(tg.obj), fresh); gerr == nil {
 					tg.obj = fresh
 				}
 			}
-		} else {
-			patch := fmt.Appendf(nil, `{"status":{"health":[{"address":%q,"port":8080,"probe":"Unhealthy"}]}}`, tg.addrs[down])
-			obj := &v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Namespace: fx.ns, Name: tg.name}}
-			err = fx.writer.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
+			return err
 		}
-		if err == nil || ctx.Err() != nil {
-			break
-		}
-	}
+		patch := fmt.Appendf(nil, `{"status":{"health":[{"address":%q,"port":8080,"probe":"Unhealthy"}]}}`, tg.addrs[down])
+		obj := &v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Namespace: fx.ns, Name: tg.name}}
+		return fx.writer.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
+	})
 	tg.mu.Lock()
 	w.t1 = time.Now()
 	tg.mu.Unlock()
@@ -632,13 +629,11 @@ func (fx *churnFixture) watch(t *testing.T) {
 					return
 				}
 				fx.watchRestarts.Add(1)
-				for {
-					if w, err = wc.Watch(ctx, list, fromCache); err == nil || ctx.Err() != nil {
-						break
-					}
-					time.Sleep(100 * time.Millisecond)
-				}
-				if ctx.Err() != nil {
+				// opened again at a retry's pace while the apiserver refuses
+				if wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+					w, err = wc.Watch(ctx, list, fromCache)
+					return err == nil, nil
+				}) != nil {
 					return
 				}
 			}
@@ -867,6 +862,8 @@ func (fx *churnFixture) churn(t *testing.T, phase string, mode churnMode, procs 
 				next := start.Add(time.Duration(w) * interval / time.Duration(mode.writers))
 				for k := 0; ; k++ {
 					if d := time.Until(next); d > 0 {
+						// sleep: the writes are an open-loop load at the
+						// mode's rate: the next is due at next
 						time.Sleep(d)
 					}
 					if !time.Now().Before(end) {
@@ -900,31 +897,31 @@ func (fx *churnFixture) churn(t *testing.T, phase string, mode churnMode, procs 
 	res.window = res.writing
 
 	if pl != nil {
-		deadline := time.Now().Add(pl.drain)
-		for {
-			pending := 0
-			for _, tg := range fx.targets {
-				tg.mu.Lock()
-				for _, w := range tg.writes {
-					if w.delivered < len(pl.clients) {
-						pending++
+		// every write reaches every client within the drain period; the
+		// writes that do not are counted below, beside the figures
+		t.Run("drain", func(t *testing.T) {
+			testkit.EventuallyEvery(t, pl.drain, 20*time.Millisecond, "every write at every client", func() (bool, string) {
+				for _, c := range pl.clients {
+					c.mu.Lock()
+					err := c.err
+					c.mu.Unlock()
+					if err != nil {
+						t.Fatalf("client %d: %v", c.id, err)
 					}
 				}
-				tg.mu.Unlock()
-			}
-			if pending == 0 || time.Now().After(deadline) {
-				break
-			}
-			for _, c := range pl.clients {
-				c.mu.Lock()
-				err := c.err
-				c.mu.Unlock()
-				if err != nil {
-					t.Fatalf("client %d: %v", c.id, err)
+				pending := 0
+				for _, tg := range fx.targets {
+					tg.mu.Lock()
+					for _, w := range tg.writes {
+						if w.delivered < len(pl.clients) {
+							pending++
+						}
+					}
+					tg.mu.Unlock()
 				}
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+				return pending == 0, fmt.Sprintf("%d writes not at every client", pending)
+			})
+		})
 	}
 	if pl != nil {
 		// the window ends at the last delivery

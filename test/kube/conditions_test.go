@@ -124,6 +124,7 @@ func condition(conds []metav1.Condition, typ string) string {
 // writes health; an Upstream whose Service does not exist is Accepted,
 // ResolvedRefs False, and not Programmed.
 func TestStatusColumnsAndDegraded(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	objs := []client.Object{
 		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}},
@@ -257,6 +258,7 @@ func TestStatusColumnsAndDegraded(t *testing.T) {
 // priority, locality) with another weight is the only one rejected, with
 // reason Conflicted naming the older one, which keeps placing the group.
 func TestConflictedLocality(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	id := v1alpha1.LocalityID{Region: "eu", Zone: "a"}
 	for _, o := range []client.Object{
@@ -277,11 +279,23 @@ func TestConflictedLocality(t *testing.T) {
 		}
 		return l.Status.TrafficPercent == "100.0%", fmt.Sprintf("%+v", l.Status)
 	})
-	// creation timestamps have a resolution of a second
-	time.Sleep(1100 * time.Millisecond)
+	// creation timestamps have a resolution of a second: the newer is
+	// created once the clock (the apiserver's, on this machine) is past
+	// the older's second
+	var first v1alpha1.Locality
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "z-first"}, &first); err != nil {
+		t.Fatal(err)
+	}
+	created := first.CreationTimestamp.Time
+	testkit.Eventually(t, 5*time.Second, "the second after z-first's creation", func() (bool, string) {
+		return time.Now().Truncate(time.Second).After(created), "created " + created.String()
+	})
 	newer := &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "a-second", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "web", LocalityID: id, Weight: new(int64(5))}}
 	if err := k8s.Create(t.Context(), newer); err != nil {
 		t.Fatal(err)
+	}
+	if !newer.CreationTimestamp.After(created) {
+		t.Fatalf("a-second created at %v, not after z-first (%v): the test tells neither by age", newer.CreationTimestamp, created)
 	}
 	took := testkit.Eventually(t, 15*time.Second, "only the newer Locality is Conflicted", func() (bool, string) {
 		var a, z v1alpha1.Locality
@@ -314,6 +328,7 @@ func TestConflictedLocality(t *testing.T) {
 // (RejectedByClients) with the client's reason; when that client goes, the
 // Upstream is Programmed again, its revision unmoved.
 func TestProgrammedFollowsNACKs(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	for _, o := range []client.Object{
 		&v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}},

@@ -109,6 +109,8 @@ func installCRD(t *testing.T, c client.Client, crd *apiextensionsv1.CustomResour
 // applied, every one of them clears (a Recovered Event), and an Upstream
 // that sets exportTo keeps it, in the apiserver and in what the plane
 // serves.
+// It runs alone (not in parallel): it changes the cluster's Upstream CRD,
+// which every plane watches.
 func TestCRDSchemaOlderThanTheBinary(t *testing.T) {
 	ns := namespace(t)
 	built := time.Now()

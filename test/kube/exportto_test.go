@@ -407,6 +407,7 @@ func runBinary(t *testing.T, bin string, args ...string) string {
 // `controlplane status` and `controlplane explain --source=kubernetes
 // --client-namespace` each say why tenant-b does not see it.
 func TestExportToAcrossTenants(t *testing.T) {
+	t.Parallel()
 	nA, nB := tenantNamespace(t, "tenant-a"), tenantNamespace(t, "tenant-b")
 	bin := cpbinary.Build(t)
 	backends := splitcheck.StartBackends(t, "127.0.0.1", 7)
@@ -423,7 +424,10 @@ func TestExportToAcrossTenants(t *testing.T) {
 	for _, u := range ups {
 		u.create(t)
 	}
-	domain := key(nA, "maps")
+	// the plane reads every namespace, and serves one spatial virtual host
+	// per domain name: the name is this run's own (another "maps", of a run
+	// before it, say, would share its virtual host)
+	domain := key(nA, "maps-"+nA)
 	for _, o := range []client.Object{
 		&v1alpha1.SpatialDomain{ObjectMeta: metav1.ObjectMeta{Name: domain.Name, Namespace: nA}, Spec: v1alpha1.SpatialDomainSpec{
 			ExportTo: []string{"."},

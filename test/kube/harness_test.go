@@ -146,6 +146,21 @@ func (l *logSink) tail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// holds checks, every interval for d, that what a test asserts stays so:
+// check returns what went wrong, or "" while all is well; the first wrong
+// fails the test. A period of nothing happening is seen throughout, not
+// slept through and looked at once.
+func holds(t *testing.T, d, every time.Duration, what string, check func() string) {
+	t.Helper()
+	end := time.Now().Add(d)
+	testkit.EventuallyEvery(t, d+time.Minute, every, what, func() (bool, string) {
+		if why := check(); why != "" {
+			t.Fatalf("%s: %s", what, why)
+		}
+		return !time.Now().Before(end), ""
+	})
+}
+
 // ---- admin endpoints ----
 
 // explainOf is GET /debug/explain?upstream=ns/name.

@@ -119,6 +119,7 @@ func createEchoImport(t *testing.T, ns string) []*splitcheck.Backend {
 }
 
 func TestImportedService(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	b := createEchoImport(t, ns)
 	p := startPlane(t, ns, "import")

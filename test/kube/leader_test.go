@@ -21,8 +21,8 @@ import (
 	"poise.dev/poise/test/testkit"
 )
 
-// pinger sends RPCs one after another until halted, and counts every
-// success and failure.
+// pinger sends RPCs one after another, a millisecond apart at least, until
+// halted, and counts every success and failure.
 type pinger struct {
 	stop, done chan struct{}
 	mu         sync.Mutex
@@ -36,11 +36,13 @@ func startPinger(conn *grpc.ClientConn) *pinger {
 	client := healthpb.NewHealthClient(conn)
 	go func() {
 		defer close(p.done)
+		pace := time.NewTicker(time.Millisecond)
+		defer pace.Stop()
 		for {
 			select {
 			case <-p.stop:
 				return
-			default:
+			case <-pace.C:
 			}
 			var md metadata.MD
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -54,10 +56,16 @@ func startPinger(conn *grpc.ClientConn) *pinger {
 				p.failures = append(p.failures, fmt.Errorf("at %s: %v", time.Now().Format("15:04:05.000"), err))
 			}
 			p.mu.Unlock()
-			time.Sleep(time.Millisecond)
 		}
 	}()
 	return p
+}
+
+// succeeded is how many RPCs went through so far.
+func (p *pinger) succeeded() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ok
 }
 
 func (p *pinger) halt() (ok int, failures []error) {
@@ -101,6 +109,7 @@ func leaseHolder(t *testing.T, ns string) string {
 // over the status writing within a few seconds, and its client never sees
 // a failed RPC.
 func TestLeaderHandover(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	b := splitcheck.StartBackends(t, "127.0.0.1", 3)
 	objs := []client.Object{
@@ -122,10 +131,13 @@ func TestLeaderHandover(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "plane one leads", func() (bool, string) { return one.leads(), one.logs.tail(5) })
 	two := startPlane(t, ns, "two")
 	leader, follower := one, two
-	time.Sleep(time.Second) // two is well inside its retry loop
-	if two.leads() {
-		t.Fatalf("both planes started their status writer")
-	}
+	// two is well inside its retry loop, and never leads meanwhile
+	holds(t, time.Second, 50*time.Millisecond, "plane two follows while plane one leads", func() string {
+		if two.leads() {
+			return "both planes started their status writer"
+		}
+		return ""
+	})
 	holder := leaseHolder(t, ns)
 	t.Logf("6 leader: plane %s leads (Lease holder %s), plane %s follows", leader.name, holder, follower.name)
 
@@ -208,10 +220,12 @@ func TestLeaderHandover(t *testing.T) {
 	t.Logf("6d change under the new leader: plane %s wrote Upstream and Locality status %v after the update (waited %v for it)",
 		follower.name, time.Since(changed).Round(time.Millisecond), took.Round(time.Millisecond))
 	splitcheck.Warm(t, conn, splitcheck.ExpectationOf(t, rep))
-	// keep the RPCs going a while past the handover
-	if rest := 3*time.Second - time.Since(pingStart); rest > 0 {
-		time.Sleep(rest)
-	}
+	// keep the RPCs going a while past the handover: 100 more go through
+	past := ping.succeeded()
+	testkit.Eventually(t, 10*time.Second, "100 RPCs through the follower past the handover", func() (bool, string) {
+		n := ping.succeeded() - past
+		return n >= 100, fmt.Sprintf("%d", n)
+	})
 
 	ping.haltAndCheck(t, "6 leader, through the follower", "through the follower across the handover", pingStart)
 	measure(t, "6e after the handover", conn, splitcheck.ExpectationOf(t, rep))

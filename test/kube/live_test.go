@@ -19,6 +19,7 @@ import (
 // its Nodes' zones and a Locality weight, EndpointSets, and a conflicting
 // Locality set aside as Conflicted.
 func TestLiveReadMatchesTheServedTopology(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	createEchoImport(t, ns)
 	// a newer Locality of the same group with another weight loses

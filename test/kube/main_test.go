@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -88,20 +89,18 @@ func run(m *testing.M) int {
 
 // waitServed waits until the client can list every kind of the CRDs.
 func waitServed() error {
-	deadline := time.Now().Add(30 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	for _, l := range []client.ObjectList{
 		&v1alpha1.UpstreamList{}, &v1alpha1.LocalityList{}, &v1alpha1.EndpointSetList{},
 		&v1alpha1.SpatialDomainList{}, &v1alpha1.PartitionList{},
 	} {
-		for {
-			err := k8s.List(context.Background(), l, client.Limit(1))
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("the CRDs of config/crd are not served after 30s: %w", err)
-			}
-			time.Sleep(50 * time.Millisecond)
+		var last error
+		if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			last = k8s.List(ctx, l, client.Limit(1))
+			return last == nil, nil
+		}); err != nil {
+			return fmt.Errorf("the CRDs of config/crd are not served after 30s: %w", last)
 		}
 	}
 	return nil

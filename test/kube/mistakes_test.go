@@ -32,6 +32,7 @@ import (
 // Event, until the zone is fixed (ResolvedRefs=True, a Normal Event). A
 // Locality applied a moment before its EndpointSet gets no Event.
 func TestMistakesStayConditionsInKubernetes(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	elsewhere := namespace(t)
 	zone := func(z string) v1alpha1.LocalityID { return v1alpha1.LocalityID{Region: "eu-west", Zone: z} }
@@ -56,7 +57,7 @@ func TestMistakesStayConditionsInKubernetes(t *testing.T) {
 			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
 		}
 	}
-	startPlane(t, ns, "one")
+	p := startPlane(t, ns, "one")
 
 	accepted := func(kind, name string) (*metav1.Condition, error) {
 		var conds []metav1.Condition
@@ -153,13 +154,18 @@ func TestMistakesStayConditionsInKubernetes(t *testing.T) {
 		t.Errorf("orphans %v", rep.Orphans)
 	}
 
-	// a Locality applied 300 ms before its EndpointSet (batches apart: the
-	// source's debounce is 20 ms) waits for it, within the publish grace
+	// a Locality applied before its EndpointSet, batches apart (the plane
+	// serves it, matching nothing, before the set is created), waits for
+	// it, within the publish grace
 	if err := k8s.Create(t.Context(), &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "checkout-eu-west-1d", Namespace: ns},
 		Spec: v1alpha1.LocalitySpec{Upstream: "checkout", LocalityID: zone("eu-west-1d"), Weight: new(int64(2))}}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	p.waitExplain(t, ns, "checkout", "Locality checkout-eu-west-1d served alone, matching nothing", func(u explain.Upstream) (bool, string) {
+		return slices.ContainsFunc(u.UnmatchedLocalities, func(l explain.UnmatchedLocality) bool {
+			return l.Locality == "Locality "+ns+"/checkout-eu-west-1d"
+		}), fmt.Sprintf("unmatched %+v", u.UnmatchedLocalities)
+	})
 	if err := k8s.Create(t.Context(), &v1alpha1.EndpointSet{ObjectMeta: metav1.ObjectMeta{Name: "checkout-eu-west-1d", Namespace: ns},
 		Spec: v1alpha1.EndpointSetSpec{Upstream: "checkout", Locality: zone("eu-west-1d"), Endpoints: []v1alpha1.Endpoint{{Address: "10.25.4.1", Port: 80}}}}); err != nil {
 		t.Fatal(err)

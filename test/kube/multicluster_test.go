@@ -269,6 +269,8 @@ func endpointsByCluster(u explain.Upstream) map[string][]explain.Endpoint {
 // then is Unavailable and traffic fails over, and comes back with the
 // cluster; a rotated credential keeps the import; a deleted Secret takes
 // the cluster's endpoints with an Event. Poise is never restarted.
+// It runs alone (not in parallel): eu-2's apiserver comes back on the port it
+// had, which a listener of another test could take meanwhile.
 func TestMultiCluster(t *testing.T) {
 	ns := namespace(t)
 	ip := hostIP(t)
@@ -357,18 +359,18 @@ func TestMultiCluster(t *testing.T) {
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); eu2.stopAPIServer(t) }()
 	before := rep.Revision
-	for time.Since(cut) < staleAfter-time.Second {
+	holds(t, staleAfter-time.Second-time.Since(cut), 200*time.Millisecond, "eu-2's endpoints serve within the bound", func() string {
 		r, err := p.explainOf(ns, "echo")
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, ep := range endpointsByCluster(r.Upstreams[0])["eu-2"] {
 			if ep.AdminState != "Ready" || ep.Share == 0 {
-				t.Fatalf("eu-2 endpoint changed %v after the stop began, within the %v bound: %+v", time.Since(cut).Round(time.Millisecond), staleAfter, ep)
+				return fmt.Sprintf("eu-2 endpoint changed %v after the stop began, within the %v bound: %+v", time.Since(cut).Round(time.Millisecond), staleAfter, ep)
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return ""
+	})
 	t.Logf("2 stop: %v after eu-2's apiserver stopped its endpoints still serve (revision %d)", time.Since(cut).Round(time.Millisecond), before)
 	testkit.Eventually(t, 10*time.Second, "readyz says eu-2 is unreachable, and stays 200", func() (bool, string) {
 		code, body := getBody(t, p.adminURL+"/readyz")
@@ -481,24 +483,27 @@ func TestMultiCluster(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%d events", len(evs.Items))
 	})
-	// only the leader records it: one Event, once, with two replicas running
-	time.Sleep(time.Second)
-	var evs corev1.EventList
-	if err := k8s.List(t.Context(), &evs, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, e := range evs.Items {
-		if e.Reason == "RemoteClusterRemoved" {
-			n += max(1, int(e.Count))
-			if e.Series != nil {
-				n += int(e.Series.Count) - 1
+	// only the leader records it: one Event, once, with two replicas
+	// running, for a second and more
+	holds(t, time.Second, 100*time.Millisecond, "one RemoteClusterRemoved Event (the leader's)", func() string {
+		var evs corev1.EventList
+		if err := k8s.List(t.Context(), &evs, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range evs.Items {
+			if e.Reason == "RemoteClusterRemoved" {
+				n += max(1, int(e.Count))
+				if e.Series != nil {
+					n += int(e.Series.Count) - 1
+				}
 			}
 		}
-	}
-	if n != 1 {
-		t.Errorf("%d RemoteClusterRemoved Events, want 1 (the leader's)", n)
-	}
+		if n != 1 {
+			return fmt.Sprintf("%d RemoteClusterRemoved Events, want 1", n)
+		}
+		return ""
+	})
 
 	// 6. a Secret whose kubeconfig runs a command is refused, named, and
 	//    nothing else changes
@@ -557,22 +562,31 @@ func getBody(t *testing.T, url string) (int, string) {
 // TestRemoteClustersOff: a replica run with --remote-clusters=false (as the
 // chart runs without multicluster.enabled, with no RBAC for Secrets) reads
 // no Secret: a labelled one registers nothing, and neither /readyz nor the
-// metrics say anything of remote clusters.
+// metrics say anything of remote clusters. A replica beside it with remote
+// clusters on shows when a registry would have read the Secret.
 func TestRemoteClustersOff(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	p := startPlaneWith(t, ns, "off", func(c *controlplane.Config) { c.NoRemoteClusters = true })
+	on := startPlane(t, ns, "on")
 	if err := k8s.Create(t.Context(), remoteSecret(ns, "remote-x", "eu-9", []byte("not: a kubeconfig\n"))); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second) // a registry would have read it by now
-	var cs struct {
-		Clusters []kube.ClusterStatus `json:"clusters"`
+	clusters := func(pl *plane) []kube.ClusterStatus {
+		var cs struct {
+			Clusters []kube.ClusterStatus `json:"clusters"`
+		}
+		if err := testkit.GetJSON(pl.adminURL+"/debug/clusters", &cs); err != nil {
+			t.Fatal(err)
+		}
+		return cs.Clusters
 	}
-	if err := testkit.GetJSON(p.adminURL+"/debug/clusters", &cs); err != nil {
-		t.Fatal(err)
-	}
-	if len(cs.Clusters) != 0 {
-		t.Errorf("/debug/clusters %+v, want none", cs.Clusters)
+	testkit.Eventually(t, 15*time.Second, "the replica with remote clusters on reads the Secret", func() (bool, string) {
+		cs := clusters(on)
+		return len(cs) == 1 && cs[0].Name == "eu-9", fmt.Sprintf("%+v", cs)
+	})
+	if cs := clusters(p); len(cs) != 0 {
+		t.Errorf("/debug/clusters %+v, want none", cs)
 	}
 	if code, body := getBody(t, p.adminURL+"/readyz"); code != http.StatusOK || strings.Contains(body, "remote cluster") {
 		t.Errorf("/readyz %d %s", code, body)

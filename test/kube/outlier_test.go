@@ -58,6 +58,7 @@ func outlierStatusOf(t *testing.T, ns, name string) *v1alpha1.OutlierEjectionSta
 // leader is killed: the ejection stays on plane two throughout, and plane
 // two, now deciding, returns the backend when its time is up.
 func TestFleetOutlierDetectionAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	b := splitcheck.StartBackends(t, "127.0.0.1", 4)
 	const base = 10 * time.Second
@@ -79,6 +80,9 @@ func TestFleetOutlierDetectionAcrossReplicas(t *testing.T) {
 		}
 	}
 	const bucket = 500 * time.Millisecond // a 3 s window, decided twice a second
+	// the RPCs whose split is checked after the ejection: about what plane
+	// two's clients send in two seconds on a 2-core machine
+	const afterEjection = 1000
 	tune := func(name string) func(*controlplane.Config) {
 		return func(c *controlplane.Config) { c.ReplicaName, c.LoadReportBucket = name, bucket }
 	}
@@ -107,10 +111,12 @@ func TestFleetOutlierDetectionAcrossReplicas(t *testing.T) {
 		}
 		return true, ""
 	})
-	time.Sleep(6 * bucket) // a window of traffic without failures
-	if st := outlierStatusOf(t, ns, "echo"); st != nil && len(st.Ejected) > 0 {
-		t.Fatalf("ejected without failures: %+v", st)
-	}
+	holds(t, 6*bucket, 100*time.Millisecond, "a window of traffic without failures ejects nothing", func() string {
+		if st := outlierStatusOf(t, ns, "echo"); st != nil && len(st.Ejected) > 0 {
+			return fmt.Sprintf("ejected without failures: %+v", st)
+		}
+		return ""
+	})
 
 	bad := b[1]
 	bad.SetFailures(800, brokenPath)
@@ -142,19 +148,40 @@ func TestFleetOutlierDetectionAcrossReplicas(t *testing.T) {
 	for _, l := range loads[two] {
 		two.waitAcked(t, l.Node, rep.Revision)
 	}
-	time.Sleep(200 * time.Millisecond)
-	for _, l := range loads[two] {
-		l.Take()
-	}
-	time.Sleep(2 * time.Second)
-	got := splitcheck.Tally{By: map[string]int{}}
-	for _, l := range loads[two] {
-		ok, _ := l.Take()
-		for a, n := range ok {
-			got.By[a] += n
-			got.Total += n
+	// the clients' pickers follow the ACKed split: 50 RPCs in a row of
+	// every client reach no backend without a share
+	clean := map[*splitcheck.Load]int{} // RPCs since the last to a backend without a share
+	testkit.Eventually(t, 10*time.Second, "plane two's clients send nothing to the ejected backend", func() (bool, string) {
+		done, detail := true, ""
+		for _, l := range loads[two] {
+			ok, _ := l.Take()
+			total, stray := 0, 0
+			for a, n := range ok {
+				total += n
+				if want.Share[a] == 0 && n > 0 {
+					stray += n
+					detail += fmt.Sprintf("%s: %d RPCs to %s; ", l.Node, n, a)
+				}
+			}
+			if clean[l] += total; stray > 0 {
+				clean[l] = 0
+			}
+			done = done && clean[l] >= 50
 		}
-	}
+		return done, detail
+	})
+	// then a sample of the split: afterEjection RPCs of the clients
+	got := splitcheck.Tally{By: map[string]int{}}
+	testkit.Eventually(t, 20*time.Second, fmt.Sprintf("%d RPCs of plane two's clients", afterEjection), func() (bool, string) {
+		for _, l := range loads[two] {
+			ok, _ := l.Take()
+			for a, n := range ok {
+				got.By[a] += n
+				got.Total += n
+			}
+		}
+		return got.Total >= afterEjection, fmt.Sprintf("%d", got.Total)
+	})
 	splitcheck.CheckSplit(t, "clients of plane two after the ejection", got, want)
 
 	// the failures end; the leader goes away: the decision stays
@@ -162,20 +189,20 @@ func TestFleetOutlierDetectionAcrossReplicas(t *testing.T) {
 	one.stop(t)
 	stopped := time.Now()
 	var handover time.Duration
-	for time.Now().Before(until.Add(-time.Second)) {
+	holds(t, time.Until(until.Add(-time.Second)), 50*time.Millisecond, "plane two keeps the ejection until a second before its end", func() string {
 		rep, err := two.explainOf(ns, "echo")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if ok, why := outlierEjected(rep.Upstreams[0], bad); !ok {
-			t.Fatalf("%v after the leader stopped (%v before the ejection's end), plane two no longer ejects the backend: %s",
+			return fmt.Sprintf("%v after the leader stopped (%v before the ejection's end), plane two no longer ejects the backend: %s",
 				time.Since(stopped).Round(time.Millisecond), time.Until(until).Round(time.Millisecond), why)
 		}
 		if handover == 0 && two.leads() {
 			handover = time.Since(stopped)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 	if handover == 0 {
 		t.Fatal("plane two did not take over before the ejection's end")
 	}
@@ -281,6 +308,7 @@ func sharedFailing(t *testing.T, ns, upstream, address string, port uint32) map[
 // service account (two pods of a Deployment), one on each replica, report
 // errors on endpoint y: y is ejected, on both replicas, and x still not.
 func TestOneInstanceIsOneReporterAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	ca := newTokenCA(t)
 	od := &v1alpha1.OutlierDetection{ErrorPercent: new(int32(20)), MinRequestVolume: new(int32(100)), MinReporters: new(int32(2)),
@@ -355,11 +383,12 @@ func TestOneInstanceIsOneReporterAcrossReplicas(t *testing.T) {
 	t.Logf("both shares hold one instance failing on x %v after the reports began; the replicas' failing reporters add up to 2",
 		time.Since(start).Round(time.Millisecond))
 	// a window and four evaluations on that evidence: nothing is ejected
-	for end := time.Now().Add(window + 4*bucket); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	holds(t, window+4*bucket, 100*time.Millisecond, "one certificate on two replicas ejects nothing", func() string {
 		if got := ejectedNow(); len(got) > 0 {
-			t.Fatalf("one certificate on two replicas ejected %v", got)
+			return fmt.Sprintf("ejected %v", got)
 		}
-	}
+		return ""
+	})
 	for _, p := range []*plane{one, two} {
 		rep, err := p.explainOf(ns, "echo")
 		if err != nil {
@@ -411,9 +440,10 @@ func TestOneInstanceIsOneReporterAcrossReplicas(t *testing.T) {
 		})
 	}
 	// x, failing on both replicas all along, still is not
-	for end := time.Now().Add(4 * bucket); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	holds(t, 4*bucket, 100*time.Millisecond, "y alone ejected", func() string {
 		if got := ejectedNow(); len(got) != 1 {
-			t.Fatalf("ejected %v, want y alone", got)
+			return fmt.Sprintf("ejected %v, want y alone", got)
 		}
-	}
+		return ""
+	})
 }

@@ -196,6 +196,7 @@ func chartPod(t *testing.T, ns, name, node, adminAddress string, phase corev1.Po
 // runs none), which connects each stream to the replica's loopback
 // address as a kubelet connects it inside the pod.
 func TestStatusThroughPortForward(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	bin := cpbinary.Build(t)
 	k := startKubelet(t)

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"poise.dev/poise/test/cpbinary"
+	"poise.dev/poise/test/testkit"
 )
 
 // TestCreateRemoteSecret runs `controlplane create-remote-secret` against
@@ -36,6 +37,7 @@ import (
 // kubeconfig must read services, endpointslices and nodes and be refused a
 // write and Secrets.
 func TestCreateRemoteSecret(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	bin := cpbinary.Build(t)
 	const sa = "poise-remote-reader"
@@ -241,18 +243,15 @@ func TestCreateRemoteSecret(t *testing.T) {
 // ca.crt and namespace, the token bound to the Secret.
 func tokenController(t *testing.T, ns, name string, done <-chan error) {
 	t.Helper()
-	deadline := time.After(time.Minute)
-	for {
+	testkit.EventuallyEvery(t, time.Minute, 50*time.Millisecond, "create-remote-secret ends", func() (bool, string) {
 		select {
 		case <-done:
-			return
-		case <-deadline:
-			t.Fatal("create-remote-secret did not end within a minute")
-		case <-time.After(50 * time.Millisecond):
+			return true, ""
+		default:
 		}
 		var s corev1.Secret
 		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &s); err != nil || len(s.Data["token"]) > 0 {
-			continue
+			return false, "the command runs"
 		}
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: s.Annotations[corev1.ServiceAccountNameKey]}}
 		tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
@@ -266,7 +265,8 @@ func tokenController(t *testing.T, ns, name string, done <-chan error) {
 		if err := k8s.Update(t.Context(), &s); err != nil {
 			t.Fatalf("filling the token Secret: %v", err)
 		}
-	}
+		return false, "the token Secret filled"
+	})
 }
 
 // parseRemoteSecret reads the command's stdout: exactly one Secret, with a

@@ -862,6 +862,7 @@ func (f *fleet) checkIdentical(t *testing.T, planes []*plane, want map[string]st
 // gets a coherent, current state whose versions the new replica accepts,
 // also when it moves while a change is propagating.
 func TestReplicas(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	const upstreams, perReplica = 8, 100
 	var names []string

@@ -92,6 +92,10 @@ var rollingClasses = []string{"eu/eu-a", "eu/eu-b", "us/us-c", ""}
 //   - a change made while a replica drains reaches every client within the
 //     drain period and the margin: the draining replica's when they
 //     reconnect.
+//
+// It runs alone (not in parallel): its replicas' drains, and how each stream
+// ends in them, are timed against the drain period, which a machine busy
+// with another test stretches.
 func TestRollingUpgrade(t *testing.T) {
 	ns := namespace(t)
 	bin := cpbinary.Build(t)
@@ -278,8 +282,19 @@ func TestRollingUpgrade(t *testing.T) {
 	// period and the margin of the change.
 	var changed time.Time
 	r4clients := onReplica(rcs, r4)
+	rolled := time.Now()
 	r5 := roll(t, "5", svc, rcs, r4, func() *replica { return startReplica(t, bin, kubeconfig, ns, "r5", reg) }, []*replica{r3}, func() {
-		time.Sleep(rollingDrain / 4)
+		// a quarter into the drain: r4 ends its streams one at a time
+		// over the drain period, and a quarter of them have ended
+		testkit.Eventually(t, rollingDrain, "a quarter of r4's clients' streams ended", func() (bool, string) {
+			ended := 0
+			for _, rc := range r4clients {
+				if len(rc.endsBetween(rolled, time.Now())) > 0 {
+					ended++
+				}
+			}
+			return 4*ended >= len(r4clients), fmt.Sprintf("%d of %d", ended, len(r4clients))
+		})
 		changed = time.Now()
 		setHealth(t, ns, "weighted-eu-b", unhealthy(b[3]))
 		setHealth(t, ns, "zonal-eu-b", unhealthy(b[3]))

@@ -20,6 +20,7 @@ import (
 // leaves out those of another Lease and the stale, and deletes those past
 // the stale bound; payloads over the bound are refused.
 func TestSharesCarryEachReplicasAggregate(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	long := "poise-" + strings.Repeat("x", 80) // a Lease name too long for a label value
 	share := func(lease, replica string) *kubestatus.Shares {

@@ -21,6 +21,7 @@ import (
 // the Directory — those that exist when it starts and those created later — and
 // follows their updates and deletions.
 func TestSpatialSource(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	domain := domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.LocalityCapPercent = new(int32(25)) })
 	domain.GenerateName, domain.Name = "", "cadastre"

@@ -61,6 +61,7 @@ var dataVersion = regexp.MustCompile(`(?m)^  version = "([0-9a-f]+-h[01]+)",$`)
 // republishes RDS with the new health; an invalid Partition is reported on its status
 // and the rest of the domain keeps serving.
 func TestSpatialPublishing(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	for _, u := range kubemanifests.Read(t, "../../examples/spatial") {
 		u.SetNamespace(ns)

@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -110,19 +111,17 @@ func (c *statusWrites) since(before map[string]int) map[string]int {
 
 // quiet waits until no status PATCH is in flight and none has been sent or
 // accepted for d.
-func (c *statusWrites) quiet(d time.Duration) {
-	for {
+func (c *statusWrites) quiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	testkit.EventuallyEvery(t, 2*time.Minute, d/20, fmt.Sprintf("status writes quiet for %v", d), func() (bool, string) {
 		c.mu.Lock()
 		last, inflight := c.last, c.inflight
 		if c.sent.After(last) {
 			last = c.sent
 		}
 		c.mu.Unlock()
-		if inflight == 0 && time.Since(last) >= d {
-			return
-		}
-		time.Sleep(d / 20)
-	}
+		return inflight == 0 && time.Since(last) >= d, fmt.Sprintf("%d PATCHes in flight, the last %v ago", inflight, time.Since(last).Round(time.Millisecond))
+	})
 }
 
 // scaleZones are the three localities of every upstream of the scale test.
@@ -213,6 +212,7 @@ func statusMetric(p *plane, prefix string) float64 {
 // objects whose status it changes; status.revision moves only on the
 // upstream that changed, and only up; a new leader writes nothing for the
 // objects whose status is already right.
+// It runs alone (not in parallel): its figures are the machine's, under its load only.
 func TestStatusAtScale(t *testing.T) {
 	ns := namespace(t)
 	n := statusScale(t)
@@ -286,7 +286,7 @@ func TestStatusAtScale(t *testing.T) {
 	allWritten, issued := w1.last.Sub(start), w1.issued
 	w1.mu.Unlock()
 	cpu1, self1 := procCPU(procs), selfCPU()
-	w1.quiet(time.Second)
+	w1.quiet(t, time.Second)
 	_, issuedQuiet := w1.snapshot()
 	t.Logf("1 start: plane ready (caches synced, first snapshot published) %v after the start; every object's status written %v after the start; %d PATCHes issued (%d once quiet) for %d objects; %.0f writes/s",
 		ready.Round(time.Millisecond), allWritten.Round(time.Millisecond), issued, issuedQuiet, objects, float64(objects)/(allWritten-ready).Seconds())
@@ -312,7 +312,7 @@ func TestStatusAtScale(t *testing.T) {
 	lag := waitUpstream(t, ns, "u-0", func(u *v1alpha1.Upstream) bool {
 		return len(u.Status.Localities) == 3 && u.Status.Localities[0].Availability < 1_000_000
 	})
-	w1.quiet(time.Second)
+	w1.quiet(t, time.Second)
 	got := w1.since(before)
 	t.Logf("2 health flip: Upstream u-0's status shows it %v after the flip; writes: %v", lag.Round(time.Millisecond), got)
 	if want := flipWrites("u-0", "a"); !sameCounts(got, want) {
@@ -338,7 +338,7 @@ func TestStatusAtScale(t *testing.T) {
 		}
 		return s.Status.ObservedGeneration == s.Generation, fmt.Sprintf("generation %d, status %+v", s.Generation, s.Status)
 	})
-	w1.quiet(time.Second)
+	w1.quiet(t, time.Second)
 	got = w1.since(before)
 	t.Logf("3 admin-state flip: EndpointSet u-1-b's status follows %v after the update; writes: %v", lag.Round(time.Millisecond), got)
 	if want := map[string]int{"endpointsets/u-1-b": 1}; !sameCounts(got, want) {
@@ -358,7 +358,7 @@ func TestStatusAtScale(t *testing.T) {
 	lag = waitUpstream(t, ns, "u-2", func(u *v1alpha1.Upstream) bool {
 		return len(u.Status.Localities) == 3 && u.Status.Localities[2].LocalityWeight == 5
 	})
-	w1.quiet(time.Second)
+	w1.quiet(t, time.Second)
 	got = w1.since(before)
 	t.Logf("4 locality weight: Upstream u-2's status shows it %v after the update; writes: %v", lag.Round(time.Millisecond), got)
 	if want := map[string]int{"upstreams/u-2": 1, "localities/u-2-a": 1, "localities/u-2-b": 1, "localities/u-2-c": 1}; !sameCounts(got, want) {
@@ -399,7 +399,7 @@ func TestStatusAtScale(t *testing.T) {
 	// 6. a change under the new leader: the flip's writes, and the revision still only goes up
 	setHealth(t, ns, "u-0-a")
 	waitUpstream(t, ns, "u-0", func(u *v1alpha1.Upstream) bool { return u.Status.Localities[0].Availability == 1_000_000 })
-	w2.quiet(time.Second)
+	w2.quiet(t, time.Second)
 	got = w2.since(handover)
 	if want := flipWrites("u-0", "a"); !sameCounts(got, want) {
 		t.Errorf("under the new leader, a health flip of u-0 wrote %v; want %v", got, want)
@@ -548,11 +548,17 @@ func steadyFlips(t *testing.T, ns string, n int, fast client.Client, w *statusWr
 	go func() {
 		rv := ""
 		for ctx.Err() == nil {
-			w, err := wc.Watch(ctx, &v1alpha1.UpstreamList{}, &client.ListOptions{Namespace: ns, Raw: &metav1.ListOptions{ResourceVersion: rv}})
-			if err != nil {
-				rv = ""
-				time.Sleep(50 * time.Millisecond)
-				continue
+			var w watch.Interface
+			// a watch refused (from a resourceVersion gone, or by a busy
+			// apiserver) is opened again from now, at a retry's pace
+			if wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+				var err error
+				if w, err = wc.Watch(ctx, &v1alpha1.UpstreamList{}, &client.ListOptions{Namespace: ns, Raw: &metav1.ListOptions{ResourceVersion: rv}}); err != nil {
+					rv = ""
+				}
+				return err == nil, nil
+			}) != nil {
+				return
 			}
 			for ev := range w.ResultChan() {
 				if ev.Type == watch.Error {
@@ -586,6 +592,8 @@ func steadyFlips(t *testing.T, ns string, n int, fast client.Client, w *statusWr
 	var failed error
 	start := time.Now()
 	for i := range total {
+		// sleep: the flips are an open-loop load: the i-th is due i/rate
+		// after the start, whatever the apiserver's answers
 		time.Sleep(time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
 		k := 3 + i%(n-3)
 		name := "u-" + strconv.Itoa(k)
@@ -647,19 +655,16 @@ func steadyFlips(t *testing.T, ns string, n int, fast client.Client, w *statusWr
 		}
 		return n
 	}
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+	testkit.Eventually(t, time.Minute, fmt.Sprintf("every flip in its Upstream's status and at all %d xDS clients", nClients), func() (bool, string) {
 		if waiting() == 0 {
-			w.quiet(time.Second) // and it stays so once the writer is quiet
+			w.quiet(t, time.Second) // and it stays so once the writer is quiet
 			if waiting() == 0 {
-				break
+				return true, ""
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if left := waiting(); left > 0 {
-		t.Fatalf("%d of %d flips not in their Upstream's status or not at all %d xDS clients a minute after the last; status writes meanwhile: %v", left, total, nClients, w.since(before))
-	}
-	w.quiet(time.Second)
+		return false, fmt.Sprintf("%d of %d flips not there; status writes meanwhile: %v", waiting(), total, w.since(before))
+	})
+	w.quiet(t, time.Second)
 	mu.Lock()
 	var lags, xdsLags, writeLags []time.Duration
 	superseded, undone := 0, 0

@@ -234,6 +234,7 @@ func deltaCDS(ctx context.Context, conn *grpc.ClientConn, node *core.Node, name 
 // each counted; 50 concurrent streams with one token cost one TokenReview,
 // as both the plane's client and the apiserver count them.
 func TestTokenAuthenticationEndToEnd(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	createEchoImport(t, ns)
 	w := newWorkload(t, ns)

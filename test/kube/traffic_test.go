@@ -182,6 +182,7 @@ func sameShares(a, b splitcheck.Expectation) bool {
 // traffic, and a contradictory Locality is set aside without stopping
 // anything else.
 func TestTraffic(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	b := splitcheck.StartBackends(t, "127.0.0.1", 7)
 	echoTopology(t, ns, b)

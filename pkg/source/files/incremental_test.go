@@ -86,6 +86,7 @@ func unchanged(t *testing.T, _ *harness, r result) {
 }
 
 func TestIncremental(t *testing.T) {
+	t.Parallel()
 	moved := docsOf(0)[1] // upstream 0's set in region 0
 	f0without := join(slices.Delete(docsOf(0), 1, 2)...)
 	f1with := join(append(docsOf(1), moved)...)
@@ -264,6 +265,7 @@ func TestIncremental(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			h := newHarness(t, tenFiles())
 			for i, st := range tc.steps {
 				before := h.src.Dir.Current()
@@ -315,6 +317,7 @@ func fullLoad(t *testing.T, dir string) *state {
 // from content whose decoded objects were released, its file is decoded
 // afresh and the change is applied all the same.
 func TestReleasedDocumentsAreDecodedAgain(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, tenFiles())
 	h.write("f3.yaml", fileOf(3, map[int]bool{3: true}))
 	h.src.mu.Lock()
@@ -337,6 +340,7 @@ func TestReleasedDocumentsAreDecodedAgain(t *testing.T) {
 // TestRevertAfterRefusalIsLogged: a refused edit put back as it was is
 // logged once as such; it applies nothing.
 func TestRevertAfterRefusalIsLogged(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, tenFiles())
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))

@@ -61,6 +61,7 @@ func genDocument(t *rapid.T, f int) string {
 // message when it refuses, and its Directory then serves what a full load
 // gives; a refused burst leaves the last good state.
 func TestIncrementalMatchesFullLoad(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	n := 0
 	stats := map[string]int{} // what the bursts came to, for -v

@@ -17,6 +17,7 @@ import (
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
+	"poise.dev/poise/test/testkit"
 )
 
 // upstreamsOf returns which of upstreams 0..n-1 a snapshot serves.
@@ -83,6 +84,7 @@ func subscribe(t *testing.T, d *topology.Directory, ok func(*topology.Snapshot) 
 // snapshot lacks an upstream that the content before and after the edit
 // both define.
 func TestTruncateThenWriteNeverPublishesAPartialState(t *testing.T) {
+	t.Parallel()
 	const (
 		core   = 3 // upstreams 0..2: in every version of the file
 		extras = 4 // upstreams 3..6: in some
@@ -122,7 +124,8 @@ func TestTruncateThenWriteNeverPublishesAPartialState(t *testing.T) {
 			t.Fatal(err)
 		}
 		truncated := time.Now()
-		// a pause well past the debounce, and short of the settle time
+		// sleep: the file must stay empty for a while, well past the
+		// debounce and short of the settle time: the moment a reader sees it so
 		time.Sleep(time.Duration(20+rng.IntN(180)) * time.Millisecond)
 		if _, err := f.WriteString(version(i)); err != nil {
 			t.Fatal(err)
@@ -131,6 +134,8 @@ func TestTruncateThenWriteNeverPublishesAPartialState(t *testing.T) {
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
 		}
+		// sleep: the writer's pace: the next edit comes sooner or later
+		// than the debounce, within one burst or in the next
 		time.Sleep(time.Duration(rng.IntN(60)) * time.Millisecond)
 	}
 	last := upstreamsOf(fullLoadSnapshot(t, dir), core+extras)
@@ -138,15 +143,7 @@ func TestTruncateThenWriteNeverPublishesAPartialState(t *testing.T) {
 		return equalSets(upstreamsOf(s, core+extras), last) && s.Upstream(upstreamKey(0)) != nil &&
 			probe(s, 0, edits%7) == weights.ProbeUnhealthy
 	})
-	// the warning is cleared just after the Directory publishes
-	for deadline := time.Now().Add(time.Second); src.Refusal() != ""; time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Errorf("Refusal() = %q a second after the files are whole again, want empty", src.Refusal())
-			break
-		}
-	}
 	sub.mu.Lock()
-	defer sub.mu.Unlock()
 	switch {
 	case len(sub.bad) > 0 && longest >= DefaultSettle:
 		// the rule applies a file empty for longer: so it was, on a machine this busy
@@ -155,7 +152,14 @@ func TestTruncateThenWriteNeverPublishesAPartialState(t *testing.T) {
 		t.Errorf("%d of %d published snapshots lost an upstream during %d truncate-then-write edits; first: %s",
 			len(sub.bad), sub.seen, edits, sub.bad[0])
 	}
-	t.Logf("%d snapshots published during %d edits; a file stayed empty %v at the longest", sub.seen, edits, longest)
+	seen := sub.seen
+	sub.mu.Unlock()
+	// the warning is cleared just after the Directory publishes
+	testkit.Eventually(t, time.Second, "Refusal() empty once the files are whole again", func() (bool, string) {
+		r := src.Refusal()
+		return r == "", fmt.Sprintf("Refusal() = %q", r)
+	})
+	t.Logf("%d snapshots published during %d edits; a file stayed empty %v at the longest", seen, edits, longest)
 }
 
 // TestAFileEmptiedForLongerThanSettleIsApplied: emptying a file, or
@@ -163,6 +167,7 @@ func TestTruncateThenWriteNeverPublishesAPartialState(t *testing.T) {
 // so past the settle time; until then the previous content serves, and
 // /readyz's warning and poise_source_refusing say so.
 func TestAFileEmptiedForLongerThanSettleIsApplied(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		do   func(t *testing.T, path string)
@@ -175,6 +180,7 @@ func TestAFileEmptiedForLongerThanSettleIsApplied(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			write(t, filepath.Join(dir, "keep.yaml"), upstreamsFile([]int{0}, 0))
 			write(t, filepath.Join(dir, "go.yaml"), upstreamsFile([]int{1, 2}, 0))
@@ -192,6 +198,7 @@ func TestAFileEmptiedForLongerThanSettleIsApplied(t *testing.T) {
 // that keeps more than half, or whose objects move to another file, is
 // applied at once.
 func TestAFileLosingMostObjectsIsAppliedAfterSettle(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a.yaml")
 	write(t, path, upstreamsFile([]int{0, 1, 2, 3}, 0)) // 16 objects
@@ -229,7 +236,7 @@ func TestAFileLosingMostObjectsIsAppliedAfterSettle(t *testing.T) {
 func checkHeldThenApplied(t *testing.T, dir string, change func(), want func(*topology.Snapshot) bool) string {
 	t.Helper()
 	const settle = 600 * time.Millisecond
-	m := metrics.New(metrics.Options{Source: "files"}).Source
+	m := metrics.New(metrics.Options{}).Source // no series yet: see run
 	d := topology.NewDirectory()
 	src := &Source{Paths: []string{dir}, Dir: d, Debounce: 5 * time.Millisecond, Settle: settle, Metrics: m}
 	before, err := src.Load()
@@ -241,13 +248,10 @@ func checkHeldThenApplied(t *testing.T, dir string, change func(), want func(*to
 	start := time.Now()
 	change()
 	var held string
-	for held == "" {
-		if time.Since(start) > settle/2 {
-			t.Fatalf("no warning %v after the change, want it held back", time.Since(start))
-		}
+	testkit.Eventually(t, settle/2, "the change held back with a warning", func() (bool, string) {
 		held = src.Refusal()
-		time.Sleep(2 * time.Millisecond)
-	}
+		return held != "", "no warning"
+	})
 	if refusing() != 1 {
 		t.Errorf("poise_source_refusing = %v while held, want 1", refusing())
 	}
@@ -262,12 +266,9 @@ func checkHeldThenApplied(t *testing.T, dir string, change func(), want func(*to
 		t.Errorf("revision %d after %d: want the change applied as one batch", got.Revision, before.Revision)
 	}
 	// the warning is cleared just after the Directory publishes the change
-	for deadline := time.Now().Add(time.Second); src.Refusal() != "" || refusing() != 0; time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Errorf("a second after the change was applied: warning %q, poise_source_refusing %v; want none", src.Refusal(), refusing())
-			break
-		}
-	}
+	testkit.Eventually(t, time.Second, "the warning cleared once the change is applied", func() (bool, string) {
+		return src.Refusal() == "" && refusing() == 0, fmt.Sprintf("warning %q, poise_source_refusing %v", src.Refusal(), refusing())
+	})
 	return held
 }
 
@@ -297,6 +298,7 @@ func equalSets(a, b map[int]bool) bool {
 // of those left out, so a writer that breaks the files in a loop cannot
 // fill the log.
 func TestRefusalLogIsBounded(t *testing.T) {
+	t.Parallel()
 	var l refusalLog
 	t0 := time.Unix(1000, 0)
 	logged := 0
@@ -335,6 +337,7 @@ func TestRefusalLogIsBounded(t *testing.T) {
 // Poise objects: a file of other kinds alone is never "emptied", and other
 // kinds added to a file do not hide that its Poise objects are going.
 func TestOtherKindsDoNotCountForSettle(t *testing.T) {
+	t.Parallel()
 	const (
 		ns  = "apiVersion: v1\nkind: Namespace\nmetadata: {name: bench}\n"
 		svc = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: bench}\n"

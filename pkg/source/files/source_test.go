@@ -2,6 +2,7 @@ package files
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"poise.dev/poise/pkg/manifest"
 	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/test/testkit"
 )
 
 const upstreamYAML = `apiVersion: poise.dev/v1alpha1
@@ -53,19 +55,15 @@ func write(t *testing.T, path, content string) {
 	}
 }
 
-// waitFor polls the directory until cond holds.
+// waitFor waits until the directory's current snapshot satisfies cond.
 func waitFor(t *testing.T, d *topology.Directory, what string, cond func(*topology.Snapshot) bool) *topology.Snapshot {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if s := d.Current(); cond(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s (revision %d)", what, d.Current().Revision)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var s *topology.Snapshot
+	testkit.Eventually(t, 10*time.Second, "waiting for "+what, func() (bool, string) {
+		s = d.Current()
+		return cond(s), fmt.Sprintf("revision %d", s.Revision)
+	})
+	return s
 }
 
 func endpointWeight(s *topology.Snapshot) uint64 {
@@ -82,7 +80,7 @@ func watched(t *testing.T, dir string) (*Source, *topology.Directory, *metrics.S
 	t.Helper()
 	write(t, filepath.Join(dir, "upstream.yaml"), upstreamYAML)
 	write(t, filepath.Join(dir, "a.yaml"), setYAML("a", "1"))
-	m := metrics.New(metrics.Options{Source: "files"}).Source
+	m := metrics.New(metrics.Options{}).Source // no series yet: see run
 	d := topology.NewDirectory()
 	src := &Source{Paths: []string{dir}, Dir: d, Debounce: 10 * time.Millisecond, Metrics: m}
 	if _, err := src.Load(); err != nil {
@@ -93,6 +91,7 @@ func watched(t *testing.T, dir string) (*Source, *topology.Directory, *metrics.S
 }
 
 func TestWatchAppliesChangesAndRefusesBadOnes(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	_, d, m := watched(t, dir)
 
@@ -134,19 +133,16 @@ func TestWatchAppliesChangesAndRefusesBadOnes(t *testing.T) {
 // waitRefused waits until the source has refused more batches than before.
 func waitRefused(t *testing.T, m *metrics.Source, before float64, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(m.Batches.WithLabelValues("files", "rejected")) == before {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s was not refused", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, 10*time.Second, what+" refused", func() (bool, string) {
+		return testutil.ToFloat64(m.Batches.WithLabelValues("files", "rejected")) != before, "no more batches rejected"
+	})
 }
 
 // TestWatchRefusesAddresses: an endpoint address EDS cannot carry, a range
 // no client should be sent to, and loopback without the Upstream's opt-in
 // are never published; the last good snapshot keeps serving.
 func TestWatchRefusesAddresses(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	_, d, m := watched(t, dir)
 	web := topology.Key{Namespace: "shop", Name: "web"}
@@ -187,6 +183,7 @@ func TestWatchRefusesAddresses(t *testing.T) {
 // TestRemoveCoversEveryKind: an object of any kind the manifests hold is
 // deleted from the directory once it is in no file.
 func TestRemoveCoversEveryKind(t *testing.T) {
+	t.Parallel()
 	set, err := manifest.Decode("all.yaml", []byte(upstreamYAML+"---\n"+setYAML("a", "1")+`---
 apiVersion: poise.dev/v1alpha1
 kind: Locality
@@ -219,6 +216,7 @@ spec: {domain: cadastre, extent: {west: -10, south: 35, east: 30, north: 70}, re
 // TestLoadFollowsSpatialObjects: SpatialDomains and Partitions are loaded from the
 // files, and deleted from the directory with their file.
 func TestLoadFollowsSpatialObjects(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "upstream.yaml"), upstreamYAML)
 	write(t, filepath.Join(dir, "domain.yaml"), domainYAML)
@@ -259,6 +257,7 @@ spec: {domain: cadastre, extent: {west: -10, south: 35, east: 30, north: 70}, re
 // TestSpatialProblemsAreLoggedOnce: a product no replica may serve is logged
 // with its file and field, once, and the change is still applied.
 func TestSpatialProblemsAreLoggedOnce(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "upstream.yaml"), upstreamYAML)
 	write(t, filepath.Join(dir, "spatial.yaml"), strings.Replace(domainYAML, "allowedRegions: [r1]", "allowedRegions: [r9]", 1)+`---
@@ -289,6 +288,7 @@ spec: {domain: cadastre, extent: {west: -10, south: 35, east: 30, north: 70}, re
 // source neither blocks nor crashes, says why through Refusal (what /readyz
 // shows) and poise_source_refusing, and recovers when the path is fixed.
 func TestUnreadablePathsAreRefusedAndShown(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	src, d, m := watched(t, dir)
 	good := d.Current()
@@ -305,13 +305,10 @@ func TestUnreadablePathsAreRefusedAndShown(t *testing.T) {
 		if err := bad.create(path); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(src.Refusal(), bad.name) || refusing() != 1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: refusal %q, poise_source_refusing %v", bad.name, src.Refusal(), refusing())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testkit.Eventually(t, 10*time.Second, bad.name+" refused", func() (bool, string) {
+			return strings.Contains(src.Refusal(), bad.name) && refusing() == 1,
+				fmt.Sprintf("refusal %q, poise_source_refusing %v", src.Refusal(), refusing())
+		})
 		if r := src.Refusal(); !strings.Contains(r, "not a regular file") || d.Current() != good {
 			t.Fatalf("%s: refusal %q; the snapshot must stay", bad.name, r)
 		}

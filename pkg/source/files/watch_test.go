@@ -9,13 +9,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"poise.dev/poise/pkg/metrics"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
+	"poise.dev/poise/test/testkit"
 )
 
-// run starts src.Run and returns a function that stops it.
+// run starts src.Run, stopped when the test ends, and returns once Run has
+// taken its first look at the files: its watch is in place, so what the test
+// writes next is seen as a change. That first look sets
+// poise_source_refusing, whose series the Source's metrics (made here if
+// the test gives none) must not have before.
 func run(t *testing.T, src *Source) {
 	t.Helper()
+	if src.Metrics == nil {
+		src.Metrics = metrics.New(metrics.Options{}).Source
+	}
+	looked := func() int { return testutil.CollectAndCount(src.Metrics.Refusing) }
+	if n := looked(); n != 0 {
+		t.Fatalf("run: poise_source_refusing has %d series before Run, want none (metrics.Options without Source)", n)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
@@ -25,7 +40,9 @@ func run(t *testing.T, src *Source) {
 			t.Error(err)
 		}
 	})
-	time.Sleep(50 * time.Millisecond) // let the watcher start
+	testkit.Eventually(t, 10*time.Second, "the watch's first look at the files", func() (bool, string) {
+		return looked() > 0, "poise_source_refusing not set yet"
+	})
 }
 
 // applies records when each new revision of a Directory is published.
@@ -66,6 +83,7 @@ func (a *applies) since(t0 time.Time) []time.Time {
 }
 
 func TestDelays(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		debounce, most         time.Duration
 		wantQuiet, wantMaxWait time.Duration
@@ -85,6 +103,7 @@ func TestDelays(t *testing.T) {
 // TestBurstIsAppliedOnce: writes a few milliseconds apart are one burst,
 // applied once the files are quiet.
 func TestBurstIsAppliedOnce(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for i := range 10 {
 		write(t, filepath.Join(dir, fileName(i)), fileOf(i, nil))
@@ -114,13 +133,16 @@ func TestBurstIsAppliedOnce(t *testing.T) {
 	})
 	// the watching goroutine records the apply just after waitFor sees it;
 	// a second apply, if any, would come within another quiet interval
-	for deadline := time.Now().Add(time.Second); len(seen.since(start)) == 0 && time.Now().Before(deadline); {
-		time.Sleep(2 * time.Millisecond)
-	}
-	time.Sleep(400 * time.Millisecond)
-	if at := seen.since(start); len(at) != 1 {
-		t.Fatalf("%d applies for one burst, want 1 (revision %d)", len(at), snap.Revision)
-	} else if at[0].Sub(last) < 300*time.Millisecond {
+	testkit.Eventually(t, time.Second, "the apply recorded", func() (bool, string) { return len(seen.since(start)) > 0, "" })
+	// no second apply through another quiet interval (300ms) and a margin
+	quiet := time.Now().Add(400 * time.Millisecond)
+	testkit.Eventually(t, 10*time.Second, "a quiet interval past the apply", func() (bool, string) {
+		if at := seen.since(start); len(at) != 1 {
+			t.Fatalf("%d applies for one burst, want 1 (revision %d)", len(at), snap.Revision)
+		}
+		return !time.Now().Before(quiet), ""
+	})
+	if at := seen.since(start); at[0].Sub(last) < 300*time.Millisecond {
 		t.Errorf("applied %v after the last write, before the files were quiet for 300ms", at[0].Sub(last))
 	}
 }
@@ -128,6 +150,7 @@ func TestBurstIsAppliedOnce(t *testing.T) {
 // TestContinuousEditsAreAppliedEveryMaxDelay: writes that never fall quiet
 // are still applied, at least once per MaxDelay.
 func TestContinuousEditsAreAppliedEveryMaxDelay(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for i := range 10 {
 		write(t, filepath.Join(dir, fileName(i)), fileOf(i, nil))
@@ -139,23 +162,23 @@ func TestContinuousEditsAreAppliedEveryMaxDelay(t *testing.T) {
 	}
 	run(t, src)
 	seen := watchApplies(t, d)
-	// one write every 5ms, round the files, for 1.5s: never quiet for 40ms
+	// one write every 5ms, round the files, never quiet for 40ms, until
+	// three applies have come (about 300ms with a 100ms cap; a slow machine
+	// applies less often, but not never): within 1.5s
 	start := time.Now()
 	var n int
-	for time.Since(start) < 1500*time.Millisecond {
+	testkit.EventuallyEvery(t, 1500*time.Millisecond, 5*time.Millisecond, "3 applies during continuous writes with a 100ms cap", func() (bool, string) {
+		if during := len(seen.since(start)); during >= 3 {
+			return true, ""
+		}
 		i := n % 10
 		if err := os.WriteFile(filepath.Join(dir, fileName(i)), []byte(fileOf(i, map[int]bool{n % 7: true})), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		n++
-		time.Sleep(5 * time.Millisecond)
-	}
-	end := time.Now()
-	during := len(seen.since(start)) - len(seen.since(end))
-	// about 15 with a 100ms cap; a slow machine applies less often, but not never
-	if during < 3 {
-		t.Errorf("%d applies during 1.5s of continuous writes with a 100ms cap, want at least 3", during)
-	}
+		return false, fmt.Sprintf("%d applies, %d writes", len(seen.since(start)), n)
+	})
+	during := len(seen.since(start))
 	// and the last write is applied once they stop
 	last := (n - 1) % 10
 	waitFor(t, d, "the last write", func(s *topology.Snapshot) bool { return probe(s, last, (n-1)%7) == weights.ProbeUnhealthy })
@@ -166,6 +189,7 @@ func TestContinuousEditsAreAppliedEveryMaxDelay(t *testing.T) {
 // swapping a ..data link to a new directory; the files, links into it,
 // change without an event of their own.
 func TestWatchFollowsALinkSwap(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	version := func(n int, content string) {
 		t.Helper()
@@ -200,6 +224,7 @@ func TestWatchFollowsALinkSwap(t *testing.T) {
 // TestWatchAFileAmongOthers: a file path is watched through its directory,
 // replaced by renaming; the directory's other files are not read.
 func TestWatchAFileAmongOthers(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "f0.yaml"), fileOf(0, nil))
 	write(t, filepath.Join(dir, "other.yaml"), "not a manifest of ours: [")

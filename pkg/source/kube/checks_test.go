@@ -16,6 +16,7 @@ import (
 // while the spec asks for them; entries that cannot be an endpoint are
 // skipped, addresses are canonical, and an empty origin still ejects.
 func TestVerdictsFromStatus(t *testing.T) {
+	t.Parallel()
 	u := &v1alpha1.Upstream{Status: v1alpha1.UpstreamStatus{
 		ActiveChecks: &v1alpha1.ActiveCheckStatus{Unhealthy: []v1alpha1.CheckedEndpoint{
 			{Address: "10.0.0.1", Port: 80, Origin: "active check by a: 3 failures"},

@@ -18,6 +18,7 @@ import (
 // the topology and only the newer is rejected as Conflicted, naming the
 // winner, whichever of them changed and whatever the order they arrived.
 func TestOldestLocalityWins(t *testing.T) {
+	t.Parallel()
 	t0 := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	t1 := metav1.NewTime(t0.Add(time.Minute))
 	locality := func(name string, created metav1.Time, weight int64) *v1alpha1.Locality {
@@ -46,6 +47,7 @@ func TestOldestLocalityWins(t *testing.T) {
 			winner: "x", weight: 2, loser: "y"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			scheme, err := Scheme()
 			if err != nil {
 				t.Fatal(err)

@@ -17,9 +17,11 @@ import (
 	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
+	"poise.dev/poise/test/testkit"
 )
 
 func TestAdminStateFromEndpointConditions(t *testing.T) {
+	t.Parallel()
 	yes, no := true, false
 	for _, tc := range []struct {
 		name                        string
@@ -43,6 +45,7 @@ func TestAdminStateFromEndpointConditions(t *testing.T) {
 }
 
 func TestServicePortByNameOrNumber(t *testing.T) {
+	t.Parallel()
 	svc := &corev1.Service{Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "grpc", Port: 9090}, {Name: "http", Port: 80}}}}
 	for _, tc := range []struct {
 		ref  string
@@ -57,6 +60,7 @@ func TestServicePortByNameOrNumber(t *testing.T) {
 }
 
 func TestImportedSetNamesCannotCollideWithObjects(t *testing.T) {
+	t.Parallel()
 	n := ImportedSetName("checkout", "checkout-svc", "eu-west", "eu-west-1a")
 	if n != "checkout:checkout-svc:eu-west:eu-west-1a" {
 		t.Fatalf("name %q", n)
@@ -64,6 +68,7 @@ func TestImportedSetNamesCannotCollideWithObjects(t *testing.T) {
 }
 
 func TestServiceAffinityFromTrafficDistribution(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		td   *string
 		want *topology.Affinity
@@ -98,6 +103,7 @@ func TestServiceAffinityFromTrafficDistribution(t *testing.T) {
 // Service's trafficDistribution, and follows it when it changes; one that
 // sets a mode, None included, keeps it.
 func TestServicePreferenceUnlessTheUpstreamSetsAMode(t *testing.T) {
+	t.Parallel()
 	fx := newChurnFixture(t, 2)
 	ctx := context.Background()
 	setTD := func(svcName string, td *string) {
@@ -121,17 +127,11 @@ func TestServicePreferenceUnlessTheUpstreamSetsAMode(t *testing.T) {
 	// Upstream is marked by one update at a time, so no mark is early
 	settle := func(want ...topology.ObjectRef) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testkit.EventuallyEvery(t, 5*time.Second, time.Millisecond, "the updates marked", func() (bool, string) {
 			dirty := fx.s.dirtyNow()
-			if !slices.ContainsFunc(want, func(r topology.ObjectRef) bool { _, ok := dirty[r]; return !ok }) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("marked %v, want %v", dirty, want)
-			}
-			time.Sleep(time.Millisecond)
-		}
+			return !slices.ContainsFunc(want, func(r topology.ObjectRef) bool { _, ok := dirty[r]; return !ok }),
+				fmt.Sprintf("marked %v, want %v", dirty, want)
+		})
 		fx.s.sync(ctx)
 	}
 

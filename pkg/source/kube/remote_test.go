@@ -60,6 +60,7 @@ func kubeconfigBytes(t *testing.T, edit func(*clientcmdapi.Config)) []byte {
 }
 
 func TestRemoteConfigValidation(t *testing.T) {
+	t.Parallel()
 	secret := func(label string, data []byte) *corev1.Secret {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "poise", Name: "remote-eu-2", Labels: map[string]string{LabelRemoteCluster: label}}}
 		if data != nil {
@@ -186,6 +187,7 @@ func importResolved(t *testing.T, home client.Reader, r *Remotes, name string, c
 // the cluster first by name, a stale cluster's endpoints Unavailable with
 // why, and the same result in any order of registration.
 func TestImportAcrossClusters(t *testing.T) {
+	t.Parallel()
 	home := clusterReader(t, "eu-west", "eu-west-a", "10.0.0.1", "10.0.0.2")
 	eu1 := clusterReader(t, "eu-central", "eu-central-a", "10.1.0.1", "10.0.0.2") // 10.0.0.2 is home's too
 	eu2 := clusterReader(t, "eu-north", "eu-north-a", "10.2.0.1")
@@ -270,6 +272,7 @@ func TestImportAcrossClusters(t *testing.T) {
 // clusters only decide where endpoints come from and how they are grouped,
 // and the math of the sections above does the rest.
 func TestClusterWeightsWorkedExample(t *testing.T) {
+	t.Parallel()
 	eu2 := clusterReader(t, "eu-central", "eu-central-a", "10.1.0.1", "10.1.0.2")
 	us1 := clusterReader(t, "us-east", "us-east-a", "10.2.0.1", "10.2.0.2")
 	shares := func(staleEU2, homeReady bool) map[string]uint64 {
@@ -319,6 +322,7 @@ func TestClusterWeightsWorkedExample(t *testing.T) {
 // TestFirstEndpoints: a remote cluster's import past the bound keeps the
 // first endpoints by address over all its sets, whatever the sets' order.
 func TestFirstEndpoints(t *testing.T) {
+	t.Parallel()
 	set := func(name string, addrs ...string) topology.EndpointSet {
 		s := topology.EndpointSet{Key: topology.Key{Namespace: "shop", Name: name}}
 		for _, a := range addrs {
@@ -347,6 +351,7 @@ func TestFirstEndpoints(t *testing.T) {
 // the first; a bad rotation keeps the last good reader serving and says why;
 // a deleted Secret's cluster goes, and tells the source.
 func TestRemoteSecretLifecycle(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var removed []string

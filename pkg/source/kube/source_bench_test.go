@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/test/testkit"
 )
 
 // churnFixture is n Upstreams importing a Service each (one EndpointSlice
@@ -159,9 +160,9 @@ func BenchmarkSourceBatch(b *testing.B) {
 			set.Status.Health = []v1alpha1.EndpointHealth{{Address: set.Spec.Endpoints[i%7].Address, Port: 8080, Probe: v1alpha1.ProbeUnhealthy}}
 			fx.api.update(set)
 		}
-		for len(fx.s.dirtyNow()) < changes {
-			time.Sleep(20 * time.Microsecond)
-		}
+		testkit.EventuallyEvery(b, 10*time.Second, 20*time.Microsecond, "the changes marked", func() (bool, string) {
+			return len(fx.s.dirtyNow()) >= changes, ""
+		})
 		fx.s.sync(ctx)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*changes), "ns/change")

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/test/testkit"
 )
 
 func upstreamRef(name string) topology.ObjectRef {
@@ -26,6 +28,7 @@ func upstreamRef(name string) topology.ObjectRef {
 // the handlers in order, so the first has been handled once the second is
 // marked.
 func TestUpdatesMarkOnlyWhatTheyChange(t *testing.T) {
+	t.Parallel()
 	fx := newChurnFixture(t, 6)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -129,21 +132,23 @@ func TestUpdatesMarkOnlyWhatTheyChange(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.unchanged()
 			tc.changed()
-			deadline := time.Now().Add(5 * time.Second)
-			var got map[topology.ObjectRef]struct{}
-			for {
-				got = fx.s.dirtyNow()
-				if len(got) >= len(tc.want) || time.Now().After(deadline) {
-					break
+			testkit.Eventually(t, 5*time.Second, "the changed update marked", func() (bool, string) {
+				got := fx.s.dirtyNow()
+				return len(got) >= len(tc.want), fmt.Sprintf("marked %v, want %v", slices.Collect(maps.Keys(got)), tc.want)
+			})
+			// an update marks in up to two steps, and nothing says a handler
+			// is done: a mark past what is wanted would show within a
+			// quiet moment, looked at throughout
+			marked := func() []topology.ObjectRef {
+				return slices.SortedFunc(maps.Keys(fx.s.dirtyNow()), func(a, b topology.ObjectRef) int { return a.Key.Compare(b.Key) })
+			}
+			quiet := time.Now().Add(20 * time.Millisecond)
+			testkit.EventuallyEvery(t, 5*time.Second, time.Millisecond, "a quiet moment past the marks", func() (bool, string) {
+				if keys := marked(); !slices.Equal(keys, tc.want) {
+					t.Fatalf("marked %v, want %v", keys, tc.want)
 				}
-				time.Sleep(time.Millisecond)
-			}
-			time.Sleep(20 * time.Millisecond) // anything marked late would show
-			got = fx.s.dirtyNow()
-			keys := slices.SortedFunc(maps.Keys(got), func(a, b topology.ObjectRef) int { return a.Key.Compare(b.Key) })
-			if !slices.Equal(keys, tc.want) {
-				t.Errorf("marked %v, want %v", keys, tc.want)
-			}
+				return !time.Now().Before(quiet), ""
+			})
 			fx.s.sync(ctx)
 		})
 	}
@@ -179,6 +184,7 @@ func TestUpdatesMarkOnlyWhatTheyChange(t *testing.T) {
 // tenth of the debounce; a stream of changes is applied at least once per
 // debounce.
 func TestDebounceQuietWithLimit(t *testing.T) {
+	t.Parallel()
 	fx := newChurnFixture(t, 2)
 	fx.s.Debounce = 500 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
@@ -192,14 +198,9 @@ func TestDebounceQuietWithLimit(t *testing.T) {
 	}
 	wait := func(after uint64, within time.Duration) time.Duration {
 		t.Helper()
-		start := time.Now()
-		for rev() <= after {
-			if time.Since(start) > within {
-				t.Fatalf("no batch within %v", within)
-			}
-			time.Sleep(time.Millisecond)
-		}
-		return time.Since(start)
+		return testkit.EventuallyEvery(t, within, time.Millisecond, "a batch", func() (bool, string) {
+			return rev() > after, fmt.Sprintf("revision %d", rev())
+		})
 	}
 
 	before := rev()

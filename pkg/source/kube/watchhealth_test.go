@@ -20,6 +20,7 @@ import (
 // TestUnanswered: what the apiserver did not answer is retried by the
 // source; what the reflector acts on goes to it.
 func TestUnanswered(t *testing.T) {
+	t.Parallel()
 	gr := schema.GroupResource{Group: "poise.dev", Resource: "upstreams"}
 	tooLarge := apierrors.NewTimeoutError("Too large resource version", 1)
 	tooLarge.ErrStatus.Details = &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge}}}
@@ -48,6 +49,7 @@ func TestUnanswered(t *testing.T) {
 // TestWatchHealth: a kind is stale from its first failure until a call
 // works, and /readyz's line names the broken kinds.
 func TestWatchHealth(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 1, 2, 10, 42, 7, 0, time.UTC)
 	h := NewWatchHealth(nil)
 	h.now = func() time.Time { return now }
@@ -81,6 +83,7 @@ func TestWatchHealth(t *testing.T) {
 // the next watch answered "expired", once, so the reflector lists again;
 // another kind's watch is left alone.
 func TestRelist(t *testing.T) {
+	t.Parallel()
 	h := NewWatchHealth(nil)
 	watches := map[string][]*watch.FakeWatcher{}
 	informer := func(kind string, obj runtime.Object) {
@@ -123,6 +126,7 @@ func TestRelist(t *testing.T) {
 // A relist's copy of an object held marks nothing, unless it differs: the
 // copy held was read while the CRD's schema pruned a field.
 func TestRelistedCopyThatDiffersIsMarked(t *testing.T) {
+	t.Parallel()
 	s := &Source{}
 	s.init()
 	held := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", ResourceVersion: "7", Generation: 1}}
