@@ -133,7 +133,7 @@ fuzz: ## Run each fuzz target, and the xDS protocol model test, for FUZZTIME (de
 	$(FUZZ) -fuzz=FuzzCells ./pkg/partitionmap
 	$(FUZZ) -fuzz=FuzzDecide ./pkg/partitionmap
 	$(FUZZ) -fuzz=FuzzSotwRequest ./pkg/xds/server
-	$(FUZZ) -fuzz=FuzzFileSource ./pkg/source/files
+	$(FUZZ) -fuzz=FuzzFileSource ./pkg/files
 	POISE_MODEL_TIME=$(or $(FUZZTIME),30s) $(GO) test -count=1 -timeout=0 -run='^TestProtocolModel$$' -v ./pkg/xds/server -rapid.checks=1000
 
 .PHONY: clean
@@ -170,7 +170,7 @@ generate: ## Regenerate api/v1alpha1/zz_generated.deepcopy.go, config/crd/*.yaml
 		output:crd:artifacts:config=$(CRD_DIR)
 	$(CONTROLLER_GEN) \
 		rbac:roleName=poise-controlplane \
-		paths="{./pkg/source/kube/...,./pkg/kubestatus/...,./pkg/leader/...,./pkg/identity/...,./pkg/crdschema/...}" \
+		paths="{./pkg/kube/source/...,./pkg/kube/status/...,./pkg/kube/checks/...,./pkg/kube/outliers/...,./pkg/kube/shares/...,./pkg/kube/leader/...,./pkg/identity/...,./pkg/kube/crdschema/...}" \
 		output:rbac:artifacts:config=$(RBAC_DIR)
 	$(GO) run ./hack/crdversion -crds $(CRD_DIR) -chart $(CHART_CRD_DIR)
 

@@ -18,8 +18,8 @@ import (
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/kube/source"
 	"poise.dev/poise/pkg/manifest"
-	"poise.dev/poise/pkg/source/kube"
 	"poise.dev/poise/pkg/topology"
 )
 
@@ -520,7 +520,7 @@ func loadLive(ctx context.Context, kubeconfig, namespace string, stderr io.Write
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return nil, false
 	}
-	scheme, err := kube.Scheme()
+	scheme, err := source.Scheme()
 	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return nil, false
@@ -532,7 +532,7 @@ func loadLive(ctx context.Context, kubeconfig, namespace string, stderr io.Write
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	snap, rejected, err := kube.Live(ctx, c, namespace, nil)
+	snap, rejected, err := source.Live(ctx, c, namespace, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "error: reading the cluster at %s (configuration from %s): %v\n", rc.Host, from, err)
 		return nil, false

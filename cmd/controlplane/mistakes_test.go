@@ -66,7 +66,7 @@ func TestValidateMistakes(t *testing.T) {
 // validates as serve -f would hold it.
 func TestBundledManifestsValidate(t *testing.T) {
 	t.Parallel()
-	paths := []string{examples, examples + "/kubernetes", examples + "/spatial", "../../pkg/loadreport/testdata/spatial.yaml"}
+	paths := []string{examples, examples + "/kubernetes", examples + "/spatial", "../../pkg/signals/loadreport/testdata/spatial.yaml"}
 	for _, pattern := range []string{"../../pkg/xds/translate/testdata/*/input.yaml", "testdata/*/*.yaml"} {
 		found, err := filepath.Glob(pattern)
 		if err != nil || len(found) == 0 {

@@ -18,13 +18,13 @@ import (
 	"github.com/spf13/pflag"
 
 	"poise.dev/poise/pkg/controlplane"
-	"poise.dev/poise/pkg/healthcheck"
+	"poise.dev/poise/pkg/files"
 	"poise.dev/poise/pkg/identity"
-	"poise.dev/poise/pkg/kubereplica"
-	"poise.dev/poise/pkg/loadreport"
-	"poise.dev/poise/pkg/source/files"
-	"poise.dev/poise/pkg/source/kube"
-	"poise.dev/poise/pkg/upstreamgauges"
+	kubereplica "poise.dev/poise/pkg/kube/replica"
+	"poise.dev/poise/pkg/kube/source"
+	"poise.dev/poise/pkg/metrics/upstreamgauges"
+	"poise.dev/poise/pkg/signals/healthcheck"
+	"poise.dev/poise/pkg/signals/loadreport"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
@@ -112,8 +112,8 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease that elects the status writer (default: --namespace, else the pod's own, else the kubeconfig context's)")
 	fs.BoolVar(&f.remoteClusters, "remote-clusters", true,
 		"with --source=kubernetes, import Services from the remote clusters registered by Secrets labelled poise.dev/remote-cluster in Poise's namespace (docs/multicluster.md); false reads no Secret and imports from the home cluster only")
-	fs.StringVar(&cfg.ClusterName, "cluster-name", kube.DefaultClusterName, "with --source=kubernetes, the home cluster's name: the name spec.endpointsFrom.clusters and explain give it (docs/multicluster.md)")
-	fs.DurationVar(&cfg.RemoteStaleAfter, "remote-stale-after", kube.DefaultRemoteStaleAfter,
+	fs.StringVar(&cfg.ClusterName, "cluster-name", source.DefaultClusterName, "with --source=kubernetes, the home cluster's name: the name spec.endpointsFrom.clusters and explain give it (docs/multicluster.md)")
+	fs.DurationVar(&cfg.RemoteStaleAfter, "remote-stale-after", source.DefaultRemoteStaleAfter,
 		"with --source=kubernetes, how long an unreachable remote cluster's last-known endpoints keep serving before they are Unavailable (5s to 1h)")
 	fs.StringVar(&cfg.LeaderElectionID, "leader-election-id", kubereplica.DefaultLeaderElectionID, "name of the Lease that elects the status writer: installs sharing a namespace need different names")
 	fs.Float64Var(&cfg.KubeQPS, "kube-api-qps", kubereplica.DefaultClientQPS, "with --source=kubernetes, requests per second to the apiserver, all clients of the process together")

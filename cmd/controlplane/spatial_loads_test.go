@@ -29,7 +29,7 @@ import (
 // spatialLoads is a domain with loadReporting (interval 2s): a replica in
 // eu-west and one in us-east, a product either may serve (tiles), beside a
 // domain without.
-var spatialLoads = filepath.Join("..", "..", "pkg", "loadreport", "testdata", "spatial.yaml")
+var spatialLoads = filepath.Join("..", "..", "pkg", "signals", "loadreport", "testdata", "spatial.yaml")
 
 func endpointIssued(cluster, addr string, issued uint64) *endpoint.ClusterStats {
 	return &endpoint.ClusterStats{ClusterName: cluster, UpstreamLocalityStats: []*endpoint.UpstreamLocalityStats{{

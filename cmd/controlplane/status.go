@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"poise.dev/poise/pkg/admin"
-	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/kube/source"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/xdstype"
 )
@@ -118,7 +118,7 @@ func openReplicas(ctx context.Context, fs *pflag.FlagSet, f *replicaFlags, outpu
 type replicaAnswer struct {
 	version  admin.Version
 	clients  []server.Client
-	clusters []kube.ClusterStatus
+	clusters []source.ClusterStatus
 	crds     []replicaCRD
 	err      error
 }
@@ -129,7 +129,7 @@ func askReplica(ctx context.Context, r replica, timeout time.Duration) replicaAn
 		Clients []server.Client `json:"clients"`
 	}
 	var clusters struct {
-		Clusters []kube.ClusterStatus `json:"clusters"`
+		Clusters []source.ClusterStatus `json:"clusters"`
 	}
 	if a.err = getAdmin(ctx, r, "/debug/clients", timeout, &clients); a.err != nil {
 		return a
@@ -199,8 +199,8 @@ func runStatus(ctx context.Context, fs *pflag.FlagSet, o statusOptions, stdout, 
 
 // replicaCluster is one remote cluster as one replica sees it.
 type replicaCluster struct {
-	Replica string             `json:"replica"`
-	Cluster kube.ClusterStatus `json:"cluster"`
+	Replica string               `json:"replica"`
+	Cluster source.ClusterStatus `json:"cluster"`
 }
 
 // sortClusters orders remote clusters by name, then replica.

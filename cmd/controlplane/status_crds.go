@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"poise.dev/poise/pkg/crdschema"
+	"poise.dev/poise/pkg/kube/crdschema"
 )
 
 // replicaCRD is one CRD that one replica finds other than its binary's.

@@ -16,7 +16,7 @@ import (
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
-	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/kube/source"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/test/adstest"
@@ -156,9 +156,9 @@ func TestStatusClusters(t *testing.T) {
 	since := time.Date(2026, 11, 30, 10, 42, 7, 0, time.UTC)
 	var b strings.Builder
 	err := writeStatusText(&b, statusReport{Clusters: []replicaCluster{
-		{Replica: "127.0.0.1:19010", Cluster: kube.ClusterStatus{Name: "eu-2", Secret: "poise/remote-eu-2", State: kube.ClusterStale, Since: since, LastSync: since, Error: "dial tcp: connection refused"}},
-		{Replica: "127.0.0.1:19000", Cluster: kube.ClusterStatus{Name: "eu-2", Secret: "poise/remote-eu-2", State: kube.ClusterStale, Since: since, LastSync: since, Error: "dial tcp: connection refused"}},
-		{Replica: "127.0.0.1:19000", Cluster: kube.ClusterStatus{Name: "eu-1", Secret: "poise/remote-eu-1", State: kube.ClusterSynced, LastSync: since}},
+		{Replica: "127.0.0.1:19010", Cluster: source.ClusterStatus{Name: "eu-2", Secret: "poise/remote-eu-2", State: source.ClusterStale, Since: since, LastSync: since, Error: "dial tcp: connection refused"}},
+		{Replica: "127.0.0.1:19000", Cluster: source.ClusterStatus{Name: "eu-2", Secret: "poise/remote-eu-2", State: source.ClusterStale, Since: since, LastSync: since, Error: "dial tcp: connection refused"}},
+		{Replica: "127.0.0.1:19000", Cluster: source.ClusterStatus{Name: "eu-1", Secret: "poise/remote-eu-1", State: source.ClusterSynced, LastSync: since}},
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
-	"poise.dev/poise/pkg/crdschema"
+	"poise.dev/poise/pkg/kube/crdschema"
 )
 
 // keep is the annotation that keeps the chart's CRDs when a release is

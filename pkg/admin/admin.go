@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"poise.dev/poise/pkg/explain"
-	"poise.dev/poise/pkg/loadreport"
-	"poise.dev/poise/pkg/outlier"
 	"poise.dev/poise/pkg/partitionmap"
+	"poise.dev/poise/pkg/signals/loadreport"
+	"poise.dev/poise/pkg/signals/outlier"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/server"
 )

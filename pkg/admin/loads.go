@@ -5,10 +5,10 @@ import (
 	"net/http"
 	"time"
 
-	"poise.dev/poise/pkg/loadreport"
-	"poise.dev/poise/pkg/outlier"
+	"poise.dev/poise/pkg/signals/loadreport"
+	"poise.dev/poise/pkg/signals/outlier"
 	"poise.dev/poise/pkg/topology"
-	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/pkg/xds/xdsname"
 )
 
 // /debug/loads bounds: an upstream may have thousands of endpoints and its

@@ -13,8 +13,8 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 
-	"poise.dev/poise/pkg/loadreport"
-	"poise.dev/poise/pkg/outlier"
+	"poise.dev/poise/pkg/signals/loadreport"
+	"poise.dev/poise/pkg/signals/outlier"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 )

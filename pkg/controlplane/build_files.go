@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"poise.dev/poise/pkg/admin"
-	"poise.dev/poise/pkg/healthcheck"
-	"poise.dev/poise/pkg/source/files"
+	"poise.dev/poise/pkg/files"
+	"poise.dev/poise/pkg/signals/healthcheck"
 )
 
 // buildFiles loads the manifest files into the Directory and returns what

@@ -12,7 +12,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"poise.dev/poise/pkg/admin"
-	"poise.dev/poise/pkg/kubereplica"
+	"poise.dev/poise/pkg/kube/replica"
 )
 
 // buildKube starts the Kubernetes replica, which fills the Directory from
@@ -30,12 +30,12 @@ func buildKube(ctx, stopping context.Context, cfg Config, p *parts) (mode, error
 		p.log.Info("kubernetes client configuration", "from", kc.from, "server", kc.config.Host)
 		rc, contextNamespace = kc.config, kc.namespace
 	}
-	replica, err := kubereplica.NewReplica(rc, p.dir, kubereplica.Options{
+	replica, err := replica.NewReplica(rc, p.dir, replica.Options{
 		Namespace: cfg.Namespace, LeaderElectionNamespace: cfg.LeaderElectionNamespace, LeaderElectionID: cfg.LeaderElectionID,
 		ContextNamespace: contextNamespace, StopLeading: stopping,
 		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
 		Debounce: cfg.Debounce, Log: p.log,
-		Metrics:     kubereplica.Metrics{Source: p.m.Source, Status: p.m.Status, Checks: p.m.Checks, Outliers: p.m.Outliers},
+		Metrics:     replica.Metrics{Source: p.m.Source, Status: p.m.Status, Checks: p.m.Checks, Outliers: p.m.Outliers},
 		Publication: rejectingPublication{p.pub, p.clients}, ClientQPS: cfg.KubeQPS, ClientBurst: cfg.KubeBurst, StatusShare: cfg.StatusShare,
 		StatusWorkers: cfg.StatusWriters, HealthChecks: p.checks,
 		OutlierPeriod: p.outlierPeriod(), OutlierWindow: p.loads.Window(),

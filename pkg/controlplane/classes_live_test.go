@@ -25,7 +25,7 @@ import (
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/translate"
-	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/pkg/xds/xdsname"
 	"poise.dev/poise/test/testkit"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"poise.dev/poise/pkg/loadreport"
-	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/kube/source"
+	"poise.dev/poise/pkg/signals/loadreport"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/translate"
 )
@@ -33,7 +33,7 @@ type Config struct {
 	// KubeQPS and KubeBurst bound the requests to the apiserver, all together;
 	// StatusShare is the part of them status writes may take, StatusWriters
 	// how many status writes may be in flight at once. Zero: the defaults of
-	// pkg/source/kube.
+	// pkg/kube/source.
 	KubeQPS                  float64
 	KubeBurst                int
 	StatusShare              float64
@@ -100,7 +100,7 @@ type Config struct {
 	// (xdscache.WithMaxZones); 0 is xdscache.DefaultMaxZones.
 	MaxClientClasses int
 	// ClusterName is the home cluster's name and RemoteStaleAfter how long
-	// an unreachable remote cluster's endpoints serve (kubereplica.Options).
+	// an unreachable remote cluster's endpoints serve (replica.Options).
 	ClusterName      string
 	RemoteStaleAfter time.Duration
 	// NoRemoteClusters: read no Secret, import from the home cluster only
@@ -191,8 +191,8 @@ const (
 //     MaxStreamsPerInstance: 0 (off) to 10,000.
 //   - KubeQPS: above 0 and at most 100,000; KubeBurst: 1 to 100,000;
 //     StatusWriters: 1 to 1024; StatusShare: above 0 and at most 1.
-//   - RemoteStaleAfter: kube.MinRemoteStaleAfter to kube.MaxRemoteStaleAfter;
-//     ClusterName: a name kube.ValidClusterName accepts.
+//   - RemoteStaleAfter: source.MinRemoteStaleAfter to source.MaxRemoteStaleAfter;
+//     ClusterName: a name source.ValidClusterName accepts.
 //   - MaxClientClasses: 1 to 4096; LoadReportMaxCells: 1 to 100,000,000;
 //     LoadReportBucket: 100ms to 10s; LoadReportMaxRequests: 1,000 to
 //     loadreport.MaxMaxRequests (2^32 − 1).
@@ -237,8 +237,8 @@ func (c Config) Validate() error {
 		add("--kube-api-qps %v: want above 0 and at most %d", c.KubeQPS, maxKubeQPS)
 	}
 	ints("--kube-api-burst", c.KubeBurst, 1, maxKubeBurst)
-	durations("--remote-stale-after", c.RemoteStaleAfter, kube.MinRemoteStaleAfter, kube.MaxRemoteStaleAfter)
-	if why := kube.ValidClusterName(c.ClusterName); why != "" {
+	durations("--remote-stale-after", c.RemoteStaleAfter, source.MinRemoteStaleAfter, source.MaxRemoteStaleAfter)
+	if why := source.ValidClusterName(c.ClusterName); why != "" {
 		add("--cluster-name: %s", why)
 	}
 	ints("--max-client-classes", c.MaxClientClasses, 1, maxClientClasses)

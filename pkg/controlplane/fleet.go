@@ -5,11 +5,11 @@ import (
 	"log/slog"
 	"time"
 
-	"poise.dev/poise/pkg/kubestatus"
-	"poise.dev/poise/pkg/loadreport"
-	"poise.dev/poise/pkg/outlier"
+	"poise.dev/poise/pkg/kube/shares"
+	"poise.dev/poise/pkg/signals/loadreport"
+	"poise.dev/poise/pkg/signals/outlier"
 	"poise.dev/poise/pkg/topology"
-	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/pkg/xds/xdsname"
 )
 
 // shareLoads is a Kubernetes replica's part of fleet outlier detection
@@ -17,7 +17,7 @@ import (
 // clients' load reports of every upstream with spec.outlierDetection and
 // writes the aggregates where the leader reads them. With no such upstream
 // it shares nothing, and on its way out it deletes its share.
-func shareLoads(ctx context.Context, dir *topology.Directory, loads *loadreport.Store, shares *kubestatus.Shares, period time.Duration, log *slog.Logger) error {
+func shareLoads(ctx context.Context, dir *topology.Directory, loads *loadreport.Store, store *shares.Store, period time.Duration, log *slog.Logger) error {
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	shared := false
@@ -28,7 +28,7 @@ func shareLoads(ctx context.Context, dir *topology.Directory, loads *loadreport.
 			if shared {
 				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				if err := shares.Delete(dctx); err != nil {
+				if err := store.Delete(dctx); err != nil {
 					log.Warn("deleting this replica's load aggregate failed; the leader ignores it once it is stale", "error", err)
 				}
 			}
@@ -38,13 +38,13 @@ func shareLoads(ctx context.Context, dir *topology.Directory, loads *loadreport.
 			var err error
 			switch {
 			case len(aggs) == 0 && shared:
-				if err = shares.Delete(ctx); err == nil {
+				if err = store.Delete(ctx); err == nil {
 					shared = false
 				}
 			case len(aggs) > 0:
 				var payload []byte
-				if payload, err = outlier.EncodeShare(aggs, kubestatus.MaxSharePayload); err == nil {
-					if err = shares.Put(ctx, payload, now); err == nil {
+				if payload, err = outlier.EncodeShare(aggs, shares.MaxPayload); err == nil {
+					if err = store.Put(ctx, payload, now); err == nil {
 						shared = true
 					}
 				}

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"os"
 
-	"poise.dev/poise/pkg/healthcheck"
+	"poise.dev/poise/pkg/signals/healthcheck"
 	"poise.dev/poise/pkg/topology"
 )
 

@@ -7,11 +7,11 @@ import (
 	"sync"
 	"time"
 
-	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
-	"poise.dev/poise/pkg/outlier"
+	"poise.dev/poise/pkg/signals/loadreport"
+	"poise.dev/poise/pkg/signals/outlier"
 	"poise.dev/poise/pkg/topology"
-	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/pkg/xds/xdsname"
 )
 
 // outliers runs fleet outlier detection (spec.outlierDetection) in files

@@ -11,8 +11,8 @@ import (
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/signals/loadreport"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 )

@@ -696,7 +696,7 @@ func TestUpstreamAffinity(t *testing.T) {
 		want *topology.Affinity
 	}{
 		// absent: nothing asks for a mode, so an imported Service's
-		// trafficDistribution may decide (pkg/source/kube)
+		// trafficDistribution may decide (pkg/kube/source)
 		{"absent", nil, nil},
 		// present: the Upstream sets its mode, None included, and that
 		// stays visible so a Service's preference cannot override it

@@ -8,7 +8,7 @@ import (
 
 	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
-	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/pkg/xds/xdsname"
 )
 
 // RouteReport explains one spatial routing decision step by step: the same Go reference

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"poise.dev/poise/pkg/loadreport"
+	"poise.dev/poise/pkg/signals/loadreport"
 	"poise.dev/poise/pkg/topology"
 )
 

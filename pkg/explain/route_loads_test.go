@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"poise.dev/poise/pkg/loadreport"
+	"poise.dev/poise/pkg/signals/loadreport"
 	"poise.dev/poise/pkg/topology"
 )
 

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"poise.dev/poise/pkg/crdschema"
+	"poise.dev/poise/pkg/kube/crdschema"
 	"poise.dev/poise/test/testkit"
 )
 

@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"poise.dev/poise/pkg/crdschema"
+	"poise.dev/poise/pkg/kube/crdschema"
 	"poise.dev/poise/test/golden"
 	"poise.dev/poise/test/kubemanifests"
 	"sigs.k8s.io/controller-runtime/pkg/client"

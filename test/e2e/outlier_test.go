@@ -10,7 +10,7 @@ import (
 
 	"poise.dev/poise/pkg/admin"
 	"poise.dev/poise/pkg/explain"
-	"poise.dev/poise/pkg/outlier"
+	"poise.dev/poise/pkg/signals/outlier"
 	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/splitcheck"
 	"poise.dev/poise/test/testkit"

@@ -22,7 +22,7 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/config/crd"
 	"poise.dev/poise/pkg/convert"
-	"poise.dev/poise/pkg/crdschema"
+	"poise.dev/poise/pkg/kube/crdschema"
 )
 
 // difference is where pkg/convert and the apiserver judge an admission case

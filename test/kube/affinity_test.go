@@ -19,7 +19,7 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/explain"
-	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/kube/source"
 	"poise.dev/poise/test/testkit"
 )
 
@@ -66,7 +66,7 @@ func TestServiceTrafficDistribution(t *testing.T) {
 	ns := namespace(t)
 	b := importedBackends(2)
 	for name, zone := range map[string]string{ns + "-a": "eu-west-a", ns + "-b": "eu-west-b"} {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{kube.LabelRegion: "eu-west", kube.LabelZone: zone}}}
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{source.LabelRegion: "eu-west", source.LabelZone: zone}}}
 		if err := k8s.Create(t.Context(), n); err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,7 @@ import (
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
-	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/kube/source"
 	"poise.dev/poise/test/testkit"
 )
 
@@ -67,7 +67,7 @@ func TestAPIServerRestart(t *testing.T) {
 			t.Logf("stop envtest: %v", err)
 		}
 	})
-	scheme, err := kube.Scheme()
+	scheme, err := source.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}

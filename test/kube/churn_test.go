@@ -45,7 +45,7 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/controlplane"
-	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/kube/source"
 	"poise.dev/poise/test/testkit"
 )
 
@@ -288,7 +288,7 @@ func newChurnFixture(t *testing.T, ns string, m churnMode) *churnFixture {
 	}
 	for sl := range m.slices {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-n%d", ns, sl), Labels: map[string]string{
-			kube.LabelRegion: "r", kube.LabelZone: fmt.Sprintf("z%d", sl),
+			source.LabelRegion: "r", source.LabelZone: fmt.Sprintf("z%d", sl),
 		}}}
 		objs = append(objs, n)
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), n) })

@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
-	"poise.dev/poise/pkg/kubestatus"
+	"poise.dev/poise/pkg/kube/conditions"
 	"poise.dev/poise/test/testkit"
 )
 
@@ -378,7 +378,7 @@ func TestProgrammedFollowsNACKs(t *testing.T) {
 		ResponseNonce: resp.GetNonce(), ErrorDetail: &statuspb.Status{Code: 3, Message: "endpoint 10.3.0.1 refused by test"}}); err != nil {
 		t.Fatal(err)
 	}
-	during := programmed("the client NACKs", "False", kubestatus.ReasonRejectedByClients, "endpoint 10.3.0.1 refused by test")
+	during := programmed("the client NACKs", "False", conditions.ReasonRejectedByClients, "endpoint 10.3.0.1 refused by test")
 	if during.Status.Revision != before.Status.Revision {
 		t.Errorf("revision moved from %d to %d on a NACK", before.Status.Revision, during.Status.Revision)
 	}

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"poise.dev/poise/api/v1alpha1"
-	"poise.dev/poise/pkg/crdschema"
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/kube/crdschema"
 	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/testkit"
 )

@@ -21,7 +21,8 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/explain"
-	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/kube/conditions"
+	"poise.dev/poise/pkg/kube/source"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/test/splitcheck"
 	"poise.dev/poise/test/testkit"
@@ -65,7 +66,7 @@ func resolvedRefs(t *testing.T, ns, name string) *metav1.Condition {
 	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &u); err != nil {
 		t.Fatal(err)
 	}
-	c := meta.FindStatusCondition(u.Status.Conditions, kube.ConditionResolvedRefs)
+	c := meta.FindStatusCondition(u.Status.Conditions, conditions.ConditionResolvedRefs)
 	if c != nil && c.ObservedGeneration != u.Generation {
 		return nil
 	}
@@ -87,7 +88,7 @@ func createEchoImport(t *testing.T, ns string) []*splitcheck.Backend {
 
 	nodes := map[string][2]string{ns + "-a": {"eu-west", "eu-west-a"}, ns + "-b": {"eu-west", "eu-west-b"}}
 	for name, rz := range nodes {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{kube.LabelRegion: rz[0], kube.LabelZone: rz[1]}}}
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{source.LabelRegion: rz[0], source.LabelZone: rz[1]}}}
 		if err := k8s.Create(t.Context(), n); err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +154,7 @@ func TestImportedService(t *testing.T) {
 		var got []string
 		for _, ep := range l.Endpoints {
 			got = append(got, net.JoinHostPort(ep.Address, fmt.Sprint(ep.Port)))
-			if wantFrom := "Service " + ns + "/" + kube.ImportedSetName("echo", "echo-svc", "eu-west", want.zone); ep.From != wantFrom || ep.AdminState != "Ready" {
+			if wantFrom := "Service " + ns + "/" + source.ImportedSetName("echo", "echo-svc", "eu-west", want.zone); ep.From != wantFrom || ep.AdminState != "Ready" {
 				t.Errorf("endpoint %s:%d: from %q admin %s, want from %q and Ready", ep.Address, ep.Port, ep.From, ep.AdminState, wantFrom)
 			}
 		}
@@ -175,7 +176,7 @@ func TestImportedService(t *testing.T) {
 	waitPublished(t, p.addrs.XDS, ns+"/echo", "5a imported, all ready", prev)
 	testkit.Eventually(t, 10*time.Second, "ResolvedRefs=True on echo", func() (bool, string) {
 		c := resolvedRefs(t, ns, "echo")
-		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == kube.ReasonResolved, fmt.Sprintf("%+v", c)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == conditions.ReasonResolved, fmt.Sprintf("%+v", c)
 	})
 
 	// the endpoint's conditions become its admin state
@@ -216,7 +217,7 @@ func TestImportedService(t *testing.T) {
 	}
 	took = testkit.Eventually(t, 10*time.Second, "ResolvedRefs=False ServiceNotFound on ghost", func() (bool, string) {
 		c := resolvedRefs(t, ns, "ghost")
-		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == kube.ReasonServiceNotFound, fmt.Sprintf("%+v", c)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == conditions.ReasonServiceNotFound, fmt.Sprintf("%+v", c)
 	})
 	t.Logf("5e missing Service: ResolvedRefs=False ServiceNotFound %v after the Upstream was created", took.Round(time.Millisecond))
 	// a Service without the port, then with it
@@ -228,7 +229,7 @@ func TestImportedService(t *testing.T) {
 	}
 	took = testkit.Eventually(t, 5*time.Second, "ResolvedRefs=False PortNotFound on ghost", func() (bool, string) {
 		c := resolvedRefs(t, ns, "ghost")
-		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == kube.ReasonPortNotFound, fmt.Sprintf("%+v", c)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == conditions.ReasonPortNotFound, fmt.Sprintf("%+v", c)
 	})
 	t.Logf("5f Service without the port: ResolvedRefs=False PortNotFound %v after the Service was created", took.Round(time.Millisecond))
 	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "grpc", Port: 81})

@@ -9,11 +9,11 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/explain"
-	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/kube/source"
 	"poise.dev/poise/pkg/topology"
 )
 
-// TestLiveReadMatchesTheServedTopology: kube.Live, what `controlplane
+// TestLiveReadMatchesTheServedTopology: source.Live, what `controlplane
 // explain --kubeconfig` reads, builds from the apiserver alone (no informer
 // cache) the same split a running replica serves: an imported Service with
 // its Nodes' zones and a Locality weight, EndpointSets, and a conflicting
@@ -40,7 +40,7 @@ func TestLiveReadMatchesTheServedTopology(t *testing.T) {
 		return n == 3, fmt.Sprintf("%d endpoints", n)
 	})
 
-	snap, rejected, err := kube.Live(t.Context(), k8s, ns, nil)
+	snap, rejected, err := source.Live(t.Context(), k8s, ns, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestLiveReadMatchesTheServedTopology(t *testing.T) {
 		t.Errorf("the newer conflicting Locality: %+v (set aside: %v), want Conflicted", r, ok)
 	}
 	// another namespace's objects are not read
-	other, _, err := kube.Live(t.Context(), k8s, ns+"-elsewhere", nil)
+	other, _, err := source.Live(t.Context(), k8s, ns+"-elsewhere", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

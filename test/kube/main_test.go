@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"poise.dev/poise/api/v1alpha1"
-	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/kube/source"
 	"poise.dev/poise/test/testkit"
 )
 
@@ -66,7 +66,7 @@ func run(m *testing.M) int {
 		}
 	}()
 	fmt.Fprintf(os.Stderr, "test/kube: kube-apiserver and etcd up in %v\n", time.Since(start).Round(time.Millisecond))
-	scheme, err := kube.Scheme()
+	scheme, err := source.Scheme()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

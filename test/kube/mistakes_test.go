@@ -14,8 +14,8 @@ import (
 
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/explain"
-	"poise.dev/poise/pkg/kubestatus"
-	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/kube/conditions"
+	"poise.dev/poise/pkg/kube/source"
 	"poise.dev/poise/test/testkit"
 )
 
@@ -84,7 +84,7 @@ func TestMistakesStayConditionsInKubernetes(t *testing.T) {
 	}{
 		{"EndpointSet", "checkout-eu-west-1c", metav1.ConditionFalse, v1alpha1.ReasonUpstreamNotFound},
 		{"Locality", "payments", metav1.ConditionFalse, v1alpha1.ReasonUpstreamNotFound},
-		{"EndpointSet", "checkout-eu-west-1a", metav1.ConditionTrue, kubestatus.ReasonDefaulted},
+		{"EndpointSet", "checkout-eu-west-1a", metav1.ConditionTrue, conditions.ReasonDefaulted},
 		{"EndpointSet", "checkout-eu-west-1b", metav1.ConditionTrue, v1alpha1.ReasonAccepted},
 	} {
 		testkit.Eventually(t, 15*time.Second, fmt.Sprintf("%s %s Accepted=%s %s", want.kind, want.name, want.status, want.reason), func() (bool, string) {
@@ -109,7 +109,7 @@ func TestMistakesStayConditionsInKubernetes(t *testing.T) {
 		name, status, reason, message string
 	}{
 		{"checkout-eu-west-1a", "False", v1alpha1.ReasonMatchesNoEndpoints, mistyped},
-		{"checkout-eu-west-1b", "True", kube.ReasonResolved, "endpoints of Upstream " + ns + "/checkout are in its priority and locality"},
+		{"checkout-eu-west-1b", "True", conditions.ReasonResolved, "endpoints of Upstream " + ns + "/checkout are in its priority and locality"},
 		{"payments", "", "", ""}, // not in the topology: Accepted=False says why
 	} {
 		testkit.Eventually(t, 15*time.Second, fmt.Sprintf("Locality %s ResolvedRefs=%s %s", want.name, want.status, want.reason), func() (bool, string) {
@@ -138,7 +138,7 @@ func TestMistakesStayConditionsInKubernetes(t *testing.T) {
 	}
 
 	// explain of the live cluster finds the mistyped zone
-	snap, _, err := kube.Live(t.Context(), k8s, ns, nil)
+	snap, _, err := source.Live(t.Context(), k8s, ns, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestMistakesStayConditionsInKubernetes(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
-			return c != nil && c.Status == metav1.ConditionTrue && c.Reason == kube.ReasonResolved, fmt.Sprintf("%+v", c)
+			return c != nil && c.Status == metav1.ConditionTrue && c.Reason == conditions.ReasonResolved, fmt.Sprintf("%+v", c)
 		})
 	}
 	testkit.Eventually(t, 15*time.Second, "EndpointSet checkout-eu-west-1a Accepted=True Accepted", func() (bool, string) {

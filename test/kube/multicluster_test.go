@@ -26,7 +26,8 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
-	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/kube/conditions"
+	"poise.dev/poise/pkg/kube/source"
 	"poise.dev/poise/test/splitcheck"
 	"poise.dev/poise/test/testkit"
 )
@@ -58,7 +59,7 @@ func startRemote(t *testing.T, name string) *remoteCluster {
 	}
 	t.Cleanup(func() { _ = env.Stop() })
 	t.Logf("remote %s: kube-apiserver and etcd up in %v", name, time.Since(start).Round(time.Millisecond))
-	scheme, err := kube.Scheme()
+	scheme, err := source.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +218,7 @@ func createClusterService(t *testing.T, c client.Client, ns, cluster, region, zo
 	}
 	node := ns + "-" + cluster
 	objs := []client.Object{
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{kube.LabelRegion: region, kube.LabelZone: zone}}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{source.LabelRegion: region, source.LabelZone: zone}}},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "echo-svc", Namespace: ns}, Spec: corev1.ServiceSpec{
 			Ports: []corev1.ServicePort{{Name: "grpc", Port: 80, TargetPort: intstr.FromString("grpc")}},
 		}},
@@ -234,8 +235,8 @@ func createClusterService(t *testing.T, c client.Client, ns, cluster, region, zo
 }
 
 func remoteSecret(ns, name, cluster string, kubeconfig []byte) *corev1.Secret {
-	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{kube.LabelRemoteCluster: cluster}},
-		Data: map[string][]byte{kube.RemoteKubeconfigKey: kubeconfig}}
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{source.LabelRemoteCluster: cluster}},
+		Data: map[string][]byte{source.RemoteKubeconfigKey: kubeconfig}}
 }
 
 // clusterOf tells an explained endpoint's cluster from its origin.
@@ -336,18 +337,18 @@ func TestMultiCluster(t *testing.T) {
 	measure(t, "1 split across clusters", conn, want)
 	sameAs("1", want)
 	testkit.Eventually(t, 15*time.Second, "RemoteClustersSynced=True and ResolvedRefs=True on echo", func() (bool, string) {
-		c := upstreamCondition(t, ns, "echo", kube.ConditionRemoteClustersSynced)
-		r := upstreamCondition(t, ns, "echo", kube.ConditionResolvedRefs)
+		c := upstreamCondition(t, ns, "echo", conditions.ConditionRemoteClustersSynced)
+		r := upstreamCondition(t, ns, "echo", conditions.ConditionResolvedRefs)
 		return c != nil && c.Status == metav1.ConditionTrue && r != nil && r.Status == metav1.ConditionTrue, fmt.Sprintf("%+v %+v", c, r)
 	})
 	for _, pl := range []*plane{p, p2} {
 		var cs struct {
-			Clusters []kube.ClusterStatus `json:"clusters"`
+			Clusters []source.ClusterStatus `json:"clusters"`
 		}
 		if err := testkit.GetJSON(pl.adminURL+"/debug/clusters", &cs); err != nil {
 			t.Fatal(err)
 		}
-		if len(cs.Clusters) != 2 || cs.Clusters[0].Name != "eu-1" || cs.Clusters[0].State != kube.ClusterSynced || cs.Clusters[1].State != kube.ClusterSynced {
+		if len(cs.Clusters) != 2 || cs.Clusters[0].Name != "eu-1" || cs.Clusters[0].State != source.ClusterSynced || cs.Clusters[1].State != source.ClusterSynced {
 			t.Errorf("plane %s /debug/clusters: %+v, want eu-1 and eu-2 Synced", pl.name, cs.Clusters)
 		}
 	}
@@ -403,8 +404,8 @@ func TestMultiCluster(t *testing.T) {
 		t.Errorf("poise_remote_cluster_state{cluster=eu-2,state=Stale} = %v, want 1", v)
 	}
 	testkit.Eventually(t, 15*time.Second, "RemoteClustersSynced=False RemoteClusterUnreachable on echo", func() (bool, string) {
-		c := upstreamCondition(t, ns, "echo", kube.ConditionRemoteClustersSynced)
-		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == kube.ReasonRemoteClusterUnreachable, fmt.Sprintf("%+v", c)
+		c := upstreamCondition(t, ns, "echo", conditions.ConditionRemoteClustersSynced)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == conditions.ReasonRemoteClusterUnreachable, fmt.Sprintf("%+v", c)
 	})
 
 	// 3. eu-2's apiserver starts again: its endpoints and the traffic return
@@ -436,7 +437,7 @@ func TestMultiCluster(t *testing.T) {
 	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "remote-eu-1"}, &sec); err != nil {
 		t.Fatal(err)
 	}
-	sec.Data[kube.RemoteKubeconfigKey] = eu1.reader(t, "poise-reader-2")
+	sec.Data[source.RemoteKubeconfigKey] = eu1.reader(t, "poise-reader-2")
 	if err := k8s.Update(t.Context(), &sec); err != nil {
 		t.Fatal(err)
 	}
@@ -572,9 +573,9 @@ func TestRemoteClustersOff(t *testing.T) {
 	if err := k8s.Create(t.Context(), remoteSecret(ns, "remote-x", "eu-9", []byte("not: a kubeconfig\n"))); err != nil {
 		t.Fatal(err)
 	}
-	clusters := func(pl *plane) []kube.ClusterStatus {
+	clusters := func(pl *plane) []source.ClusterStatus {
 		var cs struct {
-			Clusters []kube.ClusterStatus `json:"clusters"`
+			Clusters []source.ClusterStatus `json:"clusters"`
 		}
 		if err := testkit.GetJSON(pl.adminURL+"/debug/clusters", &cs); err != nil {
 			t.Fatal(err)

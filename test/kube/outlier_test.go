@@ -21,8 +21,8 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
-	"poise.dev/poise/pkg/kubestatus"
-	"poise.dev/poise/pkg/outlier"
+	"poise.dev/poise/pkg/kube/shares"
+	"poise.dev/poise/pkg/signals/outlier"
 	"poise.dev/poise/test/splitcheck"
 	"poise.dev/poise/test/testkit"
 )
@@ -279,7 +279,7 @@ func reportLoads(t *testing.T, conn *grpc.ClientConn, node *core.Node, cluster s
 // upstream: its failing reporters and their instance set, by replica.
 func sharedFailing(t *testing.T, ns, upstream, address string, port uint32) map[string]outlier.EndpointSummary {
 	t.Helper()
-	shares := &kubestatus.Shares{Writer: k8s, Reader: k8s, Namespace: ns, Lease: "poise-status-writer"}
+	shares := &shares.Store{Writer: k8s, Reader: k8s, Namespace: ns, Lease: "poise-status-writer"}
 	list, err := shares.List(t.Context(), time.Now(), 5*time.Second, time.Hour)
 	if err != nil {
 		t.Fatal(err)

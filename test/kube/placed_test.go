@@ -27,7 +27,7 @@ import (
 	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
-	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/kube/source"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/test/testkit"
 )
@@ -49,7 +49,7 @@ func podOn(t *testing.T, w *workload, name, node string) *workload {
 // zonedNode is a node labelled with a region and a zone, deleted with the test.
 func zonedNode(t *testing.T, name, region, zone string) {
 	t.Helper()
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{kube.LabelRegion: region, kube.LabelZone: zone}}}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{source.LabelRegion: region, source.LabelZone: zone}}}
 	if err := k8s.Create(t.Context(), n); err != nil {
 		t.Fatal(err)
 	}

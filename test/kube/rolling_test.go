@@ -36,7 +36,7 @@ import (
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/server"
-	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/pkg/xds/xdsname"
 	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/splitcheck"
 	"poise.dev/poise/test/testkit"

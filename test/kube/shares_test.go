@@ -9,9 +9,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"poise.dev/poise/pkg/kube/shares"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"poise.dev/poise/pkg/kubestatus"
 )
 
 // TestSharesCarryEachReplicasAggregate: each replica's aggregate lands in
@@ -23,13 +22,13 @@ func TestSharesCarryEachReplicasAggregate(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t)
 	long := "poise-" + strings.Repeat("x", 80) // a Lease name too long for a label value
-	share := func(lease, replica string) *kubestatus.Shares {
-		return &kubestatus.Shares{Writer: k8s, Reader: k8s, Namespace: ns, Lease: lease, Replica: replica}
+	share := func(lease, replica string) *shares.Store {
+		return &shares.Store{Writer: k8s, Reader: k8s, Namespace: ns, Lease: lease, Replica: replica}
 	}
 	a, b, other := share(long, "poise-a"), share(long, "poise-b"), share("another-lease", "poise-c")
 	now := time.Now()
 	for _, p := range []struct {
-		s       *kubestatus.Shares
+		s       *shares.Store
 		payload string
 		at      time.Time
 	}{
@@ -71,7 +70,7 @@ func TestSharesCarryEachReplicasAggregate(t *testing.T) {
 	if len(names) != 2 || !strings.HasPrefix(names[0], "another-lease-loads-") || !strings.HasSuffix(names[1], "-loads-poise-a") {
 		t.Fatalf("ConfigMaps %v: want a's and the other Lease's, b's deleted as stale", names)
 	}
-	if err := a.Put(t.Context(), bytes.Repeat([]byte("x"), kubestatus.MaxSharePayload+1), now); !errors.Is(err, kubestatus.ErrShareTooLarge) {
+	if err := a.Put(t.Context(), bytes.Repeat([]byte("x"), shares.MaxPayload+1), now); !errors.Is(err, shares.ErrTooLarge) {
 		t.Fatalf("an oversized payload: %v", err)
 	}
 	if err := a.Delete(t.Context()); err != nil {

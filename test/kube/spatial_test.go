@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
-	"poise.dev/poise/pkg/kubereplica"
+	kubereplica "poise.dev/poise/pkg/kube/replica"
 	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/test/testkit"

@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"poise.dev/poise/pkg/controlplane"
-	"poise.dev/poise/pkg/source/kube"
+	"poise.dev/poise/pkg/kube/source"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/test/testkit"
 )
@@ -121,7 +121,7 @@ func newWorkload(t *testing.T, ns string) *workload {
 	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: w.sa}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.node, Labels: map[string]string{kube.LabelRegion: "eu-west", kube.LabelZone: "eu-west-c"}}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: w.node, Labels: map[string]string{source.LabelRegion: "eu-west", source.LabelZone: "eu-west-c"}}}
 	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/topology"
-	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/pkg/xds/xdsname"
 )
 
 // Census is what the signal reads of the connected clients (the xDS

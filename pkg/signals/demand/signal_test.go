@@ -14,12 +14,12 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"poise.dev/poise/pkg/affinity"
-	"poise.dev/poise/pkg/loadreport"
+	"poise.dev/poise/pkg/signals/loadreport"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/topology/topologytest"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
-	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/pkg/xds/xdsname"
 )
 
 var web = topology.Key{Namespace: "shop", Name: "web"}

@@ -16,7 +16,7 @@ import (
 	"poise.dev/poise/pkg/weights"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
-	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/pkg/xds/xdsname"
 )
 
 var web = topology.Key{Namespace: "shop", Name: "web"}

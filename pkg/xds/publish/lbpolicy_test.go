@@ -11,7 +11,7 @@ import (
 	"poise.dev/poise/pkg/xds/publish"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
-	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/pkg/xds/xdsname"
 )
 
 // clusterIn is the cluster named name in one view, decoded.

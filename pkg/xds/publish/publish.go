@@ -20,8 +20,8 @@ import (
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
+	"poise.dev/poise/pkg/xds/xdsname"
 	"poise.dev/poise/pkg/xds/xdstype"
-	"poise.dev/poise/pkg/xdsname"
 )
 
 // NewInstanceID returns a random identifier for this process; versions are

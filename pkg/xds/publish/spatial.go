@@ -11,7 +11,7 @@ import (
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
-	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/pkg/xds/xdsname"
 )
 
 // spatialView is the view Envoys read: spatial routing is for Envoy only.

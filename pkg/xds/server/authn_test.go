@@ -26,8 +26,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"poise.dev/poise/pkg/identity"
-	"poise.dev/poise/pkg/loadreport"
 	"poise.dev/poise/pkg/metrics"
+	"poise.dev/poise/pkg/signals/loadreport"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/topology/topologytest"
 	"poise.dev/poise/pkg/xds/server"

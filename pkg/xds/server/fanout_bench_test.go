@@ -23,7 +23,7 @@ import (
 	"poise.dev/poise/pkg/xds/publish"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/pkg/xds/xdscache"
-	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/pkg/xds/xdsname"
 )
 
 // fixture is F100k as clients see it: the 5,000 ClusterLoadAssignments of

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"poise.dev/poise/pkg/identity"
-	"poise.dev/poise/pkg/loadreport"
+	"poise.dev/poise/pkg/signals/loadreport"
 )
 
 // The load_reporting_interval LRS asks for (docs/design/signals.md, "Load reports (LRS)").

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"poise.dev/poise/pkg/loadreport"
-	"poise.dev/poise/pkg/outlier"
+	"poise.dev/poise/pkg/signals/loadreport"
+	"poise.dev/poise/pkg/signals/outlier"
 )
 
 // One certificate reporting 10^12 successes on an endpoint that three

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc"
 
 	"poise.dev/poise/pkg/identity"
-	"poise.dev/poise/pkg/loadreport"
-	"poise.dev/poise/pkg/outlier"
+	"poise.dev/poise/pkg/signals/loadreport"
+	"poise.dev/poise/pkg/signals/outlier"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/topology/topologytest"
 	"poise.dev/poise/pkg/xds/server"

@@ -17,7 +17,7 @@ import (
 
 	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/identity/identitytest"
-	"poise.dev/poise/pkg/loadreport"
+	"poise.dev/poise/pkg/signals/loadreport"
 	"poise.dev/poise/pkg/xds/server"
 	"poise.dev/poise/pkg/xds/xdscache"
 )

@@ -17,7 +17,7 @@ import (
 
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
-	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/pkg/xds/xdsname"
 )
 
 // An endpoint flip rebuilds one upstream's ClusterLoadAssignments, so they

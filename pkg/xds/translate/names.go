@@ -1,6 +1,6 @@
 package translate
 
-// The names of clusters are in pkg/xdsname, which the load reports share.
+// The names of clusters are in pkg/xds/xdsname, which the load reports share.
 
 import "poise.dev/poise/pkg/topology"
 

@@ -24,7 +24,7 @@ import (
 
 	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/topology"
-	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/pkg/xds/xdsname"
 )
 
 // Names of the spatial routing resources and headers (docs/spatial.md).

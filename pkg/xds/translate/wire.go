@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"poise.dev/poise/pkg/topology"
-	"poise.dev/poise/pkg/xdsname"
+	"poise.dev/poise/pkg/xds/xdsname"
 )
 
 // Encoder writes an upstream's Cluster, Listener and RouteConfiguration
