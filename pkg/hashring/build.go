@@ -319,6 +319,33 @@ func envoyWeights(c Client, cfg Config, eps []Endpoint) (ps []placed, minW, maxW
 // 1); only HEALTHY and UNKNOWN endpoints are placed; then each weight over
 // their uint32 sum as a double, sorted by key.
 func grpcGoWeights(cfg Config, eps []Endpoint) ([]placed, float64, error) {
+	ws, sum, err := grpcGoAttrWeights(cfg, eps)
+	if err != nil {
+		return nil, 0, err
+	}
+	ps := make([]placed, len(ws))
+	minW := 1.0
+	for i, x := range ws {
+		nw := float64(x.w) / float64(sum)
+		ps[i] = placed{ep: x.ep, key: x.key, w: nw}
+		minW = math.Min(minW, nw)
+	}
+	slices.SortFunc(ps, func(a, b placed) int { return cmp.Compare(a.key, b.key) })
+	return ps, minW, nil
+}
+
+// grpcGoWeighted is one placed endpoint with the weight attribute grpc-go's
+// cluster resolver gives it.
+type grpcGoWeighted struct {
+	ep  int32
+	key string
+	w   uint32
+}
+
+// grpcGoAttrWeights is the cluster resolver's half of grpcGoWeights: the
+// placed endpoints with their weight attributes, and the attributes' uint32
+// sum.
+func grpcGoAttrWeights(cfg Config, eps []Endpoint) ([]grpcGoWeighted, uint32, error) {
 	const frac = 31
 	var lwSum uint64
 	ewSum := make(map[Locality]uint64)
@@ -338,12 +365,7 @@ func grpcGoWeights(cfg Config, eps []Endpoint) ([]placed, float64, error) {
 		}
 		ewSum[e.Locality] = s
 	}
-	type weighted struct {
-		ep  int32
-		key string
-		w   uint32
-	}
-	var ws []weighted
+	var ws []grpcGoWeighted
 	var sum uint32
 	for i := range eps {
 		e := &eps[i]
@@ -372,17 +394,9 @@ func grpcGoWeights(cfg Config, eps []Endpoint) ([]placed, float64, error) {
 		if key == "" {
 			key = e.Address
 		}
-		ws = append(ws, weighted{int32(i), key, w})
+		ws = append(ws, grpcGoWeighted{int32(i), key, w})
 	}
-	ps := make([]placed, len(ws))
-	minW := 1.0
-	for i, x := range ws {
-		nw := float64(x.w) / float64(sum)
-		ps[i] = placed{ep: x.ep, key: x.key, w: nw}
-		minW = math.Min(minW, nw)
-	}
-	slices.SortFunc(ps, func(a, b placed) int { return cmp.Compare(a.key, b.key) })
-	return ps, minW, nil
+	return ws, sum, nil
 }
 
 // grpcJSWeights is grpc-js's: HEALTHY and UNKNOWN endpoints of localities
