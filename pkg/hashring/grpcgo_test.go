@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,11 +53,11 @@ func (cc *fakeCC) UpdateState(s balancer.State) {
 	}
 }
 
-func (cc *fakeCC) RemoveSubConn(balancer.SubConn)                     {}
+func (cc *fakeCC) RemoveSubConn(balancer.SubConn)                       {}
 func (cc *fakeCC) UpdateAddresses(balancer.SubConn, []resolver.Address) {}
-func (cc *fakeCC) ResolveNow(resolver.ResolveNowOptions)              {}
-func (cc *fakeCC) Target() string                                     { return "hashring-test" }
-func (cc *fakeCC) MetricsRecorder() estats.MetricsRecorder            { return noMetrics{} }
+func (cc *fakeCC) ResolveNow(resolver.ResolveNowOptions)                {}
+func (cc *fakeCC) Target() string                                       { return "hashring-test" }
+func (cc *fakeCC) MetricsRecorder() estats.MetricsRecorder              { return noMetrics{} }
 
 type noMetrics struct{ estats.MetricsRecorder }
 
@@ -248,5 +247,4 @@ func TestGRPCRequestHash(t *testing.T) {
 	if got := Combine(1<<63, 0); got != 1 {
 		t.Errorf("Combine(2^63, 0) = %d, want 1", got)
 	}
-	_ = strings.Join
 }
