@@ -29,11 +29,12 @@ var layers = []struct {
 	// Standard library and third-party code only: the share math, the API
 	// types and their generated CRDs, the Kubernetes side's condition
 	// vocabulary, CRD schema check, Lease election and shared ConfigMaps, the
-	// spatial cell map, the table of xDS types, the Prometheus collectors
-	// and the "did you mean" of names.
+	// spatial cell map, the table of xDS types, the Prometheus collectors,
+	// the "did you mean" of names and the clients' consistent-hash tables.
 	{"leaves", "leaves: standard library and third-party code only", []string{
 		"api/v1alpha1",
 		"config/crd",
+		"pkg/hashring",
 		"pkg/identity",
 		"pkg/kube/conditions",
 		"pkg/kube/crdschema",
