@@ -170,32 +170,10 @@ func envoyKey(cfg Config, e *Endpoint) string {
 	return e.Address
 }
 
-func envoyRingSizes(cfg Config) (minRing, maxRing uint64, err error) {
-	minRing, maxRing = cfg.MinRingSize, cfg.MaxRingSize
-	if minRing == 0 {
-		minRing = DefaultMinRingSize
-	}
-	if maxRing == 0 {
-		maxRing = DefaultMaxRingSize
-	}
-	if minRing > MaxRingSize {
-		return 0, 0, refuse(EnvoyRingHash, "Config.MinRingSize", ErrBound, "%d, at most %d", minRing, MaxRingSize)
-	}
-	if maxRing > MaxRingSize {
-		return 0, 0, refuse(EnvoyRingHash, "Config.MaxRingSize", ErrBound, "%d, at most %d", maxRing, MaxRingSize)
-	}
-	if minRing > maxRing {
-		return 0, 0, refuse(EnvoyRingHash, "Config.MinRingSize", ErrInvalid, "%d > MaxRingSize %d", minRing, maxRing)
-	}
-	return minRing, maxRing, nil
-}
-
-// grpcRingSizes applies the gRPC clients' defaults, checks and cap: grpc-go
-// refuses min > max before capping, grpc-js does not check it.
-func grpcRingSizes(c Client, cfg Config) (minRing, maxRing uint64, err error) {
-	if cfg.HashFunction != XXHash {
-		return 0, 0, refuse(c, "Config.HashFunction", ErrUnsupported, "the gRPC clients refuse any hash function but XX_HASH")
-	}
+// ringSizes is a ring client's sizes with the defaults applied, refused
+// over the 8M every client allows and, where the client checks it, when the
+// minimum is over the maximum.
+func ringSizes(c Client, cfg Config, checkOrder bool) (minRing, maxRing uint64, err error) {
 	minRing, maxRing = cfg.MinRingSize, cfg.MaxRingSize
 	if minRing == 0 {
 		minRing = DefaultMinRingSize
@@ -209,8 +187,25 @@ func grpcRingSizes(c Client, cfg Config) (minRing, maxRing uint64, err error) {
 	if maxRing > MaxRingSize {
 		return 0, 0, refuse(c, "Config.MaxRingSize", ErrBound, "%d, at most %d", maxRing, MaxRingSize)
 	}
-	if c == GRPCGo && minRing > maxRing {
+	if checkOrder && minRing > maxRing {
 		return 0, 0, refuse(c, "Config.MinRingSize", ErrInvalid, "%d > MaxRingSize %d", minRing, maxRing)
+	}
+	return minRing, maxRing, nil
+}
+
+// envoyRingSizes: Envoy's ring hash refuses min > max in its constructor.
+func envoyRingSizes(cfg Config) (minRing, maxRing uint64, err error) {
+	return ringSizes(EnvoyRingHash, cfg, true)
+}
+
+// grpcRingSizes applies the gRPC clients' defaults, checks and cap: grpc-go
+// refuses min > max before capping, grpc-js does not check it.
+func grpcRingSizes(c Client, cfg Config) (minRing, maxRing uint64, err error) {
+	if cfg.HashFunction != XXHash {
+		return 0, 0, refuse(c, "Config.HashFunction", ErrUnsupported, "the gRPC clients refuse any hash function but XX_HASH")
+	}
+	if minRing, maxRing, err = ringSizes(c, cfg, c == GRPCGo); err != nil {
+		return 0, 0, err
 	}
 	limit := cfg.RingSizeCap
 	if limit == 0 {

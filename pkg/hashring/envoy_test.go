@@ -121,6 +121,13 @@ func checkRing(t *testing.T, from string, tab *Table, want []ringEntry) {
 	}
 }
 
+func checkLen(t *testing.T, from string, tab *Table, n int) {
+	t.Helper()
+	if tab.Len() != n {
+		t.Errorf("%s: %d entries, want %d", from, tab.Len(), n)
+	}
+}
+
 func checkPicks(t *testing.T, from string, tab *Table, picks map[uint64]int) {
 	t.Helper()
 	for h, want := range picks {
@@ -245,9 +252,7 @@ func TestEnvoyRingHashVectors(t *testing.T) {
 		t.Parallel()
 		from := envoyRingTest + " TEST_P(RingHashLoadBalancerTest, HostWeightedTinyRing)"
 		tab := mustBuild(t, EnvoyRingHash, Config{MinRingSize: 6, MaxRingSize: 6}, weighted(ports(90, 91, 92), 1, 2, 3))
-		if tab.Len() != 6 {
-			t.Errorf("%s: %d entries, want 6", from, tab.Len())
-		}
+		checkLen(t, from, tab, 6)
 		checkEntries(t, from, tab, 1, 3)
 		checkPicks(t, from, tab, tiny)
 	})
@@ -273,9 +278,7 @@ func TestEnvoyRingHashVectors(t *testing.T) {
 		from := envoyRingTest + " TEST_P(RingHashLoadBalancerTest, LocalityWeightedTinyRing)"
 		eps := zoned(ports(90, 91, 92, 93), "ABCD", map[byte]uint32{'A': 1, 'B': 2, 'C': 3, 'D': 0})
 		tab := mustBuild(t, EnvoyRingHash, Config{MinRingSize: 6, MaxRingSize: 6, LocalityWeighted: true}, eps)
-		if tab.Len() != 6 {
-			t.Errorf("%s: %d entries, want 6", from, tab.Len())
-		}
+		checkLen(t, from, tab, 6)
 		// min_hashes_per_host counts placed hosts only; :93 is not placed.
 		if s := tab.Shares(); s[0].Entries != 1 || s[2].Entries != 3 || s[3].Entries != 0 {
 			t.Errorf("%s: entries %v", from, s)
@@ -287,9 +290,7 @@ func TestEnvoyRingHashVectors(t *testing.T) {
 		from := envoyRingTest + " TEST_P(RingHashLoadBalancerTest, LocalityWeightedLargeRing)"
 		eps := zoned(ports(90, 91, 92, 93), "ABCD", map[byte]uint32{'A': 1, 'B': 2, 'C': 3, 'D': 0})
 		tab := mustBuild(t, EnvoyRingHash, Config{MinRingSize: 6144, LocalityWeighted: true}, eps)
-		if tab.Len() != 6144 {
-			t.Errorf("%s: %d entries, want 6144", from, tab.Len())
-		}
+		checkLen(t, from, tab, 6144)
 		if got := sweep(tab, 6000, 4); fmt.Sprint(got) != "[987 1932 3081 0]" {
 			t.Errorf("%s: picks of 6000 hashes %v, want [987 1932 3081 0]", from, got)
 		}
@@ -301,9 +302,7 @@ func TestEnvoyRingHashVectors(t *testing.T) {
 		t.Parallel()
 		from := envoyRingTest + " TEST_P(RingHashLoadBalancerTest, HostAndLocalityWeightedTinyRing)"
 		tab := mustBuild(t, EnvoyRingHash, Config{MinRingSize: 9, MaxRingSize: 9, LocalityWeighted: true}, hostAndLocality())
-		if tab.Len() != 9 {
-			t.Errorf("%s: %d entries, want 9", from, tab.Len())
-		}
+		checkLen(t, from, tab, 9)
 		checkEntries(t, from, tab, 1, 4)
 		checkPicks(t, from, tab, map[uint64]int{
 			928266305478181108: 2, 3851675632748031481: 3, 5583722120771150861: 1,
@@ -315,9 +314,7 @@ func TestEnvoyRingHashVectors(t *testing.T) {
 		t.Parallel()
 		from := envoyRingTest + " TEST_P(RingHashLoadBalancerTest, HostAndLocalityWeightedLargeRing)"
 		tab := mustBuild(t, EnvoyRingHash, Config{MinRingSize: 9216, LocalityWeighted: true}, hostAndLocality())
-		if tab.Len() != 9216 {
-			t.Errorf("%s: %d entries, want 9216", from, tab.Len())
-		}
+		checkLen(t, from, tab, 9216)
 		checkEntries(t, from, tab, 1024, 4096)
 		if got := sweep(tab, 9000, 4); fmt.Sprint(got) != "[924 2009 2053 4014]" {
 			t.Errorf("%s: picks of 9000 hashes %v, want [924 2009 2053 4014]", from, got)
@@ -327,9 +324,7 @@ func TestEnvoyRingHashVectors(t *testing.T) {
 		t.Parallel()
 		from := envoyRingTest + " TEST_P(RingHashLoadBalancerTest, SmallFractionalScale)"
 		tab := mustBuild(t, EnvoyRingHash, Config{MinRingSize: 2, MaxRingSize: 2}, ports(90, 91, 92, 93))
-		if tab.Len() != 2 {
-			t.Errorf("%s: %d entries, want 2", from, tab.Len())
-		}
+		checkLen(t, from, tab, 2)
 		checkEntries(t, from, tab, 0, 1)
 		zeroes, sum := 0, 0
 		for _, c := range sweep(tab, 1024, 4) {
@@ -346,9 +341,7 @@ func TestEnvoyRingHashVectors(t *testing.T) {
 		t.Parallel()
 		from := envoyRingTest + " TEST_P(RingHashLoadBalancerTest, LargeFractionalScale)"
 		tab := mustBuild(t, EnvoyRingHash, Config{MinRingSize: 1023, MaxRingSize: 1023}, ports(90, 91))
-		if tab.Len() != 1023 {
-			t.Errorf("%s: %d entries, want 1023", from, tab.Len())
-		}
+		checkLen(t, from, tab, 1023)
 		checkEntries(t, from, tab, 511, 512)
 		if got := sweep(tab, 1023, 2); fmt.Sprint(got) != "[526 497]" {
 			t.Errorf("%s: picks of 1023 hashes %v, want [526 497]", from, got)
@@ -358,9 +351,7 @@ func TestEnvoyRingHashVectors(t *testing.T) {
 		t.Parallel()
 		from := envoyRingTest + " TEST_P(RingHashLoadBalancerTest, LopsidedWeightSmallScale)"
 		tab := mustBuild(t, EnvoyRingHash, Config{MinRingSize: 1024, MaxRingSize: 1024, LocalityWeighted: true}, lopsided())
-		if tab.Len() != 1024 {
-			t.Errorf("%s: %d entries, want 1024", from, tab.Len())
-		}
+		checkLen(t, from, tab, 1024)
 		checkEntries(t, from, tab, 0, 1016)
 		checkPicks(t, from, tab, map[uint64]int{
 			11664790346325243808: 1, 15894554872961148518: 128, 13958138884277627155: 256,
