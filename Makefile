@@ -24,10 +24,8 @@ run: ## Serve the bundled examples over xDS on 127.0.0.1 (admin on :19000), watc
 TEST_OUTPUT ?= $(CURDIR)/$(BIN)/test-output
 
 .PHONY: test
-test: ## Run every test with the race detector (fuzz targets run their seed corpus); builds the test apiserver, etcd and helm once.
-	@rm -rf "$(TEST_OUTPUT)" && mkdir -p "$(TEST_OUTPUT)" && \
-	assets=$$(bash hack/test-binaries.sh) && helm=$$(bash hack/helm.sh) && \
-	KUBEBUILDER_ASSETS="$$assets" HELM="$$helm" $(GO) test -race -count=1 -timeout 30m -artifacts -outputdir "$(TEST_OUTPUT)" $(PKGS)
+test: ## Run every test with the race detector (fuzz targets run their seed corpus; test/e2e's control plane is the race-built one); builds the test apiserver, etcd and helm once.
+	@GO="$(GO)" bash hack/test.sh "$(TEST_OUTPUT)" $(PKGS)
 	@echo "note: the traffic map's screenshots (test/browser): $$(ls "$(TEST_OUTPUT)"/_artifacts/*/*.png 2>/dev/null | tr '\n' ' ')"
 	@echo "note: test/kind checked the kind suite's inputs only; the suite itself needs Docker: make e2e-kind"
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func Main(m *testing.M, path *string) int {
 	}
 	defer os.RemoveAll(dir)
 	*path = filepath.Join(dir, "controlplane")
-	build := exec.Command("go", "build", "-o", *path, "poise.dev/poise/cmd/controlplane")
+	build := buildCommand(*path)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build controlplane:", err)
@@ -43,10 +44,27 @@ func Main(m *testing.M, path *string) int {
 func Build(t testing.TB) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "controlplane")
-	if out, err := exec.Command("go", "build", "-o", path, "poise.dev/poise/cmd/controlplane").CombinedOutput(); err != nil {
+	if out, err := buildCommand(path).CombinedOutput(); err != nil {
 		t.Fatalf("build controlplane: %v\n%s", err, out)
 	}
 	return path
+}
+
+// RaceEnv, set to 1, has the controlplane built with the race detector:
+// make test sets it for test/e2e, whose own process holds only gRPC
+// clients and backends, so that the race detector watches the plane those
+// clients talk to. A race the binary reports fails the test that ran it.
+const RaceEnv = "POISE_CONTROLPLANE_RACE"
+
+// raceReport is what a binary built with -race writes when it sees one.
+const raceReport = "WARNING: DATA RACE"
+
+func buildCommand(path string) *exec.Cmd {
+	args := []string{"build"}
+	if os.Getenv(RaceEnv) == "1" {
+		args = append(args, "-race")
+	}
+	return exec.Command("go", append(args, "-o", path, "poise.dev/poise/cmd/controlplane")...)
 }
 
 // FreeAddr is a loopback address no one listens on now.
@@ -67,6 +85,8 @@ type Process struct {
 	mu   sync.Mutex
 	out  bytes.Buffer
 	done chan struct{}
+	// raceChecked: the output was searched for a race report once.
+	raceChecked bool
 }
 
 // stopWithin is how long an interrupted process may take to drain and end
@@ -115,6 +135,7 @@ func (p *Process) start(t testing.TB, out io.Writer, bin string, args []string) 
 // process does nothing.
 func (p *Process) Stop(t testing.TB) {
 	t.Helper()
+	defer p.checkRaces(t)
 	if p.Exited() {
 		return
 	}
@@ -125,6 +146,21 @@ func (p *Process) Stop(t testing.TB) {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 		t.Errorf("controlplane did not stop within %v of SIGINT", stopWithin)
+	}
+}
+
+// checkRaces fails the test, once, if the process (built with RaceEnv)
+// reported a data race in the output it kept.
+func (p *Process) checkRaces(t testing.TB) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.raceChecked {
+		return
+	}
+	p.raceChecked = true
+	if out := p.out.String(); strings.Contains(out, raceReport) {
+		t.Errorf("the controlplane reported a data race:\n%s", out)
 	}
 }
 

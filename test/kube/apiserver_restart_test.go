@@ -44,14 +44,17 @@ const (
 // test's, so Stop keeps its serving certificate and port and Start brings
 // it back at the same address with the same CA, as a restarted apiserver
 // behind a Service would be.
-// It runs alone (not in parallel): its apiserver comes back on the port it
-// had, which a listener of another test could take meanwhile.
+// Its apiserver comes back on the port it had, one below the ephemeral range
+// (restartPort) that no other test's listener can take meanwhile, so it
+// runs in parallel with them: the outage is time that must pass.
 func TestAPIServerRestart(t *testing.T) {
 	needEnv(t)
 	if testing.Short() {
 		t.Skip("keeps an apiserver down for 25s")
 	}
+	t.Parallel()
 	apiserver := &envtest.APIServer{CertDir: t.TempDir()}
+	apiserver.SecureServing.ListenAddr = envtest.ListenAddr{Address: "127.0.0.1", Port: restartPort(t)}
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd")},
 		ErrorIfCRDPathMissing: true,

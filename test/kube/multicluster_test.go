@@ -52,6 +52,7 @@ func startRemote(t *testing.T, name string) *remoteCluster {
 	// apiserver comes back with the same serving certificate and the
 	// kubeconfigs in the Secrets stay valid
 	env.ControlPlane.GetAPIServer().CertDir = t.TempDir()
+	env.ControlPlane.GetAPIServer().SecureServing.ListenAddr = envtest.ListenAddr{Address: "127.0.0.1", Port: restartPort(t)}
 	start := time.Now()
 	cfg, err := env.Start()
 	if err != nil {
@@ -270,9 +271,10 @@ func endpointsByCluster(u explain.Upstream) map[string][]explain.Endpoint {
 // then is Unavailable and traffic fails over, and comes back with the
 // cluster; a rotated credential keeps the import; a deleted Secret takes
 // the cluster's endpoints with an Event. Poise is never restarted.
-// It runs alone (not in parallel): eu-2's apiserver comes back on the port it
-// had, which a listener of another test could take meanwhile.
+// eu-2's apiserver comes back on the port it had, one below the ephemeral
+// range (restartPort) that no other test's listener can take meanwhile.
 func TestMultiCluster(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	ip := hostIP(t)
 	eu1, eu2 := startRemote(t, "eu-1"), startRemote(t, "eu-2")
