@@ -22,6 +22,14 @@ export KUBEBUILDER_ASSETS="$assets" HELM="$helm"
 pkgs=$($GO list "$@") || exit 1
 e2e=poise.dev/poise/test/e2e
 rest=$(grep -vx "$e2e" <<<"$pkgs" || true)
+# go test starts the packages in the order given, as many at a time as
+# there are cores: the longest (test/kube, most of whose tests wait for an
+# apiserver, a handover or a drain) goes first, so the others fill the
+# machine beside it rather than it running alone at the end.
+first=poise.dev/poise/test/kube
+if grep -qx "$first" <<<"$rest"; then
+	rest=$(printf '%s\n' "$first"; grep -vx "$first" <<<"$rest" || true)
+fi
 
 e2e_pid=
 if grep -qx "$e2e" <<<"$pkgs"; then

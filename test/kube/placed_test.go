@@ -96,6 +96,7 @@ func zoneDemand(p *plane, ns, name, from string) (map[string]uint64, error) {
 // same, to the unit, as before the forger connected. A token bound to no
 // pod proves no locality: its node's claim stands, as docs/security.md says.
 func TestTokenPlacesForgedZone(t *testing.T) {
+	t.Parallel()
 	ns := namespace(t)
 	zoneA, zoneB := "eu-west/eu-west-a", "eu-west/eu-west-b"
 	nodeA, nodeB := ns+"-a", ns+"-b"
