@@ -2,12 +2,9 @@ package kube_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -38,22 +35,7 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
-// waitingTests is how many of this package's parallel tests run at once
-// unless -parallel says otherwise: most of their time is spent waiting (for
-// an outage, a handover, a drain, the apiserver's token cache), so more of
-// them than there are cores keep the machine busy without slowing each other.
-const waitingTests = 4
-
 func run(m *testing.M) int {
-	flag.Parse()
-	explicit := false
-	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
-	if !explicit && runtime.GOMAXPROCS(0) < waitingTests {
-		if err := flag.Set("test.parallel", strconv.Itoa(waitingTests)); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-	}
 	if err := withCallCreds(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
