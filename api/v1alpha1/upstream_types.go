@@ -96,6 +96,7 @@ const (
 // UpstreamSpec is the desired state of an Upstream.
 // +kubebuilder:validation:XValidation:rule="!has(self.outlierDetection) || has(self.loadReporting)",message="outlierDetection needs loadReporting: the evidence is the clients' load reports"
 // +kubebuilder:validation:XValidation:rule="!has(self.localityAffinity) || !has(self.localityAffinity.mode) || self.localityAffinity.mode != 'Balanced' || !has(self.healthAdjustment) || self.healthAdjustment != 'Proxy'",message="localityAffinity.mode Balanced needs healthAdjustment ControlPlane: a proxy's own math cannot keep the global split"
+// +kubebuilder:validation:XValidation:rule="!has(self.requestAffinity) || (has(self.loadBalancing) && self.loadBalancing in ['RingHash', 'Maglev'])",message="requestAffinity needs loadBalancing RingHash or Maglev: the key is hashed onto their ring or table"
 type UpstreamSpec struct {
 	// overprovisioningFactor is Envoy's overprovisioning factor as an integer percent:
 	// 140 means 1.4, so a locality keeps its full share while at least 5/7 of its
@@ -136,6 +137,14 @@ type UpstreamSpec struct {
 	// +optional
 	// +kubebuilder:default=RoundRobin
 	LoadBalancing LoadBalancingPolicy `json:"loadBalancing,omitempty"`
+
+	// requestAffinity keys each request, so that requests with the same key
+	// (a header, a cookie, the source address, a query parameter) go to the
+	// same endpoint; it needs loadBalancing RingHash or Maglev
+	// (docs/affinity-keys.md). Without it a RingHash or Maglev upstream hashes
+	// nothing of the request: each request lands at random.
+	// +optional
+	RequestAffinity *RequestAffinity `json:"requestAffinity,omitempty"`
 
 	// connectTimeout is the proxy's TCP connect timeout, above 0s and at most 1h.
 	// +optional

@@ -18,6 +18,7 @@ import (
 
 	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/hashring"
 	"poise.dev/poise/pkg/kube/source"
 	"poise.dev/poise/pkg/manifest"
 	"poise.dev/poise/pkg/topology"
@@ -342,7 +343,9 @@ upstream in the manifests, and with --from what clients in that locality
 receive under the upstream's localityAffinity.`,
 		Example: `  controlplane explain -f examples --upstream shop/checkout
   controlplane explain -f examples -o json --simulate 20000 --seed 7
-  controlplane explain -f examples --from eu-west/a --demand eu-west/a=3,eu-west/b=1`,
+  controlplane explain -f examples --from eu-west/a --demand eu-west/a=3,eu-west/b=1
+  controlplane explain -f examples --upstream shop/carts --key 42 --header x-user=7
+  controlplane explain -f examples --upstream shop/carts --keys users.txt --grpc-ring-cap 65536`,
 		Args: noArgs,
 	}
 	fs := c.Flags()
@@ -357,6 +360,7 @@ receive under the upstream's localityAffinity.`,
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "explain what is in this cluster now (implies --source=kubernetes; default with --source=kubernetes: $KUBECONFIG, else the pod's service account, else ~/.kube/config)")
 	fs.StringVar(&o.namespace, "namespace", "", "with --source=kubernetes, read only this namespace (empty: all)")
 	visibilityFlags(fs, &o.visibility)
+	keyFlags(fs, &o.keys)
 	return command(c, func(cmd *cobra.Command, _ []string) int {
 		return runExplain(cmd.Context(), cmd.Flags(), o, stdout, stderr)
 	})
@@ -372,6 +376,7 @@ type explainOptions struct {
 	// a live cluster instead of files
 	source, kubeconfig, namespace string
 	visibility                    visibilityOptions
+	keys                          keyOptions
 }
 
 func runExplain(ctx context.Context, fs *pflag.FlagSet, o explainOptions, stdout, stderr io.Writer) int {
@@ -381,6 +386,10 @@ func runExplain(ctx context.Context, fs *pflag.FlagSet, o explainOptions, stdout
 	}
 	if *simulate > maxSimulate {
 		fmt.Fprintf(stderr, "error: --simulate %d: want 0 to %d picks\n", *simulate, maxSimulate)
+		return exitUsage
+	}
+	if o.keys.ringCap > hashring.MaxRingSize {
+		fmt.Fprintf(stderr, "error: --grpc-ring-cap %d: at most %d\n", o.keys.ringCap, hashring.MaxRingSize)
 		return exitUsage
 	}
 	class, ok := classFlags(fs, *from, *demand, stderr)
@@ -413,6 +422,11 @@ func runExplain(ctx context.Context, fs *pflag.FlagSet, o explainOptions, stdout
 	} else if snap, _, ok = load(files, stderr); !ok {
 		return exitInvalid
 	}
+	keyed := o.keys.any(fs)
+	if keyed && (*only == "" || fs.Changed("from") || fs.Changed("demand") || fs.Changed("simulate")) {
+		fmt.Fprintln(stderr, "error: --key, --keys, --header, --cookie, --query, --source-ip and --grpc-ring-cap explain the requests of one --upstream, as every client receives it (not with --from, --demand or --simulate)")
+		return exitUsage
+	}
 	var keys []topology.Key
 	if *only != "" {
 		k, err := topology.ParseKey(*only)
@@ -429,6 +443,9 @@ func runExplain(ctx context.Context, fs *pflag.FlagSet, o explainOptions, stdout
 			return exitInvalid
 		}
 		keys = append(keys, k)
+		if keyed {
+			return runExplainKeys(snap, k, o.keys, *output, stdout, stderr)
+		}
 	}
 	var rep explain.Report
 	if class == nil {

@@ -47,6 +47,7 @@ var flagBounds = []flagBound{
 	{"serve", "remote-stale-after", []string{"5s", "1h"}, []string{"0", "-1s", "4s", "61m", "1000000h"}, "5s to 1h0m0s"},
 	{"explain", "simulate", []string{"0", "1000000000"}, []string{"-1", "1000000001", "99999999999999999999"}, "0 (none) to 1000000000"},
 	{"explain", "seed", []string{"0", "18446744073709551615"}, []string{"-1", "18446744073709551616"}, "0 to 18446744073709551615"},
+	{"explain", "grpc-ring-cap", []string{"0", "8388608"}, []string{"-1", "8388609"}, "0 (the gRPC clients' default, 4096) to 8388608"},
 	{"status", "timeout", []string{"100ms", "10m"}, []string{"0", "-1s", "99ms", "10m1s", "1000000h"}, "100ms to 10m0s"},
 	{"status", "admin-port", []string{"0", "65535"}, []string{"-1", "65536", "99999999999"}, "0 (the pod's --admin-address, else 19000) to 65535"},
 	{"proxy-config", "timeout", []string{"100ms", "10m"}, []string{"0", "-1s", "99ms", "10m1s", "1000000h"}, "100ms to 10m0s"},

@@ -8,12 +8,14 @@ import (
 	"net/http/pprof"
 	"net/url"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/hashring"
 	"poise.dev/poise/pkg/partitionmap"
 	"poise.dev/poise/pkg/signals/loadreport"
 	"poise.dev/poise/pkg/signals/outlier"
@@ -127,6 +129,37 @@ func addDebug(mux *routes, s Sources) {
 		} else if err != nil {
 			// the served topology gives clients of this locality more
 			// priorities than a proxy takes: the request is fine, the topology is not
+			writeJSONError(w, http.StatusUnprocessableEntity, err.Error())
+			return
+		}
+		writeJSON(w, rep)
+	})
+	// The live counterpart of `controlplane explain --key`.
+	mux.HandleFunc("GET /debug/explain-key", func(w http.ResponseWriter, r *http.Request) {
+		snap := s.Snapshot()
+		q := r.URL.Query()
+		k, err := topology.ParseKey(q.Get("upstream"))
+		if err != nil {
+			writeJSONError(w, http.StatusBadRequest, "upstream: "+err.Error())
+			return
+		}
+		if snap.Upstream(k) == nil {
+			writeJSONError(w, http.StatusNotFound, fmt.Sprintf("upstream %s not found in revision %d%s", k, snap.Revision,
+				explain.DidYouMean(explain.SuggestUpstream(snap, k))))
+			return
+		}
+		kq := explain.KeyQuery{Keys: q["key"], Headers: q["header"], Cookies: q["cookie"], Query: q["query"], SourceIP: q.Get("source-ip")}
+		if c := q.Get("grpc-ring-cap"); c != "" {
+			if kq.RingCap, err = strconv.ParseUint(c, 10, 64); err != nil || kq.RingCap > hashring.MaxRingSize {
+				writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("grpc-ring-cap %q: want 0 to %d", c, hashring.MaxRingSize))
+				return
+			}
+		}
+		rep, _, err := explain.ExplainKeys(snap, k, kq)
+		if ke := (*explain.KeyError)(nil); errors.As(err, &ke) {
+			writeJSONError(w, http.StatusBadRequest, err.Error())
+			return
+		} else if err != nil {
 			writeJSONError(w, http.StatusUnprocessableEntity, err.Error())
 			return
 		}

@@ -297,3 +297,44 @@ func TestDebugLists(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainKeyEndpoint: /debug/explain-key answers as explain --key
+// does, on the live snapshot, and names what is wrong with a question.
+func TestExplainKeyEndpoint(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: snapshotOf(t, "../../cmd/controlplane/testdata/keys"),
+		Clients: func() []server.Client { return nil }}))
+	defer srv.Close()
+	get := func(query string) (int, string) { return httpGet(t, srv.URL+"/debug/explain-key?"+query) }
+	code, body := get("upstream=keys/keyed-ring&key=42&key=Bearer%2042")
+	var rep explain.KeyReport
+	if err := json.Unmarshal([]byte(body), &rep); err != nil || code != http.StatusOK {
+		t.Fatalf("%d %s: %v", code, body, err)
+	}
+	if len(rep.Requests) != 2 || len(rep.Clients) != 3 {
+		t.Fatalf("%d requests, %d clients: %s", len(rep.Requests), len(rep.Clients), body)
+	}
+	for _, a := range rep.Requests {
+		for i, p := range a.Picks {
+			// the rewrite makes the two requests one key, in every client
+			if p.Key != "42" || p.Endpoint == "" || p.Endpoint != rep.Requests[0].Picks[i].Endpoint {
+				t.Errorf("request %s, %s: %+v", a.Request, p.Client, p)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		query string
+		code  int
+		want  string
+	}{
+		{"upstream=keys/nope&key=1", http.StatusNotFound, "not found in revision"},
+		{"upstream=keys/plain-ring&key=1", http.StatusBadRequest, "no requestAffinity"},
+		{"upstream=keys/keyed-ring&header=x-user", http.StatusBadRequest, "want NAME=VALUE"},
+		{"upstream=keys/keyed-ring&key=1&grpc-ring-cap=8388609", http.StatusBadRequest, "grpc-ring-cap"},
+		{"upstream=keys/keyed-ring&kye=1", http.StatusBadRequest, "kye"},
+	} {
+		if code, body := get(tc.query); code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %s, want %d with %q", tc.query, code, body, tc.code, tc.want)
+		}
+	}
+}

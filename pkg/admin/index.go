@@ -36,6 +36,8 @@ var endpoints = []route{
 	{path: "/metrics", about: "Prometheus metrics"},
 	{path: "/debug/explain", params: []string{"upstream", "from", "demand"}, strict: true,
 		about: "the derivation of every upstream, as controlplane explain -o json (?upstream=NS/NAME, &from=REGION/ZONE[/SUBZONE], &demand=REGION/ZONE=N,...)"},
+	{path: "/debug/explain-key", params: []string{"upstream", "key", "header", "cookie", "query", "source-ip", "grpc-ring-cap"}, strict: true,
+		about: "where requests go in each client of a keyed upstream, as controlplane explain --key -o json (?upstream=NS/NAME&key=V..., or &header=NAME=V, &cookie=, &query=, &source-ip=; &grpc-ring-cap=N)"},
 	{path: "/debug/explain-route", params: []string{"domain", "product", "bbox", "crs", "path", "request-id"}, strict: true,
 		about: "how a spatial request is routed, as controlplane explain-route -o json (?domain=D&product=P, &bbox, &crs, &path, &request-id)"},
 	{path: "/debug/clients", strict: true, about: "every connected xDS client: kind, class, identity, per type its state, versions and last NACK"},

@@ -198,6 +198,7 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		aff = &topology.Affinity{Mode: m, FailoverRegions: slices.Clone(a.FailoverRegions), Origin: topology.OriginLocalityAffinity}
 	}
 	hc, errs := healthCheck(errs, sp.Child("healthCheck"), s.HealthCheck)
+	ra, errs := requestAffinity(errs, sp.Child("requestAffinity"), &s)
 	var lri time.Duration
 	if lr := s.LoadReporting; lr != nil {
 		// Default() has set the interval
@@ -237,6 +238,7 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		HealthCheck:        hc,
 		LoadReportInterval: lri,
 		OutlierDetection:   od,
+		RequestAffinity:    ra,
 		ExportTo:           exp,
 	}, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 
+	"poise.dev/poise/pkg/hashring"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 	"poise.dev/poise/pkg/xds/translate"
@@ -16,6 +17,9 @@ import (
 type LoadBalancing struct {
 	Policy  string        `json:"policy"`
 	Clients []ClientSplit `json:"clients"`
+	// KeyedBy is spec.requestAffinity's key sources, in order, and what
+	// each client does with them (explain --key places a request).
+	KeyedBy []string `json:"keyedBy,omitempty"`
 }
 
 // Split values of ClientSplit.
@@ -77,6 +81,12 @@ func loadBalancing(u *topology.UpstreamState) LoadBalancing {
 		cs.Split, cs.BoundMillionths, cs.Note = split(u, c.r, p)
 		lb.Clients = append(lb.Clients, cs)
 	}
+	if ra := up.RequestAffinity; ra != nil {
+		for _, k := range ra.Keys {
+			lb.KeyedBy = append(lb.KeyedBy, DescribeKeySource(k))
+		}
+		lb.KeyedBy = append(lb.KeyedBy, "note: no client folds case or normalises a key beyond the rewrites: canonicalise keys where they are made (docs/affinity-keys.md)")
+	}
 	return lb
 }
 
@@ -89,6 +99,14 @@ func split(u *topology.UpstreamState, r translate.Rendering, p translate.LbPolic
 			return SplitProxy, 0, "healthAdjustment Proxy: grpc-go's own math (locality weights, round robin inside a locality, priorities by connectivity)"
 		}
 		return SplitProxy, 0, "healthAdjustment Proxy: Envoy's own math on the source topology"
+	}
+	if r == translate.PerEndpoint && p.Policy == cluster.Cluster_RING_HASH {
+		// requestAffinity: the client's own ring, capped at its own limit
+		b := ringHashBound(routedShares(u), hashring.DefaultRingSizeCap)
+		if b == 0 {
+			return SplitExact, 0, "a single endpoint takes every hash"
+		}
+		return SplitApproximate, b, fmt.Sprintf("ring_hash keyed by the route's header sources; for uniform keys: %d standard deviations of where the ring's points land, plus one point, on the %d-entry ring the gRPC clients cap it at by default (GRPC_RING_HASH_CAP); explain --keys gives each endpoint's exact part of each client's ring", RingHashSigmas, hashring.DefaultRingSizeCap)
 	}
 	if r == translate.PerEndpoint {
 		note := "each endpoint is a locality weighted by its share"

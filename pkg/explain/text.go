@@ -182,6 +182,12 @@ func writeLoadBalancing(tw *textWriter, lb LoadBalancing) {
 		}
 		tw.printf("    %-5s %s, %s%s: %s (%s)\n", c.Client, c.Rendering, c.LbPolicy, size, verdict, c.Note)
 	}
+	for i, k := range lb.KeyedBy {
+		if i == 0 {
+			tw.printf("    keyed by, in order (the first the request carries):\n")
+		}
+		tw.printf("      %s\n", k)
+	}
 }
 
 func writeAffinity(tw *textWriter, a Affinity) {

@@ -89,6 +89,9 @@ type Upstream struct {
 	// OutlierDetection, when set, is the upstream's fleet outlier detection
 	// (spec.outlierDetection, docs/health.md); it needs LoadReportInterval.
 	OutlierDetection *OutlierDetection
+	// RequestAffinity, when set, is spec.requestAffinity: where each
+	// request's key is taken from, for RingHash and Maglev.
+	RequestAffinity *RequestAffinity
 	// ExportTo is spec.exportTo, the namespaces whose clients may read the
 	// upstream, with "." resolved to Key.Namespace; not Set follows the
 	// control plane's default (VisibleTo). It is comparable, so equal's
@@ -176,8 +179,9 @@ func (u Upstream) equal(o *Upstream) bool {
 	a.Affinity, b.Affinity = nil, nil
 	a.HealthCheck, b.HealthCheck = nil, nil
 	a.OutlierDetection, b.OutlierDetection = nil, nil
+	a.RequestAffinity, b.RequestAffinity = nil, nil
 	if a != b || (u.Service == nil) != (o.Service == nil) || !u.Affinity.equal(o.Affinity) || !u.HealthCheck.Equal(o.HealthCheck) ||
-		!u.OutlierDetection.Equal(o.OutlierDetection) {
+		!u.OutlierDetection.Equal(o.OutlierDetection) || !u.RequestAffinity.Equal(o.RequestAffinity) {
 		return false
 	}
 	return u.Service == nil || u.Service.equal(o.Service)

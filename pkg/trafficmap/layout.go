@@ -371,6 +371,12 @@ func layoutUpstream(u explain.Upstream, from *explain.From, reasons map[string]w
 	if split.DroppedMillionths > 0 {
 		out.Badges = append(out.Badges, Badge{"drop", "drops " + explain.Percent(split.DroppedMillionths)})
 	}
+	if keys := u.LoadBalancing.KeyedBy; len(keys) > 0 {
+		// requestAffinity: which endpoint serves a request is its key's, on
+		// each client's ring; explain --key names it
+		out.Badges = append(out.Badges, Badge{"keyed", "keyed " + u.LoadBalancing.Policy})
+		out.Notes = append(out.Notes, "requests keyed by, in order: "+strings.Join(keys, "; "))
+	}
 	out.Width, out.Height = svgWidth, l.y(l.row)+top
 	return out
 }

@@ -49,6 +49,7 @@ var differences = map[string]difference{
 	"healthCheck TCP with grpc":                               {convertField: "spec.healthCheck.grpc"},
 	"healthCheck timeout above a short interval":              {convertField: "spec.healthCheck.timeout"},
 	"outlierDetection without loadReporting":                  {convertField: "spec.loadReporting"},
+	"requestAffinity under RoundRobin":                        {convertField: "spec.requestAffinity"},
 	"outlierDetection maxEjectionTime below the default base": {convertField: "spec.outlierDetection.maxEjectionTime"},
 	"duplicate pathPrefix":                                    {convertField: "spec.products[1].pathPrefix"},
 	// the apiserver's list-map key check names the item, convert its key

@@ -294,6 +294,24 @@ func badObjects(ns string) []badObject {
 		{"healthCheck path without slash", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
 			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, HTTP: &v1alpha1.HTTPHealthCheck{Path: "healthz"}}
 		}), "spec.healthCheck.http.path", "should match"},
+		{"requestAffinity under RoundRobin", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.RequestAffinity = &v1alpha1.RequestAffinity{Keys: []v1alpha1.RequestKey{{SourceIP: &v1alpha1.SourceIPKey{}}}}
+		}), "spec", "requestAffinity needs loadBalancing RingHash or Maglev"},
+		{"requestAffinity key with two sources", ringHashWith(ns, v1alpha1.RequestKey{
+			SourceIP: &v1alpha1.SourceIPKey{}, Header: &v1alpha1.HeaderKey{Name: "x-user"}}), "spec.requestAffinity.keys[0]", "exactly one of header"},
+		{"requestAffinity key with no source", ringHashWith(ns, v1alpha1.RequestKey{}), "spec.requestAffinity.keys[0]", "exactly one of header"},
+		{"requestAffinity binary header", ringHashWith(ns, v1alpha1.RequestKey{Header: &v1alpha1.HeaderKey{Name: "x-user-bin"}}),
+			"spec.requestAffinity.keys[0].header.name", "gRPC clients do not hash"},
+		{"requestAffinity upper-case header", ringHashWith(ns, v1alpha1.RequestKey{Header: &v1alpha1.HeaderKey{Name: "X-User"}}),
+			"spec.requestAffinity.keys[0].header.name", "should match"},
+		{"requestAffinity cookie path without ttl", ringHashWith(ns, v1alpha1.RequestKey{Cookie: &v1alpha1.CookieKey{Name: "session", Path: "/"}}),
+			"spec.requestAffinity.keys[0].cookie", "needs ttl"},
+		{"requestAffinity cookie ttl above a year", ringHashWith(ns, v1alpha1.RequestKey{Cookie: &v1alpha1.CookieKey{Name: "session",
+			TTL: &metav1.Duration{Duration: 8761 * time.Hour}}}), "spec.requestAffinity.keys[0].cookie.ttl", "between 0s and 8760h"},
+		{"requestAffinity cookie ttl below 0s", ringHashWith(ns, v1alpha1.RequestKey{Cookie: &v1alpha1.CookieKey{Name: "session",
+			TTL: &metav1.Duration{Duration: -time.Second}}}), "spec.requestAffinity.keys[0].cookie.ttl", "between 0s and 8760h"},
+		{"requestAffinity nine keys", ringHashWith(ns, slices.Repeat([]v1alpha1.RequestKey{{SourceIP: &v1alpha1.SourceIPKey{}}}, 9)...),
+			"spec.requestAffinity.keys", "must have at most 8 items"},
 		{"outlierDetection without loadReporting", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
 			s.OutlierDetection = &v1alpha1.OutlierDetection{}
 		}), "spec", "outlierDetection needs loadReporting"},
@@ -428,6 +446,21 @@ func goodObjects(ns string) []goodObject {
 			s.OverprovisioningFactor, s.PanicThreshold, s.EndpointsFrom = new(int32(1000)), new(int32(100)), serviceOn(intstr.FromInt32(65535))
 		})},
 		{"named service port", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.EndpointsFrom = serviceOn(intstr.FromString("grpc-web")) })},
+		{"requestAffinity with every source, at its bounds", ringHashWith(ns,
+			v1alpha1.RequestKey{Header: &v1alpha1.HeaderKey{Name: strings.Repeat("h", v1alpha1.MaxRequestKeyName),
+				Rewrite: &v1alpha1.KeyRewrite{Pattern: `^\s*(bearer|Bearer)\s+`}}},
+			v1alpha1.RequestKey{Header: &v1alpha1.HeaderKey{Name: ":authority"}},
+			v1alpha1.RequestKey{Cookie: &v1alpha1.CookieKey{Name: "session", TTL: &metav1.Duration{Duration: 8760 * time.Hour}, Path: "/shop"}},
+			v1alpha1.RequestKey{Cookie: &v1alpha1.CookieKey{Name: "pinned", TTL: &metav1.Duration{}}},
+			v1alpha1.RequestKey{Cookie: &v1alpha1.CookieKey{Name: "given"}},
+			v1alpha1.RequestKey{SourceIP: &v1alpha1.SourceIPKey{}},
+			v1alpha1.RequestKey{QueryParameter: &v1alpha1.QueryParameterKey{Name: "user"}},
+			v1alpha1.RequestKey{Header: &v1alpha1.HeaderKey{Name: "x-tenant", Rewrite: &v1alpha1.KeyRewrite{Pattern: "-prod$", Substitution: "-p"}}},
+		)},
+		{"requestAffinity under Maglev", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.LoadBalancing = v1alpha1.LoadBalancingMaglev
+			s.RequestAffinity = &v1alpha1.RequestAffinity{Keys: []v1alpha1.RequestKey{{SourceIP: &v1alpha1.SourceIPKey{}}}}
+		})},
 		{"healthCheck at its bounds", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
 			s.HealthCheck = &v1alpha1.HealthCheck{Type: v1alpha1.HealthCheckHTTP, HTTP: &v1alpha1.HTTPHealthCheck{
 				Path: "/", Host: "a", ExpectedStatuses: []v1alpha1.StatusRange{{Start: 100, End: 599}}},
@@ -498,4 +531,12 @@ func deref[T any](p *T) T {
 		return zero
 	}
 	return *p
+}
+
+// ringHashWith is a RingHash Upstream whose requestAffinity has these keys.
+func ringHashWith(ns string, keys ...v1alpha1.RequestKey) client.Object {
+	return upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+		s.LoadBalancing = v1alpha1.LoadBalancingRingHash
+		s.RequestAffinity = &v1alpha1.RequestAffinity{Keys: keys}
+	})
 }

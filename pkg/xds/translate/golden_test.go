@@ -21,6 +21,7 @@ import (
 // goldenCases are the directories under testdata, each a small realistic
 // topology; TestGolden fails if a directory is added without being listed.
 var goldenCases = []string{
+	"request-affinity",
 	"seed-example",
 	"priority-spill",
 	"standby",

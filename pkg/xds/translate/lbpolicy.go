@@ -65,8 +65,16 @@ func envoyLbPolicy(s string) cluster.Cluster_LbPolicy {
 //     (in ControlPlane mode; Proxy mode publishes the source topology as is).
 //     RING_HASH and MAGLEV get a ring and a table large enough for the bound
 //     explain states.
+//   - PerEndpoint with spec.requestAffinity: RING_HASH, whether the policy is
+//     RingHash or Maglev (gRPC clients have no Maglev), with the same ring
+//     sizes as Envoy's, which the gRPC clients cap at their own limit
+//     (4,096 by default). The route's hash policy keys each RPC; grpc-go
+//     weighs each endpoint-locality by its share (docs/affinity-keys.md).
 func LbPolicyOf(up topology.Upstream, r Rendering) LbPolicy {
 	if r == PerEndpoint {
+		if up.RequestAffinity != nil {
+			return LbPolicy{Policy: cluster.Cluster_RING_HASH, Layout: PerEndpoint, RingSize: RingSize}
+		}
 		return LbPolicy{Policy: cluster.Cluster_ROUND_ROBIN, Layout: PerEndpoint}
 	}
 	p := LbPolicy{Policy: envoyLbPolicy(up.LoadBalancing), Layout: Weighted}

@@ -205,6 +205,7 @@ func Route(u *topology.UpstreamState) (*route.RouteConfiguration, error) {
 				Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
 				Action: &route.Route_Route{Route: &route.RouteAction{
 					ClusterSpecifier: &route.RouteAction_Cluster{Cluster: xdsname.Cluster(k)},
+					HashPolicy:       hashPolicies(u.Upstream.RequestAffinity),
 				}},
 			}},
 		}},

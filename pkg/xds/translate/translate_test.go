@@ -384,7 +384,11 @@ func checkLbPolicy(t tester, u *topology.UpstreamState, r translate.Rendering, c
 	k := u.Upstream.Key
 	want := wantLB[u.Upstream.LoadBalancing]
 	if r == translate.PerEndpoint {
+		// gRPC clients: round robin, or their ring when requests are keyed
 		want = cluster.Cluster_ROUND_ROBIN
+		if u.Upstream.RequestAffinity != nil {
+			want = cluster.Cluster_RING_HASH
+		}
 	}
 	if c.GetLbPolicy() != want {
 		t.Errorf("%s %s: lb_policy %v for %q, want %v", k, r, c.GetLbPolicy(), u.Upstream.LoadBalancing, want)
@@ -498,6 +502,20 @@ func checkUpstream(t tester, u *topology.UpstreamState) *translate.Resources {
 	if res.Route.GetName() != translate.RouteName(k) ||
 		res.Route.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster() != xdsname.Cluster(k) {
 		t.Errorf("%s: route %v does not send everything to %q", k, res.Route, xdsname.Cluster(k))
+	}
+	// one terminal hash policy per key source, in order; none without
+	hp := res.Route.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetHashPolicy()
+	want := 0
+	if ra := u.Upstream.RequestAffinity; ra != nil {
+		want = len(ra.Keys)
+	}
+	if len(hp) != want {
+		t.Errorf("%s: %d hash policies, want %d (one per key source)", k, len(hp), want)
+	}
+	for i, p := range hp {
+		if !p.GetTerminal() {
+			t.Errorf("%s: hash policy %d is not terminal: the first source a request carries must decide", k, i)
+		}
 	}
 	return res
 }

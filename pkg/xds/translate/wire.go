@@ -196,7 +196,9 @@ func (e *Encoder) AppendListener(b []byte, u *topology.UpstreamState) ([]byte, e
 // AppendRoute appends the encoding of Route(u).
 func (e *Encoder) AppendRoute(b []byte, u *topology.UpstreamState) ([]byte, error) {
 	k := u.Upstream.Key
-	if !e.plain(k) {
+	// a route with hash policies is written by proto: it changes only with
+	// its Upstream object, never on the endpoint fast path
+	if !e.plain(k) || u.Upstream.RequestAffinity != nil {
 		return marshalled(e, b, u, Route)
 	}
 	name, target := RouteName(k), xdsname.Cluster(k)

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/hashring"
+	"poise.dev/poise/pkg/topology"
+)
+
+// maxKeyFileKeys is the most keys --keys reads: 10 million take seconds
+// and a few hundred megabytes of output.
+const maxKeyFileKeys = 10_000_000
+
+type keyOptions struct {
+	keys, headers, cookies, query []string
+	sourceIP, keysFile            string
+	ringCap                       uint64
+}
+
+func keyFlags(fs *pflag.FlagSet, o *keyOptions) {
+	fs.StringArrayVar(&o.keys, "key", nil, "explain where a request whose first key source (spec.requestAffinity) carries VALUE goes in each client (repeatable: one request each)")
+	fs.StringArrayVar(&o.headers, "header", nil, "a header of the one request explained: NAME=VALUE (repeatable)")
+	fs.StringArrayVar(&o.cookies, "cookie", nil, "a cookie of the one request explained: NAME=VALUE (repeatable)")
+	fs.StringArrayVar(&o.query, "query", nil, "a query parameter of the one request explained: NAME=VALUE (repeatable)")
+	fs.StringVar(&o.sourceIP, "source-ip", "", "the source address of the one request explained")
+	fs.StringVar(&o.keysFile, "keys", "", "a file of keys, one per line, each the value of the first key source: the owner of every key in each client, and each endpoint's share of the hash space")
+	fs.Uint64Var(&o.ringCap, "grpc-ring-cap", 0, fmt.Sprintf("the gRPC clients' cap on the ring (GRPC_RING_HASH_CAP), 0 for their default %d, at most %d", hashring.DefaultRingSizeCap, hashring.MaxRingSize))
+}
+
+// any reports whether a key flag was given.
+func (o keyOptions) any(fs *pflag.FlagSet) bool {
+	for _, f := range []string{"key", "header", "cookie", "query", "source-ip", "keys", "grpc-ring-cap"} {
+		if fs.Changed(f) {
+			return true
+		}
+	}
+	return false
+}
+
+// runExplainKeys answers explain's key flags for upstream k of snap.
+func runExplainKeys(snap *topology.Snapshot, k topology.Key, o keyOptions, output string, stdout, stderr io.Writer) int {
+	var first *topology.RequestKey
+	if ra := snap.Upstream(k).Upstream.RequestAffinity; ra != nil && len(ra.Keys) > 0 {
+		first = &ra.Keys[0]
+	}
+	rep, clients, err := explain.ExplainKeys(snap, k, explain.KeyQuery{
+		Keys: o.keys, Headers: o.headers, Cookies: o.cookies, Query: o.query, SourceIP: o.sourceIP, RingCap: o.ringCap})
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		if ke := (*explain.KeyError)(nil); errors.As(err, &ke) {
+			return exitUsage
+		}
+		return exitInvalid
+	}
+	if o.keysFile != "" {
+		return explainKeyFile(rep, clients, first, o.keysFile, output, stdout, stderr)
+	}
+	return writeReport(output, stdout, stderr, rep, func() error { return explain.WriteKeyText(stdout, rep) })
+}
+
+// explainKeyFile answers --keys: each key's owner in each client, one line
+// a key, then how many of the file's keys each endpoint owns beside its
+// share of the hash space.
+func explainKeyFile(rep explain.KeyReport, clients []*explain.KeyClient, first *topology.RequestKey, path, output string, stdout, stderr io.Writer) int {
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: --keys: %v\n", err)
+		return exitInvalid
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), explain.MaxKeyLen+1)
+	out := bufio.NewWriterSize(stdout, 1<<20)
+	counts := make([]map[string]uint64, len(clients))
+	for i := range counts {
+		counts[i] = map[string]uint64{}
+	}
+	asJSON := output == "json"
+	if !asJSON {
+		fmt.Fprint(out, "# key")
+		for _, c := range clients {
+			fmt.Fprintf(out, "\t%s", c.Client)
+		}
+		fmt.Fprintln(out)
+	}
+	n := 0
+	for sc.Scan() {
+		if n++; n > maxKeyFileKeys {
+			fmt.Fprintf(stderr, "error: --keys %s: more than %d keys\n", path, maxKeyFileKeys)
+			return exitInvalid
+		}
+		line := strings.TrimSuffix(sc.Text(), "\r")
+		r, err := explain.FirstSourceRequest(first, line)
+		if err != nil {
+			fmt.Fprintf(stderr, "error: --keys %s:%d: %v\n", path, n, err)
+			return exitInvalid
+		}
+		a := explain.KeyAnswer{Request: line}
+		if !asJSON {
+			out.WriteString(line)
+		}
+		for i, c := range clients {
+			p := c.Pick(r)
+			where := p.Endpoint
+			if where == "" {
+				where = "random"
+			}
+			counts[i][where]++
+			if asJSON {
+				a.Picks = append(a.Picks, p)
+			} else {
+				out.WriteByte('\t')
+				out.WriteString(where)
+			}
+		}
+		if asJSON {
+			rep.Requests = append(rep.Requests, a)
+		} else {
+			out.WriteByte('\n')
+		}
+	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintf(stderr, "error: --keys %s:%d: %v (a line is at most %d bytes)\n", path, n+1, err, explain.MaxKeyLen)
+		return exitInvalid
+	}
+	if asJSON {
+		if err := out.Flush(); err != nil {
+			return exitInvalid
+		}
+		return writeReport(output, stdout, stderr, rep, nil)
+	}
+	fmt.Fprintf(out, "# %d keys; keys of the file by endpoint, per client:\n", n)
+	for i, c := range clients {
+		fmt.Fprintf(out, "#   %s:", c.Client)
+		for _, s := range c.Shares {
+			fmt.Fprintf(out, " %s=%d", s.Endpoint, counts[i][s.Endpoint])
+		}
+		if r := counts[i]["random"]; r > 0 {
+			fmt.Fprintf(out, " random=%d", r)
+		}
+		fmt.Fprintln(out)
+	}
+	if err := out.Flush(); err != nil {
+		return exitInvalid
+	}
+	return writeReport(output, stdout, stderr, rep, func() error { return explain.WriteKeyText(stdout, rep) })
+}
