@@ -150,6 +150,39 @@ func servedOwners(t *testing.T, conn *grpc.ClientConn, keys []string) map[string
 // capped ring, more than the keys the removed endpoint owned).
 func TestKeyedRPCsGoWhereExplainSays(t *testing.T) {
 	t.Parallel()
+	keyedRPCs(t, os.Getenv(ringCapEnv))
+}
+
+// ringCapEnv, in a child test process, is the ring cap grpc-go was started
+// with (GRPC_RING_HASH_CAP, which it reads once, when the process starts).
+const ringCapEnv = "POISE_E2E_GRPC_RING_HASH_CAP"
+
+// TestKeyedRPCsAtARaisedRingCap is TestKeyedRPCsGoWhereExplainSays in a
+// process whose grpc-go caps its ring at 65,536 entries instead of 4,096,
+// with explain told so (--grpc-ring-cap): the same 10,000 keys, every one
+// where explain says on the larger ring.
+func TestKeyedRPCsAtARaisedRingCap(t *testing.T) {
+	t.Parallel()
+	if os.Getenv(ringCapEnv) != "" {
+		t.Skip("this is the child process: TestKeyedRPCsGoWhereExplainSays runs at the raised cap here")
+	}
+	const ringCap = "65536"
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestKeyedRPCsGoWhereExplainSays$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "GRPC_RING_HASH_CAP="+ringCap, ringCapEnv+"="+ringCap)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestKeyedRPCsGoWhereExplainSays") {
+		t.Fatalf("at GRPC_RING_HASH_CAP=%s: %v\n%s", ringCap, err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "keys_test.go") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+}
+
+// keyedRPCs is TestKeyedRPCsGoWhereExplainSays with grpc-go's ring capped
+// at ringCap ("" for its default, 4,096).
+func keyedRPCs(t *testing.T, ringCap string) {
 	backends := splitcheck.StartBackends(t, "127.0.0.1", 7)
 	dir := t.TempDir()
 	manifests := filepath.Join(dir, "manifests")
@@ -183,7 +216,11 @@ func TestKeyedRPCsGoWhereExplainSays(t *testing.T) {
 		keyedTopology(t, manifests, backends, phase.zoneA, phase.zoneB)
 		served := cp.waitServed(t, phase.name, manifests, "e2e/carts")
 		cp.waitAcked(t, keysNode, served.Revision, 10*time.Second)
-		want := predictedOwners(t, manifests, keysFile)
+		var extra []string
+		if ringCap != "" {
+			extra = []string{"--grpc-ring-cap", ringCap}
+		}
+		want := predictedOwners(t, manifests, keysFile, extra...)
 		// the client ACKs an assignment a moment before its picker has the
 		// new ring: wait until a sample of keys lands where predicted
 		sample := keys[:200]
@@ -213,7 +250,7 @@ func TestKeyedRPCsGoWhereExplainSays(t *testing.T) {
 		for _, k := range keys {
 			owned[want[k]]++
 		}
-		t.Logf("%s: %d keys, every one served where explain --keys says (%v); keys by endpoint %v", phase.name, len(keys), time.Since(start).Round(time.Millisecond), owned)
+		t.Logf("%s (grpc-go ring cap %s): %d keys, every one served where explain --keys says (%v); keys by endpoint %v", phase.name, cmpOr(ringCap, "4096 (default)"), len(keys), time.Since(start).Round(time.Millisecond), owned)
 		if before != nil {
 			// every key is where explain said, before and after: the keys
 			// that moved are those its two predictions differ on
@@ -233,4 +270,11 @@ func TestKeyedRPCsGoWhereExplainSays(t *testing.T) {
 		}
 		before = want
 	}
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
