@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -91,6 +92,13 @@ func explainKeyFile(rep explain.KeyReport, clients []*explain.KeyClient, first *
 		}
 		fmt.Fprintln(out)
 	}
+	// the owners-only path counts by endpoint index, and folds in at the end
+	owned := make([][]uint64, len(clients))
+	reads := make([]bool, len(clients))
+	for i, c := range clients {
+		owned[i] = make([]uint64, len(c.Shares)+1)
+		reads[i] = first != nil && c.ReadsFirst(*first)
+	}
 	n := 0
 	for sc.Scan() {
 		if n++; n > maxKeyFileKeys {
@@ -98,38 +106,49 @@ func explainKeyFile(rep explain.KeyReport, clients []*explain.KeyClient, first *
 			return exitInvalid
 		}
 		line := strings.TrimSuffix(sc.Text(), "\r")
-		r, err := explain.FirstSourceRequest(first, line)
-		if err != nil {
+		if asJSON {
+			// every pick in full, retries and reasons included
+			r, err := explain.FirstSourceRequest(first, line)
+			if err != nil {
+				fmt.Fprintf(stderr, "error: --keys %s:%d: %v\n", path, n, err)
+				return exitInvalid
+			}
+			a := explain.KeyAnswer{Request: line}
+			for i, c := range clients {
+				p := c.Pick(r)
+				counts[i][cmp.Or(p.Endpoint, "random")]++
+				a.Picks = append(a.Picks, p)
+			}
+			rep.Requests = append(rep.Requests, a)
+			continue
+		}
+		// the owners only: the key hashed once, looked up in each table
+		if err := explain.CheckFirstSource(first, line); err != nil {
 			fmt.Fprintf(stderr, "error: --keys %s:%d: %v\n", path, n, err)
 			return exitInvalid
 		}
-		a := explain.KeyAnswer{Request: line}
-		if !asJSON {
-			out.WriteString(line)
-		}
+		_, h, _ := clients[0].FirstKeyHash(line)
+		out.WriteString(line)
 		for i, c := range clients {
-			p := c.Pick(r)
-			where := p.Endpoint
-			if where == "" {
-				where = "random"
+			where, e := "random", -1
+			if reads[i] {
+				where, e = c.OwnerOf(h)
 			}
-			counts[i][where]++
-			if asJSON {
-				a.Picks = append(a.Picks, p)
-			} else {
-				out.WriteByte('\t')
-				out.WriteString(where)
-			}
+			owned[i][e+1]++ // [0] counts the keys placed at random
+			out.WriteByte('\t')
+			out.WriteString(where)
 		}
-		if asJSON {
-			rep.Requests = append(rep.Requests, a)
-		} else {
-			out.WriteByte('\n')
-		}
+		out.WriteByte('\n')
 	}
 	if err := sc.Err(); err != nil {
 		fmt.Fprintf(stderr, "error: --keys %s:%d: %v (a line is at most %d bytes)\n", path, n+1, err, explain.MaxKeyLen)
 		return exitInvalid
+	}
+	for i, c := range clients {
+		counts[i]["random"] += owned[i][0]
+		for e, s := range c.Shares {
+			counts[i][s.Endpoint] += owned[i][e+1]
+		}
 	}
 	if asJSON {
 		if err := out.Flush(); err != nil {

@@ -108,6 +108,22 @@ func (q KeyQuery) requests(first *topology.RequestKey) ([]KeyRequest, []string, 
 	return append(reqs, r), append(names, strings.Join(parts, ", ")), nil
 }
 
+// CheckFirstSource is FirstSourceRequest's check alone, with no request
+// made: for a file of keys, one line after another.
+func CheckFirstSource(first *topology.RequestKey, value string) error {
+	switch {
+	case len(value) > MaxKeyLen:
+		return fmt.Errorf("longer than %d bytes", MaxKeyLen)
+	case first == nil:
+		return fmt.Errorf("the upstream has no requestAffinity: no key source to carry it")
+	case first.Source == topology.KeySourceIP:
+		if _, err := netip.ParseAddr(value); err != nil {
+			return fmt.Errorf("the first key source is sourceIP: %w", err)
+		}
+	}
+	return nil
+}
+
 // FirstSourceRequest is a request that carries value for the upstream's
 // first key source (nil: the upstream has none).
 func FirstSourceRequest(first *topology.RequestKey, value string) (KeyRequest, error) {

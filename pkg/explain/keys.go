@@ -220,6 +220,38 @@ func keyClient(c hashring.Client, cfg hashring.Config, cla *endpoint.ClusterLoad
 	return kc, nil
 }
 
+// FirstKeyHash is the key and hash of a request that carries value for
+// the upstream's first key source and nothing else: the source's rewrite
+// applied, then xxHash64, which every client computes alike for one value.
+// ok is false when the upstream has no key source.
+func (kc *KeyClient) FirstKeyHash(value string) (key string, hash uint64, ok bool) {
+	if len(kc.sources) == 0 {
+		return "", 0, false
+	}
+	key = value
+	if re := kc.rewrite[0]; re != nil {
+		key = re.ReplaceAllLiteralString(value, kc.sources[0].RewriteSubstitution)
+	}
+	hash, _ = hashring.RequestHash(hashring.EnvoyRingHash, key)
+	return key, hash, true
+}
+
+// ReadsFirst reports whether kc keys a request by the upstream's first key
+// source (first): a gRPC client reads header sources only.
+func (kc *KeyClient) ReadsFirst(first topology.RequestKey) bool {
+	return kc.table != nil && len(kc.sources) > 0 && kc.sources[0] == first
+}
+
+// OwnerOf is the endpoint kc sends a request of this hash to, and its
+// index in kc.Shares.
+func (kc *KeyClient) OwnerOf(hash uint64) (string, int) {
+	e, ok := kc.table.Pick(hash)
+	if !ok {
+		return "", -1
+	}
+	return kc.eps[e], e
+}
+
 // errNoKey is keyOf's answer when a source the request does not carry is
 // reached and the client keys the request at random.
 var errNoKey = errors.New("no key")
