@@ -206,6 +206,7 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		}
 	}
 	od, errs := outlierDetection(errs, sp.Child("outlierDetection"), s.OutlierDetection, s.LoadReporting != nil)
+	rp, errs := retries(errs, sp.Child("retries"), s.Retries, s.Protocol)
 	exp, expErrs := ExportTo(sp.Child("exportTo"), s.ExportTo, Key(u.Namespace, u.Name).Namespace)
 	errs = append(errs, expErrs...)
 	if len(errs) > 0 {
@@ -237,6 +238,7 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		HealthCheck:        hc,
 		LoadReportInterval: lri,
 		OutlierDetection:   od,
+		Retries:            rp,
 		ExportTo:           exp,
 	}, nil
 }

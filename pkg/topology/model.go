@@ -89,6 +89,9 @@ type Upstream struct {
 	// OutlierDetection, when set, is the upstream's fleet outlier detection
 	// (spec.outlierDetection, docs/health.md); it needs LoadReportInterval.
 	OutlierDetection *OutlierDetection
+	// Retries, when set, is the upstream's retry policy (spec.retries,
+	// docs/retries.md).
+	Retries *RetryPolicy
 	// ExportTo is spec.exportTo, the namespaces whose clients may read the
 	// upstream, with "." resolved to Key.Namespace; not Set follows the
 	// control plane's default (VisibleTo). It is comparable, so equal's
@@ -176,6 +179,10 @@ func (u Upstream) equal(o *Upstream) bool {
 	a.Affinity, b.Affinity = nil, nil
 	a.HealthCheck, b.HealthCheck = nil, nil
 	a.OutlierDetection, b.OutlierDetection = nil, nil
+	a.Retries, b.Retries = nil, nil
+	if !u.Retries.Equal(o.Retries) {
+		return false
+	}
 	if a != b || (u.Service == nil) != (o.Service == nil) || !u.Affinity.equal(o.Affinity) || !u.HealthCheck.Equal(o.HealthCheck) ||
 		!u.OutlierDetection.Equal(o.OutlierDetection) {
 		return false
