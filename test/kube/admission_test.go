@@ -159,6 +159,16 @@ func TestAdmission(t *testing.T) {
 			t.Errorf("spec.outlierDetection defaulted by the apiserver to %+v, by OutlierDetection.Default() to %+v", got.Spec.OutlierDetection, wantOD)
 		}
 
+		// spec.retries's defaults, the apiserver's and Go's
+		rp := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "retrying", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{
+			Retries: &v1alpha1.RetryPolicy{RetryOn: []v1alpha1.RetryCondition{v1alpha1.RetryOnUnavailable},
+				Backoff: &v1alpha1.RetryBackoff{}, Budget: &v1alpha1.RetryBudget{}}}}
+		wantRP := rp.Spec.Retries.DeepCopy()
+		wantRP.Default()
+		if stored := storedSpec(t, rp).Retries; !equality.Semantic.DeepEqual(stored, wantRP) {
+			t.Errorf("spec.retries defaulted by the apiserver to %+v, by RetryPolicy.Default() to %+v", stored, wantRP)
+		}
+
 		l := &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "empty"}}
 		if err := k8s.Create(t.Context(), l); err != nil {
 			t.Fatal(err)
@@ -235,6 +245,19 @@ func outlierWith(ns string, f func(*v1alpha1.OutlierDetection)) *v1alpha1.Upstre
 		s.OutlierDetection = &v1alpha1.OutlierDetection{}
 		f(s.OutlierDetection)
 	})
+}
+
+// storedSpec creates u and returns its spec as the apiserver stored it.
+func storedSpec(t *testing.T, u *v1alpha1.Upstream) v1alpha1.UpstreamSpec {
+	t.Helper()
+	if err := k8s.Create(t.Context(), u); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha1.Upstream
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(u), &got); err != nil {
+		t.Fatal(err)
+	}
+	return got.Spec
 }
 
 // badObject is an object the CRD schema or a CEL rule refuses.
