@@ -46,6 +46,9 @@ func (s *UpstreamSpec) Default() {
 	if s.OutlierDetection != nil {
 		s.OutlierDetection.Default()
 	}
+	if s.Retries != nil {
+		s.Retries.Default()
+	}
 }
 
 // Default fills the unset fields of the outlier detection with their defaults.

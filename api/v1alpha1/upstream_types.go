@@ -97,6 +97,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.outlierDetection) || has(self.loadReporting)",message="outlierDetection needs loadReporting: the evidence is the clients' load reports"
 // +kubebuilder:validation:XValidation:rule="!has(self.localityAffinity) || !has(self.localityAffinity.mode) || self.localityAffinity.mode != 'Balanced' || !has(self.healthAdjustment) || self.healthAdjustment != 'Proxy'",message="localityAffinity.mode Balanced needs healthAdjustment ControlPlane: a proxy's own math cannot keep the global split"
 // +kubebuilder:validation:XValidation:rule="!has(self.requestAffinity) || (has(self.loadBalancing) && self.loadBalancing in ['RingHash', 'Maglev'])",message="requestAffinity needs loadBalancing RingHash or Maglev: the key is hashed onto their ring or table"
+// +kubebuilder:validation:XValidation:rule="!has(self.retries) || !has(self.protocol) || self.protocol != 'TCP'",message="retries need protocol HTTP1, HTTP2 or GRPC: a TCP upstream has no requests to retry"
 type UpstreamSpec struct {
 	// overprovisioningFactor is Envoy's overprovisioning factor as an integer percent:
 	// 140 means 1.4, so a locality keeps its full share while at least 5/7 of its
@@ -199,6 +200,10 @@ type UpstreamSpec struct {
 	// decision is each endpoint's outlier signal, with its origin.
 	// +optional
 	OutlierDetection *OutlierDetection `json:"outlierDetection,omitempty"`
+	// retries is the upstream's retry policy, published on its route to
+	// Envoy and to gRPC clients (docs/retries.md). Not with protocol TCP.
+	// +optional
+	Retries *RetryPolicy `json:"retries,omitempty"`
 	// exportTo lists the namespaces whose xDS clients may read this Upstream:
 	// "*" for every namespace, "." for the Upstream's own, or a namespace
 	// name. "*" stands alone; no item appears twice. Without it the control

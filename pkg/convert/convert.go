@@ -207,6 +207,7 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		}
 	}
 	od, errs := outlierDetection(errs, sp.Child("outlierDetection"), s.OutlierDetection, s.LoadReporting != nil)
+	rp, errs := retries(errs, sp.Child("retries"), s.Retries, s.Protocol)
 	exp, expErrs := ExportTo(sp.Child("exportTo"), s.ExportTo, Key(u.Namespace, u.Name).Namespace)
 	errs = append(errs, expErrs...)
 	if len(errs) > 0 {
@@ -239,6 +240,7 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 		LoadReportInterval: lri,
 		OutlierDetection:   od,
 		RequestAffinity:    ra,
+		Retries:            rp,
 		ExportTo:           exp,
 	}, nil
 }

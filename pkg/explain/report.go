@@ -52,6 +52,9 @@ type Upstream struct {
 	// when it has one: its verdicts are the probe signals whose origin
 	// starts "active check by".
 	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
+	// Retries is the upstream's retry policy (spec.retries), when it has
+	// one, and what each client kind does of it.
+	Retries *Retries `json:"retries,omitempty"`
 	// Visibility is the upstream's spec.exportTo, when it sets one: the
 	// namespaces whose clients may read it. Absent, the control plane's
 	// default applies; a report that resolves visibility
@@ -299,6 +302,7 @@ func BuildUpstream(u *topology.UpstreamState) Upstream {
 		LoadBalancing: loadBalancing(u),
 		Affinity:      affinityOf(&u.Upstream),
 		HealthCheck:   healthCheckOf(&u.Upstream),
+		Retries:       retriesOf(u),
 		Visibility:    visibilityOf(&u.Upstream),
 		Split:         buildSplit(u, nil),
 

@@ -82,6 +82,7 @@ func writeUpstream(tw *textWriter, u Upstream, aud *Audience) {
 	writeLoadBalancing(tw, u.LoadBalancing)
 	writeAffinity(tw, u.Affinity)
 	writeHealthCheck(tw, u.HealthCheck)
+	writeRetries(tw, u.Retries)
 	writeVisibility(tw, u.Visibility)
 	writeAccess(tw, aud, u.Access, "it")
 	writeSplit(tw, p, u.Split, nil)

@@ -92,6 +92,9 @@ type Upstream struct {
 	// RequestAffinity, when set, is spec.requestAffinity: where each
 	// request's key is taken from, for RingHash and Maglev.
 	RequestAffinity *RequestAffinity
+	// Retries, when set, is the upstream's retry policy (spec.retries,
+	// docs/retries.md).
+	Retries *RetryPolicy
 	// ExportTo is spec.exportTo, the namespaces whose clients may read the
 	// upstream, with "." resolved to Key.Namespace; not Set follows the
 	// control plane's default (VisibleTo). It is comparable, so equal's
@@ -180,6 +183,10 @@ func (u Upstream) equal(o *Upstream) bool {
 	a.HealthCheck, b.HealthCheck = nil, nil
 	a.OutlierDetection, b.OutlierDetection = nil, nil
 	a.RequestAffinity, b.RequestAffinity = nil, nil
+	a.Retries, b.Retries = nil, nil
+	if !u.Retries.Equal(o.Retries) {
+		return false
+	}
 	if a != b || (u.Service == nil) != (o.Service == nil) || !u.Affinity.equal(o.Affinity) || !u.HealthCheck.Equal(o.HealthCheck) ||
 		!u.OutlierDetection.Equal(o.OutlierDetection) || !u.RequestAffinity.Equal(o.RequestAffinity) {
 		return false

@@ -52,6 +52,8 @@ var differences = map[string]difference{
 	"requestAffinity under RoundRobin":                        {convertField: "spec.requestAffinity"},
 	"outlierDetection maxEjectionTime below the default base": {convertField: "spec.outlierDetection.maxEjectionTime"},
 	"duplicate pathPrefix":                                    {convertField: "spec.products[1].pathPrefix"},
+	"retries with protocol TCP":                               {convertField: "spec.retries"},
+	"retries maxInterval below baseInterval":                  {convertField: "spec.retries.backoff.maxInterval"},
 	// the apiserver's list-map key check names the item, convert its key
 	"cluster imported twice": {convertField: "spec.endpointsFrom.clusters[1].name"},
 }

@@ -159,6 +159,16 @@ func TestAdmission(t *testing.T) {
 			t.Errorf("spec.outlierDetection defaulted by the apiserver to %+v, by OutlierDetection.Default() to %+v", got.Spec.OutlierDetection, wantOD)
 		}
 
+		// spec.retries's defaults, the apiserver's and Go's
+		rp := &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: "retrying", Namespace: ns}, Spec: v1alpha1.UpstreamSpec{
+			Retries: &v1alpha1.RetryPolicy{RetryOn: []v1alpha1.RetryCondition{v1alpha1.RetryOnUnavailable},
+				Backoff: &v1alpha1.RetryBackoff{}, Budget: &v1alpha1.RetryBudget{}}}}
+		wantRP := rp.Spec.Retries.DeepCopy()
+		wantRP.Default()
+		if stored := storedSpec(t, rp).Retries; !equality.Semantic.DeepEqual(stored, wantRP) {
+			t.Errorf("spec.retries defaulted by the apiserver to %+v, by RetryPolicy.Default() to %+v", stored, wantRP)
+		}
+
 		l := &v1alpha1.Locality{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns}, Spec: v1alpha1.LocalitySpec{Upstream: "empty"}}
 		if err := k8s.Create(t.Context(), l); err != nil {
 			t.Fatal(err)
@@ -235,6 +245,19 @@ func outlierWith(ns string, f func(*v1alpha1.OutlierDetection)) *v1alpha1.Upstre
 		s.OutlierDetection = &v1alpha1.OutlierDetection{}
 		f(s.OutlierDetection)
 	})
+}
+
+// storedSpec creates u and returns its spec as the apiserver stored it.
+func storedSpec(t *testing.T, u *v1alpha1.Upstream) v1alpha1.UpstreamSpec {
+	t.Helper()
+	if err := k8s.Create(t.Context(), u); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha1.Upstream
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(u), &got); err != nil {
+		t.Fatal(err)
+	}
+	return got.Spec
 }
 
 // badObject is an object the CRD schema or a CEL rule refuses.
@@ -426,7 +449,35 @@ func badObjects(ns string) []badObject {
 		{`address "::ffff:10.0.0.1" (IPv4-mapped)`, endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Address = "::ffff:10.0.0.1" }), "spec.endpoints[0].address", "must be an IP address"},
 		{"product name Bad_Name", domainWith(ns, func(s *v1alpha1.SpatialDomainSpec) { s.Products[0].Name = "Bad_Name" }), "spec.products[0].name", "should match"},
 		{"extent south -90.5", partitionWith(ns, func(s *v1alpha1.PartitionSpec) { s.Extent.South = -90.5 }), "spec.extent.south", "greater than or equal to -90"},
+		{"retries with protocol TCP", retriesWith(ns, func(r *v1alpha1.RetryPolicy) {}, v1alpha1.ProtocolTCP), "spec", "retries need protocol HTTP1, HTTP2 or GRPC"},
+		{"retries condition not in the enum", retriesWith(ns, func(r *v1alpha1.RetryPolicy) { r.RetryOn = []v1alpha1.RetryCondition{"Sometimes"} }), "spec.retries.retryOn[0]", `"Unavailable"`},
+		{"retries numRetries 5", retriesWith(ns, func(r *v1alpha1.RetryPolicy) { r.NumRetries = new(int32(5)) }), "spec.retries.numRetries", "less than or equal to 4"},
+		{"retries perTryTimeout 0.5ms", retriesWith(ns, func(r *v1alpha1.RetryPolicy) { r.PerTryTimeout = &metav1.Duration{Duration: 500 * time.Microsecond} }),
+			"spec.retries.perTryTimeout", "perTryTimeout must be from 1ms to 1h"},
+		{"retries baseInterval 0s", retriesWith(ns, func(r *v1alpha1.RetryPolicy) { r.Backoff = &v1alpha1.RetryBackoff{BaseInterval: &metav1.Duration{}} }),
+			"spec.retries.backoff.baseInterval", "baseInterval must be from 1ms to 10s"},
+		{"retries maxInterval 6m", retriesWith(ns, func(r *v1alpha1.RetryPolicy) {
+			r.Backoff = &v1alpha1.RetryBackoff{MaxInterval: &metav1.Duration{Duration: 6 * time.Minute}}
+		}), "spec.retries.backoff.maxInterval", "maxInterval must be from 1ms to 5m"},
+		{"retries maxInterval below baseInterval", retriesWith(ns, func(r *v1alpha1.RetryPolicy) {
+			r.Backoff = &v1alpha1.RetryBackoff{BaseInterval: &metav1.Duration{Duration: 100 * time.Millisecond}, MaxInterval: &metav1.Duration{Duration: 99 * time.Millisecond}}
+		}), "spec.retries.backoff", "maxInterval must not be below baseInterval"},
+		{"retries budget percent 0", retriesWith(ns, func(r *v1alpha1.RetryPolicy) { r.Budget = &v1alpha1.RetryBudget{Percent: new(int32(0))} }),
+			"spec.retries.budget.percent", "greater than or equal to 1"},
 	}
+}
+
+// retriesWith is an Upstream of protocol p (GRPC when none is given) with
+// spec.retries on Unavailable, changed by f.
+func retriesWith(ns string, f func(*v1alpha1.RetryPolicy), p ...v1alpha1.Protocol) *v1alpha1.Upstream {
+	return upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+		s.Protocol = v1alpha1.ProtocolGRPC
+		if len(p) > 0 {
+			s.Protocol = p[0]
+		}
+		s.Retries = &v1alpha1.RetryPolicy{RetryOn: []v1alpha1.RetryCondition{v1alpha1.RetryOnUnavailable}}
+		f(s.Retries)
+	})
 }
 
 // goodObject is an object at the bounds of the rules.
@@ -484,6 +535,17 @@ func goodObjects(ns string) []goodObject {
 		{"loopback and private addresses (the Upstream decides on loopback)", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
 			s.Endpoints = []v1alpha1.Endpoint{{Address: "127.0.0.1", Port: 80}, {Address: "::1", Port: 80}, {Address: "192.168.1.1", Port: 80}, {Address: "fd00::1", Port: 80}, {Address: "100.64.0.1", Port: 80}}
 		})},
+		{"retries at their upper bounds", retriesWith(ns, func(r *v1alpha1.RetryPolicy) {
+			r.RetryOn = []v1alpha1.RetryCondition{"ConnectFailure", "Reset", "HTTP5xx", "Cancelled", "DeadlineExceeded", "Internal", "ResourceExhausted", "Unavailable"}
+			r.NumRetries, r.PerTryTimeout = new(int32(4)), &metav1.Duration{Duration: time.Hour}
+			r.Backoff = &v1alpha1.RetryBackoff{BaseInterval: &metav1.Duration{Duration: 10 * time.Second}, MaxInterval: &metav1.Duration{Duration: 5 * time.Minute}}
+			r.Budget = &v1alpha1.RetryBudget{Percent: new(int32(100)), MinConcurrency: new(int32(10000))}
+		})},
+		{"retries at their lower bounds", retriesWith(ns, func(r *v1alpha1.RetryPolicy) {
+			r.RetryOn, r.NumRetries, r.PerTryTimeout = []v1alpha1.RetryCondition{"ConnectFailure"}, new(int32(1)), &metav1.Duration{Duration: time.Millisecond}
+			r.Backoff = &v1alpha1.RetryBackoff{BaseInterval: &metav1.Duration{Duration: time.Millisecond}, MaxInterval: &metav1.Duration{Duration: time.Millisecond}}
+			r.Budget = &v1alpha1.RetryBudget{Percent: new(int32(1)), MinConcurrency: new(int32(0))}
+		}, v1alpha1.ProtocolHTTP1)},
 		{"addressPolicy.allowLoopback", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.AddressPolicy = &v1alpha1.AddressPolicy{AllowLoopback: true} })},
 		{`exportTo "*"`, upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) { s.ExportTo = []string{"*"} })},
 		{`exportTo ".", its own namespace by name and 62 more, one of 63 characters`, upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {

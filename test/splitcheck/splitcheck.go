@@ -45,6 +45,10 @@ type Backend struct {
 	// them; onlyWith, when set, is the header an RPC must carry to count.
 	failures, n atomic.Int64
 	onlyWith    atomic.Pointer[string]
+	// attempts counts every RPC that reached the backend; unavailable is
+	// the random UNAVAILABLE failure mode (SetUnavailable).
+	attempts    atomic.Int64
+	unavailable atomic.Pointer[randomFailures]
 }
 
 // SetServing makes Check answer SERVING (true) or NOT_SERVING (false). Either
@@ -69,6 +73,10 @@ func (b *Backend) SetFailures(perMille int64, onlyWith ...string) {
 func (b *Backend) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(PoisonHeader)) > 0 {
 		return nil, status.Error(codes.PermissionDenied, "this client is refused")
+	}
+	b.attempts.Add(1)
+	if b.failsUnavailable() {
+		return nil, status.Error(codes.Unavailable, "injected unavailability")
 	}
 	if p := b.failures.Load(); p > 0 && b.selected(ctx) {
 		if n := b.n.Add(1); n*p/1000 != (n-1)*p/1000 {

@@ -35,6 +35,7 @@ var goldenCases = []string{
 	"mixed-endpoint-weights",
 	"lb-policies",
 	"load-reporting",
+	"retries",
 }
 
 // loadSnapshot loads manifests as `kubectl apply` takes them and applies

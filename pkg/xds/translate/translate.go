@@ -123,6 +123,7 @@ func Cluster(u *topology.UpstreamState, r Rendering) (*cluster.Cluster, error) {
 			},
 		},
 		TypedExtensionProtocolOptions: protocolOptions(up),
+		CircuitBreakers:               CircuitBreakers(up),
 	}
 	if up.LoadReportInterval > 0 {
 		// clients report this cluster's load to Poise over LRS
@@ -206,6 +207,7 @@ func Route(u *topology.UpstreamState) (*route.RouteConfiguration, error) {
 				Action: &route.Route_Route{Route: &route.RouteAction{
 					ClusterSpecifier: &route.RouteAction_Cluster{Cluster: xdsname.Cluster(k)},
 					HashPolicy:       hashPolicies(u.Upstream.RequestAffinity),
+					RetryPolicy:      RetryPolicy(u.Upstream),
 				}},
 			}},
 		}},

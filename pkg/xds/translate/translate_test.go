@@ -711,6 +711,11 @@ func genUpstream(t *rapid.T) topology.Batch {
 		ConnectTimeout:     time.Duration(rapid.SampledFrom([]int64{0, 5e9, 25e7, 1_500_000_001, 3 * 3600e9}).Draw(t, "timeout")),
 		Protocol:           rapid.SampledFrom([]string{"HTTP1", "HTTP2", "GRPC", "TCP"}).Draw(t, "protocol"),
 		LoadReportInterval: time.Duration(rapid.SampledFrom([]int64{0, 0, 1e9, 10e9}).Draw(t, "loadReportInterval")),
+		Retries: rapid.SampledFrom([]*topology.RetryPolicy{nil, nil,
+			{On: topology.RetryUnavailable | topology.RetryReset, NumRetries: 2, BaseInterval: 25e6, MaxInterval: 250e6},
+			{On: topology.RetryHTTP5xx, NumRetries: 4, PerTryTimeout: 1_500e6, BaseInterval: 1e6, MaxInterval: 1e6, BudgetPercent: 20, BudgetMinConcurrency: 3},
+			{On: 0xff, NumRetries: 1, BaseInterval: 10e9, MaxInterval: 300e9, BudgetPercent: 100},
+		}).Draw(t, "retries"),
 	}
 	b.PutUpstream(up)
 	const big = math.MaxUint32 / 8

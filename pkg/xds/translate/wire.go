@@ -24,7 +24,8 @@ import (
 // Cluster, Listener and Route (a test holds them so); an upstream whose names
 // the generated validation might refuse (empty, not UTF-8, or carrying a
 // control character a header may not) is built, validated and marshalled
-// as a message instead.
+// as a message instead, and so is a route with a retry policy and a
+// cluster with a retry budget (retrypolicy.go).
 type Encoder struct {
 	edsConfig  []byte // EdsClusterConfig.eds_config: ADS, v3
 	http2      []byte // Cluster.typed_extension_protocol_options for HTTP/2
@@ -108,7 +109,8 @@ func (e *Encoder) plain(k topology.Key) bool { return plainName(k.Namespace) && 
 // AppendCluster appends the encoding of Cluster(u, r).
 func (e *Encoder) AppendCluster(b []byte, u *topology.UpstreamState, r Rendering) ([]byte, error) {
 	up := u.Upstream
-	if !e.plain(up.Key) {
+	// a retry budget is rare: its cluster takes the way of odd names
+	if !e.plain(up.Key) || up.Retries.HasBudget() {
 		return marshalled(e, b, u, func(u *topology.UpstreamState) (*cluster.Cluster, error) { return Cluster(u, r) })
 	}
 	lb := LbPolicyOf(up, r)
@@ -196,9 +198,9 @@ func (e *Encoder) AppendListener(b []byte, u *topology.UpstreamState) ([]byte, e
 // AppendRoute appends the encoding of Route(u).
 func (e *Encoder) AppendRoute(b []byte, u *topology.UpstreamState) ([]byte, error) {
 	k := u.Upstream.Key
-	// a route with hash policies is written by proto: it changes only with
-	// its Upstream object, never on the endpoint fast path
-	if !e.plain(k) || u.Upstream.RequestAffinity != nil {
+	// a route with hash policies or a retry policy is written by proto: it
+	// changes only with its Upstream object, never on the endpoint fast path
+	if !e.plain(k) || u.Upstream.RequestAffinity != nil || u.Upstream.Retries != nil {
 		return marshalled(e, b, u, Route)
 	}
 	name, target := RouteName(k), xdsname.Cluster(k)
