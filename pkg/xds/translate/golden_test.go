@@ -34,6 +34,7 @@ var goldenCases = []string{
 	"mixed-endpoint-weights",
 	"lb-policies",
 	"load-reporting",
+	"endpoint-hash-keys",
 }
 
 // loadSnapshot loads manifests as `kubectl apply` takes them and applies
