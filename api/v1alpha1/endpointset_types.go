@@ -79,7 +79,39 @@ type Endpoint struct {
 	// +optional
 	// +kubebuilder:default=Ready
 	AdminState AdminState `json:"adminState,omitempty"`
+
+	// hashKey is the endpoint's stable name for keyed load balancing: it is
+	// published as the endpoint's envoy.lb hash_key metadata, which Envoy and
+	// gRPC place on a hash ring instead of the address, so an endpoint that
+	// comes back at a new address keeps its keys. Absent, the address is used.
+	// At most 253 letters, digits and the characters - _ . : /, starting and
+	// ending with a letter or digit.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.:/]*[A-Za-z0-9])?$`
+	HashKey string `json:"hashKey,omitempty"`
+
+	// generation names the backend now at this address: a change of it (or
+	// its first appearance) starts a new generation, whose outlier, active
+	// health-check and load-report state start empty, so a new backend at a
+	// reused address does not inherit the previous one's history (see
+	// docs/health.md, "Endpoint generations"). Absent, an address keeps one
+	// generation for as long as it is listed. At most 128 letters, digits
+	// and the characters - _ . :, starting and ending with a letter or digit.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.:]*[A-Za-z0-9])?$`
+	Generation string `json:"generation,omitempty"`
 }
+
+// MaxHashKeyLength and MaxGenerationLength bound an endpoint's hashKey and
+// generation.
+const (
+	MaxHashKeyLength    = 253
+	MaxGenerationLength = 128
+)
 
 // EndpointSetSpec is the desired state of an EndpointSet: endpoints of one upstream
 // in one locality.

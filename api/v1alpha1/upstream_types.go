@@ -522,7 +522,23 @@ type EndpointsFrom struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
 	Clusters []ClusterImport `json:"clusters,omitempty"`
+
+	// hashKeyFrom names where an imported endpoint's hash key comes from.
+	// PodName: the name of the Pod in the endpoint's targetRef, published as
+	// its envoy.lb hash_key metadata, so a Pod of a StatefulSet that comes
+	// back at a new IP keeps its keys on a hash ring. Absent: imported
+	// endpoints carry no hash key, and rings place them by address. An
+	// endpoint without a Pod targetRef carries none either way.
+	// +optional
+	HashKeyFrom HashKeySource `json:"hashKeyFrom,omitempty"`
 }
+
+// HashKeySource is where an imported endpoint's hash key comes from.
+// +kubebuilder:validation:Enum=PodName
+type HashKeySource string
+
+// HashKeyFromPodName: the Pod name of the endpoint's targetRef.
+const HashKeyFromPodName HashKeySource = "PodName"
 
 // ClusterImport is one cluster an Upstream imports its Service from.
 type ClusterImport struct {
@@ -723,6 +739,13 @@ type EjectedEndpoint struct {
 	// lasts baseEjectionTime × count, at most maxEjectionTime.
 	// +kubebuilder:validation:Minimum=1
 	Count int32 `json:"count"`
+
+	// generation is the endpoint generation that was ejected (an imported
+	// Pod's uid, an EndpointSet endpoint's generation): a new backend at
+	// the address is a new generation, and the ejection does not apply to it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Generation string `json:"generation,omitempty"`
 }
 
 // MaxCheckedEndpointsPerUpstream is how many endpoints of one Upstream are
@@ -766,6 +789,12 @@ type CheckedEndpoint struct {
 	// since is when the verdict was reached.
 	// +optional
 	Since *metav1.Time `json:"since,omitempty"`
+
+	// generation is the endpoint generation the verdict was reached on: a
+	// new backend at the address is a new generation, checked afresh.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Generation string `json:"generation,omitempty"`
 }
 
 // Sources of status.clientZonesDemand.

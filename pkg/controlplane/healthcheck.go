@@ -43,7 +43,7 @@ func applyVerdicts(dir *topology.Directory, vs []healthcheck.Verdict, log *slog.
 		var out []topology.CheckVerdict
 		for ; j < len(vs) && vs[j].Upstream == vs[i].Upstream; j++ {
 			v := vs[j]
-			out = append(out, topology.CheckVerdict{Address: v.Target.Address, Port: v.Target.Port, Probe: v.Probe, Origin: v.Origin})
+			out = append(out, topology.CheckVerdict{Address: v.Target.Address, Port: v.Target.Port, Probe: v.Probe, Origin: v.Origin, Generation: v.Target.Generation})
 		}
 		b.PutCheckVerdicts(vs[i].Upstream, out)
 		i = j

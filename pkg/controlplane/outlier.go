@@ -27,7 +27,7 @@ type outliers struct {
 	log     *slog.Logger
 	// published is the ejections the Directory holds, by upstream: what
 	// the next Apply is computed against, so a refused Apply is retried.
-	published map[topology.Key]map[outlier.Endpoint]string
+	published map[topology.Key]map[outlier.Endpoint]ejected
 
 	mu     sync.Mutex
 	status map[topology.Key]outlier.Status // the last evaluation's, by upstream with a detection
@@ -35,7 +35,7 @@ type outliers struct {
 
 func newOutliers(dir *topology.Directory, loads *loadreport.Store, m *metrics.Outliers, log *slog.Logger) *outliers {
 	return &outliers{dir: dir, loads: loads, decider: outlier.NewDecider(loads.Window()), m: m, log: log,
-		published: map[topology.Key]map[outlier.Endpoint]string{}, status: map[topology.Key]outlier.Status{}}
+		published: map[topology.Key]map[outlier.Endpoint]ejected{}, status: map[topology.Key]outlier.Status{}}
 }
 
 // run evaluates every period until ctx ends.
@@ -57,7 +57,7 @@ func (o *outliers) run(ctx context.Context, period time.Duration) error {
 func (o *outliers) evaluate(now time.Time) {
 	snap := o.dir.Current()
 	var b topology.Batch
-	want := map[topology.Key]map[outlier.Endpoint]string{}
+	want := map[topology.Key]map[outlier.Endpoint]ejected{}
 	status := map[topology.Key]outlier.Status{}
 	for _, u := range snap.Upstreams() {
 		od := u.Upstream.OutlierDetection
@@ -67,7 +67,7 @@ func (o *outliers) evaluate(now time.Time) {
 		k := u.Upstream.Key
 		if _, known := o.published[k]; !known {
 			o.m.Init(k.String())
-			o.published[k] = map[outlier.Endpoint]string{}
+			o.published[k] = map[outlier.Endpoint]ejected{}
 		}
 		// an upstream not yet in the store's catalog has no reports
 		reports, _ := o.loads.Reports(xdsname.Cluster(k), now)
@@ -79,10 +79,10 @@ func (o *outliers) evaluate(now time.Time) {
 			}
 			v.Log(o.log, label)
 		}
-		cur := map[outlier.Endpoint]string{}
+		cur := map[outlier.Endpoint]ejected{}
 		ejections := o.decider.Ejections(k)
 		for _, e := range ejections {
-			cur[outlier.Endpoint{Address: e.Address, Port: e.Port}] = e.Origin
+			cur[outlier.Endpoint{Address: e.Address, Port: e.Port}] = ejected{e.Origin, e.Generation}
 		}
 		status[k] = outlier.Status{EvaluatedAt: now, Reporters: agg.Reporters, Untrusted: agg.Untrusted, Ejections: ejections}
 		want[k] = cur
@@ -126,18 +126,23 @@ func (o *outliers) evaluate(now time.Time) {
 	o.published = want
 }
 
+// ejected is an ejection as the Directory holds it: its evidence and the
+// endpoint generation it applies to.
+type ejected struct{ origin, generation string }
+
 // diffEjections is the verdicts that turn the ejections had into want,
-// sorted.
-func diffEjections(had, want map[outlier.Endpoint]string) []topology.OutlierVerdict {
+// sorted; an address names one verdict (a new generation's ejection
+// replaces the old one's).
+func diffEjections(had, want map[outlier.Endpoint]ejected) []topology.OutlierVerdict {
 	var out []topology.OutlierVerdict
-	for e, origin := range want {
-		if o, ok := had[e]; !ok || o != origin {
-			out = append(out, topology.OutlierVerdict{Address: e.Address, Port: e.Port, Ejected: true, Origin: origin})
+	for e, w := range want {
+		if o, ok := had[e]; !ok || o != w {
+			out = append(out, topology.OutlierVerdict{Address: e.Address, Port: e.Port, Ejected: true, Origin: w.origin, Generation: w.generation})
 		}
 	}
-	for e := range had {
+	for e, h := range had {
 		if _, ok := want[e]; !ok {
-			out = append(out, topology.OutlierVerdict{Address: e.Address, Port: e.Port})
+			out = append(out, topology.OutlierVerdict{Address: e.Address, Port: e.Port, Generation: h.generation})
 		}
 	}
 	slices.SortFunc(out, func(a, b topology.OutlierVerdict) int {

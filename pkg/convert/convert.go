@@ -133,6 +133,10 @@ func Upstream(in *v1alpha1.Upstream) (topology.Upstream, field.ErrorList) {
 			}
 		}
 		svc = &topology.ServiceRef{Name: ref.Name, Port: ref.Port.String()}
+		if f := s.EndpointsFrom.HashKeyFrom; f != "" {
+			errs = oneOf(errs, sp.Child("endpointsFrom", "hashKeyFrom"), f, v1alpha1.HashKeyFromPodName)
+			svc.HashKeyFromPodName = f == v1alpha1.HashKeyFromPodName
+		}
 		if cs := s.EndpointsFrom.Clusters; cs != nil {
 			cp := sp.Child("endpointsFrom", "clusters")
 			if len(cs) > MaxClusters {
@@ -489,8 +493,13 @@ func OwnedEndpointSet(s *v1alpha1.EndpointSet) (topology.EndpointSet, field.Erro
 			errs = append(errs, field.Duplicate(sp.Child("endpoints").Index(i), fmt.Sprintf("%s port %d (also endpoints[%d])", e.Address, e.Port, j)))
 		}
 		seen[k] = i
+		if e.HashKey != "" || e.Generation != "" {
+			errs = validateEndpointName(errs, func() *field.Path { return ep(i, "hashKey") }, e.HashKey, v1alpha1.MaxHashKeyLength, "-_.:/")
+			errs = validateEndpointName(errs, func() *field.Path { return ep(i, "generation") }, e.Generation, v1alpha1.MaxGenerationLength, "-_.:")
+		}
 		out.Endpoints = append(out.Endpoints, topology.Endpoint{
 			Address: e.Address, Port: uint32(e.Port), Weight: uint64(*e.Weight), Admin: admin,
+			HashKey: e.HashKey, Generation: e.Generation,
 		})
 	}
 	var origin string
@@ -554,4 +563,26 @@ func validateAddress(errs field.ErrorList, p func() *field.Path, a string) field
 // alphanumeric.
 func isPortName(s string) bool {
 	return len(s) <= 15 && dnsLabel.MatchString(s) && strings.ContainsAny(s, "abcdefghijklmnopqrstuvwxyz") && !strings.Contains(s, "--")
+}
+
+// validateEndpointName refuses an endpoint's hashKey or generation (empty
+// is absent) that is longer than maxLen or is not letters, digits and the
+// characters of inner, starting and ending with a letter or digit: the
+// CRD's maxLength and pattern for the field.
+func validateEndpointName(errs field.ErrorList, p func() *field.Path, v string, maxLen int, inner string) field.ErrorList {
+	if v == "" {
+		return errs
+	}
+	if len(v) > maxLen {
+		return append(errs, field.TooLong(p(), v, maxLen))
+	}
+	alnum := func(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' }
+	ok := alnum(v[0]) && alnum(v[len(v)-1])
+	for i := 0; ok && i < len(v); i++ {
+		ok = alnum(v[i]) || strings.IndexByte(inner, v[i]) >= 0
+	}
+	if !ok {
+		return append(errs, field.Invalid(p(), v, fmt.Sprintf("must be letters, digits and the characters %s, starting and ending with a letter or digit", inner)))
+	}
+	return errs
 }

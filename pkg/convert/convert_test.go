@@ -122,6 +122,10 @@ func TestUpstreamInvalid(t *testing.T) {
 		// The CRD's CEL rule wants at least one letter and no "--" in a port name.
 		{"service port name digits only", withService("web", intstr.FromString("8080")), []string{"spec.endpointsFrom.service.port"}},
 		{"service port name double hyphen", withService("web", intstr.FromString("grpc--web")), []string{"spec.endpointsFrom.service.port"}},
+		{"hashKeyFrom not in the enum", func(u *v1alpha1.Upstream) {
+			withService("web", intstr.FromInt32(80))(u)
+			u.Spec.EndpointsFrom.HashKeyFrom = "PodUID"
+		}, []string{"spec.endpointsFrom.hashKeyFrom"}},
 		{"affinity mode", withAffinity("SameZone"), []string{"spec.localityAffinity.mode"}},
 		{"failover regions without a PreferSame mode", withAffinity("Balanced", "us"), []string{"spec.localityAffinity.failoverRegions"}},
 		{"failover regions without a mode", withAffinity("", "us"), []string{"spec.localityAffinity.failoverRegions"}},
@@ -504,6 +508,11 @@ func TestEndpointSetInvalid(t *testing.T) {
 		{"circuit state", func(s *v1alpha1.EndpointSet) {
 			s.Status.Health = []v1alpha1.EndpointHealth{{Address: "10.0.0.2", Port: 8080}, {Address: "10.0.0.1", Port: 8080, Circuit: "HalfOpen"}}
 		}, []string{"status.health[1].circuit"}},
+		{"hashKey with a space", func(s *v1alpha1.EndpointSet) { s.Spec.Endpoints[1].HashKey = "db 1" }, []string{"spec.endpoints[1].hashKey"}},
+		{"hashKey ending in a hyphen", func(s *v1alpha1.EndpointSet) { s.Spec.Endpoints[1].HashKey = "db-" }, []string{"spec.endpoints[1].hashKey"}},
+		{"hashKey of 254", func(s *v1alpha1.EndpointSet) { s.Spec.Endpoints[1].HashKey = strings.Repeat("k", 254) }, []string{"spec.endpoints[1].hashKey"}},
+		{"generation with a slash", func(s *v1alpha1.EndpointSet) { s.Spec.Endpoints[2].Generation = "a/b" }, []string{"spec.endpoints[2].generation"}},
+		{"generation of 129", func(s *v1alpha1.EndpointSet) { s.Spec.Endpoints[2].Generation = strings.Repeat("g", 129) }, []string{"spec.endpoints[2].generation"}},
 		{"every error is reported", func(s *v1alpha1.EndpointSet) {
 			s.Spec.Endpoints[0].Port = -1
 			s.Spec.Endpoints[1].Weight = new(int64(0))
@@ -802,5 +811,27 @@ func TestOutlierDetection(t *testing.T) {
 				t.Fatalf("error fields = %q, want %q (errors: %v)", fields(errs), tc.want, errs)
 			}
 		})
+	}
+}
+
+// An endpoint's hashKey and generation at their bounds are carried to the
+// topology as they are; an endpoint without them has neither.
+func TestEndpointSetHashKeyAndGeneration(t *testing.T) {
+	in := validEndpointSet()
+	in.Spec.Endpoints[0].HashKey = "db-0.db.shop.svc:6379/" + strings.Repeat("k", 253-len("db-0.db.shop.svc:6379/"))
+	in.Spec.Endpoints[0].Generation = "3f9c2d4e-5b6a-4c7d-8e9f-0a1b2c3d4e5f"
+	in.Spec.Endpoints[1].Generation = strings.Repeat("g", 128)
+	got, errs := convert.EndpointSet(in)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if e := got.Endpoints[0]; e.HashKey != in.Spec.Endpoints[0].HashKey || e.Generation != in.Spec.Endpoints[0].Generation {
+		t.Errorf("endpoint 0 = %+v", e)
+	}
+	if e := got.Endpoints[1]; e.HashKey != "" || len(e.Generation) != 128 {
+		t.Errorf("endpoint 1 = %+v", e)
+	}
+	if e := got.Endpoints[2]; e.HashKey != "" || e.Generation != "" {
+		t.Errorf("endpoint 2 = %+v, want neither", e)
 	}
 }

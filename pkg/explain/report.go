@@ -266,6 +266,13 @@ type Endpoint struct {
 	// ("EndpointSlice NS/NAME in cluster C"), or why a cluster's endpoint is
 	// Unavailable ("cluster C unreachable since HH:MM:SS; ...").
 	Origin string `json:"origin,omitempty"`
+	// HashKey is the endpoint's hash key, published as its envoy.lb
+	// hash_key metadata; absent, rings place it by address.
+	HashKey string `json:"hashKey,omitempty"`
+	// Generation names the backend at the address: a new one starts with
+	// empty outlier, active-check and load-report state (docs/health.md).
+	// When it began is live state: the admin port's /debug/loads says.
+	Generation string `json:"generation,omitempty"`
 	// Observed is the number of simulated picks, present with --simulate.
 	Observed *uint64 `json:"observed,omitempty"`
 }
@@ -366,7 +373,7 @@ func buildSplit(u *topology.UpstreamState, configured []topology.EffectivePriori
 					Configured: er.Configured, Eligible: er.Eligible, PanicEligible: er.PanicEligible,
 					Selectable: er.Selectable, Reason: er.Reason.String(),
 					ReasonFrom: ReasonOrigin(er.Reason, origin), Share: er.Share, From: origin.Set.String(),
-					Origin: origin.Health.AdminOrigin,
+					Origin: origin.Health.AdminOrigin, HashKey: origin.HashKey, Generation: origin.Generation,
 				})
 			}
 			xp.Localities = append(xp.Localities, xl)

@@ -261,6 +261,12 @@ func writeEndpoint(tw *textWriter, sim *Simulation, e Endpoint) {
 	if e.Origin != "" && e.Eligible {
 		tw.printf(" (from %s)", e.Origin)
 	}
+	if e.HashKey != "" {
+		tw.printf("  hash key %q", e.HashKey)
+	}
+	if e.Generation != "" {
+		tw.printf("  generation %q", e.Generation)
+	}
 	tw.printf("\n")
 }
 

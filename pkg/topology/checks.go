@@ -13,6 +13,10 @@ type CheckVerdict struct {
 	// Origin says who checked and on what evidence. A verdict Unknown with
 	// an empty origin withdraws the endpoint's verdict.
 	Origin string
+	// Generation is the endpoint generation the verdict was reached on
+	// (Endpoint.Generation): it applies to that generation only, so a new
+	// backend at the address starts without it.
+	Generation string
 }
 
 func (v CheckVerdict) withdrawn() bool { return v.Probe == weights.ProbeUnknown && v.Origin == "" }
@@ -45,6 +49,10 @@ type OutlierVerdict struct {
 	// the endpoint's ejection.
 	Ejected bool
 	Origin  string
+	// Generation is the endpoint generation the decider ejected: the
+	// ejection applies to that generation only, so a new backend at the
+	// address is eligible at once.
+	Generation string
 }
 
 func (v OutlierVerdict) withdrawn() bool { return !v.Ejected }

@@ -728,9 +728,9 @@ func (sc *resolver) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 		for _, s := range sets {
 			for ei := range s.Endpoints {
 				a := checkAddr{s.Endpoints[ei].Address, s.Endpoints[ei].Port}
-				_, c := st.checkOf(u.Key, a)
-				_, o := st.outlierOf(u.Key, a)
-				if c || o {
+				cv, c := st.checkOf(u.Key, a)
+				ov, o := st.outlierOf(u.Key, a)
+				if c && cv.Generation == s.Endpoints[ei].Generation || o && ov.Generation == s.Endpoints[ei].Generation {
 					n++
 				}
 			}
@@ -748,6 +748,9 @@ func (sc *resolver) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 				a := checkAddr{e.Address, e.Port}
 				v, c := st.checkOf(u.Key, a)
 				o, out := st.outlierOf(u.Key, a)
+				// a verdict holds for the generation it was reached on only
+				c = c && v.Generation == e.Generation
+				out = out && o.Generation == e.Generation
 				if c || out {
 					m := e.Health
 					if c {
@@ -765,7 +768,7 @@ func (sc *resolver) resolve(st *staged, u Upstream) (*UpstreamState, *Problem) {
 				LocalityWeight: g.LocalityWeight, Weight: e.Weight, Admin: e.Admin,
 				Probe: h.Probe, Circuit: h.Circuit, Ejected: h.Ejected, Scope: h.Scope,
 			})
-			state.Origins = append(state.Origins, Origin{Set: ref, Health: h})
+			state.Origins = append(state.Origins, Origin{Set: ref, Health: h, HashKey: e.HashKey, Generation: e.Generation})
 		}
 	}
 	state.Groups = make([]Group, len(groups))

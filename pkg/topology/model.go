@@ -202,6 +202,9 @@ type ServiceRef struct {
 	// from, in name order, each with its priority and weight; nil is the
 	// home cluster and every registered one at priority 0, weight 1.
 	Clusters []ClusterImport
+	// HashKeyFromPodName: each imported endpoint with a Pod targetRef
+	// carries the Pod's name as its HashKey.
+	HashKeyFromPodName bool
 }
 
 // ClusterImport is one cluster a Service is imported from.
@@ -212,7 +215,8 @@ type ClusterImport struct {
 }
 
 func (r *ServiceRef) equal(o *ServiceRef) bool {
-	return r.Name == o.Name && r.Port == o.Port && slices.Equal(r.Clusters, o.Clusters) && (r.Clusters == nil) == (o.Clusters == nil)
+	return r.Name == o.Name && r.Port == o.Port && slices.Equal(r.Clusters, o.Clusters) && (r.Clusters == nil) == (o.Clusters == nil) &&
+		r.HashKeyFromPodName == o.HashKeyFromPodName
 }
 
 // Locality is one Locality object: the priority and weight of an
@@ -263,6 +267,15 @@ type Endpoint struct {
 	Weight  uint64
 	Admin   weights.AdminState
 	Health  Health
+	// HashKey, when set, is the endpoint's stable name on a hash ring,
+	// published as its envoy.lb hash_key metadata; empty: the address.
+	HashKey string
+	// Generation names the backend at the address (an imported Pod's
+	// targetRef uid, an EndpointSet endpoint's generation field). A new
+	// generation at a known address is a new endpoint for the signals: its
+	// outlier, active-check and load-report state start empty. Empty is a
+	// generation too: the one an address has without a name.
+	Generation string
 }
 
 // Health keeps each signal with the origin that reported it, so explain and

@@ -164,6 +164,9 @@ type Origin struct {
 	// place): pointing at it keeps one copy of every signal and origin. An
 	// endpoint with an active check verdict points at its merged copy instead.
 	Health *Health
+	// HashKey and Generation are the endpoint's (Endpoint.HashKey,
+	// Endpoint.Generation).
+	HashKey, Generation string
 }
 
 // EndpointResult pairs a computed endpoint with its input and origin.

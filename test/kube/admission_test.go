@@ -355,6 +355,14 @@ func badObjects(ns string) []badObject {
 		{"endpoint port 0", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Port = 0 }), "spec.endpoints[0].port", "greater than or equal to 1"},
 		{"endpoint weight 0", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Weight = new(int64(0)) }), "spec.endpoints[0].weight", "greater than or equal to 1"},
 		{"endpoint adminState not in the enum", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].AdminState = "Maintenance" }), "spec.endpoints[0].adminState", `"Draining"`},
+		{"endpoint hashKey with a space", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].HashKey = "db 1" }), "spec.endpoints[0].hashKey", "should match"},
+		{"endpoint hashKey of 254", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].HashKey = strings.Repeat("k", 254) }), "spec.endpoints[0].hashKey", "253"},
+		{"endpoint generation with a slash", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Generation = "a/b" }), "spec.endpoints[0].generation", "should match"},
+		{"endpoint generation of 129", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) { s.Endpoints[0].Generation = strings.Repeat("g", 129) }), "spec.endpoints[0].generation", "128"},
+		{"hashKeyFrom not in the enum", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.EndpointsFrom = serviceOn(intstr.FromInt32(80))
+			s.EndpointsFrom.HashKeyFrom = "PodUID"
+		}), "spec.endpointsFrom.hashKeyFrom", `"PodName"`},
 		{"duplicate address and port in one set", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
 			s.Endpoints = append(s.Endpoints, v1alpha1.Endpoint{Address: "10.0.0.1", Port: 8080, Weight: new(int64(2))})
 		}), "spec.endpoints[1]", "Duplicate value"},
@@ -529,6 +537,14 @@ func goodObjects(ns string) []goodObject {
 				MaxEjectionTime: &metav1.Duration{Duration: 24 * time.Hour}, MaxEjectionPercent: new(int32(0))}
 		})},
 		{"locality weight 4294967295, priority 127", localityWith(ns, func(s *v1alpha1.LocalitySpec) { s.Weight, s.Priority = new(int64(4294967295)), new(int32(127)) })},
+		{"endpoint hashKey of 253 and generation of 128", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
+			s.Endpoints[0].HashKey = "db-0.db:6379/" + strings.Repeat("k", 253-len("db-0.db:6379/"))
+			s.Endpoints[0].Generation = strings.Repeat("g", 127) + "1"
+		})},
+		{"hashKeyFrom PodName", upstreamWith(ns, func(s *v1alpha1.UpstreamSpec) {
+			s.EndpointsFrom = serviceOn(intstr.FromInt32(80))
+			s.EndpointsFrom.HashKeyFrom = v1alpha1.HashKeyFromPodName
+		})},
 		{"endpoint weight 4294967295, port 65535, IPv6", endpointSetWith(ns, func(s *v1alpha1.EndpointSetSpec) {
 			s.Endpoints[0] = v1alpha1.Endpoint{Address: "2001:db8::1", Port: 65535, Weight: new(int64(4294967295))}
 		})},

@@ -15,6 +15,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -229,7 +230,18 @@ func TestFleetOutlierDetectionAcrossReplicas(t *testing.T) {
 // ("address:port" → successes, errors), as a client does once an interval.
 func reportLoads(t *testing.T, conn *grpc.ClientConn, node *core.Node, cluster string, loads map[string][2]uint64, period time.Duration) {
 	t.Helper()
+	stats := clusterStats(cluster, loads, 0)
+	streamLoads(t, conn, node, stats, period, func() *endpointv3.ClusterStats { return stats })
+}
+
+// clusterStats is one report's stats for cluster: the requests per
+// endpoint ("address:port" → successes, errors), over interval when it is
+// set (load_report_interval, as Envoy and gRPC send it).
+func clusterStats(cluster string, loads map[string][2]uint64, interval time.Duration) *endpointv3.ClusterStats {
 	stats := &endpointv3.ClusterStats{ClusterName: cluster, UpstreamLocalityStats: []*endpointv3.UpstreamLocalityStats{{}}}
+	if interval > 0 {
+		stats.LoadReportInterval = durationpb.New(interval)
+	}
 	for _, hp := range slices.Sorted(maps.Keys(loads)) {
 		host, port, _ := net.SplitHostPort(hp)
 		p, _ := strconv.ParseUint(port, 10, 32)
@@ -239,22 +251,38 @@ func reportLoads(t *testing.T, conn *grpc.ClientConn, node *core.Node, cluster s
 				Address: host, PortSpecifier: &core.SocketAddress_PortValue{PortValue: uint32(p)}}}},
 			TotalIssuedRequests: se[0] + se[1], TotalSuccessfulRequests: se[0], TotalErrorRequests: se[1]})
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
+	return stats
+}
+
+// openLoadStream opens an LRS stream over conn as node, sends first and
+// waits for the server's answer. The stream ends with the test, or when
+// cancel is called.
+func openLoadStream(t *testing.T, conn *grpc.ClientConn, node *core.Node, first *endpointv3.ClusterStats) (
+	ctx context.Context, cancel context.CancelFunc, stream lrs.LoadReportingService_StreamLoadStatsClient) {
+	t.Helper()
+	ctx, cancel = context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	stream, err := lrs.NewLoadReportingServiceClient(conn).StreamLoadStats(ctx)
 	if err != nil {
-		close(done)
 		t.Fatal(err)
 	}
-	if err := stream.Send(&lrs.LoadStatsRequest{Node: node, ClusterStats: []*endpointv3.ClusterStats{stats}}); err != nil {
-		close(done)
+	if err := stream.Send(&lrs.LoadStatsRequest{Node: node, ClusterStats: []*endpointv3.ClusterStats{first}}); err != nil {
 		t.Fatalf("LRS as %s: %v", node.GetId(), err)
 	}
 	if _, err := stream.Recv(); err != nil {
-		close(done)
 		t.Fatalf("LRS as %s: %v", node.GetId(), err)
 	}
+	return ctx, cancel, stream
+}
+
+// streamLoads opens an LRS stream over conn as node (its first request
+// carries first) and, until the test ends, sends next's stats every
+// period; a nil from next sends nothing that period.
+func streamLoads(t *testing.T, conn *grpc.ClientConn, node *core.Node, first *endpointv3.ClusterStats, period time.Duration, next func() *endpointv3.ClusterStats) {
+	t.Helper()
+	ctx, cancel, stream := openLoadStream(t, conn, node, first)
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(period)
@@ -264,6 +292,10 @@ func reportLoads(t *testing.T, conn *grpc.ClientConn, node *core.Node, cluster s
 			case <-ctx.Done():
 				return
 			case <-tick.C:
+				stats := next()
+				if stats == nil {
+					continue
+				}
 				if err := stream.Send(&lrs.LoadStatsRequest{ClusterStats: []*endpointv3.ClusterStats{stats}}); err != nil {
 					if ctx.Err() == nil {
 						t.Errorf("LRS as %s: %v", node.GetId(), err)

@@ -125,7 +125,7 @@ func (r *checkRun) seed(ctx context.Context) error {
 		var targets []healthcheck.Target
 		m := map[healthcheck.Target]unhealthyEndpoint{}
 		for _, v := range source.CheckVerdicts(u) {
-			t := healthcheck.Target{Address: v.Address, Port: v.Port}
+			t := healthcheck.Target{Address: v.Address, Port: v.Port, Generation: v.Generation}
 			targets = append(targets, t)
 			m[t] = unhealthyEndpoint{origin: v.Origin, since: sinceOf(ac, v)}
 		}
@@ -229,7 +229,8 @@ func (r *checkRun) want(k topology.Key, checked, unchecked int) *v1alpha1.Active
 	list := make([]v1alpha1.CheckedEndpoint, 0, len(m))
 	for t, e := range m {
 		since := e.since
-		list = append(list, v1alpha1.CheckedEndpoint{Address: t.Address, Port: int32(t.Port), Origin: conditions.Clip(e.origin, 256), Since: &since})
+		list = append(list, v1alpha1.CheckedEndpoint{Address: t.Address, Port: int32(t.Port), Origin: conditions.Clip(e.origin, 256), Since: &since,
+			Generation: conditions.Clip(t.Generation, v1alpha1.MaxGenerationLength)})
 	}
 	r.mu.Unlock()
 	// nothing to say while every endpoint is checked and none is

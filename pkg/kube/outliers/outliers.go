@@ -83,7 +83,7 @@ func (w *Writer) restore(ctx context.Context, d *outlier.Decider) error {
 		}
 		var es []outlier.Ejection
 		for _, e := range u.Status.OutlierEjections.Ejected {
-			es = append(es, outlier.Ejection{Address: e.Address, Port: uint32(e.Port), Until: e.Until.Time, Count: uint32(max(e.Count, 1)), Origin: e.Origin})
+			es = append(es, outlier.Ejection{Address: e.Address, Port: uint32(e.Port), Until: e.Until.Time, Count: uint32(max(e.Count, 1)), Origin: e.Origin, Generation: e.Generation})
 		}
 		d.Restore(topology.Key{Namespace: u.Namespace, Name: u.Name}, es, now)
 	}
@@ -188,7 +188,7 @@ func (w *Writer) write(ctx context.Context, limiter flowcontrol.RateLimiter, k t
 			want = &v1alpha1.OutlierEjectionStatus{}
 			for _, e := range es[:min(len(es), v1alpha1.MaxCheckedEndpointsPerUpstream)] {
 				want.Ejected = append(want.Ejected, v1alpha1.EjectedEndpoint{Address: e.Address, Port: int32(e.Port), Origin: conditions.Clip(e.Origin, 256),
-					Until: metav1.NewTime(e.Until.UTC().Truncate(time.Second)), Count: int32(min(e.Count, 1<<30))})
+					Until: metav1.NewTime(e.Until.UTC().Truncate(time.Second)), Count: int32(min(e.Count, 1<<30)), Generation: conditions.Clip(e.Generation, v1alpha1.MaxGenerationLength)})
 			}
 		}
 		u.Status.OutlierEjections = want

@@ -14,11 +14,11 @@ import (
 // allows; an entry that cannot be an endpoint (a bad address or port) is
 // skipped; an empty origin (which would read as a withdrawal) becomes
 // fallback.
-func listedEndpoints[E any, V any](list []E, of func(E) (address string, port int32, origin string), fallback string, verdict func(address string, port uint32, origin string) V) []V {
+func listedEndpoints[E any, V any](list []E, of func(E) (address string, port int32, origin, generation string), fallback string, verdict func(address string, port uint32, origin, generation string) V) []V {
 	list = list[:min(len(list), v1alpha1.MaxCheckedEndpointsPerUpstream)]
 	out := make([]V, 0, len(list))
 	for _, e := range list {
-		address, port, origin := of(e)
+		address, port, origin, gen := of(e)
 		a, err := netip.ParseAddr(address)
 		if err != nil || port < 1 || port > 65535 {
 			continue
@@ -26,7 +26,7 @@ func listedEndpoints[E any, V any](list []E, of func(E) (address string, port in
 		if origin == "" {
 			origin = fallback
 		}
-		out = append(out, verdict(a.String(), uint32(port), conditions.Clip(origin, 256)))
+		out = append(out, verdict(a.String(), uint32(port), conditions.Clip(origin, 256), conditions.Clip(gen, v1alpha1.MaxGenerationLength)))
 	}
 	return out
 }
@@ -39,9 +39,11 @@ func CheckVerdicts(u *v1alpha1.Upstream) []topology.CheckVerdict {
 	if u.Spec.HealthCheck == nil || ac == nil {
 		return nil
 	}
-	return listedEndpoints(ac.Unhealthy, func(e v1alpha1.CheckedEndpoint) (string, int32, string) { return e.Address, e.Port, e.Origin },
-		"active check", func(a string, p uint32, o string) topology.CheckVerdict {
-			return topology.CheckVerdict{Address: a, Port: p, Probe: weights.ProbeUnhealthy, Origin: o}
+	return listedEndpoints(ac.Unhealthy, func(e v1alpha1.CheckedEndpoint) (string, int32, string, string) {
+		return e.Address, e.Port, e.Origin, e.Generation
+	},
+		"active check", func(a string, p uint32, o, g string) topology.CheckVerdict {
+			return topology.CheckVerdict{Address: a, Port: p, Probe: weights.ProbeUnhealthy, Origin: o, Generation: g}
 		})
 }
 
@@ -56,8 +58,10 @@ func outlierVerdicts(u *v1alpha1.Upstream) []topology.OutlierVerdict {
 	if u.Spec.OutlierDetection == nil || oe == nil {
 		return nil
 	}
-	return listedEndpoints(oe.Ejected, func(e v1alpha1.EjectedEndpoint) (string, int32, string) { return e.Address, e.Port, e.Origin },
-		"load reports", func(a string, p uint32, o string) topology.OutlierVerdict {
-			return topology.OutlierVerdict{Address: a, Port: p, Ejected: true, Origin: o}
+	return listedEndpoints(oe.Ejected, func(e v1alpha1.EjectedEndpoint) (string, int32, string, string) {
+		return e.Address, e.Port, e.Origin, e.Generation
+	},
+		"load reports", func(a string, p uint32, o, g string) topology.OutlierVerdict {
+			return topology.OutlierVerdict{Address: a, Port: p, Ejected: true, Origin: o, Generation: g}
 		})
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"poise.dev/poise/api/v1alpha1"
 	"poise.dev/poise/pkg/affinity"
 	"poise.dev/poise/pkg/kube/conditions"
 	"poise.dev/poise/pkg/topology"
@@ -452,7 +453,9 @@ func (s *Source) serviceSets(ctx context.Context, u topology.Upstream, in cluste
 				if old, ok := byLoc[lk][id]; ok && old.Admin <= admin {
 					continue
 				}
-				byLoc[lk][id] = topology.Endpoint{Address: a, Port: uint32(*port), Weight: 1, Admin: admin, Health: topology.Health{AdminOrigin: origin}}
+				e := topology.Endpoint{Address: a, Port: uint32(*port), Weight: 1, Admin: admin, Health: topology.Health{AdminOrigin: origin}}
+				e.HashKey, e.Generation = endpointIdentity(ep.TargetRef, u.Service.HashKeyFromPodName)
+				byLoc[lk][id] = e
 			}
 		}
 	}
@@ -564,4 +567,28 @@ func node(ctx context.Context, r client.Reader, seen map[string]*corev1.Node, na
 	}
 	seen[name] = &n
 	return &n, nil
+}
+
+// endpointIdentity is an imported endpoint's hash key and generation from
+// its targetRef: the generation is the referenced object's uid (a new Pod
+// at a reused IP is a new generation), and the hash key, when the Upstream
+// asks for it (hashKeyFrom: PodName), the Pod's name. Values longer than
+// the EndpointSet fields allow are cut to their bound (uids and Pod names
+// never are that long).
+func endpointIdentity(ref *corev1.ObjectReference, podName bool) (hashKey, generation string) {
+	if ref == nil {
+		return "", ""
+	}
+	generation = clipTo(string(ref.UID), v1alpha1.MaxGenerationLength)
+	if podName && ref.Kind == "Pod" {
+		hashKey = clipTo(ref.Name, v1alpha1.MaxHashKeyLength)
+	}
+	return hashKey, generation
+}
+
+func clipTo(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"poise.dev/poise/api/v1alpha1"
@@ -157,5 +159,31 @@ func TestServicePreferenceUnlessTheUpstreamSetsAMode(t *testing.T) {
 	}
 	if now := fx.s.Dir.Current().Upstream(topology.Key{Namespace: "bench", Name: "imp-0"}).ClusterRevision; now <= rev {
 		t.Errorf("imp-0's cluster revision stayed %d: the publisher would not translate it again", now)
+	}
+}
+
+// An imported endpoint's generation is its targetRef's uid; its hash key
+// the Pod's name when the Upstream asks for it, and only for a Pod.
+func TestEndpointIdentity(t *testing.T) {
+	t.Parallel()
+	pod := &corev1.ObjectReference{Kind: "Pod", Name: "db-0", UID: "uid-a"}
+	for _, tc := range []struct {
+		name         string
+		ref          *corev1.ObjectReference
+		podName      bool
+		key, wantGen string
+	}{
+		{"no targetRef", nil, true, "", ""},
+		{"a Pod, hash keys not asked for", pod, false, "", "uid-a"},
+		{"a Pod, hashKeyFrom PodName", pod, true, "db-0", "uid-a"},
+		{"not a Pod", &corev1.ObjectReference{Kind: "VirtualMachine", Name: "vm-1", UID: "uid-v"}, true, "", "uid-v"},
+		{"a uid past the bound is cut to it", &corev1.ObjectReference{Kind: "Pod", Name: "p", UID: types.UID(strings.Repeat("u", 200))}, true, "p", strings.Repeat("u", 128)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key, gen := endpointIdentity(tc.ref, tc.podName)
+			if key != tc.key || gen != tc.wantGen {
+				t.Errorf("endpointIdentity = %q, %q; want %q, %q", key, gen, tc.key, tc.wantGen)
+			}
+		})
 	}
 }

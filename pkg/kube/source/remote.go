@@ -443,7 +443,9 @@ func sameForImport(o, n any) bool {
 func sameEndpoint(a, b discoveryv1.Endpoint) bool {
 	return slices.Equal(a.Addresses, b.Addresses) && ptrEq(a.NodeName, b.NodeName) && ptrEq(a.Zone, b.Zone) &&
 		ptrEq(a.Conditions.Ready, b.Conditions.Ready) && ptrEq(a.Conditions.Serving, b.Conditions.Serving) &&
-		ptrEq(a.Conditions.Terminating, b.Conditions.Terminating)
+		ptrEq(a.Conditions.Terminating, b.Conditions.Terminating) &&
+		(a.TargetRef == nil) == (b.TargetRef == nil) &&
+		(a.TargetRef == nil || a.TargetRef.UID == b.TargetRef.UID && a.TargetRef.Name == b.TargetRef.Name && a.TargetRef.Kind == b.TargetRef.Kind)
 }
 
 func ptrEq[T comparable](a, b *T) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }

@@ -60,6 +60,9 @@ type targetKey struct {
 	target   Target
 }
 
+// compare orders by upstream, address and port; two generations of one
+// address compare equal, so a stable sort keeps them in the order their
+// changes came (an old generation's withdrawal before the new one's verdict).
 func (k targetKey) compare(o targetKey) int {
 	if c := k.upstream.Compare(o.upstream); c != 0 {
 		return c

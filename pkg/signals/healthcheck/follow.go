@@ -45,8 +45,8 @@ func Follow(ctx context.Context, dir *topology.Directory, c *Checker) {
 			var want checked
 			if u := snap.Upstream(k); u != nil && u.Upstream.HealthCheck != nil {
 				want.hc = u.Upstream.HealthCheck
-				for _, e := range u.Endpoints {
-					want.targets = append(want.targets, Target{Address: e.Address, Port: e.Port})
+				for i, e := range u.Endpoints {
+					want.targets = append(want.targets, Target{Address: e.Address, Port: e.Port, Generation: u.Origins[i].Generation})
 				}
 			}
 			old, had := given[k]

@@ -27,6 +27,11 @@ const maxBody = 4 << 10
 type Target struct {
 	Address string
 	Port    uint32 // the endpoint's own port; HealthCheck.Port overrides it
+	// Generation names the backend at the address (topology
+	// Endpoint.Generation): a new generation is a new target, checked
+	// afresh from Unknown, and results of the old one's checks still in
+	// flight are dropped.
+	Generation string
 }
 
 func (t Target) String() string {

@@ -47,7 +47,7 @@ func multi(cluster string, addrs []string, stats [][3]uint64) *endpoint.ClusterS
 
 // loadOf is one reporter's load on the endpoint at addr, zero without one.
 func loadOf(r ClusterReports, id, addr string) Load {
-	i := slices.Index(r.Endpoints, Endpoint{addr, 8080})
+	i := slices.Index(r.Endpoints, Endpoint{Address: addr, Port: 8080})
 	for _, rep := range r.Reporters {
 		if rep.ID == id && i >= 0 {
 			return rep.Loads[i]

@@ -1,6 +1,7 @@
 package loadreport
 
 import (
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,8 +20,11 @@ type Catalog struct {
 	clusters map[string]*catCluster
 	// spatial are the snapshot's domain states it was built from, and
 	// domains the names ("namespace/name") of those that report load.
-	spatial  []*topology.SpatialState
-	domains  map[string]bool
+	spatial []*topology.SpatialState
+	domains map[string]bool
+	// built: made from a snapshot; the first such catalog's endpoints are
+	// not fresh (catCluster.fresh)
+	built    bool
 	shortest time.Duration // the shortest interval of any cluster; 0 when none has one
 }
 
@@ -32,8 +36,38 @@ type catCluster struct {
 	interval time.Duration           // the upstream's spec.loadReporting.interval; 0 when unset
 	index    map[endpointKey]int32
 	keys     []endpointKey
+	// gens[i] is keys[i]'s endpoint generation (topology
+	// Endpoint.Generation), since[i] when a catalog first held it (unix
+	// ns), and fresh[i] whether it began while Poise was publishing the
+	// upstream: a new generation at an address the previous catalog held,
+	// or a named generation at a new address after the first catalog. A
+	// fresh endpoint's reports whose interval began before since[i] are
+	// not counted for it (they may be the previous backend's), and a new
+	// generation of an address starts with no counts (SetCatalog). nil on
+	// spatial clusters, whose endpoints have none.
+	gens  []string
+	since []int64
+	fresh []bool
 	// spatial is set on the clusters of a SpatialDomain (replicas, pools).
 	spatial *spatialOf
+}
+
+// gen is endpoint i's generation.
+func (cc *catCluster) gen(i int) string {
+	if i < len(cc.gens) {
+		return cc.gens[i]
+	}
+	return ""
+}
+
+// notBefore is the earliest start of a report interval counted for
+// endpoint i (unix ns): its generation's start when it is fresh, else no
+// bound.
+func (cc *catCluster) notBefore(i int) int64 {
+	if i < len(cc.fresh) && cc.fresh[i] {
+		return cc.since[i]
+	}
+	return math.MinInt64
 }
 
 type endpointKey struct {
@@ -47,10 +81,19 @@ type endpointKey struct {
 // are the same object as in prev are taken from prev as they are, so a
 // store keeps their cells without remapping them.
 func NewCatalog(prev *Catalog, snap *topology.Snapshot, include func(*topology.UpstreamState) bool) *Catalog {
+	return NewCatalogAt(prev, snap, include, time.Now())
+}
+
+// NewCatalogAt is NewCatalog at now: an endpoint generation the previous
+// catalog did not hold at the same address began at now; one it held keeps
+// the time it began.
+func NewCatalogAt(prev *Catalog, snap *topology.Snapshot, include func(*topology.UpstreamState) bool, now time.Time) *Catalog {
 	c := &Catalog{clusters: map[string]*catCluster{}, domains: map[string]bool{}}
 	if snap == nil {
 		return c
 	}
+	c.built = true
+	later := prev != nil && prev.built
 	for _, u := range snap.Upstreams() {
 		if include != nil && !include(u) {
 			continue
@@ -63,14 +106,33 @@ func NewCatalog(prev *Catalog, snap *topology.Snapshot, include func(*topology.U
 			}
 		}
 		cc := &catCluster{name: name, upstream: u, interval: u.Upstream.LoadReportInterval, index: make(map[endpointKey]int32, len(u.Endpoints)),
-			keys: make([]endpointKey, 0, len(u.Endpoints))}
-		for _, e := range u.Endpoints {
+			keys: make([]endpointKey, 0, len(u.Endpoints)), gens: make([]string, 0, len(u.Endpoints)), since: make([]int64, 0, len(u.Endpoints)),
+			fresh: make([]bool, 0, len(u.Endpoints))}
+		var old *catCluster
+		if prev != nil {
+			old = prev.clusters[name]
+		}
+		for i, e := range u.Endpoints {
 			k := endpointKey{e.Address, e.Port}
 			if _, dup := cc.index[k]; dup {
 				continue // the first place of an address names it
 			}
+			gen := u.Origins[i].Generation
+			since, fresh := now.UnixNano(), later && gen != ""
+			if old != nil {
+				if j, ok := old.index[k]; ok {
+					if old.gen(int(j)) == gen && j < int32(len(old.since)) {
+						since, fresh = old.since[j], old.fresh[j]
+					} else {
+						fresh = later // a new backend at a known address
+					}
+				}
+			}
 			cc.index[k] = int32(len(cc.keys))
 			cc.keys = append(cc.keys, k)
+			cc.gens = append(cc.gens, gen)
+			cc.since = append(cc.since, since)
+			cc.fresh = append(cc.fresh, fresh)
 		}
 		c.clusters[name] = cc
 	}
@@ -89,6 +151,21 @@ func NewCatalog(prev *Catalog, snap *topology.Snapshot, include func(*topology.U
 // reads only the first answer, so that answer's interval is the one it
 // keeps; the shortest of all is never longer than any cluster asks for.
 func (c *Catalog) Shortest() time.Duration { return c.shortest }
+
+// Generation is the generation of an endpoint of a cluster and when the
+// catalog first held it; ok is false when the cluster or the endpoint is
+// not in the catalog.
+func (c *Catalog) Generation(cluster, address string, port uint32) (generation string, since time.Time, ok bool) {
+	cc, found := c.clusters[cluster]
+	if !found {
+		return "", time.Time{}, false
+	}
+	i, found := cc.index[endpointKey{address, port}]
+	if !found || int(i) >= len(cc.since) {
+		return "", time.Time{}, false
+	}
+	return cc.gens[i], time.Unix(0, cc.since[i]).UTC(), true
+}
 
 // Len is the number of clusters in the catalog.
 func (c *Catalog) Len() int { return len(c.clusters) }

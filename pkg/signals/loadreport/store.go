@@ -3,6 +3,7 @@ package loadreport
 import (
 	"cmp"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -95,6 +96,10 @@ type Drops struct {
 	OverCap uint64 `json:"overCap"`
 	// Evicted: reporters dropped whole, oldest report first, to make room.
 	Evicted uint64 `json:"evicted"`
+	// OldGeneration: endpoint stats not counted because their interval
+	// began before the endpoint's generation did (the counts may be the
+	// previous backend's at the address).
+	OldGeneration uint64 `json:"oldGeneration,omitempty"`
 	// Capped: requests (the weight of Load.Weight) reports carried past
 	// their reporter's cap of Config.MaxRequests a cluster and window, and
 	// CappedReports the cluster stats scaled down for it.
@@ -245,7 +250,8 @@ func (s *Store) freeBlock(r *reporter, name string, b *block) {
 func (s *Store) remap(b *block, cc *catCluster) {
 	cells := make([]cell, len(cc.keys))
 	for i, k := range b.cluster.keys {
-		if j, ok := cc.index[k]; ok {
+		// a new generation at the address starts with no counts
+		if j, ok := cc.index[k]; ok && cc.gen(int(j)) == b.cluster.gen(i) {
 			cells[j] = b.cells[i]
 		}
 	}
@@ -487,6 +493,15 @@ func (s *Store) addCluster(r *reporter, b *block, cs *endpoint.ClusterStats, epo
 func (s *Store) collect(b *block, cs *endpoint.ClusterStats, endpoints int) ([]stat, u128, int) {
 	s.scratch = s.scratch[:0]
 	var w u128
+	// the interval the stats cover began at begin; without one, at the
+	// report (nothing is known to be older)
+	begin := s.latest
+	if d := int64(cs.GetLoadReportInterval().AsDuration()); d > 0 {
+		begin = math.MinInt64
+		if s.latest >= math.MinInt64+d {
+			begin = s.latest - d
+		}
+	}
 	for i, ls := range cs.GetUpstreamLocalityStats() {
 		if i >= MaxLocalityStats {
 			s.drops.OverLimit += uint64(len(cs.GetUpstreamLocalityStats()) - i)
@@ -504,7 +519,7 @@ func (s *Store) collect(b *block, cs *endpoint.ClusterStats, endpoints int) ([]s
 				continue
 			}
 			endpoints++
-			s.take(b, k, ls.GetTotalIssuedRequests(), ls.GetTotalSuccessfulRequests(), ls.GetTotalErrorRequests(), &w)
+			s.take(b, k, begin, ls.GetTotalIssuedRequests(), ls.GetTotalSuccessfulRequests(), ls.GetTotalErrorRequests(), &w)
 			continue
 		}
 		for j, es := range eps {
@@ -518,18 +533,24 @@ func (s *Store) collect(b *block, cs *endpoint.ClusterStats, endpoints int) ([]s
 				s.drops.UnknownEndpoint++
 				continue
 			}
-			s.take(b, k, es.GetTotalIssuedRequests(), es.GetTotalSuccessfulRequests(), es.GetTotalErrorRequests(), &w)
+			s.take(b, k, begin, es.GetTotalIssuedRequests(), es.GetTotalSuccessfulRequests(), es.GetTotalErrorRequests(), &w)
 		}
 	}
 	return s.scratch, w, endpoints
 }
 
-// take adds one endpoint's stat to the scratch and its weight to w, or
-// counts it dropped when the cluster has no such endpoint.
-func (s *Store) take(b *block, k endpointKey, issued, success, errs uint64, w *u128) {
+// take adds one endpoint's stat, over an interval that began at begin, to
+// the scratch and its weight to w, or counts it dropped when the cluster
+// has no such endpoint or the interval began before the endpoint's
+// generation did.
+func (s *Store) take(b *block, k endpointKey, begin int64, issued, success, errs uint64, w *u128) {
 	i, ok := b.cluster.index[k]
 	if !ok {
 		s.drops.UnknownEndpoint++
+		return
+	}
+	if begin < b.cluster.notBefore(int(i)) {
+		s.drops.OldGeneration++
 		return
 	}
 	s.scratch = append(s.scratch, stat{i, issued, success, errs})
@@ -674,6 +695,11 @@ const (
 type EndpointLoad struct {
 	Address string `json:"address"`
 	Port    uint32 `json:"port"`
+	// Generation is the endpoint's generation, when it has one, and
+	// GenerationSince when this store's catalog first held it: the counts
+	// are that generation's only.
+	Generation      string     `json:"generation,omitempty"`
+	GenerationSince *time.Time `json:"generationSince,omitempty"`
 	Load
 	// Reporters is how many distinct reporters reported requests to it.
 	Reporters int `json:"reporters"`
@@ -733,6 +759,11 @@ func (b *block) window(i int, epoch int64) Load {
 // listed; nil when the cluster is not in the catalog. The figures depend
 // only on what was reported, never on map order.
 func (s *Store) Cluster(name string, now time.Time) []EndpointLoad {
+	return s.cluster(name, now, true)
+}
+
+// cluster is Cluster, with the endpoints' generations when gens is set.
+func (s *Store) cluster(name string, now time.Time, gens bool) []EndpointLoad {
 	epoch := now.UnixNano() / s.bucket
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -743,6 +774,10 @@ func (s *Store) Cluster(name string, now time.Time) []EndpointLoad {
 	out := make([]EndpointLoad, len(cc.keys))
 	for i, k := range cc.keys {
 		out[i].Address, out[i].Port = k.addr, k.port
+		if g := cc.gen(i); gens && g != "" {
+			since := time.Unix(0, cc.since[i]).UTC()
+			out[i].Generation, out[i].GenerationSince = g, &since
+		}
 	}
 	for _, r := range s.reporters {
 		b, ok := r.blocks[name]
@@ -774,7 +809,7 @@ func (s *Store) Cluster(name string, now time.Time) []EndpointLoad {
 // reports reads (docs/weights.md). Each reporter weighs at most
 // Config.MaxRequests in it. ok is false for a cluster not in the catalog.
 func (s *Store) ClassRequests(cluster string, now time.Time) (requests map[string]uint64, ok bool) {
-	return classRequests(s.Cluster(cluster, now))
+	return classRequests(s.cluster(cluster, now, false))
 }
 
 // classRequests sums endpoint loads' issued requests per reporter class,
@@ -811,10 +846,12 @@ type ClusterReports struct {
 	Reporters []ReporterLoads
 }
 
-// Endpoint names an endpoint of a cluster.
+// Endpoint names an endpoint of a cluster, with its generation
+// (topology Endpoint.Generation).
 type Endpoint struct {
-	Address string
-	Port    uint32
+	Address    string
+	Port       uint32
+	Generation string
 }
 
 // ReporterLoads is one reporter's load on each endpoint of a cluster.
@@ -836,7 +873,7 @@ func (s *Store) Reports(name string, now time.Time) (ClusterReports, bool) {
 	}
 	out := ClusterReports{Endpoints: make([]Endpoint, len(cc.keys))}
 	for i, k := range cc.keys {
-		out.Endpoints[i] = Endpoint{k.addr, k.port}
+		out.Endpoints[i] = Endpoint{k.addr, k.port, cc.gen(i)}
 	}
 	for _, r := range s.reporters {
 		b, ok := r.blocks[name]

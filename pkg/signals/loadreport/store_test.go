@@ -340,8 +340,8 @@ func TestReportsPerReporter(t *testing.T) {
 	if len(got.Reporters) != 2 || got.Reporters[0].ID != "a" || got.Reporters[1].ID != "b" {
 		t.Fatalf("reporters = %+v, want a and b only", got.Reporters)
 	}
-	i0 := slices.Index(got.Endpoints, Endpoint{"10.0.0.0", 8080})
-	i := slices.Index(got.Endpoints, Endpoint{"10.0.0.1", 8080})
+	i0 := slices.Index(got.Endpoints, Endpoint{Address: "10.0.0.0", Port: 8080})
+	i := slices.Index(got.Endpoints, Endpoint{Address: "10.0.0.1", Port: 8080})
 	if l := got.Reporters[0].Loads[i0]; l != (Load{10, 8, 2}) || !got.Reporters[0].Loads[i].zero() {
 		t.Errorf("a = %+v", got.Reporters[0].Loads)
 	}

@@ -41,6 +41,10 @@ type Aggregate struct {
 type EndpointSummary struct {
 	Address string `json:"address"`
 	Port    uint32 `json:"port"`
+	// Generation is the endpoint generation the load was reported for
+	// (loadreport.Endpoint.Generation); summaries of two generations of
+	// one address are two entries, never added up.
+	Generation string `json:"generation,omitempty"`
 	// Requests is finished requests (successes and errors); Errors the
 	// failed ones among them.
 	Requests uint64 `json:"requests"`
@@ -78,7 +82,10 @@ func compareSummary(a, b EndpointSummary) int {
 	if c := cmp.Compare(a.Address, b.Address); c != 0 {
 		return c
 	}
-	return cmp.Compare(a.Port, b.Port)
+	if c := cmp.Compare(a.Port, b.Port); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Generation, b.Generation)
 }
 
 // atLeast says whether errors/requests ≥ percent/100, exactly.
@@ -170,7 +177,7 @@ func Summarize(r loadreport.ClusterReports, errorPercent uint32) Aggregate {
 		if e.Requests == 0 {
 			continue
 		}
-		e.Address, e.Port = r.Endpoints[i].Address, r.Endpoints[i].Port
+		e.Address, e.Port, e.Generation = r.Endpoints[i].Address, r.Endpoints[i].Port, r.Endpoints[i].Generation
 		e.Instances = bottom(sets[i], MaxInstances)
 		e.FailingFloor = e.Failing
 		agg.Endpoints = append(agg.Endpoints, e)

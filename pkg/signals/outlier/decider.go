@@ -17,6 +17,10 @@ type Endpoint struct {
 	Address string
 	Port    uint32
 	Weight  uint64
+	// Generation names the backend at the address (topology
+	// Endpoint.Generation): a new one starts with no ejection and no
+	// count, and evidence summarized for another generation is not its.
+	Generation string
 }
 
 // Verdict is a change of one endpoint's outlier signal: ejected, with the
@@ -26,6 +30,8 @@ type Verdict struct {
 	Port    uint32
 	Ejected bool
 	Origin  string
+	// Generation is the endpoint generation the verdict is about.
+	Generation string
 }
 
 // Log records the decision: every decider (files mode's, the Kubernetes
@@ -46,6 +52,8 @@ type Ejection struct {
 	// Count is the consecutive ejections, this one included.
 	Count  uint32 `json:"count"`
 	Origin string `json:"origin"`
+	// Generation is the endpoint generation ejected.
+	Generation string `json:"generation,omitempty"`
 }
 
 // Decider turns an upstream's merged aggregate into ejections
@@ -56,7 +64,7 @@ type Ejection struct {
 // endpoints the upstreams have. It is not safe for concurrent use.
 type Decider struct {
 	window time.Duration
-	ups    map[topology.Key]map[Endpoint]*state // Endpoint with Weight 0 as the key
+	ups    map[topology.Key]map[Endpoint]*state // Endpoint with Weight 0 and no Generation as the key
 }
 
 type state struct {
@@ -65,6 +73,7 @@ type state struct {
 	start        time.Time // the last ejection began
 	healthySince time.Time // the decay clock: the count drops by one each window from here
 	origin       string
+	gen          string // the endpoint generation the state is about
 }
 
 // NewDecider is a decider for aggregates over windows of the given length.
@@ -106,6 +115,7 @@ func (d *Decider) Decide(u topology.Key, cfg topology.OutlierDetection, agg Aggr
 	type member struct {
 		index  int
 		weight uint64
+		gen    string
 	}
 	members := make(map[Endpoint]member, len(eps))
 	var total uint64
@@ -114,15 +124,16 @@ func (d *Decider) Decide(u topology.Key, cfg topology.OutlierDetection, agg Aggr
 		if _, dup := members[k]; dup {
 			continue
 		}
-		members[k] = member{i, e.Weight}
+		members[k] = member{i, e.Weight, e.Generation}
 		total = sat(total, e.Weight)
 	}
 	var out []Verdict
-	// endpoints that left: their state goes, an ejection is withdrawn
+	// endpoints that left, and addresses that hold a new generation: the
+	// state goes, an ejection is withdrawn; a new generation starts empty
 	for k, s := range st {
-		if _, ok := members[k]; !ok {
+		if m, ok := members[k]; !ok || m.gen != s.gen {
 			if !s.until.IsZero() {
-				out = append(out, Verdict{Address: k.Address, Port: k.Port})
+				out = append(out, Verdict{Address: k.Address, Port: k.Port, Generation: s.gen})
 			}
 			delete(st, k)
 		}
@@ -138,7 +149,7 @@ func (d *Decider) Decide(u topology.Key, cfg topology.OutlierDetection, agg Aggr
 		case !now.Before(s.until):
 			s.until, s.origin, s.healthySince = time.Time{}, "", now
 			returned[k] = true
-			out = append(out, Verdict{Address: k.Address, Port: k.Port})
+			out = append(out, Verdict{Address: k.Address, Port: k.Port, Generation: s.gen})
 		default:
 			ejected = sat(ejected, members[k].weight)
 			ejectedN++
@@ -156,7 +167,8 @@ func (d *Decider) Decide(u topology.Key, cfg topology.OutlierDetection, agg Aggr
 	for _, e := range Merge(agg).Endpoints {
 		k := key(e.Address, e.Port)
 		m, ok := members[k]
-		if !ok || e.Requests < cfg.MinRequestVolume || e.FailingInstances() < uint64(cfg.MinReporters) || !atLeast(e.Errors, e.Requests, cfg.ErrorPercent) {
+		// evidence on another generation of the address is not this one's
+		if !ok || e.Generation != m.gen || e.Requests < cfg.MinRequestVolume || e.FailingInstances() < uint64(cfg.MinReporters) || !atLeast(e.Errors, e.Requests, cfg.ErrorPercent) {
 			continue
 		}
 		outliers[k] = true
@@ -197,7 +209,7 @@ func (d *Decider) Decide(u topology.Key, cfg topology.OutlierDetection, agg Aggr
 		}
 		s := st[c.k]
 		if s == nil {
-			s = &state{}
+			s = &state{gen: members[c.k].gen}
 			st[c.k] = s
 		}
 		s.count = min(s.count+1, maxCount(cfg))
@@ -206,7 +218,7 @@ func (d *Decider) Decide(u topology.Key, cfg topology.OutlierDetection, agg Aggr
 		s.origin = Origin(c.sum, d.window)
 		ejected = sat(ejected, c.weight)
 		ejectedN++
-		out = append(out, Verdict{Address: c.k.Address, Port: c.k.Port, Ejected: true, Origin: s.origin})
+		out = append(out, Verdict{Address: c.k.Address, Port: c.k.Port, Ejected: true, Origin: s.origin, Generation: s.gen})
 	}
 	if len(st) == 0 {
 		delete(d.ups, u)
@@ -216,6 +228,13 @@ func (d *Decider) Decide(u topology.Key, cfg topology.OutlierDetection, agg Aggr
 		ib, okb := members[key(b.Address, b.Port)]
 		switch {
 		case oka && okb:
+			if ia.index == ib.index && a.Ejected != b.Ejected {
+				// an old generation's withdrawal before the new one's ejection
+				if b.Ejected {
+					return -1
+				}
+				return 1
+			}
 			return ia.index - ib.index
 		case oka != okb: // endpoints that left last
 			if oka {
@@ -243,7 +262,7 @@ func (d *Decider) Forget(u topology.Key) []Verdict {
 	var out []Verdict
 	for k, s := range d.ups[u] {
 		if !s.until.IsZero() {
-			out = append(out, Verdict{Address: k.Address, Port: k.Port})
+			out = append(out, Verdict{Address: k.Address, Port: k.Port, Generation: s.gen})
 		}
 	}
 	delete(d.ups, u)
@@ -268,7 +287,7 @@ func (d *Decider) Ejections(u topology.Key) []Ejection {
 	var out []Ejection
 	for k, s := range d.ups[u] {
 		if !s.until.IsZero() {
-			out = append(out, Ejection{Address: k.Address, Port: k.Port, Until: s.until, Count: s.count, Origin: s.origin})
+			out = append(out, Ejection{Address: k.Address, Port: k.Port, Until: s.until, Count: s.count, Origin: s.origin, Generation: s.gen})
 		}
 	}
 	slices.SortFunc(out, func(a, b Ejection) int {

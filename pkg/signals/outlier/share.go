@@ -160,7 +160,7 @@ func EncodeShare(aggs map[string]Aggregate, maxBytes int) ([]byte, error) {
 func EndpointsOf(u *topology.UpstreamState) []Endpoint {
 	eps := make([]Endpoint, len(u.Endpoints))
 	for i, e := range u.Endpoints {
-		eps[i] = Endpoint{Address: e.Address, Port: e.Port, Weight: e.Weight}
+		eps[i] = Endpoint{Address: e.Address, Port: e.Port, Weight: e.Weight, Generation: u.Origins[i].Generation}
 	}
 	return eps
 }
@@ -175,7 +175,7 @@ func (d *Decider) Restore(u topology.Key, es []Ejection, now time.Time) {
 		if e.Count == 0 || !now.Before(e.Until) {
 			continue
 		}
-		st[key(e.Address, e.Port)] = &state{count: e.Count, until: e.Until, start: now, origin: e.Origin}
+		st[key(e.Address, e.Port)] = &state{count: e.Count, until: e.Until, start: now, origin: e.Origin, gen: e.Generation}
 	}
 	if len(st) == 0 {
 		delete(d.ups, u)

@@ -13,6 +13,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"poise.dev/poise/pkg/topology"
@@ -57,8 +58,12 @@ type epModel struct {
 	port   uint32
 	health core.HealthStatus
 	weight uint32
-	// encoded sizes, set by measure: the SocketAddress and LbEndpoint messages
-	socketSize, size int
+	// hashKey, when set, is published as the endpoint's
+	// metadata.filter_metadata["envoy.lb"]["hash_key"]
+	hashKey string
+	// encoded sizes, set by measure: the SocketAddress, Metadata (0 without
+	// a hash key) and LbEndpoint messages
+	socketSize, metaSize, size int
 }
 
 var models = sync.Pool{New: func() any { return &claModel{} }}
@@ -126,8 +131,8 @@ func (m *claModel) addLocality(loc weights.Locality, weight uint64, priority uin
 	return &m.locs[len(m.locs)-1]
 }
 
-func (m *claModel) addEndpoint(l *locModel, e weights.Endpoint, weight uint64, health core.HealthStatus) {
-	m.eps = append(m.eps, epModel{addr: e.Address, port: e.Port, health: health, weight: uint32(weight)})
+func (m *claModel) addEndpoint(l *locModel, e weights.Endpoint, hashKey string, weight uint64, health core.HealthStatus) {
+	m.eps = append(m.eps, epModel{addr: e.Address, port: e.Port, health: health, weight: uint32(weight), hashKey: hashKey})
 	l.count++
 }
 
@@ -158,20 +163,20 @@ func (m *claModel) exact(u *topology.UpstreamState, r Rendering) {
 		m.names = append(m.names, loc)
 		if r == PerEndpoint {
 			for ei := l.FirstEndpoint; ei < l.FirstEndpoint+l.EndpointCount; ei++ {
-				er, e, _ := u.EndpointResult(ei)
+				er, e, o := u.EndpointResult(ei)
 				if er.Selectable && er.Share > 0 {
 					lm := m.addLocality(loc, er.Share, 0)
 					lm.perEndpoint = true
-					m.addEndpoint(lm, e, 1, core.HealthStatus_HEALTHY)
+					m.addEndpoint(lm, e, o.HashKey, 1, core.HealthStatus_HEALTHY)
 				}
 			}
 			continue
 		}
 		lm := m.addLocality(loc, l.Traffic, 0)
 		for ei := l.FirstEndpoint; ei < l.FirstEndpoint+l.EndpointCount; ei++ {
-			er, e, _ := u.EndpointResult(ei)
+			er, e, o := u.EndpointResult(ei)
 			if er.Selectable {
-				m.addEndpoint(lm, e, e.Weight, core.HealthStatus_HEALTHY)
+				m.addEndpoint(lm, e, o.HashKey, e.Weight, core.HealthStatus_HEALTHY)
 			}
 		}
 	}
@@ -197,11 +202,11 @@ func (m *claModel) standby(u *topology.UpstreamState, r Rendering) {
 			}
 			if r == PerEndpoint {
 				for ei := l.FirstEndpoint; ei < l.FirstEndpoint+l.EndpointCount; ei++ {
-					er, e, _ := u.EndpointResult(ei)
+					er, e, o := u.EndpointResult(ei)
 					if er.Eligible {
 						lm := m.addLocality(l.Locality, 1, next)
 						lm.perEndpoint = true
-						m.addEndpoint(lm, e, 1, core.HealthStatus_HEALTHY)
+						m.addEndpoint(lm, e, o.HashKey, 1, core.HealthStatus_HEALTHY)
 						perEndpointWeights = append(perEndpointWeights, l.LocalityWeight*e.Weight)
 					}
 				}
@@ -209,9 +214,9 @@ func (m *claModel) standby(u *topology.UpstreamState, r Rendering) {
 			}
 			lm := m.addLocality(l.Locality, l.LocalityWeight, next)
 			for ei := l.FirstEndpoint; ei < l.FirstEndpoint+l.EndpointCount; ei++ {
-				er, e, _ := u.EndpointResult(ei)
+				er, e, o := u.EndpointResult(ei)
 				if er.Eligible {
-					m.addEndpoint(lm, e, e.Weight, core.HealthStatus_HEALTHY)
+					m.addEndpoint(lm, e, o.HashKey, e.Weight, core.HealthStatus_HEALTHY)
 				}
 			}
 			if lm.count == 0 {
@@ -247,9 +252,9 @@ func (m *claModel) delegated(u *topology.UpstreamState) {
 			l := &res.Localities[li]
 			lm := m.addLocality(l.Locality, l.LocalityWeight, next)
 			for ei := l.FirstEndpoint; ei < l.FirstEndpoint+l.EndpointCount; ei++ {
-				er, e, _ := u.EndpointResult(ei)
+				er, e, o := u.EndpointResult(ei)
 				if health, ok := delegatedHealth(er, e); ok {
-					m.addEndpoint(lm, e, e.Weight, health)
+					m.addEndpoint(lm, e, o.HashKey, e.Weight, health)
 				}
 			}
 			if lm.count == 0 {
@@ -326,7 +331,11 @@ func (m *claModel) proto() *endpoint.ClusterLoadAssignment {
 			Priority:            l.priority,
 		}
 		for _, e := range m.eps[l.first : l.first+l.count] {
-			lle.LbEndpoints = append(lle.LbEndpoints, lbEndpoint(weights.Endpoint{Address: e.addr, Port: e.port}, uint64(e.weight), e.health))
+			lbe := lbEndpoint(weights.Endpoint{Address: e.addr, Port: e.port}, uint64(e.weight), e.health)
+			if e.hashKey != "" {
+				lbe.Metadata = hashKeyMetadata(e.hashKey)
+			}
+			lle.LbEndpoints = append(lle.LbEndpoints, lbe)
 		}
 		cla.Endpoints = append(cla.Endpoints, lle)
 	}
@@ -344,6 +353,22 @@ func lbEndpoint(e weights.Endpoint, weight uint64, health core.HealthStatus) *en
 		HealthStatus:        health,
 		LoadBalancingWeight: wrapperspb.UInt32(uint32(weight)),
 	}
+}
+
+// HashKeyFilter and HashKeyField name where an endpoint's hash key is
+// published: metadata.filter_metadata["envoy.lb"]["hash_key"], a string,
+// which Envoy's ring hash and Maglev (and gRPC's ring_hash, gRFC A76)
+// place on the ring instead of the endpoint's address.
+const (
+	HashKeyFilter = "envoy.lb"
+	HashKeyField  = "hash_key"
+)
+
+// hashKeyMetadata is the Metadata that carries a hash key.
+func hashKeyMetadata(key string) *core.Metadata {
+	return &core.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		HashKeyFilter: {Fields: map[string]*structpb.Value{HashKeyField: structpb.NewStringValue(key)}},
+	}}
 }
 
 // validate applies the rules of the messages' generated validation that
@@ -375,6 +400,8 @@ func (m *claModel) validate() error {
 				errs = append(errs, fmt.Errorf("endpoints[%d].lb_endpoints[%d].port_value: value must be less than or equal to 65535", i, j))
 			case e.weight < 1:
 				errs = append(errs, fmt.Errorf("endpoints[%d].lb_endpoints[%d].load_balancing_weight: value must be greater than or equal to 1", i, j))
+			case !utf8.ValidString(e.hashKey):
+				errs = append(errs, fmt.Errorf("endpoints[%d].lb_endpoints[%d].metadata hash_key %q: not UTF-8", i, j, e.hashKey))
 			}
 		}
 	}
@@ -402,7 +429,13 @@ const (
 	localitySubZone   = 3
 	lbeEndpoint       = 1
 	lbeHealth         = 2
+	lbeMetadata       = 3
 	lbeWeight         = 4
+	metadataFilter    = 1 // Metadata.filter_metadata, a map<string, Struct>
+	mapKey            = 1
+	mapValue          = 2
+	structFields      = 1 // Struct.fields, a map<string, Value>
+	valueString       = 3 // Value.string_value
 	endpointAddress   = 1
 	addressSocket     = 1
 	socketAddress     = 2
@@ -526,6 +559,10 @@ func (m *claModel) measure() int {
 			address := sizeMessage(addressSocket, e.socketSize)
 			e.size = sizeMessage(lbeEndpoint, sizeMessage(endpointAddress, address)) +
 				sizeVarint(lbeHealth, uint64(e.health)) + sizeUInt32Value(lbeWeight, e.weight)
+			if e.hashKey != "" {
+				e.metaSize = sizeHashKeyMetadata(e.hashKey)
+				e.size += sizeMessage(lbeMetadata, e.metaSize)
+			}
 			size += sizeMessage(lleLbEndpoints, e.size)
 		}
 		l.size = size + sizeUInt32Value(lleWeight, l.weight) + sizeVarint(llePriority, uint64(l.priority))
@@ -572,6 +609,9 @@ func (m *claModel) appendWire(b []byte) []byte {
 			address := sizeMessage(addressSocket, e.socketSize)
 			b = appendMessage(b, lleLbEndpoints, e.size)
 			b = appendVarint(b, lbeHealth, uint64(e.health))
+			if e.hashKey != "" {
+				b = appendHashKeyMetadata(b, e.hashKey, e.metaSize)
+			}
 			b = appendUInt32Value(b, lbeWeight, e.weight)
 			// host_identifier is a oneof: protobuf-go writes oneofs after the other fields
 			b = appendMessage(b, lbeEndpoint, sizeMessage(endpointAddress, address))
@@ -592,4 +632,37 @@ func (m *claModel) appendWire(b []byte) []byte {
 		b = appendVarint(b, fractionDenom, uint64(typev3.FractionalPercent_MILLION))
 	}
 	return appendUInt32Value(b, policyOverprov, m.overprov)
+}
+
+// The hash key's Metadata, nested: filter_metadata's one entry
+// ("envoy.lb" → Struct), the Struct's one field ("hash_key" → Value), the
+// Value's string_value. A map entry is a message of its key (1) and value
+// (2).
+
+func hashKeySizes(key string) (value, field, st, entry int) {
+	value = sizeString(valueString, key)
+	field = sizeString(mapKey, HashKeyField) + sizeMessage(mapValue, value)
+	st = sizeMessage(structFields, field)
+	entry = sizeString(mapKey, HashKeyFilter) + sizeMessage(mapValue, st)
+	return value, field, st, entry
+}
+
+// sizeHashKeyMetadata is the size of the Metadata message of a hash key.
+func sizeHashKeyMetadata(key string) int {
+	_, _, _, entry := hashKeySizes(key)
+	return sizeMessage(metadataFilter, entry)
+}
+
+// appendHashKeyMetadata appends LbEndpoint.metadata for a hash key, whose
+// Metadata message is size bytes.
+func appendHashKeyMetadata(b []byte, key string, size int) []byte {
+	value, field, st, entry := hashKeySizes(key)
+	b = appendMessage(b, lbeMetadata, size)
+	b = appendMessage(b, metadataFilter, entry)
+	b = appendString(b, mapKey, HashKeyFilter)
+	b = appendMessage(b, mapValue, st)
+	b = appendMessage(b, structFields, field)
+	b = appendString(b, mapKey, HashKeyField)
+	b = appendMessage(b, mapValue, value)
+	return appendString(b, valueString, key)
 }

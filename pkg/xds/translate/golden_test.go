@@ -36,6 +36,7 @@ var goldenCases = []string{
 	"lb-policies",
 	"load-reporting",
 	"retries",
+	"endpoint-hash-keys",
 }
 
 // loadSnapshot loads manifests as `kubectl apply` takes them and applies

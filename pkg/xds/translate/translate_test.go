@@ -757,6 +757,8 @@ func genUpstream(t *rapid.T) topology.Batch {
 				Address: a, Port: rapid.SampledFrom([]uint32{80, 443, 8080}).Draw(t, "port"),
 				Weight: rapid.SampledFrom([]uint64{1, 1, 2, 5, 100, big}).Draw(t, "weight"),
 				Admin:  rapid.SampledFrom([]weights.AdminState{weights.Ready, weights.Ready, weights.Ready, weights.Draining, weights.Unavailable}).Draw(t, "admin"),
+				// a hash key is published as metadata: the wire encoder must write it as the message does
+				HashKey: rapid.SampledFrom([]string{"", "", "", "db-0", "a-long.key:with/" + strings.Repeat("x", 200)}).Draw(t, "hashKey"),
 				Health: topology.Health{
 					Probe:   rapid.SampledFrom([]weights.ProbeHealth{weights.ProbeUnknown, weights.ProbeHealthy, weights.ProbeHealthy, weights.ProbeUnhealthy}).Draw(t, "probe"),
 					Circuit: rapid.SampledFrom([]weights.CircuitState{weights.CircuitClosed, weights.CircuitClosed, weights.CircuitClosed, weights.CircuitOpen}).Draw(t, "circuit"),
