@@ -32,7 +32,12 @@ const (
 // keyedTopology writes Upstream e2e/carts: RingHash keyed by the x-user
 // header (a "Bearer " prefix rewritten away), two zones 3:1 with mixed
 // endpoint weights, over the backends listed (by index).
-func keyedTopology(t *testing.T, dir string, b []*splitcheck.Backend, zoneA, zoneB []int) {
+//
+// pods, when set, names the pod each backend plays: its endpoint gets the
+// pod's hash key ("pod-N") and the pod's weight, so a pod that comes back
+// on another backend (another address) is the same endpoint to a client
+// that honours hash keys.
+func keyedTopology(t *testing.T, dir string, b []*splitcheck.Backend, zoneA, zoneB []int, pods map[int]int) {
 	t.Helper()
 	var y strings.Builder
 	y.WriteString(`apiVersion: poise.dev/v1alpha1
@@ -54,6 +59,10 @@ spec:
 		fmt.Fprintf(&y, "---\napiVersion: poise.dev/v1alpha1\nkind: Locality\nmetadata: {name: carts-%s, namespace: e2e}\nspec: {upstream: carts, priority: 0, region: r, zone: %s, weight: %d}\n", z.name, z.name, z.weight)
 		fmt.Fprintf(&y, "---\napiVersion: poise.dev/v1alpha1\nkind: EndpointSet\nmetadata: {name: carts-%s, namespace: e2e}\nspec:\n  upstream: carts\n  locality: {region: r, zone: %s}\n  endpoints:\n", z.name, z.name)
 		for _, i := range z.eps {
+			if pod, ok := pods[i]; ok {
+				fmt.Fprintf(&y, "  - {address: 127.0.0.1, port: %d, weight: %d, hashKey: pod-%d}\n", b[i].Port, 1+pod%3, pod)
+				continue
+			}
 			fmt.Fprintf(&y, "  - {address: 127.0.0.1, port: %d, weight: %d}\n", b[i].Port, 1+i%3)
 		}
 	}
@@ -147,7 +156,10 @@ func servedOwners(t *testing.T, conn *grpc.ClientConn, keys []string) map[string
 // --keys` predicts for grpc-go from the same manifests. Then an endpoint is
 // removed and one added: again every key matches, and the keys that moved
 // are exactly those explain's two predictions differ on (on grpc-go's
-// capped ring, more than the keys the removed endpoint owned).
+// capped ring, more than the keys the removed endpoint owned). Last, the
+// endpoints get hash keys, and one pod comes back at another address with
+// its hash key: it gets back exactly its keys (grpc-go places endpoints by
+// hash key, gRFC A76).
 func TestKeyedRPCsGoWhereExplainSays(t *testing.T) {
 	t.Parallel()
 	keyedRPCs(t, os.Getenv(ringCapEnv))
@@ -199,21 +211,26 @@ func keyedRPCs(t *testing.T, ringCap string) {
 	if err := os.WriteFile(keysFile, []byte(file.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	keyedTopology(t, manifests, backends, []int{0, 1, 2}, []int{3, 4})
+	keyedTopology(t, manifests, backends, []int{0, 1, 2}, []int{3, 4}, nil)
 	xdsAddr, adminAddr := cpbinary.FreeAddr(t), cpbinary.FreeAddr(t)
 	cp := startControlPlane(t, manifests, xdsAddr, adminAddr)
 	conn := splitcheck.NewXDSClient(t, xdsAddr, keysNode, keysListener)
 
 	var before map[string]string
+	named := map[int]int{0: 0, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6}
+	moved := map[int]int{0: 0, 1: 2, 3: 3, 4: 4, 5: 5, 6: 6} // pod-2 on backend 1
 	for _, phase := range []struct {
 		name         string
 		zoneA, zoneB []int
+		pods         map[int]int
 	}{
-		{"1 five endpoints", []int{0, 1, 2}, []int{3, 4}},
-		{"2 one removed", []int{0, 2}, []int{3, 4}},
-		{"3 two added", []int{0, 2, 5}, []int{3, 4, 6}},
+		{"1 five endpoints", []int{0, 1, 2}, []int{3, 4}, nil},
+		{"2 one removed", []int{0, 2}, []int{3, 4}, nil},
+		{"3 two added", []int{0, 2, 5}, []int{3, 4, 6}, nil},
+		{"4 hash keys", []int{0, 2, 5}, []int{3, 4, 6}, named},
+		{"5 pod-2 back at another address", []int{0, 1, 5}, []int{3, 4, 6}, moved},
 	} {
-		keyedTopology(t, manifests, backends, phase.zoneA, phase.zoneB)
+		keyedTopology(t, manifests, backends, phase.zoneA, phase.zoneB, phase.pods)
 		served := cp.waitServed(t, phase.name, manifests, "e2e/carts")
 		cp.waitAcked(t, keysNode, served.Revision, 10*time.Second)
 		var extra []string
@@ -267,6 +284,26 @@ func keyedRPCs(t *testing.T, ringCap string) {
 				t.Errorf("%s: %d keys moved, fewer than the %d whose endpoint is gone", phase.name, moved, orphaned)
 			}
 			t.Logf("%s: %d keys moved, as explain's predictions before and after say; %d of them because their endpoint is gone, the rest because the ring was laid out again", phase.name, moved, orphaned)
+		}
+		if phase.pods != nil && phase.pods[1] == 2 {
+			// the pod kept its hash key: it gets back exactly its keys,
+			// at its new address, and no other key moves
+			pod2, wrong := 0, 0
+			for _, k := range keys {
+				was := before[k]
+				if was == backends[2].Addr {
+					pod2++
+					was = backends[1].Addr
+				}
+				if want[k] != was {
+					wrong++
+				}
+			}
+			if wrong > 0 || pod2 == 0 {
+				t.Errorf("%s: %d keys are not where they were (pod-2's %d at its new address): a hash key should keep its place on the ring", phase.name, wrong, pod2)
+			} else {
+				t.Logf("%s: pod-2 got back exactly its %d keys at %s; no other key moved", phase.name, pod2, backends[1].Addr)
+			}
 		}
 		before = want
 	}
