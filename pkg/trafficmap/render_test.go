@@ -372,3 +372,27 @@ func TestReasonsFromClassification(t *testing.T) {
 		t.Errorf("an unknown reason: class %q", ep.Class)
 	}
 }
+
+// An upstream whose requests are keyed (spec.requestAffinity) has a badge
+// saying so, and its key sources in order among its notes; one that is not
+// has neither.
+func TestKeyedUpstreamBadge(t *testing.T) {
+	t.Parallel()
+	up := func(keyed []string) Upstream {
+		return layoutUpstream(explain.Upstream{Namespace: "n", Name: "u", Policy: explain.Policy{OverprovisioningFactor: 140},
+			LoadBalancing: explain.LoadBalancing{Policy: "RingHash", KeyedBy: keyed}, Split: explain.Split{
+				Outcome: "Routable", Priorities: []explain.Priority{
+					{Priority: 0, Load: 1_000_000, EligibleWeight: 1, Localities: []explain.Locality{{Traffic: 1_000_000, Endpoints: healthy(1_000_000)}}},
+				}}}, nil, reasonsByName())
+	}
+	u := up([]string{"header x-user", "sourceIP; gRPC clients skip it"})
+	if got := badges(u); got != "keyed:keyed RingHash" {
+		t.Errorf("badges %q, want the keyed badge", got)
+	}
+	if !slices.Contains(u.Notes, "requests keyed by, in order: header x-user; sourceIP; gRPC clients skip it") {
+		t.Errorf("notes %q do not list the key sources", u.Notes)
+	}
+	if got := badges(up(nil)); got != "" {
+		t.Errorf("an upstream without requestAffinity has badges %q", got)
+	}
+}

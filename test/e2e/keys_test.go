@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,7 +38,9 @@ const (
 // pod's hash key ("pod-N") and the pod's weight, so a pod that comes back
 // on another backend (another address) is the same endpoint to a client
 // that honours hash keys.
-func keyedTopology(t *testing.T, dir string, b []*splitcheck.Backend, zoneA, zoneB []int, pods map[int]int) {
+// unhealthy lists the backends whose probe the EndpointSet's status reports
+// Unhealthy.
+func keyedTopology(t *testing.T, dir string, b []*splitcheck.Backend, zoneA, zoneB []int, pods map[int]int, unhealthy ...int) {
 	t.Helper()
 	var y strings.Builder
 	y.WriteString(`apiVersion: poise.dev/v1alpha1
@@ -64,6 +67,15 @@ spec:
 				continue
 			}
 			fmt.Fprintf(&y, "  - {address: 127.0.0.1, port: %d, weight: %d}\n", b[i].Port, 1+i%3)
+		}
+		var health []string
+		for _, i := range z.eps {
+			if slices.Contains(unhealthy, i) {
+				health = append(health, fmt.Sprintf("  - {address: 127.0.0.1, port: %d, probe: Unhealthy}\n", b[i].Port))
+			}
+		}
+		if len(health) > 0 {
+			y.WriteString("status:\n  health:\n" + strings.Join(health, ""))
 		}
 	}
 	writeAtomically(t, filepath.Join(dir, "carts.yaml"), y.String())
@@ -154,7 +166,7 @@ func servedOwners(t *testing.T, conn *grpc.ClientConn, keys []string) map[string
 // distinct keys in a header to a RingHash upstream with request affinity;
 // the backend that served each RPC is, for every key, the one `explain
 // --keys` predicts for grpc-go from the same manifests. Then an endpoint is
-// removed and one added: again every key matches, and the keys that moved
+// removed, two added and one marked unhealthy: again every key matches, and the keys that moved
 // are exactly those explain's two predictions differ on (on grpc-go's
 // capped ring, more than the keys the removed endpoint owned). Last, the
 // endpoints get hash keys, and one pod comes back at another address with
@@ -223,14 +235,16 @@ func keyedRPCs(t *testing.T, ringCap string) {
 		name         string
 		zoneA, zoneB []int
 		pods         map[int]int
+		unhealthy    []int
 	}{
-		{"1 five endpoints", []int{0, 1, 2}, []int{3, 4}, nil},
-		{"2 one removed", []int{0, 2}, []int{3, 4}, nil},
-		{"3 two added", []int{0, 2, 5}, []int{3, 4, 6}, nil},
-		{"4 hash keys", []int{0, 2, 5}, []int{3, 4, 6}, named},
-		{"5 pod-2 back at another address", []int{0, 1, 5}, []int{3, 4, 6}, moved},
+		{"1 five endpoints", []int{0, 1, 2}, []int{3, 4}, nil, nil},
+		{"2 one removed", []int{0, 2}, []int{3, 4}, nil, nil},
+		{"3 two added", []int{0, 2, 5}, []int{3, 4, 6}, nil, nil},
+		{"4 one marked unhealthy", []int{0, 2, 5}, []int{3, 4, 6}, nil, []int{5}},
+		{"5 hash keys", []int{0, 2, 5}, []int{3, 4, 6}, named, nil},
+		{"6 pod-2 back at another address", []int{0, 1, 5}, []int{3, 4, 6}, moved, nil},
 	} {
-		keyedTopology(t, manifests, backends, phase.zoneA, phase.zoneB, phase.pods)
+		keyedTopology(t, manifests, backends, phase.zoneA, phase.zoneB, phase.pods, phase.unhealthy...)
 		served := cp.waitServed(t, phase.name, manifests, "e2e/carts")
 		cp.waitAcked(t, keysNode, served.Revision, 10*time.Second)
 		var extra []string
