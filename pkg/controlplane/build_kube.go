@@ -87,6 +87,13 @@ func buildKube(ctx, stopping context.Context, cfg Config, p *parts) (mode, error
 // the same process (a test's second replica) is logging would race.
 var libraryLogs sync.Once
 
+// RouteLibraryLogs sends controller-runtime's and client-go's logs to log,
+// once per process; Run calls it on its first Kubernetes start. A process
+// that runs Kubernetes clients of its own beside its planes (a test suite)
+// calls it first, before any client starts: the loggers are process-wide,
+// and Run setting them while another client reads them would race.
+func RouteLibraryLogs(log *slog.Logger) { routeLibraryLogs(log) }
+
 func routeLibraryLogs(log *slog.Logger) {
 	libraryLogs.Do(func() {
 		ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))

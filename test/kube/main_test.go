@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"poise.dev/poise/api/v1alpha1"
+	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/kube/source"
 	"poise.dev/poise/test/testkit"
 )
@@ -36,6 +38,11 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	// client-go's and controller-runtime's process-wide loggers are set
+	// before any test's client starts, so that no plane's Run sets them
+	// while another test's client reads them; their errors reach stderr,
+	// each plane's own log stays the plane's
+	controlplane.RouteLibraryLogs(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 	if err := withCallCreds(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
