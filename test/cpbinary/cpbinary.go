@@ -7,11 +7,13 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -67,15 +69,57 @@ func buildCommand(path string) *exec.Cmd {
 	return exec.Command("go", append(args, "-o", path, "poise.dev/poise/cmd/controlplane")...)
 }
 
-// FreeAddr is a loopback address no one listens on now.
+// FreeAddr is a loopback address no one listens on now, for a process a
+// test starts a moment later. Its port is below the kernel's ephemeral
+// range (FreePort): a port the kernel handed to a listener on port 0 and
+// took back would be handed again to the next outgoing connection or
+// listener of any test running meanwhile, and the process would then find
+// it taken.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return net.JoinHostPort("127.0.0.1", FreePort(t))
+}
+
+// ports are the ports FreePort handed out in this process.
+var ports = struct {
+	sync.Mutex
+	taken map[int]bool
+}{taken: map[int]bool{}}
+
+// FreePort is a loopback port no one listens on now, below the kernel's
+// ephemeral range, where no listener on port 0 and no outgoing connection
+// is given one; it is handed out once per process.
+func FreePort(t testing.TB) string {
+	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
 	}
-	defer lis.Close()
-	return lis.Addr().String()
+	const floor = 10000
+	if low <= floor+1000 {
+		t.Fatalf("the ephemeral port range starts at %d: no room below it for the ports of the processes tests start", low)
+	}
+	ports.Lock()
+	defer ports.Unlock()
+	for range 1000 {
+		p := floor + rand.IntN(low-floor)
+		if ports.taken[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		ports.taken[p] = true
+		return strconv.Itoa(p)
+	}
+	t.Fatalf("no free port in [%d, %d)", floor, low)
+	return ""
 }
 
 // Process is a controlplane running for one test, its output kept (or
