@@ -149,7 +149,15 @@ func (s *Signal) Run(ctx context.Context) error {
 // brings a Balanced upstream to follow; false when ctx ended.
 func (s *Signal) wait(ctx context.Context, census <-chan struct{}, timer <-chan time.Time) bool {
 	for {
+		// the channel is taken before the snapshot is looked at, so a
+		// snapshot published after step's look and before this one is
+		// followed here, not missed until the next change
 		dirChanged := s.dir.Changed()
+		// most snapshots (an endpoint flip, this signal's own demand)
+		// change no Balanced upstream's demand
+		if s.follow(s.dir.Current()) {
+			return true
+		}
 		select {
 		case <-ctx.Done():
 			return false
@@ -159,11 +167,6 @@ func (s *Signal) wait(ctx context.Context, census <-chan struct{}, timer <-chan 
 		case <-timer:
 			return true
 		case <-dirChanged:
-			// most snapshots (an endpoint flip, this signal's own demand)
-			// change no Balanced upstream's demand
-			if s.follow(s.dir.Current()) {
-				return true
-			}
 		}
 	}
 }
