@@ -1,7 +1,6 @@
 package explain
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"regexp"
@@ -197,8 +196,8 @@ func keyClient(c hashring.Client, cfg hashring.Config, cla *endpoint.ClusterLoad
 				Locality: loc, LocalityWeight: l.GetLoadBalancingWeight().GetValue(),
 				Healthy: true,
 			}
-			if f := lb.GetMetadata().GetFilterMetadata()["envoy.lb"]; f != nil {
-				e.HashKey = f.GetFields()["hash_key"].GetStringValue()
+			if f := lb.GetMetadata().GetFilterMetadata()[translate.HashKeyFilter]; f != nil {
+				e.HashKey = f.GetFields()[translate.HashKeyField].GetStringValue()
 			}
 			eps = append(eps, e)
 			names = append(names, addr)
@@ -251,10 +250,6 @@ func (kc *KeyClient) OwnerOf(hash uint64) (string, int) {
 	}
 	return kc.eps[e], e
 }
-
-// errNoKey is keyOf's answer when a source the request does not carry is
-// reached and the client keys the request at random.
-var errNoKey = errors.New("no key")
 
 // Pick is where client kc sends request r, and where its retry goes.
 func (kc *KeyClient) Pick(r KeyRequest) KeyPick {
