@@ -40,6 +40,9 @@ type Sources struct {
 	// Loads, when set, is the store of the clients' load reports
 	// (/debug/loads).
 	Loads *loadreport.Store
+	// GenerationSince, when set, says when each endpoint generation was
+	// first published (/debug/explain's generationSince).
+	GenerationSince explain.GenerationSince
 	// Outliers, when set, is an upstream's last fleet outlier evaluation
 	// (/debug/loads), where this replica decides.
 	Outliers func(topology.Key) (outlier.Status, bool)
@@ -119,7 +122,9 @@ func addDebug(mux *routes, s Sources) {
 			return
 		}
 		if opts == nil {
-			writeJSON(w, explain.Build(snap, keys...))
+			rep := explain.Build(snap, keys...)
+			rep.SetGenerationSince(s.GenerationSince)
+			writeJSON(w, rep)
 			return
 		}
 		rep, err := explain.BuildFor(snap, *opts, keys...)
@@ -132,6 +137,7 @@ func addDebug(mux *routes, s Sources) {
 			writeJSONError(w, http.StatusUnprocessableEntity, err.Error())
 			return
 		}
+		rep.SetGenerationSince(s.GenerationSince)
 		writeJSON(w, rep)
 	})
 	// The live counterpart of `controlplane explain --key`.

@@ -166,6 +166,7 @@ type parts struct {
 	loads    *loadreport.Store
 	clients  *server.Clients
 	checks   healthcheck.Config
+	gens     *generationClock // when each endpoint generation was first published
 }
 
 func newParts(cfg Config, export topology.Export, log *slog.Logger) *parts {
@@ -177,7 +178,7 @@ func newParts(cfg Config, export topology.Export, log *slog.Logger) *parts {
 	ctrlmetrics.RegisterRESTClientMetrics(ctrlmetrics.MetricRequestLatency, ctrlmetrics.MetricRateLimiterLatency,
 		ctrlmetrics.MetricRequestRetry)
 	m.Include(metrics.Without(ctrlmetrics.Registry, "go_", "process_"))
-	p := &parts{log: log, m: m, dir: topology.NewDirectory(), instance: publish.NewInstanceID()}
+	p := &parts{log: log, m: m, dir: topology.NewDirectory(), instance: publish.NewInstanceID(), gens: newGenerationClock(time.Now)}
 
 	maxClasses := cfg.MaxClientClasses
 	if maxClasses == 0 {
@@ -239,7 +240,7 @@ func metricsOptions(cfg Config) metrics.Options {
 // observePublications keeps the load-report catalog and the publication
 // metrics following what the publisher publishes or refuses.
 func (p *parts) observePublications() {
-	m, loads, gauges, plane := p.m.Publication, p.loads, p.gauges, p.plane
+	m, loads, gauges, plane, gens := p.m.Publication, p.loads, p.gauges, p.plane, p.gens
 	p.pub.BeforeApply = func(st publish.Stats) {
 		if len(st.Changed) > 0 || loads.Catalog().SpatialChanged(st.Snapshot) {
 			// the catalog follows every upstream change before clients
@@ -254,6 +255,7 @@ func (p *parts) observePublications() {
 		// on their own goroutine
 		for _, c := range st.Changed {
 			gauges.Queue(c.Old, c.Cur)
+			gens.Published(c.Old, c.Cur)
 		}
 		plane.Queue(st.Revision, func(yield func(old, cur *topology.UpstreamState) bool) {
 			for _, c := range st.Changed {
@@ -376,6 +378,7 @@ func (p *parts) adminSources(md mode) admin.Sources {
 	s.Metrics = p.m.Gatherer()
 	s.Serving = p.clients.Serving
 	s.Loads = p.loads
+	s.GenerationSince = p.gens.Since
 	return s
 }
 

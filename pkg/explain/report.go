@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
@@ -271,8 +272,12 @@ type Endpoint struct {
 	HashKey string `json:"hashKey,omitempty"`
 	// Generation names the backend at the address: a new one starts with
 	// empty outlier, active-check and load-report state (docs/health.md).
-	// When it began is live state: the admin port's /debug/loads says.
 	Generation string `json:"generation,omitempty"`
+	// GenerationSince is when the replica answering first published this
+	// generation at the address: live state, which the admin port's
+	// /debug/explain fills (SetGenerationSince) and an offline report,
+	// having no clock, leaves out.
+	GenerationSince *time.Time `json:"generationSince,omitempty"`
 	// Observed is the number of simulated picks, present with --simulate.
 	Observed *uint64 `json:"observed,omitempty"`
 }
