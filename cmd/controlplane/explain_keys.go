@@ -2,7 +2,8 @@ package main
 
 import (
 	"bufio"
-	"cmp"
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -85,7 +86,14 @@ func explainKeyFile(rep explain.KeyReport, clients []*explain.KeyClient, first *
 		counts[i] = map[string]uint64{}
 	}
 	asJSON := output == "json"
-	if !asJSON {
+	var requests *jsonRequests
+	var picks []explain.KeyPick
+	if asJSON {
+		if requests, err = startJSONRequests(out, rep); err != nil {
+			fmt.Fprintf(stderr, "error: %v\n", err)
+			return exitInvalid
+		}
+	} else {
 		fmt.Fprint(out, "# key")
 		for _, c := range clients {
 			fmt.Fprintf(out, "\t%s", c.Client)
@@ -107,19 +115,23 @@ func explainKeyFile(rep explain.KeyReport, clients []*explain.KeyClient, first *
 		}
 		line := strings.TrimSuffix(sc.Text(), "\r")
 		if asJSON {
-			// every pick in full, retries and reasons included
+			// every pick in full, retries and reasons included, written
+			// as it is found: the answers are most of the output, and
+			// holding them would cost memory in proportion to the file
 			r, err := explain.FirstSourceRequest(first, line)
 			if err != nil {
 				fmt.Fprintf(stderr, "error: --keys %s:%d: %v\n", path, n, err)
 				return exitInvalid
 			}
-			a := explain.KeyAnswer{Request: line}
-			for i, c := range clients {
-				p := c.Pick(r)
-				counts[i][cmp.Or(p.Endpoint, "random")]++
-				a.Picks = append(a.Picks, p)
+			a := explain.KeyAnswer{Request: line, Picks: picks[:0]}
+			for _, c := range clients {
+				a.Picks = append(a.Picks, c.Pick(r))
 			}
-			rep.Requests = append(rep.Requests, a)
+			picks = a.Picks
+			if err := requests.write(a); err != nil {
+				fmt.Fprintf(stderr, "error: %v\n", err)
+				return exitInvalid
+			}
 			continue
 		}
 		// the owners only: the key hashed once, looked up in each table
@@ -144,17 +156,18 @@ func explainKeyFile(rep explain.KeyReport, clients []*explain.KeyClient, first *
 		fmt.Fprintf(stderr, "error: --keys %s:%d: %v (a line is at most %d bytes)\n", path, n+1, err, explain.MaxKeyLen)
 		return exitInvalid
 	}
+	if asJSON {
+		if err := requests.end(); err != nil {
+			fmt.Fprintf(stderr, "error: %v\n", err)
+			return exitInvalid
+		}
+		return exitOK
+	}
 	for i, c := range clients {
 		counts[i]["random"] += owned[i][0]
 		for e, s := range c.Shares {
 			counts[i][s.Endpoint] += owned[i][e+1]
 		}
-	}
-	if asJSON {
-		if err := out.Flush(); err != nil {
-			return exitInvalid
-		}
-		return writeReport(output, stdout, stderr, rep, nil)
 	}
 	fmt.Fprintf(out, "# %d keys; keys of the file by endpoint, per client:\n", n)
 	for i, c := range clients {
@@ -171,4 +184,58 @@ func explainKeyFile(rep explain.KeyReport, clients []*explain.KeyClient, first *
 		return exitInvalid
 	}
 	return writeReport(output, stdout, stderr, rep, func() error { return explain.WriteKeyText(stdout, rep) })
+}
+
+// jsonRequests writes a key report as writeReport's JSON would, its
+// requests one at a time: the report's other fields first (requests is
+// its last), each answer as it comes, then the closing brackets.
+type jsonRequests struct {
+	w *bufio.Writer
+	n int
+}
+
+// startJSONRequests writes rep up to its requests' first answer; the
+// answers rep already holds (the --key flags') are written first.
+func startJSONRequests(w *bufio.Writer, rep explain.KeyReport) (*jsonRequests, error) {
+	given := rep.Requests
+	rep.Requests = []explain.KeyAnswer{}
+	head, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	head, ok := bytes.CutSuffix(head, []byte("[]\n}"))
+	if !ok {
+		return nil, errors.New("explain --keys: the key report does not end with its requests")
+	}
+	w.Write(head)
+	w.WriteByte('[')
+	j := &jsonRequests{w: w}
+	for _, a := range given {
+		if err := j.write(a); err != nil {
+			return nil, err
+		}
+	}
+	return j, nil
+}
+
+func (j *jsonRequests) write(a explain.KeyAnswer) error {
+	b, err := json.MarshalIndent(a, "    ", "  ")
+	if err != nil {
+		return err
+	}
+	if j.n > 0 {
+		j.w.WriteByte(',')
+	}
+	j.n++
+	j.w.WriteString("\n    ")
+	_, err = j.w.Write(b)
+	return err
+}
+
+func (j *jsonRequests) end() error {
+	if j.n > 0 {
+		j.w.WriteString("\n  ")
+	}
+	j.w.WriteString("]\n}\n")
+	return j.w.Flush()
 }
