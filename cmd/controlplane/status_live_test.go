@@ -222,6 +222,9 @@ func TestProxyConfigLive(t *testing.T) {
 	}{
 		{[]string{"envoy-synced", "--resource", "shop/chekout"}, exitInvalid,
 			[]string{`no resource named \"shop/chekout\" is served to node \"envoy-synced\"; did you mean shop/checkout?`}},
+		// the name alone, as explain --upstream takes it
+		{[]string{"envoy-synced", "--resource", "checkout"}, exitInvalid,
+			[]string{`no resource named \"checkout\" is served to node \"envoy-synced\"; did you mean shop/checkout?`}},
 		{[]string{"envoy-synced", "--resource", "listeners"}, exitInvalid,
 			[]string{`no resource named \"listeners\"`, "note: --resource names a resource; for the listeners view, --type listeners"}},
 		{[]string{"envoy-synced", "--type", "listener"}, exitUsage, []string{`--type "listener": did you mean listeners?`}},

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -83,7 +84,7 @@ func addConfig(mux *routes, s Sources) {
 				if name == only {
 					return true
 				}
-				if len(near) < maxConfigResources && suggest.Distance(only, name, suggest.MaxDistance) <= suggest.MaxDistance {
+				if len(near) < maxConfigResources && (suggest.SameName(only, name) || suggest.Distance(only, name, suggest.MaxDistance) <= suggest.MaxDistance) {
 					near = append(near, name)
 				}
 				return false
@@ -133,10 +134,8 @@ func addConfig(mux *routes, s Sources) {
 			writeConfigError(w, MissingNode, fmt.Sprintf("no xDS client with node id %q is connected to this replica%s", node, explain.DidYouMean(did)))
 			return
 		case only != "" && !found:
-			var did []string
-			if n, ok := suggest.Closest(only, near); ok {
-				did = []string{n}
-			}
+			slices.Sort(near)
+			did := suggest.Names(only, slices.Compact(near), 3)
 			writeConfigError(w, MissingResource, fmt.Sprintf("no resource named %q is served to node %q%s", only, node, explain.DidYouMean(did)))
 			return
 		}

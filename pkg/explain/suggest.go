@@ -17,46 +17,31 @@ const maxSuggested = 3
 func SuggestUpstream(snap *topology.Snapshot, k topology.Key) []string {
 	all := snap.Upstreams()
 	keys := make([]string, 0, len(all))
-	var sameName []string
 	for _, u := range all {
-		key := u.Upstream.Key
-		if key.Name == k.Name && key != k && len(sameName) < maxSuggested {
-			sameName = append(sameName, key.String())
-		}
-		keys = append(keys, key.String())
+		keys = append(keys, u.Upstream.Key.String())
 	}
-	if len(sameName) > 0 {
-		return sameName
-	}
-	if s, ok := suggest.Closest(k.String(), keys); ok {
-		return []string{s}
-	}
-	return nil
+	return suggest.Names(k.String(), keys, maxSuggested)
 }
 
 // suggestDomain is what someone who named a SpatialDomain name (NAME, or
 // NAMESPACE/NAME when qualified) that resolves to none most likely meant.
 func suggestDomain(snap *topology.Snapshot, name string, qualified bool) []string {
 	var names []string
-	var sameName []string
 	for _, st := range snap.Spatial() {
 		k := st.Domain.Key
 		if qualified {
 			names = append(names, k.String())
-			if k.Name == name[strings.IndexByte(name, '/')+1:] && len(sameName) < maxSuggested {
-				sameName = append(sameName, k.String())
-			}
 		} else {
 			names = append(names, k.Name)
 		}
 	}
-	if len(sameName) > 0 {
-		return sameName
+	if !qualified {
+		if s, ok := suggest.Closest(name, names); ok {
+			return []string{s}
+		}
+		return nil
 	}
-	if s, ok := suggest.Closest(name, names); ok {
-		return []string{s}
-	}
-	return nil
+	return suggest.Names(name, names, maxSuggested)
 }
 
 // DidYouMean is "; did you mean X?" (or "X or Y", "X, Y or Z") for what

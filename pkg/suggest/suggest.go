@@ -78,3 +78,38 @@ func Closest(name string, candidates []string) (string, bool) {
 	}
 	return best, true
 }
+
+// SameName reports whether candidate is name in another namespace: the
+// parts after the last '/' are equal ("shop/checkout" for "checkout" or
+// for "web/checkout"), the whole is not.
+func SameName(name, candidate string) bool {
+	return name != candidate && base(name) == base(candidate)
+}
+
+func base(name string) string {
+	for i := len(name) - 1; i >= 0; i-- {
+		if name[i] == '/' {
+			return name[i+1:]
+		}
+	}
+	return name
+}
+
+// Names returns what name most likely meant among candidates: the ones of
+// the same name in other namespaces (at most limit, in candidates' order),
+// else the closest (Closest), else none.
+func Names(name string, candidates []string, limit int) []string {
+	var same []string
+	for _, c := range candidates {
+		if len(same) < limit && SameName(name, c) {
+			same = append(same, c)
+		}
+	}
+	if len(same) > 0 {
+		return same
+	}
+	if c, ok := Closest(name, candidates); ok {
+		return []string{c}
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
 package suggest
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -81,4 +82,27 @@ func FuzzDistance(f *testing.F) {
 			t.Fatalf("distance %d between %q and %q", d, a, b)
 		}
 	})
+}
+
+func TestNames(t *testing.T) {
+	t.Parallel()
+	names := []string{"shop/checkout", "web/checkout", "shop/cart", "shop/catalog"}
+	for _, tc := range []struct {
+		name string
+		want []string
+	}{
+		{"checkout", []string{"shop/checkout", "web/checkout"}},       // the name alone: every namespace's
+		{"tools/checkout", []string{"shop/checkout", "web/checkout"}}, // another namespace
+		{"shop/chekout", []string{"shop/checkout"}},                   // a slip
+		{"shop/checkout", []string{"web/checkout"}},                   // itself is never suggested
+		{"shop/payments", nil},                                        // ...nor what is far away
+	} {
+		got := Names(tc.name, names, 3)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("Names(%q) = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	if got := Names("checkout", names, 1); !slices.Equal(got, []string{"shop/checkout"}) {
+		t.Errorf("Names limited to 1 = %q", got)
+	}
 }
