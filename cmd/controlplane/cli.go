@@ -118,6 +118,9 @@ priority → locality → endpoint derivation it publishes.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetHelpCommand(helpCommand(root))
+	root.SetFlagErrorFunc(flagError)
+	// the flags' help wrapped, not one line of up to 400 characters a flag
+	root.SetUsageTemplate(strings.ReplaceAll(root.UsageTemplate(), ".FlagUsages", fmt.Sprintf(".FlagUsagesWrapped %d", helpWidth(stdout))))
 	root.AddCommand(newServeCmd(stdout, stderr), newExplainCmd(stdout, stderr), newExplainRouteCmd(stdout, stderr),
 		newValidateCmd(stdout, stderr), newVersionCmd(stdout, stderr, info), newStatusCmd(stdout, stderr), newProxyConfigCmd(stdout, stderr),
 		newCreateRemoteSecretCmd(stdout, stderr))
@@ -416,8 +419,9 @@ func runExplain(ctx context.Context, fs *pflag.FlagSet, o explainOptions, stdout
 	}
 	var snap *topology.Snapshot
 	if live {
-		if snap, ok = loadLive(ctx, o.kubeconfig, o.namespace, stderr); !ok {
-			return exitInvalid
+		var code int
+		if snap, code = loadLive(ctx, o.kubeconfig, o.namespace, stderr); snap == nil {
+			return code
 		}
 	} else if snap, _, ok = load(files, stderr); !ok {
 		return exitInvalid
@@ -530,29 +534,31 @@ const maxLiveNotes = 20
 
 // loadLive reads the topology that is in a cluster now, once, as a replica
 // of `serve --source=kubernetes` would build it; objects a replica would set
-// aside are listed on stderr with why.
-func loadLive(ctx context.Context, kubeconfig, namespace string, stderr io.Writer) (*topology.Snapshot, bool) {
+// aside are listed on stderr with why. Without a snapshot, the exit code
+// says whose fault it is: a kubeconfig that cannot be read or found is the
+// command line's (exitUsage), a cluster that does not answer the input's.
+func loadLive(ctx context.Context, kubeconfig, namespace string, stderr io.Writer) (*topology.Snapshot, int) {
 	rc, from, _, err := controlplane.KubeClientConfig(kubeconfig)
 	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
-		return nil, false
+		return nil, exitUsage
 	}
 	scheme, err := source.Scheme()
 	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
-		return nil, false
+		return nil, exitInvalid
 	}
 	c, err := client.New(rc, client.Options{Scheme: scheme})
 	if err != nil {
 		fmt.Fprintf(stderr, "error: kubernetes client (%s): %v\n", from, err)
-		return nil, false
+		return nil, exitInvalid
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	snap, rejected, err := source.Live(ctx, c, namespace, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "error: reading the cluster at %s (configuration from %s): %v\n", rc.Host, from, err)
-		return nil, false
+		return nil, exitInvalid
 	}
 	fmt.Fprintf(stderr, "note: the topology of the cluster at %s (configuration from %s), read now\n", rc.Host, from)
 	for _, u := range snap.Upstreams() {
@@ -574,5 +580,5 @@ func loadLive(ctx context.Context, kubeconfig, namespace string, stderr io.Write
 		r := rejected[ref]
 		fmt.Fprintf(stderr, "note: %s is set aside (%s): %s\n", ref, r.Reason, r.Message)
 	}
-	return snap, true
+	return snap, exitOK
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"unicode/utf8"
 
 	"poise.dev/poise/pkg/explain"
 	"poise.dev/poise/test/golden"
@@ -433,11 +435,17 @@ func TestErrors(t *testing.T) {
 		{"validate without -f", []string{"validate"}, exitUsage, []string{"-f PATH is required", "Run 'controlplane validate --help' for usage."}},
 		{"empty -f", []string{"validate", "-f", ""}, exitUsage, []string{"-f PATH is required"}},
 		{"bad -o", []string{"explain", "-f", examples, "-o", "yaml"}, exitUsage, []string{`-o "yaml": want text or json`}},
-		{"unknown flag", []string{"explain", "--frobnicate"}, exitUsage, []string{"unknown flag: --frobnicate", "Run 'controlplane explain --help' for usage."}},
-		{"single-dash long flag", []string{"explain", "-upstream", "shop/checkout"}, exitUsage, []string{"unknown shorthand flag: 'u' in -upstream"}},
+		{"unknown flag", []string{"explain", "--frobnicate"}, exitUsage, []string{"unknown flag --frobnicate\n", "Run 'controlplane explain --help' for usage."}},
+		{"misspelt flag", []string{"explain", "--upstrem", "shop/checkout"}, exitUsage, []string{"unknown flag --upstrem; did you mean --upstream?"}},
+		{"unknown shorthand", []string{"explain", "-x"}, exitUsage, []string{"unknown flag -x\n"}},
+		{"flag without its value", []string{"explain", "-f", examples, "--upstream"}, exitUsage, []string{"--upstream needs a value\n"}},
+		{"duration without its value", []string{"serve", "--debounce"}, exitUsage, []string{"--debounce needs a value: a duration such as 500ms, 30s or 5m"}},
+		{"bad duration", []string{"serve", "--debounce", "soon"}, exitUsage, []string{`--debounce "soon": want a duration such as 500ms, 30s or 5m`}},
+		{"single-dash long flag", []string{"explain", "-upstream", "shop/checkout"}, exitUsage, []string{"unknown flag -upstream: a flag of more than one letter takes two dashes: --upstream"}},
 		{"validate positional argument", []string{"validate", "-f", examples, "extra.yaml"}, exitUsage, []string{`unexpected argument "extra.yaml"`}},
 		{"positional argument", []string{"explain", "-f", examples, "extra.yaml"}, exitUsage, []string{`unexpected argument "extra.yaml"`}},
-		{"bad --simulate", []string{"explain", "-f", examples, "--simulate", "-1"}, exitUsage, []string{`invalid argument "-1" for "--simulate" flag`}},
+		{"bad --simulate", []string{"explain", "-f", examples, "--simulate", "-1"}, exitUsage, []string{`--simulate "-1": want a whole number, 0 or more`}},
+		{"--simulate past 64 bits", []string{"explain", "-f", examples, "--simulate", "99999999999999999999"}, exitUsage, []string{`--simulate "99999999999999999999": want a whole number of at most 64 bits`}},
 		{"too many picks", []string{"explain", "-f", examples, "--simulate", "1000000001"}, exitUsage, []string{"--simulate 1000000001: want 0 to 1000000000 picks"}},
 		{"nonexistent file", []string{"validate", "-f", missing}, exitInvalid, []string{missing, "no such file"}},
 		{"nonexistent file explain", []string{"explain", "-f", valid, "-f", missing}, exitInvalid, []string{missing}},
@@ -560,6 +568,28 @@ func TestBinary(t *testing.T) {
 		checkNoCrash(t, stderr.String())
 		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && tc.maxRSSMiB > 0 && ru.Maxrss>>10 > tc.maxRSSMiB {
 			t.Errorf("%v: peak RSS %d MiB, want under %d MiB", tc.args, ru.Maxrss>>10, tc.maxRSSMiB)
+		}
+	}
+}
+
+// TestHelpFitsIn100Columns: every command's help, flags included, is
+// wrapped to at most 100 columns when it is not written to a terminal
+// (whose own narrower width applies).
+func TestHelpFitsIn100Columns(t *testing.T) {
+	t.Parallel()
+	cmds := [][]string{{"--help"}}
+	for _, c := range newRoot(io.Discard, io.Discard).Commands() {
+		cmds = append(cmds, []string{c.Name(), "--help"})
+	}
+	for _, args := range cmds {
+		code, stdout, stderr := runCLI(args...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d, stderr:\n%s", args, code, stderr)
+		}
+		for _, line := range strings.Split(stdout, "\n") {
+			if n := utf8.RuneCountInString(line); n > maxHelpWidth {
+				t.Errorf("%v: a line of %d columns:\n%s", args, n, line)
+			}
 		}
 	}
 }

@@ -44,6 +44,7 @@ func TestExitCodes(t *testing.T) {
 	invalid := write(t, dir, "invalid.yaml", upstream("web")+"---\n"+
 		endpointSet("web-a", "web", "a", "[{address: 10.0.0.1, port: 80, weight: 0}]"))
 	dead := deadKubeconfig(t)
+	empty := write(t, dir, "empty-kubeconfig", "apiVersion: v1\nkind: Config\n")
 	serve := []string{"serve", "--xds-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"}
 	rows := map[string][]struct {
 		args []string
@@ -54,7 +55,7 @@ func TestExitCodes(t *testing.T) {
 			{[]string{"serve", "--help"}, exitOK, ""},
 			{append(serve, "-f", missing), exitInvalid, "nothing to serve"},
 			{serve, exitUsage, "-f PATH is required"},
-			{append(serve, "-f", examples, "--nope"), exitUsage, "unknown flag: --nope"},
+			{append(serve, "-f", examples, "--nope"), exitUsage, "unknown flag --nope"},
 			{append(serve, "-f", examples, "extra.yaml"), exitUsage, `unexpected argument "extra.yaml"`},
 			{append(serve, "-f", examples, "--drain-period", "1000000h"), exitUsage, "--drain-period 1000000h0m0s: want 0s to 10m0s"},
 		},
@@ -66,6 +67,10 @@ func TestExitCodes(t *testing.T) {
 			{[]string{"explain"}, exitUsage, "-f PATH is required"},
 			{[]string{"explain", "-f", examples, "-o", "yaml"}, exitUsage, `-o "yaml"`},
 			{[]string{"explain", "-f", examples, "--simulate", "1000000001"}, exitUsage, "--simulate 1000000001: want 0 to 1000000000 picks"},
+			// a kubeconfig that cannot be read is the command line's fault; a cluster that does not answer is not
+			{[]string{"explain", "--kubeconfig", missing}, exitUsage, "kubeconfig from --kubeconfig " + missing},
+			{[]string{"explain", "--kubeconfig", empty}, exitUsage, "--kubeconfig " + empty + ": no cluster, user or current context in it"},
+			{[]string{"explain", "--kubeconfig", dead}, exitInvalid, "reading the cluster at https://127.0.0.1:1"},
 		},
 		"explain-route": {
 			{[]string{"explain-route", "-f", spatialExamples, "--domain", "cadastre", "--product", "parcels"}, exitOK, ""},
@@ -84,6 +89,7 @@ func TestExitCodes(t *testing.T) {
 			{[]string{"status", "--admin-address", "127.0.0.1:1"}, exitInvalid, "replica 127.0.0.1:1:"},
 			{[]string{"status", "--kubeconfig", dead}, exitInvalid, "listing the pods"},
 			{[]string{"status", "--kubeconfig", missing}, exitUsage, "--kubeconfig:"},
+			{[]string{"status", "--kubeconfig", empty}, exitUsage, "--kubeconfig " + empty + ": no cluster, user or current context in it"},
 			{[]string{"status", "--kubeconfig", dead, "--context", "nope"}, exitUsage, `--context "nope": no such context in the kubeconfig (it has: dead)`},
 			{[]string{"status", "--admin-address", a.Admin, "-n", "poise-system"}, exitUsage, "give one or the other"},
 			{[]string{"status", "--release", "a", "--selector", "b=c"}, exitUsage, "--release and --selector"},

@@ -15,7 +15,7 @@ func newExplainRouteCmd(stdout, stderr io.Writer) *cobra.Command {
 	c := &cobra.Command{
 		Use:     "explain-route -f PATH... --domain D --product P",
 		Short:   "Show how a spatial request is routed: residency, health, locality, result",
-		Example: "  controlplane explain-route -f examples/spatial --domain cadastre --product parcels --bbox 8,48,9,49",
+		Example: "  controlplane explain-route -f examples/spatial --domain cadastre \\\n      --product parcels --bbox 8,48,9,49",
 		Args:    noArgs,
 	}
 	fs := c.Flags()

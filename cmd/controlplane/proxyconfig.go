@@ -45,7 +45,7 @@ func newProxyConfigCmd(stdout, stderr io.Writer) *cobra.Command {
 	var o proxyConfigOptions
 	c := &cobra.Command{
 		Use:   "proxy-config NODE [--admin-address HOST:PORT... | -n NAMESPACE]",
-		Short: "Show what one xDS client is served, decoded (clusters, endpoints with their locality weights, listeners, routes), and what it has not ACKed or NACKed",
+		Short: "Show what one xDS client is served, decoded, and what it has not ACKed",
 		Long: `proxy-config reads /debug/config?node=NODE of each replica (found as status
 finds them: 127.0.0.1:19000, --admin-address, or the pods of the release in the
 cluster that --namespace and the other cluster flags name) and prints, for every

@@ -62,7 +62,7 @@ func newCreateRemoteSecretCmd(stdout, stderr io.Writer) *cobra.Command {
 	var o remoteSecretOptions
 	c := &cobra.Command{
 		Use:   "create-remote-secret --context CTX --name NAME",
-		Short: "Give Poise read access to a remote cluster: print the Secret that registers it",
+		Short: "Print the Secret that gives Poise read access to a remote cluster",
 		Long: `create-remote-secret makes, in the remote cluster of kubeconfig context --context,
 a read-only identity for Poise: the ServiceAccount --service-account in
 --namespace, a ClusterRole of the same name that may get, list and watch
@@ -81,7 +81,8 @@ someone allowed to create them to apply; run it again without --rbac-only
 once they exist.`,
 		Example: `  controlplane create-remote-secret --context east --name east | kubectl --context home apply -f -
   controlplane create-remote-secret --rbac-only > poise-remote-rbac.yaml
-  controlplane create-remote-secret --context kind-east --name east --server https://east-control-plane:6443`,
+  controlplane create-remote-secret --context kind-east --name east \
+      --server https://east-control-plane:6443`,
 		Args: cobra.NoArgs,
 	}
 	fs := c.Flags()
@@ -241,6 +242,13 @@ func kubeContext(kubeconfig, context string) (*rest.Config, error) {
 	}
 	rc, err := cc.ClientConfig()
 	if err != nil {
+		// client-go's own words for these send the user to KUBERNETES_MASTER
+		switch {
+		case clientcmd.IsEmptyConfig(err) && kubeconfig == "":
+			return nil, fmt.Errorf("no kubeconfig: pass --kubeconfig, set $KUBECONFIG or create %s", clientcmd.RecommendedHomeFile)
+		case clientcmd.IsEmptyConfig(err):
+			return nil, fmt.Errorf("--kubeconfig %s: no cluster, user or current context in it", kubeconfig)
+		}
 		if context == "" {
 			return nil, fmt.Errorf("--kubeconfig: %v", err)
 		}

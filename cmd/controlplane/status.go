@@ -25,7 +25,7 @@ func newStatusCmd(stdout, stderr io.Writer) *cobra.Command {
 	var o statusOptions
 	c := &cobra.Command{
 		Use:   "status [--admin-address HOST:PORT... | -n NAMESPACE]",
-		Short: "List every xDS client of every replica (node, locality class, SYNCED/STALE/NACKED per type, last NACK), each replica's version and remote clusters",
+		Short: "List every xDS client of every replica and whether it is in sync, per type",
 		Long: `status asks each replica of the control plane whom it serves. With no flag it
 asks 127.0.0.1:19000, where serve listens; --admin-address names replicas; with
 -n, --kubeconfig, --context, --release or --selector it finds every running pod
@@ -43,7 +43,8 @@ had) or NOT SENT; then its last NACK, what it asked for and is not sent, and
 each replica's remote clusters.`,
 		Example: `  # the replica of make run (controlplane serve -f examples)
   controlplane status
-  # every pod of Deployment poise in namespace poise-system (helm install poise charts/poise -n poise-system)
+  # every pod of Deployment poise in namespace poise-system
+  # (helm install poise charts/poise -n poise-system)
   controlplane status -n poise-system
   controlplane status --admin-address 127.0.0.1:19000,127.0.0.1:19010 -o json`,
 		Args: cobra.NoArgs,

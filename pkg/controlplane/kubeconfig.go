@@ -31,6 +31,10 @@ func findKubeClient(explicit, env string, inCluster func() (*rest.Config, error)
 	fromFile := func(rules *clientcmd.ClientConfigLoadingRules, from string) (kubeClient, error) {
 		cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
 		cfg, err := cc.ClientConfig()
+		if clientcmd.IsEmptyConfig(err) {
+			// client-go's own words send the user to KUBERNETES_MASTER
+			return kubeClient{}, fmt.Errorf("%s: no cluster, user or current context in it", from)
+		}
 		if err != nil {
 			return kubeClient{}, fmt.Errorf("kubeconfig from %s: %w", from, err)
 		}
