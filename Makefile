@@ -14,9 +14,14 @@ PKGS     := ./...
 build: ## Build bin/controlplane.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/controlplane ./cmd/controlplane
 
+.PHONY: install
+install: ## Install controlplane into $$GOBIN (else $$(go env GOPATH)/bin), where the docs call it by its name.
+	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/controlplane
+	@echo "installed $$(d=$$($(GO) env GOBIN); [ -n "$$d" ] || d=$$($(GO) env GOPATH)/bin; echo $$d)/controlplane"
+
 .PHONY: run
-run: ## Serve the bundled examples over xDS on 127.0.0.1 (admin on :19000), watching them for changes.
-	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/controlplane serve -f examples
+run: build ## Build bin/controlplane and serve the bundled examples over xDS on 127.0.0.1 (admin on :19000), watching them for changes.
+	$(BIN)/controlplane serve -f examples
 
 # Tests save what a person should look at (test/browser's screenshots of the
 # traffic map) with t.ArtifactDir(); -artifacts keeps them under
