@@ -1,0 +1,362 @@
+package history
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Rule is a line of the resilience contract (docs/resilience.md) a
+// violation breaks.
+type Rule int
+
+const (
+	// Coherent: at the end of each round a client holds, resource by
+	// resource, what one revision published for its class; every resource
+	// it is sent is that revision's.
+	Coherent Rule = 1 + iota
+	// Monotonic: per client and resource, what it ACKs never goes back to
+	// an older revision's content.
+	Monotonic
+	// Converges: every client that stays holds the latest revision's view,
+	// within the bound after the heal.
+	Converges
+	// LastGoodKept: a replica never serves an older revision than one it
+	// served before.
+	LastGoodKept
+	// Tenancy: no client is sent a resource its class is not published.
+	Tenancy
+)
+
+func (r Rule) String() string {
+	switch r {
+	case Coherent:
+		return "coherent"
+	case Monotonic:
+		return "monotonic"
+	case Converges:
+		return "converges"
+	case LastGoodKept:
+		return "last-good-kept"
+	case Tenancy:
+		return "tenancy"
+	}
+	return fmt.Sprintf("rule-%d", int(r))
+}
+
+// Violation is one breach of a rule, with what it involves.
+type Violation struct {
+	Rule     Rule
+	Client   string
+	Replica  string
+	Type     string
+	Resource string
+	// Revisions are the two revisions involved (the one held before and
+	// the one after, or the one expected and the one found), when two are.
+	Revisions [2]uint64
+	Detail    string
+}
+
+func (v Violation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: client %s", v.Rule, v.Client)
+	if v.Replica != "" {
+		fmt.Fprintf(&b, " (replica %s)", v.Replica)
+	}
+	if v.Type != "" {
+		fmt.Fprintf(&b, ", %s", shortType(v.Type))
+	}
+	if v.Resource != "" {
+		fmt.Fprintf(&b, " %s", v.Resource)
+	}
+	if v.Revisions != [2]uint64{} {
+		fmt.Fprintf(&b, ", revisions %d and %d", v.Revisions[0], v.Revisions[1])
+	}
+	return b.String() + ": " + v.Detail
+}
+
+func shortType(url string) string { return url[strings.LastIndexByte(url, '.')+1:] }
+
+// Options are the checker's bounds.
+type Options struct {
+	// HealedAt is when the last fault healed: convergence is measured from
+	// it, or from the latest publication when that is later.
+	HealedAt time.Time
+	// ConvergeWithin bounds that time; 0 measures it without a bound.
+	ConvergeWithin time.Duration
+	// Left are the clients that left before the end, held to every rule but
+	// convergence.
+	Left []string
+}
+
+// Result is what Check found: the violations, and per client the time it
+// took to hold the latest view.
+type Result struct {
+	Violations []Violation
+	Converged  map[string]time.Duration
+	// Slowest is the longest of Converged.
+	Slowest time.Duration
+}
+
+// contentKey is one resource's content in one class.
+type contentKey struct {
+	class, typ, name string
+	hash             Hash
+}
+
+type span struct{ first, last int } // publication indexes
+
+type clientState struct {
+	class    string
+	held     map[string]Contents // by type, what the client ACKed
+	wildcard map[string]bool
+	pending  map[[2]string]Event // by type and nonce: responses not yet answered
+	reached  time.Time           // when the held state last changed
+}
+
+type checker struct {
+	h         History
+	o         Options
+	byVersion map[string]int
+	spans     map[contentKey]span
+	out       []Violation
+}
+
+// Check verifies every rule over h.
+func Check(h History, o Options) Result {
+	c := &checker{h: h, o: o, byVersion: map[string]int{}, spans: map[contentKey]span{}}
+	for i, p := range h.Publications {
+		for _, v := range p.Versions {
+			c.byVersion[v] = i
+		}
+		for class, view := range p.Views {
+			for typ, res := range view {
+				for name, hash := range res {
+					k := contentKey{class, typ, name, hash}
+					s, ok := c.spans[k]
+					if !ok {
+						s.first = i
+					}
+					s.last = i
+					c.spans[k] = s
+				}
+			}
+		}
+	}
+	clients := map[string]*clientState{}
+	for _, cl := range h.Clients {
+		clients[cl.ID] = &clientState{class: cl.Class, held: map[string]Contents{}, wildcard: map[string]bool{},
+			pending: map[[2]string]Event{}}
+	}
+	served := map[string]int{} // per replica, the newest publication it served
+	for _, e := range h.Events {
+		if e.Kind == Settled {
+			c.settled(h.Clients, clients, o.Left)
+			continue
+		}
+		st, ok := clients[e.Client]
+		if !ok {
+			c.add(Violation{Rule: Coherent, Client: e.Client, Detail: "an event of a client the history does not list"})
+			continue
+		}
+		switch e.Kind {
+		case Response:
+			c.response(st, e, served)
+		case ACK:
+			c.ack(st, e)
+		case NACK:
+			delete(st.pending, [2]string{e.Type, e.Nonce})
+		}
+	}
+	res := Result{Converged: map[string]time.Duration{}}
+	latest := len(h.Publications) - 1
+	start := o.HealedAt
+	if latest >= 0 && h.Publications[latest].At.After(start) {
+		start = h.Publications[latest].At
+	}
+	for _, cl := range h.Clients {
+		st := clients[cl.ID]
+		if len(st.held) > 0 && c.coherentAt(st) < 0 {
+			c.add(Violation{Rule: Coherent, Client: cl.ID, Detail: "at the end it holds a mix that no revision published: " + c.describe(st)})
+		}
+		if slices.Contains(o.Left, cl.ID) || latest < 0 {
+			continue
+		}
+		if !c.holds(st, latest) {
+			c.add(Violation{Rule: Converges, Client: cl.ID, Revisions: [2]uint64{0, h.Publications[latest].Revision},
+				Detail: "it never held the latest revision's view: " + c.describe(st)})
+			continue
+		}
+		d := max(st.reached.Sub(start), 0)
+		res.Converged[cl.ID] = d
+		res.Slowest = max(res.Slowest, d)
+		if o.ConvergeWithin > 0 && d > o.ConvergeWithin {
+			c.add(Violation{Rule: Converges, Client: cl.ID, Revisions: [2]uint64{0, h.Publications[latest].Revision},
+				Detail: fmt.Sprintf("it held the latest revision's view %v after the heal, past the bound of %v", d, o.ConvergeWithin)})
+		}
+	}
+	res.Violations = c.out
+	return res
+}
+
+func (c *checker) add(v Violation) { c.out = append(c.out, v) }
+
+// settled holds every client that has answered all it was sent to one
+// revision's view: in between rounds, make-before-break may mix revisions;
+// at rest nothing may.
+func (c *checker) settled(list []Client, clients map[string]*clientState, left []string) {
+	for _, cl := range list {
+		st := clients[cl.ID]
+		if len(st.held) == 0 || len(st.pending) > 0 || slices.Contains(left, cl.ID) {
+			continue
+		}
+		if c.coherentAt(st) < 0 {
+			c.add(Violation{Rule: Coherent, Client: cl.ID, Detail: "settled on a mix that no revision published: " + c.describe(st)})
+		}
+	}
+}
+
+func (c *checker) response(st *clientState, e Event, served map[string]int) {
+	i, ok := c.byVersion[e.Version]
+	if !ok {
+		c.add(Violation{Rule: Coherent, Client: e.Client, Replica: e.Replica, Type: e.Type,
+			Detail: fmt.Sprintf("a response of version %q, which no publication has", e.Version)})
+		st.pending[[2]string{e.Type, e.Nonce}] = e
+		return
+	}
+	pub := c.h.Publications[i]
+	if last, ok := served[e.Replica]; ok && last > i {
+		c.add(Violation{Rule: LastGoodKept, Client: e.Client, Replica: e.Replica, Type: e.Type,
+			Revisions: [2]uint64{c.h.Publications[last].Revision, pub.Revision},
+			Detail:    "the replica served an older revision than one it had served"})
+	} else {
+		served[e.Replica] = i
+	}
+	for _, name := range slices.Sorted(maps.Keys(e.Resources)) {
+		hash := e.Resources[name]
+		want, ok := pub.Views[st.class][e.Type][name]
+		switch {
+		case !ok && c.otherClassHas(pub, st.class, e.Type, name):
+			c.add(Violation{Rule: Tenancy, Client: e.Client, Replica: e.Replica, Type: e.Type, Resource: name,
+				Revisions: [2]uint64{pub.Revision, pub.Revision},
+				Detail:    fmt.Sprintf("sent a resource that revision %d publishes to other classes only, not to class %q", pub.Revision, st.class)})
+		case !ok:
+			c.add(Violation{Rule: Coherent, Client: e.Client, Replica: e.Replica, Type: e.Type, Resource: name,
+				Detail: fmt.Sprintf("sent a resource that revision %d does not have", pub.Revision)})
+		case want != hash:
+			c.add(Violation{Rule: Coherent, Client: e.Client, Replica: e.Replica, Type: e.Type, Resource: name,
+				Detail: fmt.Sprintf("sent under revision %d's version content that revision does not have", pub.Revision)})
+		}
+	}
+	st.pending[[2]string{e.Type, e.Nonce}] = e
+}
+
+func (c *checker) otherClassHas(pub Publication, class, typ, name string) bool {
+	for other, view := range pub.Views {
+		if _, ok := view[typ][name]; ok && other != class {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *checker) ack(st *clientState, e Event) {
+	k := [2]string{e.Type, e.Nonce}
+	resp, ok := st.pending[k]
+	if !ok {
+		return // an ACK of a response not recorded: nothing it holds changes
+	}
+	delete(st.pending, k)
+	before := st.held[e.Type]
+	next := Contents{}
+	if resp.Delta {
+		maps.Copy(next, before)
+		for _, n := range resp.Removed {
+			delete(next, n)
+		}
+	}
+	maps.Copy(next, resp.Resources)
+	for _, name := range slices.Sorted(maps.Keys(next)) {
+		h0, had := before[name]
+		h1 := next[name]
+		if !had || h0 == h1 {
+			continue
+		}
+		old, okOld := c.spans[contentKey{st.class, e.Type, name, h0}]
+		now, okNow := c.spans[contentKey{st.class, e.Type, name, h1}]
+		if okOld && okNow && now.last < old.first {
+			c.add(Violation{Rule: Monotonic, Client: e.Client, Replica: resp.Replica, Type: e.Type, Resource: name,
+				Revisions: [2]uint64{c.h.Publications[old.first].Revision, c.h.Publications[now.last].Revision},
+				Detail:    "ACKed content that only revisions older than the content it held had"})
+		}
+	}
+	if !maps.Equal(before, next) || st.wildcard[e.Type] != resp.Wildcard {
+		st.reached = e.At
+	}
+	st.held[e.Type] = next
+	st.wildcard[e.Type] = resp.Wildcard
+}
+
+// coherentAt is a publication whose view for the client's class is what
+// it holds, or -1: the candidates are the revisions every held resource's
+// content was published in, each then checked whole.
+func (c *checker) coherentAt(st *clientState) int {
+	lo, hi := 0, len(c.h.Publications)-1
+	for typ, res := range st.held {
+		for name, hash := range res {
+			s, ok := c.spans[contentKey{st.class, typ, name, hash}]
+			if !ok {
+				return -1
+			}
+			lo, hi = max(lo, s.first), min(hi, s.last)
+		}
+	}
+	for i := lo; i <= hi; i++ {
+		if c.holds(st, i) {
+			return i
+		}
+	}
+	return -1
+}
+
+// holds reports whether the client holds publication i's view: each
+// resource as published, and for a type it asked for whole, no more and no
+// fewer.
+func (c *checker) holds(st *clientState, i int) bool {
+	view := c.h.Publications[i].Views[st.class]
+	for typ, res := range st.held {
+		want := view[typ]
+		if st.wildcard[typ] && len(want) != len(res) {
+			return false
+		}
+		for name, hash := range res {
+			if w, ok := want[name]; !ok || w != hash {
+				return false
+			}
+		}
+	}
+	return true // a type the client never received is not part of what it holds
+}
+
+func (c *checker) describe(st *clientState) string {
+	var parts []string
+	for _, typ := range slices.Sorted(maps.Keys(st.held)) {
+		res := st.held[typ]
+		var names []string
+		for _, n := range slices.Sorted(maps.Keys(res)) {
+			where := "unpublished"
+			if s, ok := c.spans[contentKey{st.class, typ, n, res[n]}]; ok {
+				where = fmt.Sprintf("r%d..r%d", c.h.Publications[s.first].Revision, c.h.Publications[s.last].Revision)
+			}
+			names = append(names, n+"@"+where)
+			if len(names) == 5 {
+				names = append(names, fmt.Sprintf("and %d more", len(res)-5))
+				break
+			}
+		}
+		parts = append(parts, shortType(typ)+" {"+strings.Join(names, ", ")+"}")
+	}
+	return strings.Join(parts, "; ")
+}

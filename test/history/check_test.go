@@ -1,0 +1,223 @@
+package history
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	cds = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	eds = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+)
+
+var t0 = time.Unix(1_800_000_000, 0)
+
+func h(s string) Hash { return HashOf([]byte(s)) }
+
+// fixture is three revisions for class "a" (tenant-a/pay) and class "b"
+// (tenant-b/ledger): r2 moves pay's endpoints, r3 adds tenant-a/cart.
+func fixture() []Publication {
+	view := func(rev int, extra bool) View {
+		v := View{
+			cds: {"tenant-a/pay": h("pay-cluster")},
+			eds: {"tenant-a/pay": h(fmt.Sprintf("pay-endpoints-%d", min(rev, 2)))},
+		}
+		if extra {
+			v[cds]["tenant-a/cart"] = h("cart-cluster")
+			v[eds]["tenant-a/cart"] = h("cart-endpoints")
+		}
+		return v
+	}
+	b := View{cds: {"tenant-b/ledger": h("ledger-cluster")}, eds: {"tenant-b/ledger": h("ledger-endpoints")}}
+	var pubs []Publication
+	for rev := 1; rev <= 3; rev++ {
+		pubs = append(pubs, Publication{Revision: uint64(rev), Versions: []string{fmt.Sprintf("x-%d", rev), fmt.Sprintf("y-%d", rev)},
+			Views: map[string]View{"a": view(rev, rev == 3), "b": b}, At: t0.Add(time.Duration(rev) * time.Second)})
+	}
+	return pubs
+}
+
+// script builds one client's events: "resp TYPE VERSION name=content,..."
+// is a SotW response, answered by the "ack"/"nack" that follows it.
+type script struct {
+	events []Event
+	nonce  int
+	at     time.Duration
+}
+
+func (s *script) resp(client, replica, typ, version string, wildcard bool, res map[string]string) *script {
+	s.nonce++
+	c := Contents{}
+	for n, v := range res {
+		c[n] = h(v)
+	}
+	s.at += 10 * time.Millisecond
+	s.events = append(s.events, Event{Client: client, Replica: replica, Kind: Response, Type: typ, Version: version,
+		Nonce: fmt.Sprint(s.nonce), Resources: c, Wildcard: wildcard, At: t0.Add(time.Second + s.at)})
+	return s
+}
+
+func (s *script) delta(client, replica, typ, version string, res map[string]string, removed ...string) *script {
+	s.resp(client, replica, typ, version, true, res)
+	e := &s.events[len(s.events)-1]
+	e.Delta, e.Removed = true, removed
+	return s
+}
+
+func (s *script) answer(kind Kind) *script {
+	last := s.events[len(s.events)-1]
+	s.at += 10 * time.Millisecond
+	s.events = append(s.events, Event{Client: last.Client, Replica: last.Replica, Kind: kind, Type: last.Type, Nonce: last.Nonce,
+		At: t0.Add(time.Second + s.at)})
+	return s
+}
+
+func (s *script) ack() *script  { return s.answer(ACK) }
+func (s *script) nack() *script { return s.answer(NACK) }
+func (s *script) settle() *script {
+	s.events = append(s.events, Event{Kind: Settled})
+	return s
+}
+
+// latest has the client hold revision 3 whole.
+func (s *script) latest(client, replica string) *script {
+	return s.resp(client, replica, cds, "x-3", true, map[string]string{"tenant-a/pay": "pay-cluster", "tenant-a/cart": "cart-cluster"}).ack().
+		resp(client, replica, eds, "x-3", false, map[string]string{"tenant-a/pay": "pay-endpoints-2", "tenant-a/cart": "cart-endpoints"}).ack()
+}
+
+// round1 has the client hold revision 1 whole.
+func (s *script) round1(client, replica string) *script {
+	return s.resp(client, replica, cds, "x-1", true, map[string]string{"tenant-a/pay": "pay-cluster"}).ack().
+		resp(client, replica, eds, "x-1", false, map[string]string{"tenant-a/pay": "pay-endpoints-1"}).ack()
+}
+
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		events func(s *script) *script
+		opts   Options
+		want   []string // one substring per violation, in order; none: clean
+	}{
+		{name: "clean: rounds in order, settled between them",
+			events: func(s *script) *script { return s.round1("c1", "x").settle().latest("c1", "x").settle() }},
+		{name: "clean: make-before-break between rounds is no mix at rest",
+			events: func(s *script) *script {
+				return s.round1("c1", "x").
+					resp("c1", "x", cds, "x-3", true, map[string]string{"tenant-a/pay": "pay-cluster", "tenant-a/cart": "cart-cluster"}).ack().
+					resp("c1", "x", eds, "x-3", false, map[string]string{"tenant-a/pay": "pay-endpoints-2", "tenant-a/cart": "cart-endpoints"}).ack().settle()
+			}},
+		{name: "clean: a NACKed response changes nothing held",
+			events: func(s *script) *script {
+				return s.round1("c1", "x").resp("c1", "x", eds, "x-2", false, map[string]string{"tenant-a/pay": "pay-endpoints-2"}).nack().settle().latest("c1", "x")
+			}},
+		{name: "delta: updates and removals apply; a resource no revision has is named",
+			events: func(s *script) *script {
+				return s.delta("c1", "x", cds, "x-3", map[string]string{"tenant-a/pay": "pay-cluster", "tenant-a/cart": "cart-cluster", "tenant-a/old": "old"}).ack().
+					delta("c1", "x", cds, "x-3", nil, "tenant-a/old").ack().
+					delta("c1", "x", eds, "x-3", map[string]string{"tenant-a/pay": "pay-endpoints-2", "tenant-a/cart": "cart-endpoints"}).ack().settle()
+			},
+			want: []string{`coherent: client c1 (replica x), Cluster tenant-a/old: sent a resource that revision 3 does not have`}},
+		{name: "a mix at rest: CDS of revision 3, EDS of revision 1",
+			events: func(s *script) *script {
+				return s.round1("c1", "x").
+					resp("c1", "x", cds, "x-3", true, map[string]string{"tenant-a/pay": "pay-cluster", "tenant-a/cart": "cart-cluster"}).ack().settle()
+			},
+			want: []string{
+				"coherent: client c1: settled on a mix that no revision published: Cluster {tenant-a/cart@r3..r3, tenant-a/pay@r1..r3}; ClusterLoadAssignment {tenant-a/pay@r1..r1}",
+				"coherent: client c1: at the end it holds a mix",
+				"converges: client c1, revisions 0 and 3: it never held the latest revision's view"}},
+		{name: "a response under a revision's version with another revision's content",
+			events: func(s *script) *script {
+				return s.resp("c1", "x", eds, "x-3", false, map[string]string{"tenant-a/pay": "pay-endpoints-1"}).ack()
+			},
+			want: []string{
+				"coherent: client c1 (replica x), ClusterLoadAssignment tenant-a/pay: sent under revision 3's version content that revision does not have",
+				"converges"}},
+		{name: "backwards: a lagging replica sends revision 1's endpoints after revision 2's",
+			events: func(s *script) *script {
+				return s.resp("c1", "x", eds, "x-2", false, map[string]string{"tenant-a/pay": "pay-endpoints-2"}).ack().
+					resp("c1", "y", eds, "y-1", false, map[string]string{"tenant-a/pay": "pay-endpoints-1"}).ack().
+					latest("c1", "x")
+			},
+			want: []string{"monotonic: client c1 (replica y), ClusterLoadAssignment tenant-a/pay, revisions 2 and 1: ACKed content that only revisions older"}},
+		{name: "a replica serves an older revision than it served",
+			events: func(s *script) *script {
+				return s.latest("c1", "x").resp("c2", "x", cds, "x-1", true, map[string]string{"tenant-a/pay": "pay-cluster"}).ack().latest("c2", "x")
+			},
+			want: []string{"last-good-kept: client c2 (replica x), Cluster, revisions 3 and 1: the replica served an older revision"}},
+		{name: "missed convergence: the client stays on revision 1",
+			events: func(s *script) *script { return s.round1("c1", "x").latest("c2", "x") },
+			want:   []string{"converges: client c1, revisions 0 and 3: it never held the latest revision's view"}},
+		{name: "convergence past its bound",
+			events: func(s *script) *script {
+				s.at = 10 * time.Second
+				return s.latest("c1", "x").latest("c2", "x")
+			},
+			opts: Options{ConvergeWithin: time.Second},
+			want: []string{"converges: client c1, revisions 0 and 3: it held the latest revision's view 8.04s after the heal, past the bound of 1s",
+				"converges: client c2, revisions 0 and 3: it held the latest revision's view 8.08s after the heal"}},
+		{name: "a client that left is not held to convergence",
+			events: func(s *script) *script { return s.round1("c1", "x").latest("c2", "x") },
+			opts:   Options{Left: []string{"c1"}}},
+		{name: "cross-tenant: tenant-b's ledger sent to a client of class a",
+			events: func(s *script) *script {
+				return s.resp("c1", "x", eds, "x-3", false, map[string]string{"tenant-b/ledger": "ledger-endpoints"}).ack().latest("c1", "x")
+			},
+			want: []string{"tenancy: client c1 (replica x), ClusterLoadAssignment tenant-b/ledger, revisions 3 and 3: sent a resource that revision 3 publishes to other classes only, not to class \"a\""}},
+		{name: "a version no publication has",
+			events: func(s *script) *script { return s.resp("c1", "z", cds, "z-9", true, nil).ack().latest("c1", "x") },
+			want:   []string{`coherent: client c1 (replica z), Cluster: a response of version "z-9", which no publication has`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.events(&script{})
+			hist := History{Clients: []Client{{ID: "c1", Class: "a"}, {ID: "c2", Class: "a"}}, Publications: fixture(), Events: s.events}
+			used := map[string]bool{}
+			for _, e := range s.events {
+				used[e.Client] = true
+			}
+			if !used["c2"] {
+				hist.Clients = hist.Clients[:1]
+			}
+			res := Check(hist, tc.opts)
+			var got []string
+			for _, v := range res.Violations {
+				got = append(got, v.String())
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("%d violations, want %d:\n%s", len(got), len(tc.want), strings.Join(got, "\n"))
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("violation %d:\n%s\nwant it to contain:\n%s", i, got[i], w)
+				}
+			}
+		})
+	}
+}
+
+// TestConvergenceIsMeasured: the time from the latest publication (or the
+// heal, when later) to the ACK after which the client held its view.
+func TestConvergenceIsMeasured(t *testing.T) {
+	t.Parallel()
+	s := (&script{}).round1("c1", "x").latest("c1", "x")
+	res := Check(History{Clients: []Client{{ID: "c1", Class: "a"}}, Publications: fixture(), Events: s.events}, Options{})
+	if len(res.Violations) != 0 {
+		t.Fatalf("violations: %v", res.Violations)
+	}
+	// revision 3 was published at t0+3s; the client's last ACK is at t0+1s+80ms: it held it before
+	if d := res.Converged["c1"]; d != 0 {
+		t.Errorf("converged after %v, want 0 (it held the view when the measure began)", d)
+	}
+	healed := t0.Add(500 * time.Millisecond)
+	pubs := fixture()
+	for i := range pubs {
+		pubs[i].At = t0
+	}
+	res = Check(History{Clients: []Client{{ID: "c1", Class: "a"}}, Publications: pubs, Events: s.events}, Options{HealedAt: healed})
+	if d, want := res.Converged["c1"], 580*time.Millisecond; d != want || res.Slowest != want {
+		t.Errorf("converged after %v (slowest %v), want %v: the last ACK at t0+1.08s, the heal at t0+0.5s", d, res.Slowest, want)
+	}
+}
