@@ -117,6 +117,7 @@ var layers = []struct {
 		"test/adstest",
 		"test/cpbinary",
 		"test/golden",
+		"test/history",
 		"test/kubemanifests",
 		"test/splitcheck",
 		"test/testkit",
