@@ -122,6 +122,10 @@ var layers = []struct {
 		"test/splitcheck",
 		"test/testkit",
 	}},
+	// Test helpers built on the ones above.
+	{"test harnesses", "test harnesses", []string{
+		"test/xdsproxy",
+	}},
 	// Tests and their tools; nothing imports them.
 	{"test suites", "test suites", []string{
 		"test/browser",
