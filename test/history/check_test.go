@@ -221,3 +221,44 @@ func TestConvergenceIsMeasured(t *testing.T) {
 		t.Errorf("converged after %v (slowest %v), want %v: the last ACK at t0+1.08s, the heal at t0+0.5s", d, res.Slowest, want)
 	}
 }
+
+// TestFromObserver: the observer's accepted responses become one
+// publication per revision, each type as last accepted at or before it; a
+// NACK by the observer is refused; Merge fills a class's view for a
+// revision only another class saw.
+func TestFromObserver(t *testing.T) {
+	t.Parallel()
+	rev := func(v string) (uint64, bool) {
+		var n uint64
+		_, err := fmt.Sscanf(v, "x-%d", &n)
+		return n, err == nil
+	}
+	s := (&script{}).
+		resp("obs", "x", cds, "x-1", true, map[string]string{"tenant-a/pay": "pay-cluster"}).ack().
+		resp("obs", "x", eds, "x-1", false, map[string]string{"tenant-a/pay": "pay-endpoints-1"}).ack().
+		resp("obs", "x", eds, "x-2", false, map[string]string{"tenant-a/pay": "pay-endpoints-2"}).ack().
+		resp("c1", "x", eds, "x-9", false, nil).ack() // another client's: not the observer's
+	pubs, err := FromObserver(s.events, "obs", "a", rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pubs) != 2 || pubs[0].Revision != 1 || pubs[1].Revision != 2 {
+		t.Fatalf("publications %+v, want revisions 1 and 2", pubs)
+	}
+	if got := pubs[1].Views["a"]; got[cds]["tenant-a/pay"] != h("pay-cluster") || got[eds]["tenant-a/pay"] != h("pay-endpoints-2") {
+		t.Errorf("revision 2's view %v: want revision 1's cluster and revision 2's endpoints", got)
+	}
+	if pubs[0].Views["a"][eds]["tenant-a/pay"] != h("pay-endpoints-1") {
+		t.Errorf("revision 1's view changed with revision 2's")
+	}
+	b := []Publication{{Revision: 2, Versions: []string{"x-2"}, Views: map[string]View{"b": {cds: {"tenant-b/ledger": h("l")}}}}}
+	merged := Merge(pubs, b)
+	if len(merged) != 2 || merged[1].Views["b"] == nil || merged[0].Views["b"] != nil || merged[1].Views["a"] == nil {
+		t.Errorf("merged %+v", merged)
+	}
+
+	nacked := (&script{}).resp("obs", "x", cds, "x-1", true, nil).nack()
+	if _, err := FromObserver(nacked.events, "obs", "a", rev); err == nil || !strings.Contains(err.Error(), "must accept everything") {
+		t.Errorf("an observer's NACK: %v", err)
+	}
+}

@@ -2,6 +2,9 @@ package history
 
 import (
 	"crypto/sha256"
+	"fmt"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -96,4 +99,120 @@ type History struct {
 	Clients      []Client
 	Publications []Publication
 	Events       []Event
+}
+
+// FromObserver derives what was published for one class from an
+// observer's record: a client of that class, connected where no fault
+// reaches, that answered every response at once. Each response's version
+// names the revision it belongs to (revisionOf reads it; false: not a
+// version of the plane); the view of a revision is, per type, what the
+// observer last accepted at or before it. The publications are in
+// revision order; a type's responses the observer never saw (two
+// revisions within one of its round trips) are missing from them, and the
+// checker then names those revisions' versions as unpublished.
+func FromObserver(events []Event, observer, class string, revisionOf func(version string) (uint64, bool)) ([]Publication, error) {
+	type accepted struct {
+		rev     uint64
+		version string
+		typ     string
+		state   Contents
+		at      time.Time
+	}
+	var seq []accepted
+	held := map[string]Contents{}
+	pending := map[[2]string]Event{}
+	for _, e := range events {
+		if e.Client != observer {
+			continue
+		}
+		switch e.Kind {
+		case Response:
+			pending[[2]string{e.Type, e.Nonce}] = e
+		case NACK:
+			return nil, fmt.Errorf("observer %s NACKed %s version %s: it must accept everything", observer, e.Type, pending[[2]string{e.Type, e.Nonce}].Version)
+		case ACK:
+			resp, ok := pending[[2]string{e.Type, e.Nonce}]
+			if !ok {
+				continue
+			}
+			delete(pending, [2]string{e.Type, e.Nonce})
+			rev, ok := revisionOf(resp.Version)
+			if !ok {
+				return nil, fmt.Errorf("observer %s: version %q names no revision", observer, resp.Version)
+			}
+			next := Contents{}
+			if resp.Delta {
+				maps.Copy(next, held[e.Type])
+				for _, n := range resp.Removed {
+					delete(next, n)
+				}
+			}
+			maps.Copy(next, resp.Resources)
+			held[e.Type] = next
+			seq = append(seq, accepted{rev: rev, version: resp.Version, typ: e.Type, state: next, at: resp.At})
+		}
+	}
+	// revisions in order; per revision the last accepted state of each
+	// type at or before it
+	byRev := map[uint64][]accepted{}
+	for _, a := range seq {
+		byRev[a.rev] = append(byRev[a.rev], a)
+	}
+	revs := slices.Sorted(maps.Keys(byRev))
+	view := View{}
+	var out []Publication
+	for _, r := range revs {
+		p := Publication{Revision: r, Views: map[string]View{}}
+		for _, a := range byRev[r] {
+			view[a.typ] = a.state
+			if !slices.Contains(p.Versions, a.version) {
+				p.Versions = append(p.Versions, a.version)
+			}
+			if a.at.After(p.At) {
+				p.At = a.at
+			}
+		}
+		p.Views[class] = maps.Clone(view)
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Merge joins the publications of several classes (FromObserver of each)
+// into one list: a revision one class saw and another did not gets the
+// other's view as of its latest revision before it.
+func Merge(lists ...[]Publication) []Publication {
+	byRev := map[uint64]*Publication{}
+	for _, l := range lists {
+		for _, p := range l {
+			q, ok := byRev[p.Revision]
+			if !ok {
+				q = &Publication{Revision: p.Revision, Views: map[string]View{}}
+				byRev[p.Revision] = q
+			}
+			for _, v := range p.Versions {
+				if !slices.Contains(q.Versions, v) {
+					q.Versions = append(q.Versions, v)
+				}
+			}
+			maps.Copy(q.Views, p.Views)
+			if p.At.After(q.At) {
+				q.At = p.At
+			}
+		}
+	}
+	revs := slices.Sorted(maps.Keys(byRev))
+	out := make([]Publication, 0, len(revs))
+	last := map[string]View{}
+	for _, r := range revs {
+		p := byRev[r]
+		for class, v := range last {
+			if _, ok := p.Views[class]; !ok {
+				p.Views[class] = v
+			}
+		}
+		maps.Copy(last, p.Views)
+		out = append(out, *p)
+	}
+	return out
 }
