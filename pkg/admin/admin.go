@@ -25,7 +25,8 @@ import (
 
 // Sources are what the admin port reads; each is called per request.
 type Sources struct {
-	// Ready reports whether the first snapshot has been published, and why not.
+	// Ready reports whether the plane is ready (the first snapshot
+	// published, and not stopping), and why not.
 	Ready func() (bool, string)
 	// Snapshot is the current topology snapshot.
 	Snapshot func() *topology.Snapshot

@@ -32,7 +32,7 @@ type route struct {
 var endpoints = []route{
 	{path: "/", params: []string{"format"}, strict: true, about: "this list (?format=json, or Accept: application/json: as JSON)"},
 	{path: "/healthz", about: "the process is up"},
-	{path: "/readyz", about: "the first snapshot is published; below ok, a warning: line per condition that needs an operator"},
+	{path: "/readyz", about: "the first snapshot is published and the plane is not stopping (503 from SIGTERM on); below ok, a warning: line per condition that needs an operator"},
 	{path: "/metrics", about: "Prometheus metrics"},
 	{path: "/debug/explain", params: []string{"upstream", "from", "demand"}, strict: true,
 		about: "the derivation of every upstream, as controlplane explain -o json (?upstream=NS/NAME, &from=REGION/ZONE[/SUBZONE], &demand=REGION/ZONE=N,...)"},

@@ -3,6 +3,8 @@ package controlplane_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +19,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"poise.dev/poise/pkg/controlplane"
+	"poise.dev/poise/test/adstest"
+	"poise.dev/poise/test/testkit"
 )
 
 const drainManifest = `apiVersion: poise.dev/v1alpha1
@@ -61,21 +65,9 @@ func TestDrainingPlaneFollowsChanges(t *testing.T) {
 	write("1")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	started := make(chan controlplane.Addrs, 1)
-	done := make(chan error, 1)
 	const drain = 4 * time.Second
-	go func() {
-		done <- controlplane.Run(ctx, controlplane.Config{Paths: []string{dir}, XDSAddress: "127.0.0.1:0", AdminAddress: "127.0.0.1:0",
-			Debounce: 50 * time.Millisecond, DrainPeriod: drain, Started: func(a controlplane.Addrs) { started <- a }})
-	}()
-	var addrs controlplane.Addrs
-	select {
-	case addrs = <-started:
-	case err := <-done:
-		t.Fatalf("control plane: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("control plane did not start")
-	}
+	addrs, done := runPlane(t, ctx, controlplane.Config{Paths: []string{dir}, XDSAddress: "127.0.0.1:0", AdminAddress: "127.0.0.1:0",
+		Debounce: 50 * time.Millisecond, DrainPeriod: drain})
 
 	conn, err := grpc.NewClient(addrs.XDS, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -184,5 +176,74 @@ func TestDrainingPlaneFollowsChanges(t *testing.T) {
 		}
 	case <-time.After(drain + 10*time.Second):
 		t.Fatalf("the plane had not stopped %s after stopping began", drain+10*time.Second)
+	}
+}
+
+// TestReadyzTurnsAsStoppingBegins: /readyz answers 503 from the moment
+// stopping begins, not once the drain is over: the readiness reads the
+// cancellation itself, so the first request after the cancel returns, with
+// nothing waited for, is refused; and it stays refused while the streams
+// drain.
+func TestReadyzTurnsAsStoppingBegins(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "pay.yaml"), []byte(strings.ReplaceAll(drainManifest, "WEIGHT", "1")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrs, done := runPlane(t, ctx, controlplane.Config{Paths: []string{dir}, XDSAddress: "127.0.0.1:0", AdminAddress: "127.0.0.1:0",
+		Debounce: 50 * time.Millisecond, DrainPeriod: 4 * time.Second})
+	readyz := func() (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + addrs.Admin + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	testkit.Eventually(t, 10*time.Second, "ready", func() (bool, string) {
+		code, body := readyz()
+		return code == http.StatusOK, body
+	})
+
+	// Two streams, each answered: the drain ends the first at once and the
+	// second half a period later, so the admin port answers meanwhile.
+	conn, sctx := adstest.Conn(t, addrs.XDS)
+	ended := make(chan struct{}, 2)
+	for i := range 2 {
+		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(&discovery.DiscoveryRequest{Node: &core.Node{Id: fmt.Sprintf("readyz-%d", i)}, TypeUrl: resource.EndpointType, ResourceNames: []string{"shop/pay"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for {
+				if _, err := s.Recv(); err != nil {
+					ended <- struct{}{}
+					return
+				}
+			}
+		}()
+	}
+
+	cancel()
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "stopping") {
+		t.Fatalf("/readyz just after stopping began: %d %q, want 503 saying it is stopping", code, body)
+	}
+	<-ended // the first stream, ended as the drain began; the second is still open
+	if code, body := readyz(); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz while the streams drain: %d %q, want 503", code, body)
+	}
+	<-ended
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

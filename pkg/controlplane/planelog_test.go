@@ -27,19 +27,33 @@ func startPlane(t *testing.T, cfg controlplane.Config) (controlplane.Addrs, *tes
 		cfg.AdminAddress = "127.0.0.1:0"
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan controlplane.Addrs, 1)
-	cfg.Started = func(a controlplane.Addrs) { started <- a }
-	done := make(chan error, 1)
-	go func() { done <- controlplane.Run(ctx, cfg) }()
+	var done <-chan error
 	t.Cleanup(func() {
 		cancel()
+		if done == nil {
+			return // it did not start
+		}
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
 	})
+	var a controlplane.Addrs
+	a, done = runPlane(t, ctx, cfg)
+	return a, sink
+}
+
+// runPlane runs the control plane with cfg until ctx ends: it returns the
+// addresses it serves on once it has started, and the channel of Run's
+// result. A plane that does not start within 30 s fails the test.
+func runPlane(t *testing.T, ctx context.Context, cfg controlplane.Config) (controlplane.Addrs, <-chan error) {
+	t.Helper()
+	started := make(chan controlplane.Addrs, 1)
+	cfg.Started = func(a controlplane.Addrs) { started <- a }
+	done := make(chan error, 1)
+	go func() { done <- controlplane.Run(ctx, cfg) }()
 	select {
 	case a := <-started:
-		return a, sink
+		return a, done
 	case err := <-done:
 		t.Fatalf("control plane: %v", err)
 	case <-time.After(30 * time.Second):

@@ -69,6 +69,11 @@ func Run(ctx context.Context, cfg Config) error {
 	g, stopping := errgroup.WithContext(ctx)
 	ctx, stopFollowing := context.WithCancel(context.WithoutCancel(stopping))
 	defer stopFollowing()
+	// Readiness reads stopping itself: it turns with the cancellation, in
+	// the goroutine that cancels (the signal's), before the xDS server is
+	// even told to stop, so a load balancer in front stops sending new
+	// clients while the streams drain.
+	p.stopping = stopping
 
 	// The source fills the directory before anything is served, so the first
 	// publication is the whole topology.
@@ -167,6 +172,10 @@ type parts struct {
 	clients  *server.Clients
 	checks   healthcheck.Config
 	gens     *generationClock // when each endpoint generation was first published
+	// stopping ends when the plane begins to stop (Run's errgroup context:
+	// its parent's cancellation, the signal's, reaches it synchronously);
+	// /readyz answers 503 from that moment. nil before Run sets it.
+	stopping context.Context
 }
 
 func newParts(cfg Config, export topology.Export, log *slog.Logger) *parts {
@@ -368,6 +377,9 @@ func listen(cfg Config, p *parts, md mode) (*servers, error) {
 func (p *parts) adminSources(md mode) admin.Sources {
 	s := md.admin
 	s.Ready = func() (bool, string) {
+		if p.stopping != nil && p.stopping.Err() != nil {
+			return false, "stopping: new xDS streams are refused and the open ones drain"
+		}
 		if !p.pub.Published() {
 			return false, "no snapshot published yet"
 		}

@@ -7,9 +7,11 @@ import (
 	"strconv"
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"poise.dev/poise/pkg/hashring"
 	"poise.dev/poise/pkg/topology"
+	"poise.dev/poise/pkg/weights"
 	"poise.dev/poise/pkg/xds/translate"
 )
 
@@ -151,7 +153,7 @@ func KeyTables(u *topology.UpstreamState, ringCap uint64) ([]*KeyClient, error) 
 		if err := c.setSources(headers); err != nil {
 			return nil, err
 		}
-		if g == hashring.GRPCJS {
+		if g == hashring.GRPCJS && c.Note == "" {
 			c.Note = "grpc-js places endpoints by address, in the order of the assignment, and ignores hash keys"
 		}
 		out = append(out, c)
@@ -204,6 +206,12 @@ func keyClient(c hashring.Client, cfg hashring.Config, cla *endpoint.ClusterLoad
 		}
 	}
 	kc := &KeyClient{Client: c.String(), eps: names}
+	if dropsAll(cla) {
+		// PanicRejected: a gRPC client is sent the eligible endpoints only
+		// to connect to and drop at; no request reaches them
+		kc.eps, kc.Note = nil, `every request is dropped (category "panic"): the upstream is refused by its FailClosed policy`
+		return kc, nil
+	}
 	if len(eps) == 0 {
 		kc.Note = "no endpoint has traffic: every request fails"
 		return kc, nil
@@ -217,6 +225,18 @@ func keyClient(c hashring.Client, cfg hashring.Config, cla *endpoint.ClusterLoad
 		kc.Shares = append(kc.Shares, KeyShare{Endpoint: names[i], HashSpace: s.Millionths, Weight: shares[names[i]]})
 	}
 	return kc, nil
+}
+
+// dropsAll reports whether cla drops every request: a 100 % drop_overloads
+// entry, as a PanicRejected upstream is published.
+func dropsAll(cla *endpoint.ClusterLoadAssignment) bool {
+	for _, d := range cla.GetPolicy().GetDropOverloads() {
+		p := d.GetDropPercentage()
+		if p.GetDenominator() == typev3.FractionalPercent_MILLION && p.GetNumerator() >= weights.Million {
+			return true
+		}
+	}
+	return false
 }
 
 // FirstKeyHash is the key and hash of a request that carries value for

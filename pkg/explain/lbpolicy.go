@@ -57,6 +57,11 @@ type ClientSplit struct {
 	BoundMillionths uint64 `json:"boundMillionths,omitempty"`
 	// Note says why, in a sentence.
 	Note string `json:"note"`
+	// Refusal, when the upstream routes nothing (outcome NoCapacity or
+	// PanicRejected), is what every request of this client kind fails
+	// with, and whether the client counts it as a drop by policy
+	// (docs/connect.md, "When nothing is routed").
+	Refusal string `json:"refusal,omitempty"`
 }
 
 // RingHashSigmas is how many standard deviations of the ring's hash
@@ -79,6 +84,7 @@ func loadBalancing(u *topology.UpstreamState) LoadBalancing {
 		cs := ClientSplit{Client: c.name, Rendering: p.Layout.String(), LbPolicy: p.Policy.String(),
 			RingSize: p.RingSize, TableSize: p.TableSize}
 		cs.Split, cs.BoundMillionths, cs.Note = split(u, c.r, p)
+		cs.Refusal = refusal(u, c.r)
 		lb.Clients = append(lb.Clients, cs)
 	}
 	if ra := up.RequestAffinity; ra != nil {
@@ -138,6 +144,50 @@ func split(u *topology.UpstreamState, r translate.Rendering, p translate.LbPolic
 		return SplitApproximate, b, fmt.Sprintf("for uniform request hashes, as Envoy draws when a request has none: an endpoint's entries are off its share of the %d by under 2 + p·H, H endpoints", p.TableSize)
 	}
 	return SplitExact, 0, "weighted round robin over locality and endpoint weights"
+}
+
+// refusal is what every request of client kind r fails with when u routes
+// nothing, "" when it routes (or the proxy does its own math). NoCapacity
+// publishes an empty assignment; PanicRejected a drop of every request,
+// category "panic", with the endpoints still eligible for gRPC clients
+// alone (translate's rejected: grpc-go drops only once it is READY).
+func refusal(u *topology.UpstreamState, r translate.Rendering) string {
+	if u.Upstream.HealthAdjustment == topology.Proxy {
+		return ""
+	}
+	switch u.Result.Outcome {
+	case weights.NoCapacity:
+		if r == translate.PerEndpoint {
+			return "UNAVAILABLE with the client's error for a cluster with no endpoints (grpc-go: " + grpcGoNoEndpoints + "), not a drop"
+		}
+		return `503 "no healthy upstream" (response flag UH), not a drop: the assignment has no endpoints`
+	case weights.PanicRejected:
+		if r == translate.PerEndpoint {
+			n := eligibleEndpoints(u)
+			if n == 0 {
+				return `dropped by policy where the client can tell: gRPC C-core UNAVAILABLE "EDS-configured drop: panic"; grpc-go and grpc-js, with no endpoint still eligible to be sent, fail as for a cluster with no endpoints (grpc-go: ` + grpcGoNoEndpoints + ")"
+			}
+			return fmt.Sprintf(`dropped by policy: UNAVAILABLE, counted as a drop of category "panic" in the client's load reports; grpc-go "RPC is dropped" once connected to one of the %d endpoints still eligible (sent for that alone: no RPC reaches them), grpc-js "Call dropped by load balancing policy. Category: panic", gRPC C-core "EDS-configured drop: panic"`, n)
+		}
+		return `dropped by policy: 503 "drop overload" with x-envoy-drop-overload: true (response flag UDO; DO in older Envoys), counted as dropped requests of category "panic" in its load reports; an Envoy that does not apply drop_overloads answers 503 "no healthy upstream" (it is sent no endpoint)`
+	}
+	return ""
+}
+
+// grpcGoNoEndpoints is grpc-go's error for an EDS cluster with no
+// endpoints: the priority it builds for the empty assignment has no
+// locality to pick from.
+const grpcGoNoEndpoints = `"weighted-target: no targets to pick from"`
+
+// eligibleEndpoints counts u's endpoints that pass every check.
+func eligibleEndpoints(u *topology.UpstreamState) int {
+	n := 0
+	for i := range u.Result.Endpoints {
+		if u.Result.Endpoints[i].Eligible {
+			n++
+		}
+	}
+	return n
 }
 
 // routedShares is the share of every endpoint with traffic, as a fraction of

@@ -1,9 +1,11 @@
 package explain
 
 import (
+	"bytes"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"poise.dev/poise/pkg/topology"
@@ -216,4 +218,85 @@ func fillMaglev(rng *rand.Rand, shares []float64, maxShare float64, m uint64) []
 		}
 	}
 	return counts
+}
+
+// refusedUpstream is lbPolicyUpstream (RingHash, keyed by header x-user)
+// under panicMode mode and panicThreshold threshold, with the endpoints
+// at the given addresses failing their probes.
+func refusedUpstream(t *testing.T, mode weights.PanicMode, threshold uint32, unhealthy ...string) *topology.UpstreamState {
+	t.Helper()
+	var b topology.Batch
+	policy := weights.DefaultPolicy()
+	policy.PanicMode, policy.PanicThreshold = mode, threshold
+	b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "lb", Name: "up"}, Policy: policy, HealthAdjustment: topology.ControlPlane,
+		LoadBalancing: "RingHash", RequestAffinity: &topology.RequestAffinity{Keys: []topology.RequestKey{{Source: topology.KeyHeader, Name: "x-user"}}}})
+	var eps []topology.Endpoint
+	for _, addr := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"} {
+		e := topology.Endpoint{Address: addr, Port: 80, Weight: 1}
+		if slices.Contains(unhealthy, addr) {
+			e.Health.Probe = weights.ProbeUnhealthy
+		}
+		eps = append(eps, e)
+	}
+	b.PutEndpointSet(topology.EndpointSet{Key: topology.Key{Namespace: "lb", Name: "a"}, Upstream: "up", Locality: weights.Locality{Region: "r", Zone: "a"}, Endpoints: eps})
+	snap, err := topology.NewDirectory().Apply(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.Upstreams()[0]
+}
+
+// TestRefusalPerClientKind: explain says what every request fails with
+// when an upstream routes nothing, per client kind: PanicRejected is a drop
+// by policy (Envoy's 503 "drop overload", the gRPC clients' drop of category
+// panic), NoCapacity the failure of an empty cluster; a routable upstream
+// has no refusal. Key questions about a rejected upstream answer that every
+// request is dropped, not an endpoint.
+func TestRefusalPerClientKind(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		u           *topology.UpstreamState
+		outcome     weights.Outcome
+		envoy, grpc string
+	}{
+		{"routable", refusedUpstream(t, weights.FailClosed, 50), weights.Routable, "", ""},
+		{"PanicRejected", refusedUpstream(t, weights.FailClosed, 50, "10.0.0.1", "10.0.0.2"), weights.PanicRejected,
+			`503 "drop overload"`, `grpc-go "RPC is dropped" once connected to one of the 1 endpoints still eligible`},
+		{"PanicRejected, nothing eligible", refusedUpstream(t, weights.FailClosed, 50, "10.0.0.1", "10.0.0.2", "10.0.0.3"), weights.PanicRejected,
+			`503 "drop overload"`, `grpc-go and grpc-js, with no endpoint still eligible to be sent, fail as for a cluster with no endpoints`},
+		{"NoCapacity", refusedUpstream(t, weights.FailClosed, 0, "10.0.0.1", "10.0.0.2", "10.0.0.3"), weights.NoCapacity,
+			`503 "no healthy upstream" (response flag UH), not a drop`, `UNAVAILABLE with the client's error for a cluster with no endpoints (grpc-go: "weighted-target: no targets to pick from"), not a drop`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.u.Result.Outcome != tc.outcome {
+				t.Fatalf("outcome %v, want %v", tc.u.Result.Outcome, tc.outcome)
+			}
+			lb := loadBalancing(tc.u)
+			for i, want := range []string{tc.envoy, tc.grpc} {
+				got := lb.Clients[i].Refusal
+				if (want == "") != (got == "") || !strings.Contains(got, want) {
+					t.Errorf("%s refusal %q, want one saying %q", lb.Clients[i].Client, got, want)
+				}
+			}
+			var text bytes.Buffer
+			tw := &textWriter{w: &text}
+			writeLoadBalancing(tw, lb)
+			if got := strings.Count(text.String(), "every request: "); tc.envoy != "" && got != 2 {
+				t.Errorf("text has %d refusal lines, want 2:\n%s", got, text.String())
+			}
+			if tc.outcome != weights.PanicRejected {
+				return
+			}
+			clients, err := KeyTables(tc.u, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range clients {
+				p := c.Pick(KeyRequest{Headers: map[string]string{"x-user": "alice"}})
+				if p.Endpoint != "" || !strings.Contains(p.Random, "every request is dropped") {
+					t.Errorf("%s: a keyed request of a rejected upstream picks %+v, want every request dropped", c.Client, p)
+				}
+			}
+		})
+	}
 }

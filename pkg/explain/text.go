@@ -182,6 +182,9 @@ func writeLoadBalancing(tw *textWriter, lb LoadBalancing) {
 			verdict = "split by the client's own math"
 		}
 		tw.printf("    %-5s %s, %s%s: %s (%s)\n", c.Client, c.Rendering, c.LbPolicy, size, verdict, c.Note)
+		if c.Refusal != "" {
+			tw.printf("          every request: %s\n", c.Refusal)
+		}
 	}
 	for i, k := range lb.KeyedBy {
 		if i == 0 {

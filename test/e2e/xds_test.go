@@ -27,6 +27,9 @@ const (
 type topology struct {
 	panicMode string
 	unhealthy map[int]bool
+	// noPanic sets panicThreshold 0: a priority never panics, so with no
+	// eligible endpoint the upstream has NoCapacity.
+	noPanic bool
 }
 
 func (tp topology) write(t *testing.T, dir string, b []*splitcheck.Backend) {
@@ -45,6 +48,9 @@ func (tp topology) write(t *testing.T, dir string, b []*splitcheck.Backend) {
 	}
 	var y strings.Builder
 	fmt.Fprintf(&y, "apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: echo, namespace: e2e}\nspec:\n  protocol: GRPC\n  panicMode: %s\n  addressPolicy: {allowLoopback: true} # the backends run on 127.0.0.1\n", tp.panicMode)
+	if tp.noPanic {
+		y.WriteString("  panicThreshold: 0\n")
+	}
 	for _, l := range []struct {
 		zone     string
 		priority int

@@ -29,6 +29,7 @@ type Proxy struct {
 	mu       sync.Mutex
 	cut      bool
 	cutAfter int // responses still forwarded before a cut; -1: none planned
+	tripped  chan struct{} // closed when the planned cut happens
 	held     bool
 	release  chan struct{} // closed when held responses may go
 	streams  map[*stream]struct{}
@@ -75,15 +76,22 @@ func (p *Proxy) Cut() {
 }
 
 // CutAfter forwards n more responses, over all streams, then cuts: a
-// partition in the middle of a push.
-func (p *Proxy) CutAfter(n int) {
+// partition in the middle of a push. The channel is closed when it cuts.
+func (p *Proxy) CutAfter(n int) <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cutAfter = n
+	p.cutAfter, p.tripped = n, make(chan struct{})
 	if n == 0 {
-		p.cut = true
-		p.endStreams()
+		p.trip()
 	}
+	return p.tripped
+}
+
+// trip carries out the planned cut; p.mu is held.
+func (p *Proxy) trip() {
+	p.cut, p.cutAfter = true, -1
+	p.endStreams()
+	close(p.tripped)
 }
 
 // Restore lets streams in again after a cut.
@@ -153,8 +161,7 @@ func (p *Proxy) mayForward(ctx context.Context) bool {
 		return false
 	}
 	if p.cutAfter == 0 {
-		p.cut = true
-		p.endStreams()
+		p.trip()
 		return false
 	}
 	if p.cutAfter > 0 {
@@ -277,9 +284,9 @@ func NewRecorder() *Recorder { return &Recorder{now: time.Now, changed: make(cha
 func (r *Recorder) WaitFor(ctx context.Context, ok func([]history.Event) bool) error {
 	for {
 		r.mu.Lock()
-		done, changed := ok(r.events), r.changed
+		events, changed := r.events[:len(r.events):len(r.events)], r.changed
 		r.mu.Unlock()
-		if done {
+		if ok(events) { // outside the lock: ok may read the record itself
 			return nil
 		}
 		select {

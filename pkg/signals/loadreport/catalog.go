@@ -1,6 +1,7 @@
 package loadreport
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"strconv"
@@ -24,8 +25,10 @@ type Catalog struct {
 	domains map[string]bool
 	// built: made from a snapshot; the first such catalog's endpoints are
 	// not fresh (catCluster.fresh)
-	built    bool
-	shortest time.Duration // the shortest interval of any cluster; 0 when none has one
+	built bool
+	// reporting are the clusters with an interval, shortest interval
+	// first (then by name): Shortest's candidates
+	reporting []*catCluster
 }
 
 // catCluster is one cluster's endpoints: index gives an endpoint's position
@@ -138,19 +141,32 @@ func NewCatalogAt(prev *Catalog, snap *topology.Snapshot, include func(*topology
 	}
 	c.addSpatial(prev, snap)
 	for _, cc := range c.clusters {
-		if cc.interval > 0 && (c.shortest == 0 || cc.interval < c.shortest) {
-			c.shortest = cc.interval
+		if cc.interval > 0 {
+			c.reporting = append(c.reporting, cc)
 		}
 	}
+	slices.SortFunc(c.reporting, func(a, b *catCluster) int {
+		return cmp.Or(cmp.Compare(a.interval, b.interval), strings.Compare(a.name, b.name))
+	})
 	return c
 }
 
-// Shortest is the shortest load-report interval of any cluster in the
-// catalog, zero when none has one: what a client that names no cluster
-// yet is asked for. grpc-go's first request carries only its node, and it
-// reads only the first answer, so that answer's interval is the one it
-// keeps; the shortest of all is never longer than any cluster asks for.
-func (c *Catalog) Shortest() time.Duration { return c.shortest }
+// Shortest is the shortest load-report interval of the clusters in the
+// catalog that readable says yes to (nil: any), zero when none has one:
+// what a client that names no cluster yet is asked for. grpc-go's first
+// request carries only its node, and it reads only the first answer, so
+// that answer's interval is the one it keeps; the shortest is never longer
+// than any cluster the client may report on asks for. Only the clusters
+// the client may read count, so a hidden cluster's interval reaches no
+// one who may not read it.
+func (c *Catalog) Shortest(readable func(cluster string) bool) time.Duration {
+	for _, cc := range c.reporting {
+		if readable == nil || readable(cc.name) {
+			return cc.interval
+		}
+	}
+	return 0
+}
 
 // Generation is the generation of an endpoint of a cluster and when the
 // catalog first held it; ok is false when the cluster or the endpoint is
@@ -186,9 +202,12 @@ func (c *Catalog) Interval(names []string) time.Duration {
 }
 
 // Published adds to names (sorted, kept as it is) the clusters req
-// reports on that the catalog has, and says whether any was added. Only
-// the request's first MaxClusterStats clusters are read.
-func (c *Catalog) Published(names []string, req *lrs.LoadStatsRequest) ([]string, bool) {
+// reports on that the catalog has and readable says yes to (nil: all), and
+// says whether any was added. A cluster readable refuses is left out as one
+// the catalog does not have, so the answer is the same for a name that is
+// hidden from the client and one that does not exist. Only the request's
+// first MaxClusterStats clusters are read.
+func (c *Catalog) Published(names []string, req *lrs.LoadStatsRequest, readable func(cluster string) bool) ([]string, bool) {
 	grew := false
 	for i, cs := range req.GetClusterStats() {
 		if i >= MaxClusterStats {
@@ -199,7 +218,7 @@ func (c *Catalog) Published(names []string, req *lrs.LoadStatsRequest) ([]string
 			continue
 		}
 		j, found := slices.BinarySearch(names, name)
-		if found {
+		if found || (readable != nil && !readable(name)) {
 			continue
 		}
 		if !grew {

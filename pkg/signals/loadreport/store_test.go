@@ -292,7 +292,8 @@ func intervalSnapshot(t testing.TB) *topology.Snapshot {
 
 // The catalog of the upstreams with load reporting answers, for the
 // clusters a client reports on, the shortest of their intervals; clusters
-// it does not have, or none, answer zero.
+// it does not have, or none, answer zero. Shortest counts only the clusters
+// the client may read.
 func TestCatalogInterval(t *testing.T) {
 	cat := NewCatalog(nil, intervalSnapshot(t), func(u *topology.UpstreamState) bool { return u.Upstream.LoadReportInterval > 0 })
 	if cat.Len() != 2 {
@@ -311,11 +312,20 @@ func TestCatalogInterval(t *testing.T) {
 			t.Errorf("Interval(%q) = %v, want %v", tc.names, got, tc.want)
 		}
 	}
-	if got := cat.Shortest(); got != 3*time.Second {
-		t.Errorf("Shortest() = %v, want 3s", got)
+	if got := cat.Shortest(nil); got != 3*time.Second {
+		t.Errorf("Shortest(nil) = %v, want 3s", got)
 	}
-	if got := NewCatalog(nil, snapshot(t, 2), nil).Shortest(); got != 0 {
-		t.Errorf("Shortest() of a catalog without intervals = %v", got)
+	// a client that may not read bench/svc-0000 is asked for the shortest
+	// interval of those it may read
+	notFirst := func(cluster string) bool { return cluster != "bench/svc-0000" }
+	if got := cat.Shortest(notFirst); got != 7*time.Second {
+		t.Errorf("Shortest without bench/svc-0000 = %v, want 7s", got)
+	}
+	if got := cat.Shortest(func(string) bool { return false }); got != 0 {
+		t.Errorf("Shortest of no readable cluster = %v, want 0", got)
+	}
+	if got := NewCatalog(nil, snapshot(t, 2), nil).Shortest(nil); got != 0 {
+		t.Errorf("Shortest(nil) of a catalog without intervals = %v", got)
 	}
 }
 

@@ -52,18 +52,20 @@ func (x *xdsServer) registerLoadStats(g *grpc.Server) {
 
 // loadStats serves one LRS stream. The first request names the node and
 // the clusters it reports on; the answer names those of them Poise
-// publishes (the catalog's), asks for endpoint granularity and sets the
-// interval. Every request's stats go to the store, which keeps what is
-// published and counts the rest. A later request naming a published
-// cluster the answer did not is answered again with it added, so a client
-// that gains a cluster starts reporting it. The interval asked for is the
-// shortest spec.loadReporting.interval of the clusters answered
+// publishes (the catalog's) and the client may read, asks for endpoint
+// granularity and sets the interval. Every request's stats go to the store,
+// which keeps what is published and counts the rest. A later request naming
+// a published cluster the answer did not is answered again with it added,
+// so a client that gains a cluster starts reporting it. The interval asked
+// for is the shortest spec.loadReporting.interval of the clusters answered
 // (Catalog.Interval), taken when the answer is sent: an interval changed
 // later reaches a stream when it is answered again or reconnects. A first
-// request that names no published cluster is asked for the shortest
-// interval of any (Catalog.Shortest): grpc-go's first request carries its
-// node alone, and grpc-go keeps the first answer's interval for the life of
-// the stream.
+// request that names no published cluster the client may read is asked for
+// the shortest interval of any it may read (Catalog.Shortest): grpc-go's
+// first request carries its node alone, and grpc-go keeps the first
+// answer's interval for the life of the stream. A cluster the client may
+// not read is answered as one that does not exist, in the list and in the
+// interval, so the answer tells no one which hidden names exist.
 func (x *xdsServer) loadStats(ss grpc.ServerStream) error {
 	leave, done, err := x.admit(ss.Context())
 	if err != nil {
@@ -92,9 +94,10 @@ func (x *xdsServer) loadStats(ss grpc.ServerStream) error {
 // recvLoadStats reads the stream's requests. An authenticated client
 // reports as its workload instance, whatever node IDs it names, so several
 // streams or node IDs of one instance count once; and only on the clusters
-// its audience may read. An anonymous client reports as its node. The
-// reporter's region and zone are where its identity places it, else its
-// node's claim (placement.go).
+// its audience may read. An anonymous client reports as its node. Every
+// client, anonymous too, is answered only with clusters its audience may
+// read: the rule of every other response. The reporter's region and zone
+// are where its identity places it, else its node's claim (placement.go).
 func (x *xdsServer) recvLoadStats(ss grpc.ServerStream, id identity.Identity, aud Audience) error {
 	var st *loadreport.Stream
 	defer func() {
@@ -102,7 +105,8 @@ func (x *xdsServer) recvLoadStats(ss grpc.ServerStream, id identity.Identity, au
 			st.Close(time.Now())
 		}
 	}()
-	var asked []string // the clusters asked for, sorted
+	var readable func(cluster string) bool // nil: every cluster (no cache to ask)
+	var asked []string                     // the clusters answered, sorted
 	for sent := false; ; sent = true {
 		req := &lrs.LoadStatsRequest{}
 		if err := ss.RecvMsg(req); err != nil {
@@ -117,26 +121,30 @@ func (x *xdsServer) recvLoadStats(ss grpc.ServerStream, id identity.Identity, au
 				who.ID = id.Instance
 			}
 			st = x.loads.Open(who, now)
-			if !id.Anonymous() && x.cache != nil {
-				st.Only(func(cluster string) bool { return x.cache.Readable(aud, node, resource.ClusterType, cluster) })
+			if x.cache != nil {
+				readable = func(cluster string) bool { return x.cache.Readable(aud, node, resource.ClusterType, cluster) }
+			}
+			if !id.Anonymous() {
+				st.Only(readable)
 			}
 		}
 		st.Report(req, now)
+		cat := x.loads.Catalog()
 		var grew bool
-		asked, grew = x.loads.Catalog().Published(asked, req)
+		asked, grew = cat.Published(asked, req, readable)
 		if sent && !grew {
 			continue
 		}
 		// the interval of the clusters' upstreams (the shortest, when they
 		// differ); the server's own when none sets one
 		interval := x.loadInterval
-		d := x.loads.Catalog().Interval(asked)
+		d := cat.Interval(asked)
 		if len(asked) == 0 {
-			// a first request naming no published cluster (grpc-go sends
-			// its node alone and reads only this answer): the shortest
-			// interval of any cluster, so none is reported less often than
-			// it asks
-			d = x.loads.Catalog().Shortest()
+			// a first request naming no published cluster it may read
+			// (grpc-go sends its node alone and reads only this answer):
+			// the shortest interval of any cluster it may read, so none is
+			// reported less often than it asks
+			d = cat.Shortest(readable)
 		}
 		if d > 0 {
 			interval = loadReportInterval(d)

@@ -11,11 +11,13 @@ import (
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"poise.dev/poise/pkg/signals/loadreport"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/topology/topologytest"
 	"poise.dev/poise/pkg/xds/server"
+	"poise.dev/poise/pkg/xds/xdscache"
 )
 
 // lrsHarness serves LRS into a store that publishes two synthetic
@@ -29,6 +31,18 @@ func lrsHarness(t *testing.T, cfg server.Config) (*harness, *loadreport.Store) {
 	store.SetCatalog(loadreport.NewCatalog(nil, snap, nil))
 	cfg.LoadReports = store
 	return newHarnessWith(t, cfg, nil), store
+}
+
+// publishClusters publishes, in both renderings, a cluster of each name
+// that every client may read: an LRS answer names only clusters the client
+// may read.
+func (h *harness) publishClusters(names ...string) {
+	h.t.Helper()
+	var es []*xdscache.Entry
+	for _, n := range names {
+		es = append(es, entry(h.t, "v1", cluster(n, 1)))
+	}
+	h.apply("v1", both(CDS, es...))
 }
 
 func endpointStats(cluster, addr string, issued, ok, errs uint64) *endpointv3.ClusterStats {
@@ -48,6 +62,7 @@ func endpointStats(cluster, addr string, issued, ok, errs uint64) *endpointv3.Cl
 func TestLoadStatsStream(t *testing.T) {
 	t.Parallel()
 	h, store := lrsHarness(t, server.Config{LoadReportInterval: 2 * time.Hour})
+	h.publishClusters("bench/svc-0000", "bench/svc-0001")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stream, err := lrs.NewLoadReportingServiceClient(h.conn).StreamLoadStats(ctx)
@@ -133,6 +148,7 @@ func intervalStream(t *testing.T) lrs.LoadReportingService_StreamLoadStatsClient
 	store := loadreport.NewStore(loadreport.Config{})
 	store.SetCatalog(loadreport.NewCatalog(nil, snap, nil))
 	h := newHarnessWith(t, server.Config{LoadReports: store}, nil)
+	h.publishClusters("bench/svc-0000", "bench/svc-0001")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	stream, err := lrs.NewLoadReportingServiceClient(h.conn).StreamLoadStats(ctx)
@@ -180,5 +196,41 @@ func TestLoadStatsIntervalOfTheUpstreams(t *testing.T) {
 		if got := resp.GetLoadReportingInterval().AsDuration(); got != step.want {
 			t.Fatalf("after %s: interval %v, want %v (answer %v)", step.cluster, got, step.want, resp)
 		}
+	}
+}
+
+// An anonymous client is answered, as in every other response, only with
+// clusters exported to every namespace: one exported to namespace a only is
+// answered as a name that does not exist.
+func TestLoadStatsAnonymousAnswerHidesUnreadableClusters(t *testing.T) {
+	t.Parallel()
+	h, _ := lrsHarness(t, server.Config{})
+	shared := entry(t, "v1", cluster("bench/svc-0000", 1))
+	own := entry(t, "v1", cluster("bench/svc-0001", 1)).WithVisibility(xdscache.VisibleToNamespaces("a"))
+	h.apply("v1", both(CDS, shared, own))
+	answer := func(names ...string) *lrs.LoadStatsResponse {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		stream, err := lrs.NewLoadReportingServiceClient(h.conn).StreamLoadStats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &lrs.LoadStatsRequest{Node: envoyNode("anonymous-1")}
+		for _, n := range names {
+			req.ClusterStats = append(req.ClusterStats, &endpointv3.ClusterStats{ClusterName: n})
+		}
+		if err := stream.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	hidden, absent := answer("bench/svc-0001", "bench/svc-0000"), answer("bench/svc-9999", "bench/svc-0000")
+	if !proto.Equal(hidden, absent) || !slices.Equal(hidden.GetClusters(), []string{"bench/svc-0000"}) {
+		t.Errorf("answer naming a's cluster = %v, naming none that exists = %v: want both to name bench/svc-0000 alone", hidden, absent)
 	}
 }

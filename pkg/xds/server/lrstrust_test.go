@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -15,6 +16,8 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	lrs "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"poise.dev/poise/pkg/identity"
 	"poise.dev/poise/pkg/signals/loadreport"
@@ -40,7 +43,14 @@ func serveTrustedLRS(t *testing.T) *trustedLRS { return serveTrustedLRSWith(t, l
 // serveTrustedLRSWith is serveTrustedLRS with a store of cfg.
 func serveTrustedLRSWith(t *testing.T, cfg loadreport.Config) *trustedLRS {
 	t.Helper()
-	snap, err := topology.NewDirectory().Apply(topologytest.Batch(2))
+	return serveTrustedLRSOf(t, cfg, topologytest.Batch(2))
+}
+
+// serveTrustedLRSOf is serveTrustedLRSWith over the upstreams of b, of which
+// bench/svc-0000 and bench/svc-0001 are published as above.
+func serveTrustedLRSOf(t *testing.T, cfg loadreport.Config, b topology.Batch) *trustedLRS {
+	t.Helper()
+	snap, err := topology.NewDirectory().Apply(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +182,121 @@ func TestLoadReportsOnlyOnReadableClusters(t *testing.T) {
 	}
 	if d := s.loads.Drops(); d.UnknownCluster != 1 {
 		t.Errorf("drops = %+v, want a's report kept", d)
+	}
+}
+
+// lrsExchange opens an LRS stream over conn as node id, sends each request
+// in turn and returns every answer the server sent, marshalled
+// deterministically. The last request must be answered: its answer is the
+// last one returned, so an answer the server sent to an earlier request
+// would come first, and none is waited for by the clock.
+func lrsExchange(t *testing.T, conn *grpc.ClientConn, id string, reqs ...[]string) [][]byte {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := lrs.NewLoadReportingServiceClient(conn).StreamLoadStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [][]byte
+	recv := func() {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, b)
+	}
+	for i, names := range reqs {
+		req := &lrs.LoadStatsRequest{}
+		if i == 0 {
+			req.Node = envoyNode(id)
+		}
+		for _, n := range names {
+			req.ClusterStats = append(req.ClusterStats, &endpointv3.ClusterStats{ClusterName: n})
+		}
+		if err := stream.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			recv() // the first request is always answered
+		}
+	}
+	if len(reqs) > 1 {
+		recv()
+	}
+	return got
+}
+
+// decodeLRS is the answer of an lrsExchange.
+func decodeLRS(t *testing.T, b []byte) *lrs.LoadStatsResponse {
+	t.Helper()
+	resp := &lrs.LoadStatsResponse{}
+	if err := proto.Unmarshal(b, resp); err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// TestLRSAnswerHidesUnreadableClusters: the LRS answer is no oracle for
+// which hidden names exist. A client of namespace b, authenticated by its
+// certificate, that names bench/svc-0001 (exported to namespace a only,
+// and reported every 2 s, the shortest interval of all) is answered byte
+// for byte as when it names bench/svc-9999, which does not exist: in the
+// cluster list, in the interval (the shortest of the clusters b may read,
+// 7 s, not the hidden cluster's 2 s), and in not being answered again when
+// a later request names it. A client of namespace a is answered with it.
+func TestLRSAnswerHidesUnreadableClusters(t *testing.T) {
+	t.Parallel()
+	s := serveTrustedLRSOf(t, loadreport.Config{}, topologytest.ReportingBatch(2, 7*time.Second, 2*time.Second))
+	asB := s.ca.dial(t, s.addr, s.cert(t, "b", "ledger"))
+	const hidden, absent, shared = "bench/svc-0001", "bench/svc-9999", "bench/svc-0000"
+	for _, tc := range []struct {
+		name string
+		reqs func(n string) [][]string
+		// want: each answer's clusters and interval, the same for both names
+		want []*lrs.LoadStatsResponse
+	}{
+		{"first request names it", func(n string) [][]string { return [][]string{{n}} },
+			[]*lrs.LoadStatsResponse{{LoadReportingInterval: durationpb.New(7 * time.Second)}}},
+		{"first request names it and a shared cluster", func(n string) [][]string { return [][]string{{n, shared}} },
+			[]*lrs.LoadStatsResponse{{Clusters: []string{shared}, LoadReportingInterval: durationpb.New(7 * time.Second)}}},
+		{"node alone, then it, then a shared cluster", func(n string) [][]string { return [][]string{nil, {n}, {shared}} },
+			[]*lrs.LoadStatsResponse{{LoadReportingInterval: durationpb.New(7 * time.Second)},
+				{Clusters: []string{shared}, LoadReportingInterval: durationpb.New(7 * time.Second)}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gotHidden := lrsExchange(t, asB, "b-1", tc.reqs(hidden)...)
+			gotAbsent := lrsExchange(t, asB, "b-2", tc.reqs(absent)...)
+			if len(gotHidden) != len(gotAbsent) {
+				t.Fatalf("%d answers naming %s, %d naming %s", len(gotHidden), hidden, len(gotAbsent), absent)
+			}
+			for i := range gotHidden {
+				if !bytes.Equal(gotHidden[i], gotAbsent[i]) {
+					t.Errorf("answer %d naming the hidden %s = %v, naming the absent %s = %v: they differ",
+						i, hidden, decodeLRS(t, gotHidden[i]), absent, decodeLRS(t, gotAbsent[i]))
+				}
+			}
+			for i, want := range tc.want {
+				want.ReportEndpointGranularity = true
+				if got := decodeLRS(t, gotHidden[i]); !proto.Equal(got, want) {
+					t.Errorf("answer %d = %v, want %v", i, got, want)
+				}
+			}
+		})
+	}
+
+	asA := s.ca.dial(t, s.addr, s.cert(t, "a", "pay"))
+	want := &lrs.LoadStatsResponse{Clusters: []string{hidden}, LoadReportingInterval: durationpb.New(2 * time.Second), ReportEndpointGranularity: true}
+	if got := decodeLRS(t, lrsExchange(t, asA, "a-1", []string{hidden})[0]); !proto.Equal(got, want) {
+		t.Errorf("a's answer = %v, want %v", got, want)
+	}
+	want = &lrs.LoadStatsResponse{LoadReportingInterval: durationpb.New(2 * time.Second), ReportEndpointGranularity: true}
+	if got := decodeLRS(t, lrsExchange(t, asA, "a-2", nil)[0]); !proto.Equal(got, want) {
+		t.Errorf("a's answer to its node alone = %v, want %v (the shortest interval it may read)", got, want)
 	}
 }
 

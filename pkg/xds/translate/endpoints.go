@@ -122,7 +122,7 @@ func (m *claModel) fill(u *topology.UpstreamState, r Rendering) {
 	if u.Upstream.HealthAdjustment == topology.Proxy {
 		m.delegated(u)
 	} else {
-		m.exact(u, LbPolicyOf(u.Upstream, r).Layout)
+		m.exact(u, r, LbPolicyOf(u.Upstream, r).Layout)
 	}
 }
 
@@ -136,19 +136,24 @@ func (m *claModel) addEndpoint(l *locModel, e weights.Endpoint, hashKey string, 
 	l.count++
 }
 
-// exact is the ControlPlane rendering of docs/design/xds-publishing.md: priority
-// 0 carries every (priority, locality) with traffic, weighted by its traffic
-// in millionths; standby localities follow as priorities 1..N.
-func (m *claModel) exact(u *topology.UpstreamState, r Rendering) {
+// exact is the ControlPlane rendering of docs/design/xds-publishing.md for a
+// client of rendering client, in layout r: priority 0 carries every
+// (priority, locality) with traffic, weighted by its traffic in millionths;
+// standby localities follow as priorities 1..N.
+func (m *claModel) exact(u *topology.UpstreamState, client, r Rendering) {
 	res := u.Result
 	// The loads already carry the factor. Below 100 Envoy would apply it a
 	// second time to a fully HEALTHY priority 0 and spill part of its
 	// traffic to the standby priorities, so it never goes below 100.
 	m.overprov = max(u.Upstream.Policy.OverprovisioningFactor, 100)
-	if res.Outcome != weights.Routable {
-		return // no endpoints: the proxy answers "no healthy upstream"
-	}
 	m.drop = uint32(res.DroppedMillionths)
+	switch res.Outcome {
+	case weights.NoCapacity:
+		return // no endpoints: the client fails as for an empty cluster ("no healthy upstream")
+	case weights.PanicRejected:
+		m.rejected(u, client, r)
+		return
+	}
 	for li := range res.Localities {
 		l := &res.Localities[li]
 		if l.Traffic == 0 {
@@ -180,15 +185,30 @@ func (m *claModel) exact(u *topology.UpstreamState, r Rendering) {
 			}
 		}
 	}
-	m.standby(u, r)
+	m.standby(u, r, 1)
 }
 
-// standby appends, as EDS priorities 1..N in source-priority order, the
+// rejected is a PanicRejected upstream: a drop of every request, category
+// "panic" (the drop its DroppedMillionths already says), so that clients
+// report a refusal by policy, not an empty cluster. Envoy drops before it
+// picks a host, so it is sent no endpoint: an Envoy that ignores
+// drop_overloads still answers "no healthy upstream". grpc-go applies
+// drops only once its picker is READY, which takes a connected endpoint, so
+// a gRPC client is also sent the endpoints that are still eligible, as
+// standby priorities from 0; no request reaches them, every gRPC client
+// dropping before it picks.
+func (m *claModel) rejected(u *topology.UpstreamState, client, r Rendering) {
+	if client == PerEndpoint {
+		m.standby(u, r, 0)
+	}
+}
+
+// standby appends, as EDS priorities first..N in source-priority order, the
 // localities that get no traffic now but have eligible endpoints, so a proxy
 // can fail over before the next push.
-func (m *claModel) standby(u *topology.UpstreamState, r Rendering) {
+func (m *claModel) standby(u *topology.UpstreamState, r Rendering, first uint32) {
 	res := u.Result
-	next := uint32(1)
+	next := first
 	var perEndpointWeights []uint64
 	for pi := range res.Priorities {
 		pr := &res.Priorities[pi]

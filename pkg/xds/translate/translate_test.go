@@ -144,11 +144,21 @@ func checkStructure(t tester, what string, cla *endpoint.ClusterLoadAssignment) 
 // expectedExact derives the ControlPlane assignment of docs/design/xds-publishing.md
 // from the computed result. The sub_zone of a flattened locality is left as
 // the source one; checkExact matches the suffix separately.
-func expectedExact(u *topology.UpstreamState, r translate.Rendering) []published {
+func expectedExact(u *topology.UpstreamState, client, r translate.Rendering) []published {
 	res := u.Result
 	var out []published
-	if res.Outcome != weights.Routable {
+	next := uint32(1)
+	switch res.Outcome {
+	case weights.NoCapacity:
 		return nil
+	case weights.PanicRejected:
+		// every request is dropped; only a gRPC client is sent the
+		// eligible endpoints, as standby from priority 0, to connect to and
+		// drop at (grpc-go drops only once it is READY)
+		if client != translate.PerEndpoint {
+			return nil
+		}
+		next = 0
 	}
 	for li := range res.Localities {
 		l := &res.Localities[li]
@@ -177,7 +187,6 @@ func expectedExact(u *topology.UpstreamState, r translate.Rendering) []published
 			out = append(out, entry)
 		}
 	}
-	next := uint32(1)
 	for pi := range res.Priorities {
 		pr := &res.Priorities[pi]
 		var standby []published
@@ -219,11 +228,13 @@ func expectedExact(u *topology.UpstreamState, r translate.Rendering) []published
 	return out
 }
 
-func checkExact(t tester, u *topology.UpstreamState, r translate.Rendering, cla *endpoint.ClusterLoadAssignment) {
+// checkExact holds cla, sent to a client of rendering client in layout r,
+// to the ControlPlane rendering.
+func checkExact(t tester, u *topology.UpstreamState, client, r translate.Rendering, cla *endpoint.ClusterLoadAssignment) {
 	t.Helper()
 	res := u.Result
-	what := fmt.Sprintf("%s %s", u.Upstream.Key, r)
-	want := expectedExact(u, r)
+	what := fmt.Sprintf("%s %s", u.Upstream.Key, client)
+	want := expectedExact(u, client, r)
 	got := flatten(cla)
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d localities published, want %d\n got %v\nwant %v", what, len(got), len(want), got, want)
@@ -279,12 +290,10 @@ func checkExact(t tester, u *topology.UpstreamState, r translate.Rendering, cla 
 		if wantP0 := weights.Million - res.DroppedMillionths; p0 != wantP0 {
 			t.Errorf("%s: priority-0 weights sum to %d, want 1000000 - dropped %d = %d", what, p0, res.DroppedMillionths, wantP0)
 		}
-	} else if len(cla.GetEndpoints()) != 0 {
-		t.Errorf("%s: outcome %v publishes endpoints", what, res.Outcome)
 	}
 	drops := cla.GetPolicy().GetDropOverloads()
 	switch {
-	case res.Outcome == weights.Routable && res.DroppedMillionths > 0:
+	case res.DroppedMillionths > 0: // a priority in panic, or every one (PanicRejected: all of it)
 		if len(drops) != 1 || drops[0].GetCategory() != "panic" ||
 			drops[0].GetDropPercentage().GetDenominator() != typev3.FractionalPercent_MILLION ||
 			uint64(drops[0].GetDropPercentage().GetNumerator()) != res.DroppedMillionths {
@@ -482,7 +491,7 @@ func checkUpstream(t tester, u *topology.UpstreamState) *translate.Resources {
 		if u.Upstream.HealthAdjustment == topology.Proxy {
 			checkProxy(t, u, r, cla)
 		} else {
-			checkExact(t, u, layout(u, r), cla)
+			checkExact(t, u, r, layout(u, r), cla)
 		}
 	}
 
@@ -587,15 +596,35 @@ func TestWorkedExamples(t *testing.T) {
 		t.Errorf("standby: published %v, want %s", prios, want)
 	}
 
-	for _, name := range []string{"panic-rejected", "no-capacity"} {
-		for _, u := range loadCase(t, name).Upstreams() {
+	// NoCapacity: nothing to route, nothing dropped: an empty assignment
+	// for every client. PanicRejected: every request dropped as "panic";
+	// Envoy is sent no endpoint, a gRPC client the 3 still eligible (one
+	// locality each) so that it connects and drops.
+	for _, tc := range []struct {
+		name    string
+		outcome weights.Outcome
+		drop    uint32
+		eps     [translate.NumRenderings]int
+	}{
+		{"no-capacity", weights.NoCapacity, 0, [translate.NumRenderings]int{0, 0}},
+		{"panic-rejected", weights.PanicRejected, weights.Million, [translate.NumRenderings]int{0, 3}},
+	} {
+		for _, u := range loadCase(t, tc.name).Upstreams() {
 			res := checkUpstream(t, u)
-			if u.Result.Outcome == weights.Routable {
-				t.Errorf("%s %s: outcome Routable", name, u.Upstream.Key)
+			if u.Result.Outcome != tc.outcome {
+				t.Errorf("%s %s: outcome %v, want %v", tc.name, u.Upstream.Key, u.Result.Outcome, tc.outcome)
 			}
 			for r := range translate.NumRenderings {
-				if n := len(res.Endpoints[r].GetEndpoints()); n != 0 {
-					t.Errorf("%s %s %s: %d localities, want none", name, u.Upstream.Key, r, n)
+				cla := res.Endpoints[r]
+				if n := len(cla.GetEndpoints()); n != tc.eps[r] {
+					t.Errorf("%s %s %s: %d localities, want %d", tc.name, u.Upstream.Key, r, n, tc.eps[r])
+				}
+				var drop uint32
+				if d := cla.GetPolicy().GetDropOverloads(); len(d) == 1 && d[0].GetCategory() == "panic" {
+					drop = d[0].GetDropPercentage().GetNumerator()
+				}
+				if drop != tc.drop {
+					t.Errorf("%s %s %s: panic drop %d/MILLION, want %d (%v)", tc.name, u.Upstream.Key, r, drop, tc.drop, cla.GetPolicy())
 				}
 			}
 		}
