@@ -80,13 +80,16 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", "", "HTTP address serving only /healthz, /readyz and /metrics, for probes and scrapers (empty: none)")
 	fs.StringVar(&f.tls.CertFile, "tls-cert", "", "serve xDS over TLS with this certificate (PEM)")
 	fs.StringVar(&f.tls.KeyFile, "tls-key", "", "private key of --tls-cert (PEM)")
-	fs.StringVar(&f.tls.ClientCAFile, "tls-client-ca", "", "require client certificates signed by this CA (mTLS)")
-	fs.StringSliceVar(&cfg.XDSAuth, "xds-auth", []string{controlplane.AuthNone},
-		"how xDS and LRS clients prove who they are: none, mtls (the SPIFFE ID spiffe://TRUST-DOMAIN/ns/NS/sa/SA of a client certificate; needs --tls-cert, --tls-key, --tls-client-ca), token (a Kubernetes service-account token as \"authorization: Bearer TOKEN\", checked with TokenReview), or mtls,token; a node claiming another namespace or service account than proven is refused")
+	fs.StringVar(&f.tls.ClientCAFile, "tls-client-ca", "", "require client certificates signed by this CA (mTLS); without --xds-auth, they identify their clients (--xds-auth=mtls)")
+	// No default value: left out, the default depends on --tls-client-ca
+	// (controlplane.Config.XDSAuth), and an explicit none is told apart.
+	fs.StringSliceVar(&cfg.XDSAuth, "xds-auth", nil,
+		"how xDS and LRS clients prove who they are: none, mtls (the SPIFFE ID spiffe://TRUST-DOMAIN/ns/NS/sa/SA of a client certificate; needs --tls-cert, --tls-key, --tls-client-ca), token (a Kubernetes service-account token as \"authorization: Bearer TOKEN\", checked with TokenReview), or mtls,token; a node claiming another namespace or service account than proven is refused (default: mtls with --tls-client-ca, else none)")
 	fs.StringVar(&cfg.XDSTokenAudience, "xds-token-audience", identity.DefaultAudience, "with --xds-auth=token, the audience a client's token must be minted for")
 	fs.DurationVar(&cfg.XDSTokenReviewInterval, "xds-token-review-interval", identity.DefaultReviewInterval,
 		"with --xds-auth=token, how long a token TokenReview accepted is trusted before it is reviewed again (1s to 24h): a stream whose token is then refused (its pod deleted) ends, so a revoked token keeps a stream open at most this long plus the apiserver's token cache (10s); one TokenReview per token per interval, however many streams present it")
-	fs.StringVar(&cfg.XDSTrustDomain, "xds-trust-domain", "", "with --xds-auth=mtls, the only SPIFFE trust domain accepted (empty: any the CA signs)")
+	fs.StringVar(&cfg.XDSTrustDomain, "xds-trust-domain", "",
+		"with --xds-auth=mtls, the only SPIFFE trust domain accepted (empty: the trust domain of --tls-cert's SPIFFE ID, read at start; without one, any the CA signs, logged as a warning)")
 	fs.BoolVar(&cfg.XDSAllowAnonymousNonLoopback, "xds-allow-anonymous-non-loopback", false,
 		"with --xds-auth=none, serve xDS on an --xds-address that is not loopback anyway (logged as a warning): any process that reaches it reads every upstream and steers the fleet")
 	fs.StringArrayVar(&cfg.XDSDemandGrant, "xds-demand-grant", nil,

@@ -112,6 +112,13 @@ func TestServeFlags(t *testing.T) {
 		{"xds-auth twice", []string{"--xds-auth", "token,token"}, []string{`--xds-auth "token,token": none stands alone, and each of mtls and token once`}},
 		{"xds-auth=mtls without TLS", []string{"--xds-auth", "mtls"}, []string{mtlsNeeds}},
 		{"xds-auth=mtls without a client CA", []string{"--xds-auth", "mtls", "--tls-cert", "c.pem", "--tls-key", "k.pem"}, []string{mtlsNeeds}},
+		{"xds-auth empty", []string{"--xds-auth", ""},
+			[]string{`--xds-auth "": want none, mtls, token, or mtls,token; leave it out for the default (mtls with --tls-client-ca, else none)`}},
+		{"client CA without a certificate", []string{"--tls-client-ca", "ca.pem", "--tls-key", "k.pem"},
+			[]string{"--tls-client-ca needs --tls-cert and --tls-key: client certificates are verified in the TLS handshake, and identify their clients"}},
+		{"xds-trust-domain a SPIFFE ID", []string{"--xds-trust-domain", "spiffe://cluster.local"},
+			[]string{`--xds-trust-domain "spiffe://cluster.local": want a trust domain alone, as TRUST-DOMAIN in spiffe://TRUST-DOMAIN/ns/NS/sa/SA: ` +
+				`trust domain "spiffe://cluster.local" has a character other than [a-z0-9._-]`}},
 		{"xds-demand-grant over", []string{"--xds-demand-grant", "team-a/pay=1000001"}, []string{`--xds-demand-grant "team-a/pay=1000001": want a weight 1 to 1000000`}},
 		{"xds-demand-grant 0", []string{"--xds-demand-grant", "team-a/pay=0"}, []string{`--xds-demand-grant "team-a/pay=0": want a weight 1 to 1000000`}},
 		{"xds-demand-grant no principal", []string{"--xds-demand-grant", "pay=5"}, []string{`--xds-demand-grant "pay=5": want NAMESPACE/SERVICE-ACCOUNT=N`}},
@@ -184,6 +191,10 @@ func TestServeFlagsAtTheirBounds(t *testing.T) {
 		{"--xds-auth", "token", "--xds-address", "0.0.0.0:0", "--xds-token-audience", "mesh", "--xds-trust-domain", "example.org", "--xds-token-review-interval", "1s"},
 		{"--xds-auth", "token", "--xds-address", "0.0.0.0:0", "--xds-token-review-interval", "24h"},
 		{"--xds-auth", "mtls,token", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-client-ca", "ca.pem", "--xds-address", "[::]:0"},
+		// a client CA without --xds-auth is mtls: no anonymous client to
+		// keep to loopback
+		{"--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-client-ca", "ca.pem", "--xds-address", "[::]:0", "--xds-trust-domain", "cluster.local"},
+		{"--xds-auth", "none", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-client-ca", "ca.pem"},
 		{"--xds-address", "localhost:0"},
 	} {
 		args := append([]string{"serve", "-f", missing, "--xds-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"}, flags...)

@@ -44,12 +44,15 @@ type Config struct {
 	// the admin port.
 	MetricsAddress string
 	TLS            *server.TLS
-	// XDSAuth is how xDS and LRS clients prove who they are: "none" (nil
-	// reads as none), or "mtls" (the SPIFFE ID of a verified client
-	// certificate), "token" (a Kubernetes service-account token checked
-	// with TokenReview), or both. XDSTokenAudience is the audience a token
+	// XDSAuth is how xDS and LRS clients prove who they are: "none", or
+	// "mtls" (the SPIFFE ID of a verified client certificate), "token" (a
+	// Kubernetes service-account token checked with TokenReview), or both.
+	// nil is the default, for Run and Validate alike: mtls when TLS has a
+	// ClientCAFile, else none; and with a ClientCAFile, token is served as
+	// mtls,token (a verified certificate always identifies its client). XDSTokenAudience is the audience a token
 	// must be minted for ("" reads as identity.DefaultAudience);
-	// XDSTrustDomain the only SPIFFE trust domain accepted ("" any).
+	// XDSTrustDomain the only SPIFFE trust domain accepted ("": that of
+	// the SPIFFE ID of TLS.CertFile, read at start; without one, any).
 	XDSAuth          []string
 	XDSTokenAudience string
 	XDSTrustDomain   string
@@ -199,9 +202,11 @@ const (
 //   - HealthCheckConcurrency: 1 to 1024; HealthCheckMaxEndpoints: 1 to
 //     100,000.
 //   - MetricsMaxUpstreams: 0 (none, as serve's flag says) to 100,000.
-//   - XDSAuth: none alone, or mtls and token once each; mtls needs TLS
-//     with a client CA; token a non-empty XDSTokenAudience; none on an
-//     XDSAddress that is not loopback needs XDSAllowAnonymousNonLoopback.
+//   - XDSAuth: nil (the default), none alone, or mtls and token once
+//     each; mtls needs TLS with a client CA; token a non-empty
+//     XDSTokenAudience; none on an XDSAddress that is not loopback needs
+//     XDSAllowAnonymousNonLoopback. XDSTrustDomain: empty or a trust
+//     domain identity.CheckTrustDomain accepts.
 //   - XDSTokenReviewInterval: 1s to 24h.
 //   - XDSDemandGrant: each NS/SA=N with N 1 to affinity.MaxDemandWeight,
 //     each principal once.

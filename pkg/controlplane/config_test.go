@@ -20,7 +20,7 @@ func complete() controlplane.Config {
 		LoadReportMaxCells: 1 << 20, HealthCheckConcurrency: 64, HealthCheckMaxEndpoints: 10000,
 		LoadReportMaxRequests: 30_000_000,
 		LoadReportBucket:      10 * time.Second, MetricsMaxUpstreams: 1000, StatusWriters: 16, StatusShare: 0.8,
-		XDSAddress: "127.0.0.1:18000", XDSAuth: []string{"none"}, XDSTokenAudience: "poise", XDSTokenReviewInterval: time.Hour,
+		XDSAddress: "127.0.0.1:18000", XDSTokenAudience: "poise", XDSTokenReviewInterval: time.Hour,
 	}
 }
 
@@ -111,6 +111,16 @@ func TestValidateBounds(t *testing.T) {
 				c.XDSAuth = []string{"mtls"}
 				c.TLS = &server.TLS{CertFile: "c", KeyFile: "k"}
 			}, "--tls-client-ca"},
+		{"xds-auth empty", func(c *controlplane.Config) { c.XDSAuth = nil }, func(c *controlplane.Config) { c.XDSAuth = []string{} }, "--xds-auth"},
+		{"xds-auth left out with a client CA is mtls", func(c *controlplane.Config) {
+			c.TLS = &server.TLS{CertFile: "c", KeyFile: "k", ClientCAFile: "ca"}
+			c.XDSAddress = "0.0.0.0:18000"
+		},
+			func(c *controlplane.Config) { c.XDSAddress = "0.0.0.0:18000" }, "--xds-allow-anonymous-non-loopback"},
+		{"client CA without a certificate", func(c *controlplane.Config) { c.TLS = &server.TLS{CertFile: "c", KeyFile: "k", ClientCAFile: "ca"} },
+			func(c *controlplane.Config) { c.TLS = &server.TLS{ClientCAFile: "ca"} }, "--tls-client-ca"},
+		{"xds-trust-domain", func(c *controlplane.Config) { c.XDSTrustDomain = "prod.example-1_a" },
+			func(c *controlplane.Config) { c.XDSTrustDomain = "Cluster.Local" }, "--xds-trust-domain"},
 		{"xds-token-audience", func(c *controlplane.Config) { c.XDSAuth = []string{"token"} },
 			func(c *controlplane.Config) { c.XDSAuth, c.XDSTokenAudience = []string{"token"}, "" }, "--xds-token-audience"},
 		{"xds-token-review-interval low", func(c *controlplane.Config) { c.XDSTokenReviewInterval = time.Second },

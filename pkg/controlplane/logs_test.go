@@ -61,7 +61,7 @@ func TestBannerJSON(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
 	a := Addrs{XDS: "127.0.0.1:18000", Admin: "127.0.0.1:19000", Metrics: "0.0.0.0:19001", Instance: "i-1"}
-	writeBanner(&buf, Config{BannerFormat: "json", Version: "v1.2.3", Paths: []string{"examples"}, TLS: &server.TLS{ClientCAFile: "ca"}}, a)
+	writeBanner(&buf, Config{BannerFormat: "json", Version: "v1.2.3", Paths: []string{"examples"}, TLS: &server.TLS{ClientCAFile: "ca"}}, trustDomain{}, a)
 	var b map[string]any
 	dec := json.NewDecoder(&buf)
 	if err := dec.Decode(&b); err != nil {
@@ -77,7 +77,7 @@ func TestBannerJSON(t *testing.T) {
 		}
 	}
 	buf.Reset()
-	writeBanner(&buf, Config{Version: "v1.2.3", Source: "kubernetes"}, a)
+	writeBanner(&buf, Config{Version: "v1.2.3", Source: "kubernetes"}, trustDomain{}, a)
 	if !strings.HasPrefix(buf.String(), "poise control plane v1.2.3 (instance i-1)\n") || !strings.Contains(buf.String(), "source:                    kubernetes") {
 		t.Errorf("text banner:\n%s", buf.String())
 	}

@@ -88,16 +88,28 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	srv, err := listen(cfg, p, md)
+	td, err := cfg.clientTrustDomain()
+	if err != nil {
+		return err
+	}
+	srv, err := listen(cfg, td, p, md)
 	if err != nil {
 		return err
 	}
 	addrs := srv.addrs(p.instance)
-	writeBanner(out, cfg, addrs)
+	writeBanner(out, cfg, td, addrs)
 	log.Info("serving", "xds", addrs.XDS, "admin", addrs.Admin, "instance", p.instance)
 	if cfg.anonymous() && !identity.IsLoopback(cfg.XDSAddress) {
 		log.Warn("serving xDS without authentication on an address that is not loopback: any process that reaches it can read every upstream and steer the fleet",
 			"xds", addrs.XDS, "flag", "--xds-allow-anonymous-non-loopback")
+	}
+	if cfg.anonymous() && cfg.clientCA() {
+		log.Warn("client certificates are verified and then not used: every xDS client is anonymous, and one certificate may claim any demand weight and report load as many clients",
+			"flags", "--xds-auth=none --tls-client-ca")
+	}
+	if td.from == trustDomainAny {
+		log.Warn("mTLS accepts a client certificate of any SPIFFE trust domain the client CA signs, and reads its namespace as this cluster's: set --xds-trust-domain, or serve a certificate with a SPIFFE ID of the trust domain",
+			"flag", "--xds-trust-domain", "certificate", cfg.TLS.CertFile)
 	}
 	if !identity.IsLoopback(cfg.AdminAddress) {
 		log.Warn("serving the admin port on an address that is not loopback: it has no authentication, and /debug shows every namespace's topology and every connected client",
@@ -337,11 +349,11 @@ type servers struct {
 
 // listen builds the xDS server and opens the xDS, admin and (when set)
 // metrics listeners, closing those it opened if a later one fails.
-func listen(cfg Config, p *parts, md mode) (*servers, error) {
+func listen(cfg Config, td trustDomain, p *parts, md mode) (*servers, error) {
 	if err := cfg.checkAnonymous(); err != nil {
 		return nil, err
 	}
-	authn, err := newAuthenticator(cfg, md.rest, p)
+	authn, err := newAuthenticator(cfg, td, md.rest, p)
 	if err != nil {
 		return nil, err
 	}

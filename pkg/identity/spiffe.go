@@ -32,18 +32,8 @@ const maxSPIFFEIDLen = 2048
 // service account that are valid Kubernetes names; no query, fragment or
 // percent-encoding.
 func ParseSPIFFEID(s string) (SPIFFEID, error) {
-	if len(s) > maxSPIFFEIDLen {
-		return SPIFFEID{}, fmt.Errorf("longer than %d bytes", maxSPIFFEIDLen)
-	}
-	rest, ok := strings.CutPrefix(s, "spiffe://")
-	if !ok {
-		return SPIFFEID{}, errors.New(`does not start with "spiffe://"`)
-	}
-	td, path, ok := strings.Cut(rest, "/")
-	if !ok {
-		return SPIFFEID{}, errors.New("has no path")
-	}
-	if err := checkTrustDomain(td); err != nil {
+	td, path, err := splitSPIFFEID(s)
+	if err != nil {
 		return SPIFFEID{}, err
 	}
 	seg := strings.Split(path, "/")
@@ -59,7 +49,29 @@ func ParseSPIFFEID(s string) (SPIFFEID, error) {
 	return SPIFFEID{TrustDomain: td, Namespace: seg[1], ServiceAccount: seg[3]}, nil
 }
 
-func checkTrustDomain(td string) error {
+// splitSPIFFEID is a SPIFFE ID's trust domain, checked, and its path
+// after the slash, not checked.
+func splitSPIFFEID(s string) (td, path string, err error) {
+	if len(s) > maxSPIFFEIDLen {
+		return "", "", fmt.Errorf("longer than %d bytes", maxSPIFFEIDLen)
+	}
+	rest, ok := strings.CutPrefix(s, "spiffe://")
+	if !ok {
+		return "", "", errors.New(`does not start with "spiffe://"`)
+	}
+	td, path, ok = strings.Cut(rest, "/")
+	if !ok {
+		return "", "", errors.New("has no path")
+	}
+	if err := CheckTrustDomain(td); err != nil {
+		return "", "", err
+	}
+	return td, path, nil
+}
+
+// CheckTrustDomain reports why td is not a trust domain ParseSPIFFEID
+// accepts: 1 to 255 bytes of [a-z0-9._-], with no scheme, port or path.
+func CheckTrustDomain(td string) error {
 	if td == "" {
 		return errors.New("trust domain is empty")
 	}
@@ -80,12 +92,7 @@ func checkTrustDomain(td string) error {
 // set, and every certificate of the chain must be valid at now.
 func fromCertificate(chain []*x509.Certificate, trustDomain string, now time.Time) (Identity, error) {
 	leaf := chain[0]
-	var uris []string
-	for _, u := range leaf.URIs {
-		if strings.EqualFold(u.Scheme, "spiffe") {
-			uris = append(uris, u.String())
-		}
-	}
+	uris := spiffeURIs(leaf)
 	switch len(uris) {
 	case 0:
 		return Identity{}, refuse(ReasonNoSPIFFEID, "the client certificate has no spiffe:// URI SAN")
@@ -122,4 +129,35 @@ func fromCertificate(chain []*x509.Certificate, trustDomain string, now time.Tim
 		Instance:       "cert:" + hex.EncodeToString(sum[:16]),
 		Expires:        expires,
 	}, nil
+}
+
+// spiffeURIs are the URI SANs of cert of the spiffe scheme, in any case,
+// so that a malformed one is refused rather than passed over.
+func spiffeURIs(cert *x509.Certificate) []string {
+	var out []string
+	for _, u := range cert.URIs {
+		if strings.EqualFold(u.Scheme, "spiffe") {
+			out = append(out, u.String())
+		}
+	}
+	return out
+}
+
+// TrustDomainOf is the trust domain of cert's SPIFFE IDs, "" when it has
+// none. Their paths are not read: a server's own SPIFFE ID need not have
+// a workload's /ns/NS/sa/SA form. SPIFFE IDs of two trust domains, or one
+// that is malformed, are an error: the domain cert is of would be a guess.
+func TrustDomainOf(cert *x509.Certificate) (string, error) {
+	var td string
+	for _, u := range spiffeURIs(cert) {
+		d, _, err := splitSPIFFEID(u)
+		if err != nil {
+			return "", fmt.Errorf("SPIFFE ID %s: %w", quote(u), err)
+		}
+		if td != "" && d != td {
+			return "", fmt.Errorf("SPIFFE IDs of two trust domains, %s and %s", quote(td), quote(d))
+		}
+		td = d
+	}
+	return td, nil
 }

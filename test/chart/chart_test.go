@@ -444,7 +444,7 @@ func checkDeployment(t *testing.T, c renderCase, d obj) {
 			"--namespace=shop", "--tls-cert=/etc/poise/tls/tls.crt", "--tls-key=/etc/poise/tls/tls.key",
 			"--tls-client-ca=/etc/poise/tls/ca.crt", "--debounce=250ms",
 			"--xds-max-streams=3000", "--xds-max-streams-per-connection=10", "--drain-period=45s", "--default-export-to=.",
-			"--cluster-name=west", "--remote-stale-after=2m",
+			"--cluster-name=west", "--remote-stale-after=2m", "--xds-trust-domain=cluster.local",
 		} {
 			if !slices.Contains(args, a) {
 				t.Errorf("args %v lack %s", args, a)
@@ -858,6 +858,7 @@ func TestInvalidValues(t *testing.T) {
 		{[]string{"tls.generated.extraDNSNames={Bad_Name}"}, "/tls/generated/extraDNSNames/0"},
 		{[]string{"tls.generated.caNamespaces={Shop}"}, "/tls/generated/caNamespaces/0"},
 		{[]string{"tls.generated.clusterDomain="}, "/tls/generated/clusterDomain"},
+		{[]string{"xds.trustDomain=spiffe://cluster.local"}, "/xds/trustDomain"},
 		{[]string{"extraArgs={debounce=1s}"}, "/extraArgs/0"},
 		{[]string{"logLevl=debug"}, "additional properties 'logLevl' not allowed"},
 		{[]string{"xds.maxStream=10"}, "additional properties 'maxStream' not allowed"},

@@ -219,7 +219,7 @@ func TestGeneratedTLS(t *testing.T) {
 			}
 		}
 		for _, a := range args {
-			if strings.HasPrefix(a, "--tls-client-ca") || a == "--xds-allow-anonymous-non-loopback" {
+			if strings.HasPrefix(a, "--tls-client-ca") || strings.HasPrefix(a, "--xds-trust-domain") || a == "--xds-allow-anonymous-non-loopback" {
 				t.Errorf("default args carry %s", a)
 			}
 		}
@@ -247,6 +247,40 @@ func TestGeneratedTLS(t *testing.T) {
 		}
 		if got := str(one(t, objs, "Deployment"), "spec", "template", "spec", "volumes", 0, "secret", "secretName"); got != "xds-cert" {
 			t.Errorf("the pods mount Secret %q, want xds-cert", got)
+		}
+	})
+	t.Run("client-trust-domain", func(t *testing.T) {
+		// with a client CA, client certificates identify their clients
+		// (xds.auth token is then mtls,token): of cluster.local unless
+		// xds.trustDomain says otherwise; empty leaves it to the serving
+		// certificate's SPIFFE ID
+		for _, tc := range []struct {
+			set  []string
+			want string // the --xds-trust-domain argument, "" for none
+		}{
+			{[]string{"tls.secretName=x", "tls.clientCA=true"}, "--xds-trust-domain=cluster.local"},
+			{[]string{"tls.secretName=x", "tls.clientCA=true", `xds.auth=mtls\,token`, "xds.trustDomain=prod.example.org"}, "--xds-trust-domain=prod.example.org"},
+			{[]string{"tls.secretName=x", "tls.clientCA=true", "xds.auth=mtls", "xds.trustDomain="}, ""},
+			{[]string{"tls.secretName=x", "tls.clientCA=true", "xds.auth=none"}, ""},
+			{[]string{"tls.secretName=x", "xds.trustDomain=prod.example.org"}, ""},
+		} {
+			args := []string{"template", "poise", chartDir, "--namespace", "poise-system"}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			out, err := runHelm(t, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got string
+			for _, a := range strs(one(t, parse(t, out), "Deployment"), "spec", "template", "spec", "containers", 0, "args") {
+				if strings.HasPrefix(a, "--xds-trust-domain") {
+					got = a
+				}
+			}
+			if got != tc.want {
+				t.Errorf("%v: %q, want %q", tc.set, got, tc.want)
+			}
 		}
 	})
 	t.Run("plaintext-development", func(t *testing.T) {
