@@ -112,6 +112,7 @@ type clientState struct {
 	class    string
 	held     map[string]Contents // by type, what the client ACKed
 	wildcard map[string]bool
+	names    map[string][]string // by type, the names last asked for (SotW by name, Delta)
 	pending  map[[2]string]Event // by type and nonce: responses not yet answered
 	reached  time.Time           // when the held state last changed
 }
@@ -147,7 +148,7 @@ func Check(h History, o Options) Result {
 	}
 	clients := map[string]*clientState{}
 	for _, cl := range h.Clients {
-		clients[cl.ID] = &clientState{class: cl.Class, held: map[string]Contents{}, wildcard: map[string]bool{},
+		clients[cl.ID] = &clientState{class: cl.Class, held: map[string]Contents{}, wildcard: map[string]bool{}, names: map[string][]string{},
 			pending: map[[2]string]Event{}}
 	}
 	served := map[string]int{} // per replica, the newest publication it served
@@ -168,6 +169,15 @@ func Check(h History, o Options) Result {
 			c.ack(st, e)
 		case NACK:
 			delete(st.pending, [2]string{e.Type, e.Nonce})
+		case Subscribe:
+			st.asked(e)
+			if held, ok := st.held[e.Type]; ok {
+				next := subscribe(held, e)
+				if !maps.Equal(held, next) {
+					st.reached = e.At
+				}
+				st.held[e.Type] = next
+			}
 		}
 	}
 	res := Result{Converged: map[string]time.Duration{}}
@@ -269,15 +279,9 @@ func (c *checker) ack(st *clientState, e Event) {
 		return // an ACK of a response not recorded: nothing it holds changes
 	}
 	delete(st.pending, k)
+	st.asked(e)
 	before := st.held[e.Type]
-	next := Contents{}
-	if resp.Delta {
-		maps.Copy(next, before)
-		for _, n := range resp.Removed {
-			delete(next, n)
-		}
-	}
-	maps.Copy(next, resp.Resources)
+	next := accept(before, resp, e)
 	for _, name := range slices.Sorted(maps.Keys(next)) {
 		h0, had := before[name]
 		h1 := next[name]
@@ -337,7 +341,30 @@ func (c *checker) holds(st *clientState, i int) bool {
 			}
 		}
 	}
+	for typ, names := range st.names {
+		// a resource asked for by name and published must be held
+		if _, ok := st.held[typ]; !ok || st.wildcard[typ] {
+			continue
+		}
+		for _, n := range names {
+			if w, ok := view[typ][n]; ok && st.held[typ][n] != w {
+				return false
+			}
+		}
+	}
 	return true // a type the client never received is not part of what it holds
+}
+
+// asked notes the names a request asks for by name.
+func (st *clientState) asked(e Event) {
+	switch {
+	case e.Delta && e.Kind == Subscribe:
+		names := slices.DeleteFunc(append(slices.Clone(st.names[e.Type]), e.Names...), func(n string) bool { return slices.Contains(e.Removed, n) })
+		slices.Sort(names)
+		st.names[e.Type] = slices.Compact(names)
+	case !e.Delta && e.Names != nil:
+		st.names[e.Type] = e.Names
+	}
 }
 
 func (c *checker) describe(st *clientState) string {

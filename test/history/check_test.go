@@ -2,6 +2,8 @@ package history
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,15 +68,35 @@ func (s *script) delta(client, replica, typ, version string, res map[string]stri
 	return s
 }
 
+// answer answers the last response; a response by name is answered asking
+// for the names it had, as a client that wants no other.
 func (s *script) answer(kind Kind) *script {
 	last := s.events[len(s.events)-1]
 	s.at += 10 * time.Millisecond
+	var names []string
+	if !last.Wildcard && !last.Delta {
+		names = slices.Sorted(maps.Keys(last.Resources))
+	}
 	s.events = append(s.events, Event{Client: last.Client, Replica: last.Replica, Kind: kind, Type: last.Type, Nonce: last.Nonce,
-		At: t0.Add(time.Second + s.at)})
+		Names: names, At: t0.Add(time.Second + s.at)})
 	return s
 }
 
-func (s *script) ack() *script  { return s.answer(ACK) }
+// subscribe asks for names of typ without answering a response.
+func (s *script) subscribe(client, typ string, names ...string) *script {
+	s.at += 10 * time.Millisecond
+	s.events = append(s.events, Event{Client: client, Kind: Subscribe, Type: typ, Names: names, At: t0.Add(time.Second + s.at)})
+	return s
+}
+
+func (s *script) ack() *script { return s.answer(ACK) }
+
+// answer2 answers the last response asking for names.
+func (s *script) answer2(kind Kind, names ...string) *script {
+	s.answer(kind)
+	s.events[len(s.events)-1].Names = names
+	return s
+}
 func (s *script) nack() *script { return s.answer(NACK) }
 func (s *script) settle() *script {
 	s.events = append(s.events, Event{Kind: Settled})
@@ -109,6 +131,24 @@ func TestCheck(t *testing.T) {
 					resp("c1", "x", cds, "x-3", true, map[string]string{"tenant-a/pay": "pay-cluster", "tenant-a/cart": "cart-cluster"}).ack().
 					resp("c1", "x", eds, "x-3", false, map[string]string{"tenant-a/pay": "pay-endpoints-2", "tenant-a/cart": "cart-endpoints"}).ack().settle()
 			}},
+		{name: "clean: a SotW response by name updates the resources it names, the others stay",
+			events: func(s *script) *script {
+				return s.resp("c1", "x", cds, "x-3", true, map[string]string{"tenant-a/pay": "pay-cluster", "tenant-a/cart": "cart-cluster"}).ack().
+					subscribe("c1", eds, "tenant-a/cart", "tenant-a/pay").
+					resp("c1", "x", eds, "x-3", false, map[string]string{"tenant-a/cart": "cart-endpoints"}).answer2(ACK, "tenant-a/cart", "tenant-a/pay").
+					resp("c1", "x", eds, "x-3", false, map[string]string{"tenant-a/pay": "pay-endpoints-2"}).answer2(ACK, "tenant-a/cart", "tenant-a/pay").settle()
+			}},
+		{name: "clean: a resource no longer asked for is dropped",
+			events: func(s *script) *script {
+				return s.latest("c1", "x").subscribe("c1", eds, "tenant-a/pay").settle()
+			}},
+		{name: "a resource asked for by name and never received",
+			events: func(s *script) *script {
+				return s.resp("c1", "x", cds, "x-3", true, map[string]string{"tenant-a/pay": "pay-cluster", "tenant-a/cart": "cart-cluster"}).ack().
+					subscribe("c1", eds, "tenant-a/cart", "tenant-a/pay").
+					resp("c1", "x", eds, "x-3", false, map[string]string{"tenant-a/pay": "pay-endpoints-2"}).answer2(ACK, "tenant-a/cart", "tenant-a/pay").settle()
+			},
+			want: []string{"coherent: client c1: settled on a mix", "coherent: client c1: at the end", "converges: client c1"}},
 		{name: "clean: a NACKed response changes nothing held",
 			events: func(s *script) *script {
 				return s.round1("c1", "x").resp("c1", "x", eds, "x-2", false, map[string]string{"tenant-a/pay": "pay-endpoints-2"}).nack().settle().latest("c1", "x")

@@ -47,6 +47,10 @@ const (
 	// (an event, not a time); every client must then rest on one
 	// revision's view. It names no client.
 	Settled
+	// Subscribe: the client asked for the resources Names of Type without
+	// answering a response (a first request, or names added or dropped);
+	// with Delta, Removed are the names it dropped.
+	Subscribe
 )
 
 func (k Kind) String() string {
@@ -59,6 +63,8 @@ func (k Kind) String() string {
 		return "NACK"
 	case Settled:
 		return "settled"
+	case Subscribe:
+		return "subscribe"
 	}
 	return "unknown"
 }
@@ -83,7 +89,11 @@ type Event struct {
 	// so the state it holds must be the view's whole set; otherwise it
 	// named the resources it holds (EDS, RDS).
 	Wildcard bool
-	At       time.Time
+	// Names are the resources a SotW request (Subscribe, ACK, NACK) asks
+	// for by name, or a Delta request subscribes to; nil with a SotW
+	// request for every resource.
+	Names []string
+	At    time.Time
 }
 
 // Client is one recorded client: its class (which view it is published)
@@ -128,6 +138,8 @@ func FromObserver(events []Event, observer, class string, revisionOf func(versio
 		switch e.Kind {
 		case Response:
 			pending[[2]string{e.Type, e.Nonce}] = e
+		case Subscribe:
+			held[e.Type] = subscribe(held[e.Type], e)
 		case NACK:
 			return nil, fmt.Errorf("observer %s NACKed %s version %s: it must accept everything", observer, e.Type, pending[[2]string{e.Type, e.Nonce}].Version)
 		case ACK:
@@ -140,14 +152,7 @@ func FromObserver(events []Event, observer, class string, revisionOf func(versio
 			if !ok {
 				return nil, fmt.Errorf("observer %s: version %q names no revision", observer, resp.Version)
 			}
-			next := Contents{}
-			if resp.Delta {
-				maps.Copy(next, held[e.Type])
-				for _, n := range resp.Removed {
-					delete(next, n)
-				}
-			}
-			maps.Copy(next, resp.Resources)
+			next := accept(held[e.Type], resp, e)
 			held[e.Type] = next
 			seq = append(seq, accepted{rev: rev, version: resp.Version, typ: e.Type, state: next, at: resp.At})
 		}
@@ -215,4 +220,51 @@ func Merge(lists ...[]Publication) []Publication {
 		out = append(out, *p)
 	}
 	return out
+}
+
+// accept is what a client holds of a type once it has ACKed resp: a SotW
+// response to a request for the whole type is the type's state; any other
+// updates the resources it names (a SotW response for EDS or RDS need not
+// repeat the unchanged ones) and a Delta one removes its Removed; then
+// what the ACK no longer asks for by name is dropped.
+func accept(before Contents, resp, ack Event) Contents {
+	next := Contents{}
+	if resp.Delta || !resp.Wildcard {
+		maps.Copy(next, before)
+	}
+	for _, n := range resp.Removed {
+		delete(next, n)
+	}
+	maps.Copy(next, resp.Resources)
+	if !resp.Delta && !resp.Wildcard && ack.Names != nil {
+		keepOnly(next, ack.Names)
+	}
+	return next
+}
+
+// subscribe is what a client holds of a type after a request that answers
+// no response: resources it stopped asking for by name are gone.
+func subscribe(held Contents, e Event) Contents {
+	if held == nil {
+		return nil
+	}
+	next := maps.Clone(held)
+	if e.Delta {
+		for _, n := range e.Removed {
+			delete(next, n)
+		}
+		return next
+	}
+	if e.Names != nil {
+		keepOnly(next, e.Names)
+	}
+	return next
+}
+
+func keepOnly(c Contents, names []string) {
+	for n := range c {
+		if !slices.Contains(names, n) {
+			delete(c, n)
+		}
+	}
 }

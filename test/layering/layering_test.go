@@ -135,6 +135,7 @@ var layers = []struct {
 		"test/kube",
 		"test/layering",
 		"test/logkeys",
+		"test/resilience",
 		"test/scale/cmd/benchscale",
 		"test/soak",
 	}},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,7 +29,7 @@ type Proxy struct {
 
 	mu       sync.Mutex
 	cut      bool
-	cutAfter int // responses still forwarded before a cut; -1: none planned
+	cutAfter int           // responses still forwarded before a cut; -1: none planned
 	tripped  chan struct{} // closed when the planned cut happens
 	held     bool
 	release  chan struct{} // closed when held responses may go
@@ -340,20 +341,31 @@ func (v *streamView) request(m any) {
 		if id := req.GetNode().GetId(); id != "" {
 			v.node = id
 		}
-		v.wildcard[req.GetTypeUrl()] = len(req.GetResourceNames()) == 0 || req.GetResourceNames()[0] == "*"
-		if req.GetResponseNonce() != "" {
-			v.r.add(history.Event{Client: v.node, Replica: v.replica, Kind: answer(req.GetErrorDetail() != nil), Type: req.GetTypeUrl(), Nonce: req.GetResponseNonce()})
+		names := req.GetResourceNames()
+		wildcard := len(names) == 0 || names[0] == "*"
+		v.wildcard[req.GetTypeUrl()] = wildcard
+		e := history.Event{Client: v.node, Replica: v.replica, Kind: history.Subscribe, Type: req.GetTypeUrl(), Nonce: req.GetResponseNonce()}
+		if !wildcard {
+			e.Names = slices.Clone(names)
 		}
+		if e.Nonce != "" {
+			e.Kind = answer(req.GetErrorDetail() != nil)
+		}
+		v.r.add(e)
 	case *discovery.DeltaDiscoveryRequest:
 		if id := req.GetNode().GetId(); id != "" {
 			v.node = id
 		}
+		subs, unsubs := req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()
 		if _, seen := v.wildcard[req.GetTypeUrl()]; !seen {
-			subs := req.GetResourceNamesSubscribe()
 			v.wildcard[req.GetTypeUrl()] = len(subs) == 0 || subs[0] == "*"
 		}
+		if len(subs) > 0 || len(unsubs) > 0 {
+			v.r.add(history.Event{Client: v.node, Replica: v.replica, Kind: history.Subscribe, Delta: true, Type: req.GetTypeUrl(),
+				Names: slices.Clone(subs), Removed: slices.Clone(unsubs)})
+		}
 		if req.GetResponseNonce() != "" {
-			v.r.add(history.Event{Client: v.node, Replica: v.replica, Kind: answer(req.GetErrorDetail() != nil), Type: req.GetTypeUrl(), Nonce: req.GetResponseNonce()})
+			v.r.add(history.Event{Client: v.node, Replica: v.replica, Kind: answer(req.GetErrorDetail() != nil), Delta: true, Type: req.GetTypeUrl(), Nonce: req.GetResponseNonce()})
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -99,21 +100,22 @@ func TestRecordsWhatTheClientSaw(t *testing.T) {
 		version = want.GetVersionInfo()
 	}
 	// the ACK of the last response is recorded once the proxy has read it
-	waitFor(t, rec, func(events []history.Event) bool { return len(events) >= 4 })
+	waitFor(t, rec, func(events []history.Event) bool { return len(events) >= 6 })
 
 	events := rec.Events()
-	kinds := []history.Kind{history.Response, history.ACK, history.Response, history.ACK}
+	kinds := []history.Kind{history.Subscribe, history.Response, history.ACK, history.Subscribe, history.Response, history.ACK}
 	for i, e := range events {
 		if e.Kind != kinds[i] || e.Client != "client-1" || e.Replica != "replica-0" {
 			t.Fatalf("event %d: %+v, want a %s of client-1 through replica-0", i, e, kinds[i])
 		}
 	}
-	if !events[0].Wildcard || events[2].Wildcard || events[2].Resources["shop/checkout"] != view[resource.EndpointType]["shop/checkout"] {
-		t.Errorf("recorded %+v and %+v: want CDS asked whole, EDS by name with the content served", events[0], events[2])
+	if !events[1].Wildcard || events[4].Wildcard || events[4].Resources["shop/checkout"] != view[resource.EndpointType]["shop/checkout"] ||
+		events[0].Names != nil || !slices.Equal(events[3].Names, []string{"shop/checkout"}) || !slices.Equal(events[5].Names, []string{"shop/checkout"}) {
+		t.Errorf("recorded %+v: want CDS asked whole, EDS by name with the content served", events)
 	}
 	res := history.Check(history.History{
 		Clients:      []history.Client{{ID: "client-1", Class: "all"}},
-		Publications: []history.Publication{{Revision: 1, Versions: []string{events[0].Version, version}, Views: map[string]history.View{"all": view}}},
+		Publications: []history.Publication{{Revision: 1, Versions: []string{events[1].Version, version}, Views: map[string]history.View{"all": view}}},
 		Events:       events,
 	}, history.Options{})
 	if len(res.Violations) != 0 {
