@@ -86,6 +86,7 @@ type clientView struct {
 		LastSentVersion  string `json:"lastSentVersion"`
 		LastAckedVersion string `json:"lastAckedVersion"`
 		NACKs            uint64 `json:"nacks"`
+		State            string `json:"state"` // SYNCED, STALE, NACKED or NOT SENT (server.Synced, ...)
 	} `json:"types"`
 }
 

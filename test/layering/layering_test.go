@@ -115,6 +115,7 @@ var layers = []struct {
 	}},
 	{"commands", "commands", []string{
 		"cmd/controlplane",
+		"cmd/demo",
 		"hack/crdversion",
 	}},
 	// Imported by tests only (the rules below keep pkg/ and cmd/ off them).
