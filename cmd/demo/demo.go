@@ -271,6 +271,9 @@ func (d *demo) watch(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-d.plane.done:
+			if ctx.Err() != nil {
+				return nil // Ctrl-C on a terminal interrupts the plane too
+			}
 			if d.planeLog != "" {
 				return fmt.Errorf("the control plane exited: see %s", d.planeLog)
 			}
