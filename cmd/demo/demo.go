@@ -32,8 +32,10 @@ type demo struct {
 	screen *screen
 	errOut io.Writer
 	plane  *plane
-	// backends are the backends by address (host:port).
+	// backends are the backends by address (host:port); unbound are the
+	// addresses an edit added that could not be bound, said once.
 	backends map[string]*grpctraffic.Backend
+	unbound  map[string]bool
 	flows    []*flow
 	conns    []*grpc.ClientConn
 	wg       sync.WaitGroup
@@ -58,7 +60,7 @@ func (d *demo) run(ctx context.Context) error {
 	}
 	d.plane = p
 	defer p.stop()
-	d.backends = map[string]*grpctraffic.Backend{}
+	d.backends, d.unbound = map[string]*grpctraffic.Backend{}, map[string]bool{}
 	defer func() {
 		for _, b := range d.backends {
 			b.Stop()
@@ -139,11 +141,12 @@ func loopbackUpstreams(rep explain.Report) []explain.Upstream {
 func (d *demo) ensureBackends(split grpctraffic.Split) error {
 	for _, addr := range slices.Sorted(maps.Keys(split.Share)) {
 		host, _, _ := net.SplitHostPort(addr)
-		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() || d.backends[addr] != nil {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() || d.backends[addr] != nil || d.unbound[addr] {
 			continue
 		}
 		b, err := grpctraffic.Listen(addr)
 		if err != nil {
+			d.unbound[addr] = true
 			return fmt.Errorf("%w (another demo, or another program, listens there)", err)
 		}
 		d.backends[addr] = b
@@ -199,10 +202,7 @@ func (d *demo) printIntro(ups []explain.Upstream) {
 		fmt.Fprintf(&b, "  its log: %s\n", d.planeLog)
 	}
 	for _, u := range ups {
-		var addrs []string
-		for _, a := range slices.Sorted(maps.Keys(grpctraffic.SplitOf(u.Split).Share)) {
-			addrs = append(addrs, a)
-		}
+		addrs := slices.Sorted(maps.Keys(grpctraffic.SplitOf(u.Split).Share))
 		fmt.Fprintf(&b, "  %s/%s: a gRPC backend on each of %s\n", u.Namespace, u.Name, strings.Join(addrs, " "))
 	}
 	for _, f := range d.flows {
