@@ -23,6 +23,11 @@ install: ## Install controlplane into $$GOBIN (else $$(go env GOPATH)/bin), wher
 run: build ## Build bin/controlplane and serve the bundled examples over xDS on 127.0.0.1 (admin on :19000), watching them for changes.
 	$(BIN)/controlplane serve -f examples
 
+.PHONY: demo
+demo: build ## Serve the examples with a gRPC backend on each loopback endpoint and grpc-go xDS clients in two zones; print each endpoint's observed share beside explain's, live (DEMO_ARGS=--check: until it agrees; docs/demo.md).
+	$(GO) build -o $(BIN)/demo ./cmd/demo
+	$(BIN)/demo -f examples --controlplane $(BIN)/controlplane $(DEMO_ARGS)
+
 # Tests save what a person should look at (test/browser's screenshots of the
 # traffic map) with t.ArtifactDir(); -artifacts keeps them under
 # TEST_OUTPUT/_artifacts/, emptied at each run.

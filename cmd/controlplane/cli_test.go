@@ -22,7 +22,7 @@ const examples = "../../examples"
 
 // examplesNote is what the commands say of the examples' Namespace objects,
 // which are for kubectl apply.
-const examplesNote = "note: skipped 2 objects of other kinds (Namespace 2) in " + examples + "\n"
+const examplesNote = "note: skipped 3 objects of other kinds (Namespace 3) in " + examples + "\n"
 
 // stderrOf is what a command reading the manifests of args says on stderr
 // when all is well: the note on the examples' Namespaces, if it reads them.
@@ -95,8 +95,8 @@ func TestDeterministic(t *testing.T) {
 		}
 	}
 	// Files given one by one, in either order, explain the same topology.
-	_, a, _ := runCLI("explain", "-f", examples+"/catalog.yaml", "-f", examples+"/checkout.yaml")
-	_, b, _ := runCLI("explain", "-f", examples+"/checkout.yaml,"+examples+"/catalog.yaml")
+	_, a, _ := runCLI("explain", "-f", examples+"/catalog.yaml", "-f", examples+"/checkout.yaml", "-f", examples+"/cart.yaml")
+	_, b, _ := runCLI("explain", "-f", examples+"/checkout.yaml,"+examples+"/cart.yaml,"+examples+"/catalog.yaml")
 	_, c, _ := runCLI("explain", "-f", examples)
 	if a != b || a != c {
 		t.Errorf("explain depends on how the files are given")

@@ -31,19 +31,10 @@ func TestLoadsEndpoint(t *testing.T) {
 	b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "web"}, Policy: weights.DefaultPolicy(), LoadReportInterval: time.Second})
 	b.PutEndpointSet(big)
 	b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "quiet"}, Policy: weights.DefaultPolicy()})
-	snap, err := topology.NewDirectory().Apply(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := loadreport.NewStore(loadreport.Config{})
-	store.SetCatalog(loadreport.NewCatalog(nil, snap, func(u *topology.UpstreamState) bool { return u.Upstream.LoadReportInterval > 0 }))
+	snap, store := loadStore(t, b)
 	now := time.Now()
 	for _, id := range []string{"envoy-1", "envoy-2"} {
-		store.Open(loadreport.Reporter{ID: id, Region: "eu", Zone: "a"}, now).Report(&lrs.LoadStatsRequest{ClusterStats: []*endpoint.ClusterStats{{
-			ClusterName: "shop/web", UpstreamLocalityStats: []*endpoint.UpstreamLocalityStats{{UpstreamEndpointStats: []*endpoint.UpstreamEndpointStats{{
-				Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
-					Address: "10.0.0.1", PortSpecifier: &core.SocketAddress_PortValue{PortValue: 80}}}},
-				TotalIssuedRequests: 5, TotalSuccessfulRequests: 4, TotalErrorRequests: 1}}}}}}}, now)
+		store.Open(loadreport.Reporter{ID: id, Region: "eu", Zone: "a"}, now).Report(endpointReport("shop/web", "10.0.0.1", 80, 5, 4, 1), now)
 	}
 	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: func() *topology.Snapshot { return snap }, Loads: store}))
 	defer srv.Close()
@@ -84,6 +75,29 @@ func TestLoadsEndpoint(t *testing.T) {
 	}
 }
 
+// loadStore applies b and returns its snapshot and a load-report store
+// whose catalog holds the upstreams of the snapshot with loadReporting.
+func loadStore(t *testing.T, b topology.Batch) (*topology.Snapshot, *loadreport.Store) {
+	t.Helper()
+	snap, err := topology.NewDirectory().Apply(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := loadreport.NewStore(loadreport.Config{})
+	store.SetCatalog(loadreport.NewCatalog(nil, snap, func(u *topology.UpstreamState) bool { return u.Upstream.LoadReportInterval > 0 }))
+	return snap, store
+}
+
+// endpointReport is a load report of one endpoint of a cluster: requests
+// issued, and finished successfully or in error.
+func endpointReport(cluster, addr string, port uint32, issued, ok, errs uint64) *lrs.LoadStatsRequest {
+	return &lrs.LoadStatsRequest{ClusterStats: []*endpoint.ClusterStats{{
+		ClusterName: cluster, UpstreamLocalityStats: []*endpoint.UpstreamLocalityStats{{UpstreamEndpointStats: []*endpoint.UpstreamEndpointStats{{
+			Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+				Address: addr, PortSpecifier: &core.SocketAddress_PortValue{PortValue: port}}}},
+			TotalIssuedRequests: issued, TotalSuccessfulRequests: ok, TotalErrorRequests: errs}}}}}}}
+}
+
 // /debug/loads adds the upstream's last outlier evaluation where this
 // replica decides, bounded like the endpoints.
 func TestLoadsShowsOutlierEvaluation(t *testing.T) {
@@ -91,12 +105,7 @@ func TestLoadsShowsOutlierEvaluation(t *testing.T) {
 	b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "web"}, Policy: weights.DefaultPolicy(), LoadReportInterval: time.Second})
 	b.PutEndpointSet(topology.EndpointSet{Key: topology.Key{Namespace: "shop", Name: "web-a"}, Upstream: "web",
 		Endpoints: []topology.Endpoint{{Address: "10.0.0.1", Port: 80, Weight: 1}}})
-	snap, err := topology.NewDirectory().Apply(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := loadreport.NewStore(loadreport.Config{})
-	store.SetCatalog(loadreport.NewCatalog(nil, snap, nil))
+	snap, store := loadStore(t, b)
 	at := time.Unix(1_800_000_000, 0).UTC()
 	var many []outlier.Ejection
 	for i := range maxLoadEndpoints + 2 {

@@ -3,13 +3,18 @@ package admin
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"time"
 
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/signals/loadreport"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/trafficmap"
+	"poise.dev/poise/pkg/xds/xdsname"
 )
 
 // maxPage bounds the page parameter before it is compared with the count.
@@ -41,7 +46,8 @@ func addMap(mux *routes, s Sources) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		fmt.Fprintln(w, mapVersion(snap))
+		keys, _, _, _ := mapPage(snap, q)
+		fmt.Fprintln(w, mapVersion(snap, s.Loads, keys, time.Now()))
 	})
 	mux.HandleFunc("GET /map/assets/{name}", func(w http.ResponseWriter, r *http.Request) {
 		b, typ, ok := trafficmap.Asset(r.PathValue("name"))
@@ -108,13 +114,15 @@ func mapView(s Sources, q url.Values) (trafficmap.View, int) {
 		v.Error = err.Error()
 		return v, http.StatusBadRequest
 	}
-	v.Version = mapVersion(snap)
+	now := time.Now()
+	v.Version = mapVersion(snap, s.Loads, keys, now)
 	if len(keys) == 0 {
 		return v, http.StatusOK // explain.Build with no keys would explain every upstream
 	}
 	if opts == nil {
 		v.Report = explain.Build(snap, keys...)
 		v.Report.Orphans = nil
+		v.Observed = observed(snap, s.Loads, keys, "", now)
 		return v, http.StatusOK
 	}
 	rep, err := explain.BuildFor(snap, *opts, keys...)
@@ -127,8 +135,56 @@ func mapView(s Sources, q url.Values) (trafficmap.View, int) {
 	}
 	rep.Orphans = nil
 	v.Report = rep
+	v.Observed = observed(snap, s.Loads, keys, opts.From.Region+"/"+opts.From.Zone, now)
 	return v, http.StatusOK
 }
 
-// mapVersion is what the page polls to know it must be drawn again.
-func mapVersion(snap *topology.Snapshot) string { return strconv.FormatUint(snap.Revision, 10) }
+// mapVersion is what the page polls to know it must be drawn again: the
+// revision, and, where an upstream of the page has its load reported, the
+// load-report bucket, which moves what its clients reported.
+func mapVersion(snap *topology.Snapshot, loads *loadreport.Store, keys []topology.Key, now time.Time) string {
+	v := strconv.FormatUint(snap.Revision, 10)
+	if loads == nil {
+		return v
+	}
+	for _, k := range keys {
+		if u := snap.Upstream(k); u != nil && u.Upstream.LoadReportInterval > 0 {
+			bucket := loads.Window() / loadreport.Buckets
+			return v + "." + strconv.FormatInt(now.UnixNano()/int64(bucket), 10)
+		}
+	}
+	return v
+}
+
+// observed is, for each upstream of keys whose clients report their load,
+// the requests they reported to each endpoint over the store's window:
+// every reporter's, or with class (REGION/ZONE) only those of its zone,
+// whose split the page draws.
+func observed(snap *topology.Snapshot, loads *loadreport.Store, keys []topology.Key, class string, now time.Time) map[string]*trafficmap.Observed {
+	if loads == nil {
+		return nil
+	}
+	out := map[string]*trafficmap.Observed{}
+	for _, k := range keys {
+		if u := snap.Upstream(k); u == nil || u.Upstream.LoadReportInterval == 0 {
+			continue
+		}
+		eps := loads.Cluster(xdsname.Cluster(k), now)
+		if eps == nil {
+			continue // not in the store's catalog yet
+		}
+		o := &trafficmap.Observed{Window: loads.Window(), Class: class, Issued: map[string]uint64{}}
+		for _, e := range eps {
+			issued := e.Issued
+			if class != "" {
+				issued = 0
+				if i := slices.IndexFunc(e.Classes, func(c loadreport.ClassLoad) bool { return c.Class == class }); i >= 0 {
+					issued = e.Classes[i].Issued
+				}
+			}
+			o.Issued[net.JoinHostPort(e.Address, strconv.FormatUint(uint64(e.Port), 10))] = issued
+		}
+		out[k.String()] = o
+	}
+	return out
+}

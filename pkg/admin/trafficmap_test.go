@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"poise.dev/poise/pkg/affinity"
+	"poise.dev/poise/pkg/signals/loadreport"
 	"poise.dev/poise/pkg/topology"
 	"poise.dev/poise/pkg/weights"
 	"poise.dev/poise/pkg/xds/server"
@@ -110,5 +113,57 @@ func TestMapVersionFollowsDemand(t *testing.T) {
 	if _, body := httpGet(t, srv.URL+"/map?from=eu/a"); !strings.Contains(body, `<option value="eu/a" selected>eu/a</option>`) ||
 		!strings.Contains(body, `data-split="class"`) || !strings.Contains(body, `data-version="`+strings.TrimSpace(v2)+`"`) {
 		t.Errorf("the page for eu/a: %.3000s", body)
+	}
+}
+
+// Where an upstream's clients report their load, the map draws each
+// endpoint's share of the requests they reported beside its computed
+// share: every reporter's for the upstream's own split, the reporters of
+// the zone picked for its class split. The version then moves with the
+// load-report bucket too, so the page redraws what they report.
+func TestMapShowsObservedLoads(t *testing.T) {
+	var b topology.Batch
+	b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "web"}, Policy: weights.DefaultPolicy(), LoadReportInterval: time.Second})
+	b.PutEndpointSet(topology.EndpointSet{Key: topology.Key{Namespace: "shop", Name: "web-a"}, Upstream: "web",
+		Endpoints: []topology.Endpoint{{Address: "10.0.0.1", Port: 80, Weight: 1}, {Address: "10.0.0.2", Port: 80, Weight: 1}}})
+	b.PutUpstream(topology.Upstream{Key: topology.Key{Namespace: "shop", Name: "quiet"}, Policy: weights.DefaultPolicy()})
+	b.PutEndpointSet(topology.EndpointSet{Key: topology.Key{Namespace: "shop", Name: "quiet-a"}, Upstream: "quiet",
+		Endpoints: []topology.Endpoint{{Address: "10.0.1.1", Port: 80, Weight: 1}}})
+	snap, store := loadStore(t, b)
+	now := time.Now()
+	store.Open(loadreport.Reporter{ID: "a-1", Region: "eu", Zone: "a"}, now).Report(endpointReport("shop/web", "10.0.0.1", 80, 30, 30, 0), now)
+	b1 := store.Open(loadreport.Reporter{ID: "b-1", Region: "eu", Zone: "b"}, now)
+	b1.Report(endpointReport("shop/web", "10.0.0.1", 80, 10, 10, 0), now)
+	b1.Report(endpointReport("shop/web", "10.0.0.2", 80, 10, 10, 0), now)
+	srv := httptest.NewServer(Handler(Sources{Ready: func() (bool, string) { return true, "" }, Snapshot: func() *topology.Snapshot { return snap },
+		Clients: func() []server.Client { return nil }, Loads: store}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		path string
+		want []string
+	}{
+		{"/map/fragment", []string{
+			`data-name="web" data-split="none"`,
+			`data-address="10.0.0.1" data-port="80" data-share="500000" data-observed="800000" data-observed-requests="40"`,
+			`data-address="10.0.0.2" data-port="80" data-share="500000" data-observed="200000" data-observed-requests="10"`,
+			"observed: 50 requests reported by the clients over the last 30s",
+			`data-address="10.0.1.1" data-port="80" data-share="1000000" data-reason`}},
+		{"/map/fragment?from=eu/a", []string{
+			`data-address="10.0.0.1" data-port="80" data-share="500000" data-observed="1000000" data-observed-requests="30"`,
+			`data-address="10.0.0.2" data-port="80" data-share="500000" data-observed="0" data-observed-requests="0"`,
+			"observed: 30 requests reported by the clients in eu/a over the last 30s"}},
+	} {
+		code, body := httpGet(t, srv.URL+tc.path)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s = %d %s", tc.path, code, body)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(body, w) {
+				t.Errorf("GET %s: no %q in %.3000s", tc.path, w, body)
+			}
+		}
+	}
+	if _, v := httpGet(t, srv.URL+"/map/version"); !regexp.MustCompile(`^1\.[0-9]+\n$`).MatchString(v) {
+		t.Errorf("version %q: want the revision and the load-report bucket", v)
 	}
 }

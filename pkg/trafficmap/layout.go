@@ -67,6 +67,11 @@ type Box struct {
 	// BarW is the width of the bar along the box's foot: traffic × W.
 	BarW int
 	BarY int
+	// Obs, on an endpoint whose clients report their load, draws a second
+	// bar above the first, ObsBarW long at ObsBarY: the share observed.
+	Obs     bool
+	ObsBarW int
+	ObsBarY int
 	// The first line reads Flag (a warning word such as DOWN, in bold),
 	// Label (the name, shortened to fit), Tag (a word in its own colour:
 	// an endpoint's reason, PANIC) and Figure (the traffic). Sub is the
@@ -107,7 +112,10 @@ type Upstream struct {
 	Severity   Severity
 	TotalPanic bool
 	// Down counts the localities with no eligible capacity, drawn or not.
-	Down       int
+	Down int
+	// Observed: the clients report their load, and each endpoint shows
+	// its share of what they reported.
+	Observed   bool
 	Width      int
 	Height     int
 	Class      string
@@ -181,7 +189,12 @@ type Endpoint struct {
 	Address string
 	Port    uint32
 	Share   uint64
-	Reason  string
+	// Observed is set when the clients report their load: the endpoint's
+	// share of the requests reported (millionths) and their number.
+	Observed         bool
+	ObservedShare    uint64
+	ObservedRequests uint64
+	Reason           string
 	// Signal is the input the reason comes from (weights.Reason.Signal),
 	// lower case; empty for an eligible endpoint.
 	Signal string
@@ -209,6 +222,10 @@ type layout struct {
 	reasons map[string]weights.Reason
 	// spill is the class of the nodes that carry spilled traffic.
 	spill string
+	// obs is what the clients reported, nil when they report nothing;
+	// obsTotal is the requests they reported in all.
+	obs      *Observed
+	obsTotal uint64
 }
 
 func (l *layout) y(row int) int { return top + row*rowH }
@@ -268,7 +285,9 @@ func classes(base string, flags ...any) string {
 
 // layoutUpstream draws u: its class split when the report is for a client
 // locality and the class has one of its own, else the upstream's split.
-func layoutUpstream(u explain.Upstream, from *explain.From, reasons map[string]weights.Reason) Upstream {
+// With obs, each endpoint also shows its share of the requests the
+// clients reported.
+func layoutUpstream(u explain.Upstream, from *explain.From, reasons map[string]weights.Reason, obs *Observed) Upstream {
 	split := u.Split
 	out := Upstream{Namespace: u.Namespace, Name: u.Name, Split: "none", Heading: u.Namespace + "/" + u.Name}
 	out.Notes = append(out.Notes, fmt.Sprintf("locality affinity %s; outcome %s; normalized total availability %s",
@@ -307,6 +326,10 @@ func layoutUpstream(u explain.Upstream, from *explain.From, reasons map[string]w
 	out.Severity = spillSeverity(out.Spill, u.Policy.OverprovisioningFactor)
 
 	l := layout{reasons: reasons}
+	if obs != nil {
+		l.obs, l.obsTotal, out.Observed = obs, obs.total(), true
+		out.Notes = append(out.Notes, observedNote(obs, l.obsTotal))
+	}
 	if out.Spill > 0 {
 		l.spill = "spill " + string(out.Severity)
 		first := priorityName(split.Priorities[0].Priority, effective != nil)
@@ -580,7 +603,19 @@ func (l *layout) endpoint(e explain.Endpoint, spill bool) Endpoint {
 	ep.Class = classes("node endpoint", l.spill, spill && e.Share > 0, "ineligible", !e.Eligible, reasonClasses, !e.Eligible)
 	row := l.row
 	l.row++
+	if l.obs == nil {
+		ep.Box = l.box(colEndpoint, row, t, e.Share)
+		return ep
+	}
+	// the share the clients reported, on a second line and a second bar
+	ep.Observed, ep.ObservedRequests = true, l.obs.Issued[hp]
+	ep.ObservedShare = observedShare(ep.ObservedRequests, l.obsTotal)
+	t.sub = fmt.Sprintf("observed %s (%s)", explain.Percent(ep.ObservedShare), thousands(ep.ObservedRequests))
+	t.title += fmt.Sprintf("; observed %s: %s of the %s requests reported", explain.Percent(ep.ObservedShare), thousands(ep.ObservedRequests), thousands(l.obsTotal))
+	l.row++
 	ep.Box = l.box(colEndpoint, row, t, e.Share)
+	ep.Box.Obs, ep.Box.ObsBarY = true, ep.Box.BarY-3
+	ep.Box.ObsBarW = int(min(ep.ObservedShare, weights.Million) * uint64(colEndpoint.w) / weights.Million)
 	return ep
 }
 

@@ -34,6 +34,10 @@ type View struct {
 	Query url.Values
 	// Error, when set, is drawn instead of the map: the query was refused.
 	Error string
+	// Observed is, by upstream (NAMESPACE/NAME), what its clients reported
+	// they sent, when they report their load: drawn beside the computed
+	// shares.
+	Observed map[string]*Observed
 }
 
 // data is what the templates read: the view laid out.
@@ -59,7 +63,7 @@ func (v View) data() data {
 	}
 	reasons := reasonsByName()
 	for _, u := range v.Report.Upstreams {
-		d.Upstreams = append(d.Upstreams, layoutUpstream(u, v.Report.From, reasons))
+		d.Upstreams = append(d.Upstreams, layoutUpstream(u, v.Report.From, reasons, v.Observed[u.Namespace+"/"+u.Name]))
 	}
 	if v.Total > 0 {
 		d.Range = fmt.Sprintf("upstreams %d–%d of %d", v.First+1, v.First+len(v.Report.Upstreams), v.Total)

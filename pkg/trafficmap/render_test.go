@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"poise.dev/poise/pkg/explain"
@@ -166,7 +167,7 @@ func TestCapsSumTheRest(t *testing.T) {
 		}
 		prs = append(prs, pr)
 	}
-	u := layoutUpstream(explain.Upstream{Namespace: "n", Name: "big", Split: explain.Split{Priorities: prs}}, nil, reasonsByName())
+	u := layoutUpstream(explain.Upstream{Namespace: "n", Name: "big", Split: explain.Split{Priorities: prs}}, nil, reasonsByName(), nil)
 	if len(u.Priorities) != MaxPriorities || u.More == nil || u.More.Count != 3 || u.More.Traffic != 3000 {
 		t.Fatalf("priorities: %d drawn, more %+v", len(u.Priorities), u.More)
 	}
@@ -197,7 +198,7 @@ func TestHighlights(t *testing.T) {
 			{Priority: 0, Load: 500_000, EligibleWeight: 1, InPanic: true, DroppedMillionths: 250_000, Localities: []explain.Locality{{Traffic: 500_000, Endpoints: healthy(500_000)}}},
 			{Priority: 1, Load: 250_000, EligibleWeight: 1, Localities: []explain.Locality{{Traffic: 250_000, Endpoints: healthy(250_000)}}},
 			{Priority: 2, Load: 0, EligibleWeight: 1, Localities: []explain.Locality{{Traffic: 0, Endpoints: healthy(0)}}},
-		}}}, nil, reasonsByName())
+		}}}, nil, reasonsByName(), nil)
 	for i, want := range []string{"node priority panic drop", "node priority spill headroom", "node priority"} {
 		if got := u.Priorities[i].Class; got != want {
 			t.Errorf("priority %d: class %q, want %q", i, got, want)
@@ -274,7 +275,7 @@ func TestSpillSeverityBoundaries(t *testing.T) {
 		Priorities: []explain.Priority{
 			{Priority: 0, Load: 499_999, EligibleWeight: 1, Localities: []explain.Locality{{Traffic: 499_999, Endpoints: healthy(499_999)}}},
 			{Priority: 1, Load: 500_001, EligibleWeight: 1, Localities: []explain.Locality{{Traffic: 500_001, Endpoints: healthy(500_001)}}},
-		}}}, nil, reasonsByName())
+		}}}, nil, reasonsByName(), nil)
 	if u.Spill != 500_001 || u.Severity != SpillSevere || badges(u) != "spill severe:spill 50.0001% (severe)" {
 		t.Errorf("spill %d %s, badges %s", u.Spill, u.Severity, badges(u))
 	}
@@ -289,7 +290,7 @@ func TestSpillSeverityBoundaries(t *testing.T) {
 // and availability are on its second line, as every locality's are. It
 // stays down in panic, where it carries traffic.
 func TestDownLocality(t *testing.T) {
-	u := layoutUpstream(explain.Build(checkout(t, zoneDown...)).Upstreams[0], nil, reasonsByName())
+	u := layoutUpstream(explain.Build(checkout(t, zoneDown...)).Upstreams[0], nil, reasonsByName(), nil)
 	a, b := u.Priorities[0].Localities[0], u.Priorities[0].Localities[1]
 	if a.Zone != "eu-west-1a" || !a.Down || !strings.Contains(a.Class, "down") || a.Box.Flag != "DOWN" || a.EligibleWeight != 0 {
 		t.Errorf("eu-west-1a: down %v, class %q, flag %q, eligible %d", a.Down, a.Class, a.Box.Flag, a.EligibleWeight)
@@ -312,7 +313,7 @@ func TestDownLocality(t *testing.T) {
 	sick := []explain.Endpoint{{Address: "10.0.0.1", Port: 80, Weight: 1, Share: 1_000_000, Reason: "ProbeUnhealthy", Selectable: true}}
 	u = layoutUpstream(explain.Upstream{Namespace: "n", Name: "u", Policy: explain.Policy{OverprovisioningFactor: 140}, Split: explain.Split{
 		TotalPanic: true, Priorities: []explain.Priority{{Load: 1_000_000, InPanic: true, ConfiguredWeight: 1, Localities: []explain.Locality{
-			{Region: "r", Zone: "z", LocalityWeight: 1, ConfiguredWeight: 1, SelectableWeight: 1, Availability: 1_000_000, Traffic: 1_000_000, Endpoints: sick}}}}}}, nil, reasonsByName())
+			{Region: "r", Zone: "z", LocalityWeight: 1, ConfiguredWeight: 1, SelectableWeight: 1, Availability: 1_000_000, Traffic: 1_000_000, Endpoints: sick}}}}}}, nil, reasonsByName(), nil)
 	p, l := u.Priorities[0], u.Priorities[0].Localities[0]
 	if !l.Down || l.Box.Flag != "DOWN" || l.Traffic != 1_000_000 || !p.Down || p.Class != "node priority panic down" || p.Box.Flag != "DOWN" || p.Box.Tag != "PANIC" {
 		t.Errorf("in panic: locality down %v flag %q traffic %d; priority %q flag %q tag %q", l.Down, l.Box.Flag, l.Traffic, p.Class, p.Box.Flag, p.Box.Tag)
@@ -383,7 +384,7 @@ func TestKeyedUpstreamBadge(t *testing.T) {
 			LoadBalancing: explain.LoadBalancing{Policy: "RingHash", KeyedBy: keyed}, Split: explain.Split{
 				Outcome: "Routable", Priorities: []explain.Priority{
 					{Priority: 0, Load: 1_000_000, EligibleWeight: 1, Localities: []explain.Locality{{Traffic: 1_000_000, Endpoints: healthy(1_000_000)}}},
-				}}}, nil, reasonsByName())
+				}}}, nil, reasonsByName(), nil)
 	}
 	u := up([]string{"header x-user", "sourceIP; gRPC clients skip it"})
 	if got := badges(u); got != "keyed:keyed RingHash" {
@@ -394,5 +395,62 @@ func TestKeyedUpstreamBadge(t *testing.T) {
 	}
 	if got := badges(up(nil)); got != "" {
 		t.Errorf("an upstream without requestAffinity has badges %q", got)
+	}
+}
+
+// Where the clients report their load, each endpoint shows beside its
+// computed share the share of the requests they reported, on a second
+// line and a second bar, with a note saying whose reports over what
+// window; the figures are exact millionths, rounded down. The cart example
+// (Balanced, loadReporting), for the clients of eu-west-1a, byte for byte.
+func TestObservedBesideComputed(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("../../examples/cart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := manifest.Decode("cart.yaml", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := topology.NewDirectory()
+	if _, err := d.Apply(set.Batch); err != nil {
+		t.Fatal(err)
+	}
+	from := explain.From{Region: "eu-west", Zone: "eu-west-1a"}
+	rep, err := explain.BuildFor(d.Current(), explain.ClassOptions{From: from, Demand: []explain.DemandEntry{
+		{Region: "eu-west", Zone: "eu-west-1a", Weight: 3}, {Region: "eu-west", Zone: "eu-west-1b", Weight: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 3,000 requests: 17101 and 17102 took 1,000 and 333, 17122 none.
+	obs := &Observed{Window: 30 * time.Second, Class: from.String(), Issued: map[string]uint64{
+		"127.0.0.1:17101": 1000, "127.0.0.1:17102": 333, "127.0.0.1:17111": 167, "127.0.0.1:17112": 166, "127.0.0.1:17121": 1334}}
+	v := View{Report: rep, Version: "1", Page: 1, Pages: 1, Total: 1, Observed: map[string]*Observed{"shop/cart": obs}}
+	got := render(t, fragment, v)
+	golden.Check(t, "cart-observed-from-eu-west-1a.html", got)
+	checkFits(t, "cart observed", v.data().Upstreams)
+	for _, want := range []string{
+		`data-observed="true"`,
+		`data-address="127.0.0.1" data-port="17101" data-share="296297" data-observed="333333" data-observed-requests="1000"`,
+		`data-address="127.0.0.1" data-port="17102" data-share="148148" data-observed="111000" data-observed-requests="333"`,
+		`data-address="127.0.0.1" data-port="17122" data-share="222222" data-observed="0" data-observed-requests="0"`,
+		"observed 33.3333% (1,000)",
+		"observed: 3,000 requests reported by the clients in eu-west/eu-west-1a over the last 30s (load reports)",
+		`<rect class="obsbar"`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the fragment has no %q", want)
+		}
+	}
+	// Without reports the same upstream is drawn as before: no second line.
+	v.Observed = nil
+	if plain := render(t, fragment, v); strings.Contains(plain, "observed") || strings.Contains(plain, "obsbar") {
+		t.Error("an upstream without reports shows observed figures")
+	}
+	// Reports of nothing yet say so.
+	v.Observed = map[string]*Observed{"shop/cart": {Window: 30 * time.Second}}
+	if empty := render(t, fragment, v); !strings.Contains(empty, "observed: no requests reported by the clients over the last 30s") {
+		t.Error("no note for an upstream whose clients reported nothing yet")
 	}
 }

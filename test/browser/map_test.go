@@ -68,6 +68,12 @@ type drawnEndpoint struct {
 	Share   string `json:"share"`
 	Reason  string `json:"reason"`
 	Figure  string `json:"figure"`
+	// Observed and ObservedRequests are the share of the requests the
+	// clients reported and their number, where they report their load;
+	// Sub is the endpoint's second line. Not figures of explain's.
+	Observed         string `json:"observed"`
+	ObservedRequests string `json:"observedRequests"`
+	Sub              string `json:"sub"`
 }
 
 // readPage walks the drawn diagram: sections are upstreams, and the nested
@@ -99,7 +105,9 @@ const readPage = `(() => {
           traffic: l.dataset.traffic, figure: fig(l),
           endpoints: kids(l, 'endpoint').map(e => ({
             address: e.dataset.address, port: e.dataset.port, share: e.dataset.share,
-            reason: e.dataset.reason, figure: fig(e)}))}))}))}))
+            reason: e.dataset.reason, figure: fig(e),
+            observed: e.dataset.observed || '', observedRequests: e.dataset.observedRequests || '',
+            sub: (e.querySelector(':scope > text.sub') || {textContent: ''}).textContent}))}))}))}))
   };
 })()`
 
@@ -146,7 +154,16 @@ func onlyFigures(us []drawnUpstream) []drawnUpstream {
 		out[i].Badges = nil
 		out[i].Priorities = slices.Clone(out[i].Priorities)
 		for j := range out[i].Priorities {
-			out[i].Priorities[j].Class, out[i].Priorities[j].BandStroke = "", ""
+			p := &out[i].Priorities[j]
+			p.Class, p.BandStroke = "", ""
+			p.Localities = slices.Clone(p.Localities)
+			for k := range p.Localities {
+				l := &p.Localities[k]
+				l.Endpoints = slices.Clone(l.Endpoints)
+				for e := range l.Endpoints {
+					l.Endpoints[e].Observed, l.Endpoints[e].ObservedRequests, l.Endpoints[e].Sub = "", "", ""
+				}
+			}
 		}
 	}
 	return out

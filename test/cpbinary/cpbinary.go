@@ -45,14 +45,23 @@ func Main(m *testing.M, path *string) int {
 // other work (test/kube's starts an apiserver).
 func Build(t testing.TB) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "controlplane")
-	if out, err := buildCommand(path).CombinedOutput(); err != nil {
-		t.Fatalf("build controlplane: %v\n%s", err, out)
+	return BuildCommand(t, "controlplane")
+}
+
+// BuildCommand builds poise.dev/poise/cmd/NAME (controlplane, demo) into
+// the test's temporary directory, with the race detector under RaceEnv,
+// and returns its path.
+func BuildCommand(t testing.TB, name string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if out, err := commandBuild(path, name).CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", name, err, out)
 	}
 	return path
 }
 
-// RaceEnv, set to 1, has the controlplane built with the race detector:
+// RaceEnv, set to 1, has the controlplane (and any command BuildCommand
+// builds) built with the race detector:
 // make test sets it for test/e2e, whose own process holds only gRPC
 // clients and backends, so that the race detector watches the plane those
 // clients talk to. A race the binary reports fails the test that ran it.
@@ -61,12 +70,15 @@ const RaceEnv = "POISE_CONTROLPLANE_RACE"
 // raceReport is what a binary built with -race writes when it sees one.
 const raceReport = "WARNING: DATA RACE"
 
-func buildCommand(path string) *exec.Cmd {
+func buildCommand(path string) *exec.Cmd { return commandBuild(path, "controlplane") }
+
+// commandBuild is `go build -o path poise.dev/poise/cmd/NAME`.
+func commandBuild(path, name string) *exec.Cmd {
 	args := []string{"build"}
 	if os.Getenv(RaceEnv) == "1" {
 		args = append(args, "-race")
 	}
-	return exec.Command("go", append(args, "-o", path, "poise.dev/poise/cmd/controlplane")...)
+	return exec.Command("go", append(args, "-o", path, "poise.dev/poise/cmd/"+name)...)
 }
 
 // FreeAddr is a loopback address no one listens on now, for a process a

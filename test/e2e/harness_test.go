@@ -8,12 +8,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/grpctraffic"
 	"poise.dev/poise/test/cpbinary"
 	"poise.dev/poise/test/splitcheck"
 	"poise.dev/poise/test/testkit"
@@ -86,6 +86,7 @@ type clientView struct {
 		LastSentVersion  string `json:"lastSentVersion"`
 		LastAckedVersion string `json:"lastAckedVersion"`
 		NACKs            uint64 `json:"nacks"`
+		State            string `json:"state"` // SYNCED, STALE, NACKED or NOT SENT (server.Synced, ...)
 	} `json:"types"`
 }
 
@@ -101,27 +102,6 @@ func (cp *controlPlane) ackedEDS(t *testing.T, node string) string {
 	return ""
 }
 
-// versionOf reads an EDS version: INSTANCE-REVISION, or
-// INSTANCE-REVISION.N for the N-th client-class publication since that
-// revision (a class's first client, or a Balanced demand, applied).
-func versionOf(v string) (revision, class uint64, ok bool) {
-	i := strings.LastIndexByte(v, '-')
-	if i < 0 {
-		return 0, 0, false
-	}
-	rev, seq, hasSeq := strings.Cut(v[i+1:], ".")
-	r, err := strconv.ParseUint(rev, 10, 64)
-	if err != nil {
-		return 0, 0, false
-	}
-	if hasSeq {
-		if class, err = strconv.ParseUint(seq, 10, 64); err != nil {
-			return 0, 0, false
-		}
-	}
-	return r, class, true
-}
-
 // waitAcked waits until the node has ACKed, on this control plane, an EDS
 // version of the given revision or a later one (the file source may apply one
 // write as more than one batch), and returns the version.
@@ -130,7 +110,7 @@ func (cp *controlPlane) waitAcked(t *testing.T, node string, revision uint64, ti
 	var v string
 	testkit.EventuallyEvery(t, timeout, 5*time.Millisecond, fmt.Sprintf("node %s ACKs revision %d", node, revision), func() (bool, string) {
 		v = cp.ackedEDS(t, node)
-		r, _, ok := versionOf(v)
+		r, _, ok := grpctraffic.ParseVersion(v)
 		return ok && r >= revision, fmt.Sprintf("acked %q", v)
 	})
 	return v

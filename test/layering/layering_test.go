@@ -108,8 +108,14 @@ var layers = []struct {
 	{"wiring", "wiring", []string{
 		"pkg/controlplane",
 	}},
+	// Real gRPC traffic through grpc-go's xDS client, for the demo and the
+	// end-to-end suites; the controlplane binary never links it (apart).
+	{"traffic", "real gRPC traffic through grpc-go's xDS client: the demo's and the suites'", []string{
+		"pkg/grpctraffic",
+	}},
 	{"commands", "commands", []string{
 		"cmd/controlplane",
+		"cmd/demo",
 		"hack/crdversion",
 	}},
 	// Imported by tests only (the rules below keep pkg/ and cmd/ off them).
@@ -153,6 +159,10 @@ var apart = []struct {
 	under: "pkg/files/",
 	to:    []string{"pkg/xds/translate", "pkg/xds/xdscache", "pkg/xds/publish", "pkg/xds/server"},
 	rule:  "a source never depends on the xDS translator, cache, publisher or server, not even through another package",
+}, {
+	under: "cmd/controlplane/",
+	to:    []string{"pkg/grpctraffic"},
+	rule:  "the controlplane binary never links grpc-go's xDS client: real gRPC traffic is the demo's and the tests'",
 }, {
 	under: "pkg/kube/source/",
 	to:    []string{"pkg/xds/translate", "pkg/xds/xdscache", "pkg/xds/publish", "pkg/xds/server"},

@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+
+	"poise.dev/poise/pkg/grpctraffic"
 )
 
 // Load is a client sending RPCs over two workers without pause until
@@ -40,13 +42,12 @@ func StartLoad(t *testing.T, conn *grpc.ClientConn, node string, headers ...stri
 		go func() {
 			defer c.done.Done()
 			for ctx.Err() == nil {
-				var md metadata.MD
 				rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-				_, err := client.Check(rctx, &healthpb.HealthCheckRequest{}, grpc.Header(&md))
+				backend, err := grpctraffic.Call(rctx, client)
 				rcancel()
 				c.mu.Lock()
-				if err == nil && len(md.Get("x-backend")) == 1 {
-					c.ok[md.Get("x-backend")[0]]++
+				if err == nil {
+					c.ok[backend]++
 				} else if ctx.Err() == nil {
 					c.failed++
 				}

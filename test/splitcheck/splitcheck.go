@@ -6,7 +6,7 @@ package splitcheck
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -19,13 +19,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/xds"
 
 	"poise.dev/poise/pkg/explain"
+	"poise.dev/poise/pkg/grpctraffic"
 )
 
 // PoisonHeader is a request header every Backend refuses (PermissionDenied):
@@ -83,13 +82,7 @@ func (b *Backend) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*h
 			return nil, status.Error(codes.Internal, "injected failure")
 		}
 	}
-	if err := grpc.SetHeader(ctx, metadata.Pairs("x-backend", b.Addr)); err != nil {
-		return nil, err
-	}
-	if b.notServing.Load() {
-		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING}, nil
-	}
-	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+	return grpctraffic.Answer(ctx, b.Addr, !b.notServing.Load())
 }
 
 // selected says whether an RPC counts for SetFailures.
@@ -111,11 +104,8 @@ func StartBackends(t *testing.T, host string, n int) []*Backend {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := grpc.NewServer()
 		b := &Backend{Host: host, Addr: lis.Addr().String(), Port: int32(lis.Addr().(*net.TCPAddr).Port)}
-		healthpb.RegisterHealthServer(srv, b)
-		go srv.Serve(lis)
-		t.Cleanup(srv.Stop)
+		t.Cleanup(grpctraffic.Serve(lis, b).Stop)
 		out = append(out, b)
 	}
 	return out
@@ -129,14 +119,9 @@ func NewXDSClient(t *testing.T, xdsAddr, node, listener string) *grpc.ClientConn
 	return NewXDSClientWith(t, xdsAddr, node, listener, Node{})
 }
 
-// Node is what a client's bootstrap says of its node besides its id.
-type Node struct {
-	// Region and Zone are node.locality; a client with no region has no
-	// locality (and receives the split of clients without one).
-	Region, Zone string
-	// Metadata is node.metadata, e.g. poise.dev/demand-weight.
-	Metadata map[string]any
-}
+// Node is what a client's bootstrap says of its node besides its id and
+// cluster, which NewXDSClientWith sets.
+type Node = grpctraffic.Node
 
 // NewXDSClientWith is NewXDSClient for a node that names its locality or
 // carries metadata. Each call has its own bootstrap and so its own xDS
@@ -144,47 +129,20 @@ type Node struct {
 // control plane counts them as two clients.
 func NewXDSClientWith(t *testing.T, xdsAddr, node, listener string, n Node) *grpc.ClientConn {
 	t.Helper()
-	type locality struct {
-		Region string `json:"region"`
-		Zone   string `json:"zone,omitempty"`
-	}
-	type bootstrapNode struct {
-		ID       string         `json:"id"`
-		Cluster  string         `json:"cluster"`
-		Locality *locality      `json:"locality,omitempty"`
-		Metadata map[string]any `json:"metadata,omitempty"`
-	}
-	bn := bootstrapNode{ID: node, Cluster: "poise-tests", Metadata: n.Metadata}
-	if n.Region != "" || n.Zone != "" {
-		bn.Locality = &locality{Region: n.Region, Zone: n.Zone}
-	}
-	return DialXDS(t, map[string]any{
-		"xds_servers": []any{map[string]any{"server_uri": "passthrough:///" + xdsAddr, "channel_creds": []any{map[string]any{"type": "insecure"}}}},
-		"node":        bn,
-	}, listener)
+	n.ID, n.Cluster = node, "poise-tests"
+	return DialXDS(t, grpctraffic.Bootstrap(xdsAddr, n), listener)
 }
 
 // DialXDS dials xds:///listener through grpc-go's own xDS resolver with a
-// bootstrap of its own (the JSON of bootstrap: xds_servers with their
-// channel_creds and call_creds, node), so with an xDS client and stream of
-// its own, and starts resolving at once; the connection closes with the
+// bootstrap of its own (grpctraffic.Dial); the connection closes with the
 // test.
 func DialXDS(t *testing.T, bootstrap map[string]any, listener string) *grpc.ClientConn {
 	t.Helper()
-	b, err := json.Marshal(bootstrap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := xds.NewXDSResolverWithConfigForTesting(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient("xds:///"+listener, grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpctraffic.Dial(bootstrap, listener)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	conn.Connect()
 	return conn
 }
 
@@ -215,14 +173,13 @@ func Send(conn *grpc.ClientConn, n int) Tally {
 			dropped := 0
 			var other []error
 			for range count {
-				var md metadata.MD
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&md))
+				backend, err := grpctraffic.Call(ctx, client)
 				cancel()
 				switch {
-				case err == nil && len(md.Get("x-backend")) == 1:
-					local[md.Get("x-backend")[0]]++
-				case status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "dropped"):
+				case err == nil:
+					local[backend]++
+				case errors.Is(err, grpctraffic.ErrDropped):
 					dropped++
 				default:
 					other = append(other, err)
@@ -241,12 +198,11 @@ func Send(conn *grpc.ClientConn, n int) Tally {
 	return res
 }
 
-// Expectation is the split explain computed: millionths per backend address,
-// and the dropped millionths.
+// Expectation is the split explain computed (millionths per backend
+// address, and the dropped millionths) at a revision.
 type Expectation struct {
 	Revision uint64
-	Share    map[string]uint64
-	Dropped  uint64
+	grpctraffic.Split
 }
 
 // ExpectationOf reads the one upstream of an explain report.
@@ -255,19 +211,7 @@ func ExpectationOf(t *testing.T, rep explain.Report) Expectation {
 	if len(rep.Upstreams) != 1 {
 		t.Fatalf("want one upstream in the report, got %d", len(rep.Upstreams))
 	}
-	u := rep.Upstreams[0]
-	e := Expectation{Revision: rep.Revision, Share: map[string]uint64{}, Dropped: u.DroppedMillionths}
-	if u.Outcome == "PanicRejected" {
-		e.Dropped = 1_000_000
-	}
-	for _, p := range u.Priorities {
-		for _, l := range p.Localities {
-			for _, ep := range l.Endpoints {
-				e.Share[net.JoinHostPort(ep.Address, fmt.Sprint(ep.Port))] = ep.Share
-			}
-		}
-	}
-	return e
+	return Expectation{Revision: rep.Revision, Split: grpctraffic.SplitOf(rep.Upstreams[0].Split)}
 }
 
 // ClassExpectationOf reads what the clients of the report's locality
@@ -278,19 +222,14 @@ func ClassExpectationOf(t *testing.T, rep explain.Report) Expectation {
 	if len(rep.Upstreams) != 1 {
 		t.Fatalf("want one upstream in the report, got %d", len(rep.Upstreams))
 	}
-	c := rep.Upstreams[0].Class
-	switch {
-	case c == nil:
+	if rep.Upstreams[0].Class == nil {
 		t.Fatalf("the report names no client locality (no class): %+v", rep.From)
-	case c.ReceivesNone:
-		return ExpectationOf(t, rep)
-	case c.Split == nil:
-		t.Fatalf("the class of %+v has no split of its own and does not receive None", rep.From)
 	}
-	u := rep.Upstreams[0]
-	u.Split = *c.Split
-	rep.Upstreams = []explain.Upstream{u}
-	return ExpectationOf(t, rep)
+	split, err := grpctraffic.ClientSplit(rep.Upstreams[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Expectation{Revision: rep.Revision, Split: split}
 }
 
 // Warm sends RPCs until every backend with a share has served one and no
@@ -385,16 +324,7 @@ type cell struct {
 
 // z is the cell's deviation in standard deviations; ±Inf when it has none
 // to deviate by and the observation is more than rounding away.
-func (c cell) z() float64 {
-	d := float64(c.observed) - c.mean
-	switch {
-	case c.variance > 0:
-		return d / math.Sqrt(c.variance)
-	case math.Abs(d) < 1:
-		return 0
-	}
-	return math.Copysign(math.Inf(1), d)
-}
+func (c cell) z() float64 { return grpctraffic.Deviation(float64(c.observed), c.mean, c.variance) }
 
 // cellsOf lays out the cells of parts: the mean of each is the total × its
 // target share, or, with no target, what the parts' own shares add up to
