@@ -23,8 +23,8 @@ const (
 	// Converges: every client that stays holds the latest revision's view,
 	// within the bound after the heal.
 	Converges
-	// LastGoodKept: a replica never serves an older revision than one it
-	// served before.
+	// LastGoodKept: a replica never serves a type at an older revision
+	// than it served it before.
 	LastGoodKept
 	// Tenancy: no client is sent a resource its class is not published.
 	Tenancy
@@ -151,7 +151,10 @@ func Check(h History, o Options) Result {
 		clients[cl.ID] = &clientState{class: cl.Class, held: map[string]Contents{}, wildcard: map[string]bool{}, names: map[string][]string{},
 			pending: map[[2]string]Event{}}
 	}
-	served := map[string]int{} // per replica, the newest publication it served
+	// per replica, type and class, the newest publication it served: a
+	// type's version names the revision that last changed it for the
+	// class, so types and classes differ
+	served := map[[3]string]int{}
 	for _, e := range h.Events {
 		if e.Kind == Settled {
 			c.settled(h.Clients, clients, o.Left)
@@ -194,6 +197,11 @@ func Check(h History, o Options) Result {
 		if slices.Contains(o.Left, cl.ID) || latest < 0 {
 			continue
 		}
+		if len(st.held) == 0 {
+			c.add(Violation{Rule: Converges, Client: cl.ID, Revisions: [2]uint64{0, h.Publications[latest].Revision},
+				Detail: "it never received anything"})
+			continue
+		}
 		if !c.holds(st, latest) {
 			c.add(Violation{Rule: Converges, Client: cl.ID, Revisions: [2]uint64{0, h.Publications[latest].Revision},
 				Detail: "it never held the latest revision's view: " + c.describe(st)})
@@ -228,7 +236,7 @@ func (c *checker) settled(list []Client, clients map[string]*clientState, left [
 	}
 }
 
-func (c *checker) response(st *clientState, e Event, served map[string]int) {
+func (c *checker) response(st *clientState, e Event, served map[[3]string]int) {
 	i, ok := c.byVersion[e.Version]
 	if !ok {
 		c.add(Violation{Rule: Coherent, Client: e.Client, Replica: e.Replica, Type: e.Type,
@@ -237,12 +245,13 @@ func (c *checker) response(st *clientState, e Event, served map[string]int) {
 		return
 	}
 	pub := c.h.Publications[i]
-	if last, ok := served[e.Replica]; ok && last > i {
+	at := [3]string{e.Replica, e.Type, st.class}
+	if last, ok := served[at]; ok && last > i {
 		c.add(Violation{Rule: LastGoodKept, Client: e.Client, Replica: e.Replica, Type: e.Type,
 			Revisions: [2]uint64{c.h.Publications[last].Revision, pub.Revision},
 			Detail:    "the replica served an older revision than one it had served"})
 	} else {
-		served[e.Replica] = i
+		served[at] = i
 	}
 	for _, name := range slices.Sorted(maps.Keys(e.Resources)) {
 		hash := e.Resources[name]

@@ -199,6 +199,17 @@ func TestCheck(t *testing.T) {
 			opts: Options{ConvergeWithin: time.Second},
 			want: []string{"converges: client c1, revisions 0 and 3: it held the latest revision's view 8.04s after the heal, past the bound of 1s",
 				"converges: client c2, revisions 0 and 3: it held the latest revision's view 8.08s after the heal"}},
+		{name: "clean: a type's older revision after another type's newer one is no step back",
+			events: func(s *script) *script {
+				// a replica's per-type versions name the revision that last changed the type
+				return s.resp("c1", "x", cds, "x-3", true, map[string]string{"tenant-a/pay": "pay-cluster", "tenant-a/cart": "cart-cluster"}).ack().
+					resp("c2", "x", eds, "x-2", false, map[string]string{"tenant-a/pay": "pay-endpoints-2"}).ack().
+					resp("c1", "x", eds, "x-3", false, map[string]string{"tenant-a/pay": "pay-endpoints-2", "tenant-a/cart": "cart-endpoints"}).ack().
+					latest("c2", "x")
+			}},
+		{name: "a client that received nothing has not converged",
+			events: func(s *script) *script { return s.latest("c1", "x").subscribe("c2", eds, "tenant-a/pay") },
+			want:   []string{"converges: client c2, revisions 0 and 3: it never received anything"}},
 		{name: "a client that left is not held to convergence",
 			events: func(s *script) *script { return s.round1("c1", "x").latest("c2", "x") },
 			opts:   Options{Left: []string{"c1"}}},
@@ -213,13 +224,11 @@ func TestCheck(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.events(&script{})
-			hist := History{Clients: []Client{{ID: "c1", Class: "a"}, {ID: "c2", Class: "a"}}, Publications: fixture(), Events: s.events}
-			used := map[string]bool{}
-			for _, e := range s.events {
-				used[e.Client] = true
-			}
-			if !used["c2"] {
-				hist.Clients = hist.Clients[:1]
+			hist := History{Publications: fixture(), Events: s.events}
+			for _, id := range []string{"c1", "c2", "c3"} {
+				if slices.ContainsFunc(s.events, func(e Event) bool { return e.Client == id }) {
+					hist.Clients = append(hist.Clients, Client{ID: id, Class: "a"})
+				}
 			}
 			res := Check(hist, tc.opts)
 			var got []string

@@ -8,32 +8,38 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // reconnectBackoff is how long a client waits before it opens a stream
 // again (Envoy's base back-off is 500 ms; shorter keeps scenarios short).
 const reconnectBackoff = 50 * time.Millisecond
 
-// autoClient is an Envoy-like SotW ADS client: every cluster (CDS asked
-// whole), then each cluster's assignment by name, every response ACKed at
-// once; a stream that ends is opened again at once, asking for what it
-// held, as Envoy does after a disconnect.
+// autoClient is an Envoy-like ADS client, SotW or Delta: every cluster
+// (CDS asked whole), then each cluster's assignment by name, and with
+// listeners set every listener and the routes they name; every response
+// ACKed at once; a stream that ends is opened again after a back-off,
+// asking for what it held, as Envoy does after a disconnect.
 type autoClient struct {
-	node *core.Node
-	addr string
+	node      *core.Node
+	addr      string
+	delta     bool
+	listeners bool
 
 	mu        sync.Mutex
-	edsNames  []string
-	reconnect int // streams opened after the first
+	names     map[string][]string // by type asked by name: the names asked for
+	reconnect int                 // streams opened after the first
 }
 
-func startAutoClient(ctx context.Context, addr string, node *core.Node) *autoClient {
-	c := &autoClient{node: node, addr: addr}
+func startAutoClient(ctx context.Context, addr string, node *core.Node, delta, listeners bool) *autoClient {
+	c := &autoClient{node: node, addr: addr, delta: delta, listeners: listeners, names: map[string][]string{}}
 	go c.run(ctx)
 	return c
 }
@@ -56,7 +62,11 @@ func (c *autoClient) run(ctx context.Context) {
 			c.reconnect++
 			c.mu.Unlock()
 		}
-		c.stream(ctx, conn)
+		if c.delta {
+			c.deltaStream(ctx, conn)
+		} else {
+			c.sotwStream(ctx, conn)
+		}
 		// the client's back-off: a refused stream (the proxy's cut) fails
 		// at once, and a client that does not wait spins
 		select {
@@ -66,59 +76,174 @@ func (c *autoClient) run(ctx context.Context) {
 	}
 }
 
-func (c *autoClient) stream(ctx context.Context, conn *grpc.ClientConn) {
+// wholeTypes are the types asked for whole; byName maps each to the type
+// its resources name, and how.
+func (c *autoClient) wholeTypes() []string {
+	if c.listeners {
+		return []string{resource.ClusterType, resource.ListenerType}
+	}
+	return []string{resource.ClusterType}
+}
+
+// named is, for a response of a type asked whole, the type it names
+// resources of and the names (sorted).
+func named(typ string, res []*anypb.Any) (string, []string) {
+	var out []string
+	switch typ {
+	case resource.ClusterType:
+		for _, a := range res {
+			var cl cluster.Cluster
+			if proto.Unmarshal(a.GetValue(), &cl) != nil {
+				continue
+			}
+			out = append(out, cmpOr(cl.GetEdsClusterConfig().GetServiceName(), cl.GetName()))
+		}
+		typ = resource.EndpointType
+	case resource.ListenerType:
+		for _, a := range res {
+			var l listener.Listener
+			var m hcm.HttpConnectionManager
+			if proto.Unmarshal(a.GetValue(), &l) != nil || l.GetApiListener().GetApiListener().UnmarshalTo(&m) != nil {
+				continue
+			}
+			if n := m.GetRds().GetRouteConfigName(); n != "" {
+				out = append(out, n)
+			}
+		}
+		typ = resource.RouteType
+	default:
+		return "", nil
+	}
+	slices.Sort(out)
+	return typ, slices.Compact(out)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// rename notes the names asked for of typ; false when they did not change.
+func (c *autoClient) rename(typ string, names []string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if slices.Equal(c.names[typ], names) {
+		return false
+	}
+	c.names[typ] = names
+	return true
+}
+
+func (c *autoClient) asked() map[string][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string][]string{}
+	for t, n := range c.names {
+		out[t] = slices.Clone(n)
+	}
+	return out
+}
+
+func (c *autoClient) sotwStream(ctx context.Context, conn *grpc.ClientConn) {
 	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		return
 	}
 	send := func(req *discovery.DiscoveryRequest) bool { return st.Send(req) == nil }
-	c.mu.Lock()
-	names := slices.Clone(c.edsNames)
-	c.mu.Unlock()
-	if !send(&discovery.DiscoveryRequest{Node: c.node, TypeUrl: resource.ClusterType}) {
-		return
+	node := c.node
+	for _, typ := range c.wholeTypes() {
+		if !send(&discovery.DiscoveryRequest{Node: node, TypeUrl: typ}) {
+			return
+		}
+		node = nil
 	}
-	if len(names) > 0 && !send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: names}) {
-		return
+	for typ, names := range c.asked() {
+		if !send(&discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: names}) {
+			return
+		}
 	}
 	for {
 		resp, err := st.Recv()
 		if err != nil {
 			return
 		}
-		switch resp.GetTypeUrl() {
-		case resource.ClusterType:
-			var next []string
-			for _, a := range resp.GetResources() {
-				var cl cluster.Cluster
-				if proto.Unmarshal(a.GetValue(), &cl) != nil {
-					continue
-				}
-				name := cl.GetEdsClusterConfig().GetServiceName()
-				if name == "" {
-					name = cl.GetName()
-				}
-				next = append(next, name)
+		typ := resp.GetTypeUrl()
+		// make-before-break: what a new cluster or listener names is asked
+		// for before it is ACKed, as Envoy does while it warms them
+		if sub, names := named(typ, resp.GetResources()); sub != "" && c.rename(sub, names) {
+			if !send(&discovery.DiscoveryRequest{TypeUrl: sub, ResourceNames: names}) {
+				return
 			}
-			slices.Sort(next)
-			// make-before-break: the new assignments are asked for before
-			// the clusters are ACKed, as Envoy does while it warms them
-			if !slices.Equal(next, names) {
-				names = next
-				c.mu.Lock()
-				c.edsNames = slices.Clone(names)
-				c.mu.Unlock()
-				if !send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: names}) {
+		}
+		if !send(&discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: c.asked()[typ], VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}) {
+			return
+		}
+	}
+}
+
+func (c *autoClient) deltaStream(ctx context.Context, conn *grpc.ClientConn) {
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		return
+	}
+	send := func(req *discovery.DeltaDiscoveryRequest) bool { return st.Send(req) == nil }
+	node := c.node
+	for _, typ := range c.wholeTypes() {
+		if !send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: typ}) {
+			return
+		}
+		node = nil
+	}
+	for typ, names := range c.asked() {
+		if !send(&discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResourceNamesSubscribe: names}) {
+			return
+		}
+	}
+	// what a Delta client holds of each type asked whole, to name what it names
+	held := map[string]map[string]*anypb.Any{}
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			return
+		}
+		typ := resp.GetTypeUrl()
+		if slices.Contains(c.wholeTypes(), typ) {
+			if held[typ] == nil {
+				held[typ] = map[string]*anypb.Any{}
+			}
+			for _, r := range resp.GetResources() {
+				held[typ][r.GetName()] = r.GetResource()
+			}
+			for _, n := range resp.GetRemovedResources() {
+				delete(held[typ], n)
+			}
+			var all []*anypb.Any
+			for _, a := range held[typ] {
+				all = append(all, a)
+			}
+			sub, names := named(typ, all)
+			old := c.asked()[sub]
+			if c.rename(sub, names) {
+				var add, drop []string
+				for _, n := range names {
+					if !slices.Contains(old, n) {
+						add = append(add, n)
+					}
+				}
+				for _, n := range old {
+					if !slices.Contains(names, n) {
+						drop = append(drop, n)
+					}
+				}
+				if !send(&discovery.DeltaDiscoveryRequest{TypeUrl: sub, ResourceNamesSubscribe: add, ResourceNamesUnsubscribe: drop}) {
 					return
 				}
 			}
-			if !send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}) {
-				return
-			}
-		case resource.EndpointType:
-			if !send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: names, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}) {
-				return
-			}
+		}
+		if !send(&discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.GetNonce()}) {
+			return
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	"poise.dev/poise/pkg/controlplane"
+	"poise.dev/poise/pkg/grpctraffic"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/test/history"
 	"poise.dev/poise/test/xdsproxy"
@@ -131,9 +132,19 @@ func node(id, class string) *core.Node {
 // at once, and 10 upstreams added): the clients that got part of it hold a
 // mix only until they reconnect; once the link heals every client holds
 // the latest revision's bytes, no client ever ACKed an older revision's
-// content after a newer one's, and none settled on a mix.
+// content after a newer one's, and none settled on a mix. Envoy-like
+// clients over SotW and over Delta, and real grpc-go xDS clients.
 func TestCutInTheMiddleOfAPush(t *testing.T) {
 	t.Parallel()
+	for _, delta := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sotw", true: "delta"}[delta], func(t *testing.T) {
+			t.Parallel()
+			cutInTheMiddleOfAPush(t, delta)
+		})
+	}
+}
+
+func cutInTheMiddleOfAPush(t *testing.T, delta bool) {
 	dir := t.TempDir()
 	fleet(t, dir, 40, 1)
 	a := startPlane(t, dir)
@@ -152,21 +163,34 @@ func TestCutInTheMiddleOfAPush(t *testing.T) {
 	ctx := t.Context()
 	r := &run{t: t, rec: rec, observers: map[string]string{"envoy": "observer-envoy", "grpc": "observer-grpc"}}
 	for class, id := range r.observers {
-		startAutoClient(ctx, watch.Addr(), node(id, class))
+		startAutoClient(ctx, watch.Addr(), node(id, class), false, true)
 		r.clients = append(r.clients, history.Client{ID: id, Class: class})
 	}
 	var clients []*autoClient
 	for i := range 6 {
 		class := []string{"envoy", "grpc"}[i%2]
 		id := fmt.Sprintf("%s-%d", class, i)
-		clients = append(clients, startAutoClient(ctx, link.Addr(), node(id, class)))
+		clients = append(clients, startAutoClient(ctx, link.Addr(), node(id, class), delta, i < 2))
 		r.clients = append(r.clients, history.Client{ID: id, Class: class})
+	}
+	for i := range 2 {
+		// real grpc-go clients of two upstreams, one changed by the push
+		id := fmt.Sprintf("grpc-go-%d", i)
+		conn, err := grpctraffic.Dial(grpctraffic.Bootstrap(link.Addr(), grpctraffic.Node{ID: id, Cluster: "resilience"}),
+			fmt.Sprintf("svc-%d.shop", i*45))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		r.clients = append(r.clients, history.Client{ID: id, Class: "grpc"})
 	}
 	has := func(n int) func(history.Publication) bool {
 		return func(p history.Publication) bool {
 			return len(p.Views["envoy"][clusterType]) == n && len(p.Views["grpc"][clusterType]) == n
 		}
 	}
+	// grpc-go-1 asks for svc-45, which the push adds: it holds nothing
+	// until then, and its first answer is the added upstream
 	r.waitConverged("the first revision", has(40))
 	rec.Settled()
 
@@ -195,7 +219,7 @@ func TestCutInTheMiddleOfAPush(t *testing.T) {
 	if reconnects < len(clients) {
 		t.Errorf("%d reconnects over %d clients: the cut did not reach every client", reconnects, len(clients))
 	}
-	t.Logf("%d clients, %d revisions, %d events, %d reconnects; converged within %v of the heal (bound 10s)",
+	t.Logf("%d clients, %d revisions, %d events, %d reconnects of the Envoy-like clients; every client converged within %v of the heal (bound 10s)",
 		len(r.clients), len(h.Publications), len(h.Events), reconnects, res.Slowest)
 }
 
