@@ -58,6 +58,12 @@ e2e-kind: ## The kind end-to-end suite (needs Docker): Envoy's per-zone split an
 	helm=$$(bash hack/helm.sh) || { echo "e2e-kind: no helm: hack/helm.sh could not build it."; exit 1; }; \
 	KIND="$$kind" HELM="$$helm" $(GO) test -tags kind -count=1 -timeout 45m -v ./test/kind
 
+# The resilience contract's scenarios at full length (docs/resilience.md):
+# every replica gone for 60 s instead of make test's 3 s.
+.PHONY: resilience
+resilience: ## The resilience scenarios at full length (every replica gone for 60 s), each client's history checked.
+	POISE_RESILIENCE=full $(GO) test -count=1 -timeout 30m -v ./test/resilience
+
 .PHONY: test-binaries
 test-binaries: ## Build (once per machine) the real kube-apiserver and etcd the envtest suites use, linked into bin/k8s.
 	bash hack/test-binaries.sh

@@ -84,12 +84,18 @@ type run struct {
 	rec       *xdsproxy.Recorder
 	clients   []history.Client
 	observers map[string]string // class → observer node id
+	// revisionOf reads a version's revision; nil: one plane's, revisionOf
+	revisionOf func(string) (uint64, bool)
 }
 
 func (r *run) history() history.History {
 	var lists [][]history.Publication
 	for class, obs := range r.observers {
-		pubs, err := history.FromObserver(r.rec.Events(), obs, class, revisionOf)
+		read := r.revisionOf
+		if read == nil {
+			read = revisionOf
+		}
+		pubs, err := history.FromObserver(r.rec.Events(), obs, class, read)
 		if err != nil {
 			r.t.Fatal(err)
 		}
