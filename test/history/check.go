@@ -89,6 +89,11 @@ type Options struct {
 	// Left are the clients that left before the end, held to every rule but
 	// convergence.
 	Left []string
+	// MatchContent judges each response by the revisions whose view of the
+	// client's class has all it carries, not by its version: for replicas
+	// that number their revisions each their own way, against publications
+	// observed on one of them.
+	MatchContent bool
 }
 
 // Result is what Check found: the violations, and per client the time it
@@ -237,6 +242,11 @@ func (c *checker) settled(list []Client, clients map[string]*clientState, left [
 }
 
 func (c *checker) response(st *clientState, e Event, served map[[3]string]int) {
+	if c.o.MatchContent {
+		c.responseByContent(st, e, served)
+		st.pending[[2]string{e.Type, e.Nonce}] = e
+		return
+	}
 	i, ok := c.byVersion[e.Version]
 	if !ok {
 		c.add(Violation{Rule: Coherent, Client: e.Client, Replica: e.Replica, Type: e.Type,
@@ -270,6 +280,71 @@ func (c *checker) response(st *clientState, e Event, served map[[3]string]int) {
 		}
 	}
 	st.pending[[2]string{e.Type, e.Nonce}] = e
+}
+
+// responseByContent judges a response by what it carries, not by its
+// version: the revisions that had all of it for the client's class. Replicas
+// that number their revisions each their own way (a client class joining
+// is a revision of the replica it joins) are judged against one timeline.
+func (c *checker) responseByContent(st *clientState, e Event, served map[[3]string]int) {
+	if len(e.Resources) == 0 {
+		return
+	}
+	lo, hi := 0, len(c.h.Publications)-1
+	for _, name := range slices.Sorted(maps.Keys(e.Resources)) {
+		sp, ok := c.spans[contentKey{st.class, e.Type, name, e.Resources[name]}]
+		if !ok {
+			latest := c.h.Publications[len(c.h.Publications)-1]
+			if !c.classEverHas(st.class, e.Type, name) && c.otherClassHas(latest, st.class, e.Type, name) {
+				c.add(Violation{Rule: Tenancy, Client: e.Client, Replica: e.Replica, Type: e.Type, Resource: name,
+					Detail: fmt.Sprintf("sent a resource published to other classes only, never to class %q", st.class)})
+			} else {
+				c.add(Violation{Rule: Coherent, Client: e.Client, Replica: e.Replica, Type: e.Type, Resource: name,
+					Detail: "sent content that no revision published to its class"})
+			}
+			return
+		}
+		lo, hi = max(lo, sp.first), min(hi, sp.last)
+	}
+	i := -1
+	for j := lo; j <= hi; j++ {
+		if c.carries(c.h.Publications[j].Views[st.class][e.Type], e.Resources) {
+			i = j
+			break
+		}
+	}
+	if i < 0 {
+		c.add(Violation{Rule: Coherent, Client: e.Client, Replica: e.Replica, Type: e.Type,
+			Detail: "a response whose resources no one revision published together"})
+		return
+	}
+	at := [3]string{e.Replica, e.Type, st.class}
+	if first, ok := served[at]; ok && hi < first {
+		c.add(Violation{Rule: LastGoodKept, Client: e.Client, Replica: e.Replica, Type: e.Type,
+			Revisions: [2]uint64{c.h.Publications[first].Revision, c.h.Publications[hi].Revision},
+			Detail:    "the replica served content only revisions older than what it had served had"})
+		return
+	}
+	served[at] = max(served[at], i)
+}
+
+// carries reports whether view has every resource of res as res has it.
+func (c *checker) carries(view Contents, res Contents) bool {
+	for n, h := range res {
+		if w, ok := view[n]; !ok || w != h {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *checker) classEverHas(class, typ, name string) bool {
+	for _, p := range c.h.Publications {
+		if _, ok := p.Views[class][typ][name]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *checker) otherClassHas(pub Publication, class, typ, name string) bool {
@@ -338,7 +413,15 @@ func (c *checker) coherentAt(st *clientState) int {
 // resource as published, and for a type it asked for whole, no more and no
 // fewer.
 func (c *checker) holds(st *clientState, i int) bool {
-	view := c.h.Publications[i].Views[st.class]
+	return st.holdsView(c.h.Publications[i].Views[st.class])
+}
+
+// holdsView reports whether the client holds view: each resource as the
+// view has it, and for a type it asked for whole, no more and no fewer.
+func (st *clientState) holdsView(view View) bool {
+	if len(st.held) == 0 {
+		return false
+	}
 	for typ, res := range st.held {
 		want := view[typ]
 		if st.wildcard[typ] && len(want) != len(res) {

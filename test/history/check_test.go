@@ -311,3 +311,80 @@ func TestFromObserver(t *testing.T) {
 		t.Errorf("an observer's NACK: %v", err)
 	}
 }
+
+// TestTracker: clients count as converged while they hold what their
+// class's observer holds, and stop counting when the observer moves on.
+func TestTracker(t *testing.T) {
+	t.Parallel()
+	tr := NewTracker([]Client{{ID: "obs", Class: "a"}, {ID: "c1", Class: "a"}, {ID: "c2", Class: "a"}}, map[string]string{"a": "obs"})
+	tr.Add((&script{}).round1("obs", "x").round1("c1", "x").events...)
+	if n := tr.Converged(); n != 2 {
+		t.Errorf("after round 1: %d converged, want the observer and c1", n)
+	}
+	tr.Add((&script{}).latest("obs", "x").events...)
+	if n := tr.Converged(); n != 1 {
+		t.Errorf("the observer moved on: %d converged, want the observer alone", n)
+	}
+	tr.Add((&script{}).latest("c1", "x").latest("c2", "x").events...)
+	if n := tr.Converged(); n != 3 {
+		t.Errorf("all at the latest: %d converged, want 3", n)
+	}
+}
+
+// TestMatchContent: judged by content, a response of a replica that numbers
+// its revisions its own way is coherent when one revision had all it
+// carries; a response mixing two revisions, content that was never
+// published, and a replica going back to older content are named.
+func TestMatchContent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		events func(s *script) *script
+		want   []string
+	}{
+		{name: "clean: another replica's versions",
+			events: func(s *script) *script {
+				return s.resp("c1", "y", cds, "other-7", true, map[string]string{"tenant-a/pay": "pay-cluster", "tenant-a/cart": "cart-cluster"}).ack().
+					resp("c1", "y", eds, "other-7", false, map[string]string{"tenant-a/pay": "pay-endpoints-2", "tenant-a/cart": "cart-endpoints"}).ack().settle()
+			}},
+		{name: "one response mixing two revisions",
+			events: func(s *script) *script {
+				return s.resp("c1", "y", eds, "other-7", false, map[string]string{"tenant-a/pay": "pay-endpoints-1", "tenant-a/cart": "cart-endpoints"}).ack().latest("c1", "x")
+			},
+			want: []string{"coherent: client c1 (replica y), ClusterLoadAssignment: a response whose resources no one revision published together"}},
+		{name: "content never published",
+			events: func(s *script) *script {
+				return s.resp("c1", "y", eds, "other-7", false, map[string]string{"tenant-a/pay": "pay-endpoints-9"}).ack().latest("c1", "x")
+			},
+			want: []string{"coherent: client c1 (replica y), ClusterLoadAssignment tenant-a/pay: sent content that no revision published to its class"}},
+		{name: "a replica goes back to older content",
+			events: func(s *script) *script {
+				return s.resp("c1", "y", eds, "other-8", false, map[string]string{"tenant-a/pay": "pay-endpoints-2"}).ack().
+					resp("c2", "y", eds, "other-9", false, map[string]string{"tenant-a/pay": "pay-endpoints-1"}).ack().
+					latest("c1", "x").latest("c2", "x")
+			},
+			want: []string{"last-good-kept: client c2 (replica y), ClusterLoadAssignment, revisions 2 and 1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.events(&script{})
+			hist := History{Publications: fixture(), Events: s.events}
+			for _, id := range []string{"c1", "c2"} {
+				if slices.ContainsFunc(s.events, func(e Event) bool { return e.Client == id }) {
+					hist.Clients = append(hist.Clients, Client{ID: id, Class: "a"})
+				}
+			}
+			var got []string
+			for _, v := range Check(hist, Options{MatchContent: true}).Violations {
+				got = append(got, v.String())
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("%d violations, want %d:\n%s", len(got), len(tc.want), strings.Join(got, "\n"))
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("violation %d:\n%s\nwant it to contain:\n%s", i, got[i], w)
+				}
+			}
+		})
+	}
+}

@@ -29,7 +29,7 @@ const reconnectBackoff = 50 * time.Millisecond
 // asking for what it held, as Envoy does after a disconnect.
 type autoClient struct {
 	node      *core.Node
-	addr      string
+	addrs     []string // the replicas, in the order it tries them
 	delta     bool
 	listeners bool
 
@@ -39,7 +39,14 @@ type autoClient struct {
 }
 
 func startAutoClient(ctx context.Context, addr string, node *core.Node, delta, listeners bool) *autoClient {
-	c := &autoClient{node: node, addr: addr, delta: delta, listeners: listeners, names: map[string][]string{}}
+	return startFailoverClient(ctx, []string{addr}, node, delta, listeners)
+}
+
+// startFailoverClient is an autoClient of several replicas: when a stream
+// ends it opens the next on the next replica, as an Envoy whose xDS
+// cluster has several hosts does.
+func startFailoverClient(ctx context.Context, addrs []string, node *core.Node, delta, listeners bool) *autoClient {
+	c := &autoClient{node: node, addrs: addrs, delta: delta, listeners: listeners, names: map[string][]string{}}
 	go c.run(ctx)
 	return c
 }
@@ -51,17 +58,29 @@ func (c *autoClient) Reconnects() int {
 }
 
 func (c *autoClient) run(ctx context.Context) {
-	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return
-	}
-	defer conn.Close()
-	for first := true; ctx.Err() == nil; first = false {
-		if !first {
+	conns := make([]*grpc.ClientConn, len(c.addrs))
+	defer func() {
+		for _, conn := range conns {
+			if conn != nil {
+				conn.Close()
+			}
+		}
+	}()
+	for i := 0; ctx.Err() == nil; i++ {
+		if i > 0 {
 			c.mu.Lock()
 			c.reconnect++
 			c.mu.Unlock()
 		}
+		at := i % len(c.addrs)
+		if conns[at] == nil {
+			conn, err := grpc.NewClient(c.addrs[at], grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return
+			}
+			conns[at] = conn
+		}
+		conn := conns[at]
 		if c.delta {
 			c.deltaStream(ctx, conn)
 		} else {

@@ -229,7 +229,10 @@ func cutInTheMiddleOfAPush(t *testing.T, delta bool) {
 		len(r.clients), len(h.Publications), len(h.Events), reconnects, res.Slowest)
 }
 
-const clusterType = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+const (
+	clusterType  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	endpointType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+)
 
 // waitConvergedObservers waits until the observers hold a revision want
 // accepts: the plane has published it.

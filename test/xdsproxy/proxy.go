@@ -21,11 +21,11 @@ import (
 
 // Proxy forwards the ADS streams its clients open to one replica.
 type Proxy struct {
-	name string // the replica, as histories name it
-	rec  *Recorder
-	lis  net.Listener
-	srv  *grpc.Server
-	up   *grpc.ClientConn
+	name    string // the replica, as histories name it
+	rec     *Recorder
+	lis     net.Listener
+	srv     *grpc.Server
+	replica string
 
 	mu       sync.Mutex
 	cut      bool
@@ -45,12 +45,7 @@ func Start(name, replica string, rec *Recorder) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	up, err := grpc.NewClient(replica, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		lis.Close()
-		return nil, err
-	}
-	p := &Proxy{name: name, rec: rec, lis: lis, up: up, cutAfter: -1, release: make(chan struct{}), streams: map[*stream]struct{}{}}
+	p := &Proxy{name: name, rec: rec, lis: lis, replica: replica, cutAfter: -1, release: make(chan struct{}), streams: map[*stream]struct{}{}}
 	close(p.release)
 	p.srv = grpc.NewServer()
 	discovery.RegisterAggregatedDiscoveryServiceServer(p.srv, ads{p})
@@ -62,10 +57,7 @@ func Start(name, replica string, rec *Recorder) (*Proxy, error) {
 func (p *Proxy) Addr() string { return p.lis.Addr().String() }
 
 // Stop ends every stream and the listener.
-func (p *Proxy) Stop() {
-	p.srv.Stop()
-	p.up.Close()
-}
+func (p *Proxy) Stop() { p.srv.Stop() }
 
 // Cut ends every stream now, as a partition would (the clients see
 // UNAVAILABLE), and refuses new ones until Restore.
@@ -174,20 +166,23 @@ func (p *Proxy) mayForward(ctx context.Context) bool {
 type ads struct{ p *Proxy }
 
 func (a ads) StreamAggregatedResources(down discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	return forward(a.p, down, func(ctx context.Context) (grpc.ClientStream, error) {
-		return discovery.NewAggregatedDiscoveryServiceClient(a.p.up).StreamAggregatedResources(ctx)
+	return forward(a.p, down, func(ctx context.Context, up *grpc.ClientConn) (grpc.ClientStream, error) {
+		return discovery.NewAggregatedDiscoveryServiceClient(up).StreamAggregatedResources(ctx)
 	}, false)
 }
 
 func (a ads) DeltaAggregatedResources(down discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	return forward(a.p, down, func(ctx context.Context) (grpc.ClientStream, error) {
-		return discovery.NewAggregatedDiscoveryServiceClient(a.p.up).DeltaAggregatedResources(ctx)
+	return forward(a.p, down, func(ctx context.Context, up *grpc.ClientConn) (grpc.ClientStream, error) {
+		return discovery.NewAggregatedDiscoveryServiceClient(up).DeltaAggregatedResources(ctx)
 	}, true)
 }
 
 // forward copies one stream both ways: requests up, recorded as ACKs and
-// NACKs; responses down, recorded as received, unless held or cut.
-func forward(p *Proxy, down grpc.ServerStream, open func(context.Context) (grpc.ClientStream, error), delta bool) error {
+// NACKs; responses down, recorded as received, unless held or cut. Each
+// stream goes up on a connection of its own, as each client has its own:
+// the replica's limits per connection see what they would without the
+// proxy.
+func forward(p *Proxy, down grpc.ServerStream, open func(context.Context, *grpc.ClientConn) (grpc.ClientStream, error), delta bool) error {
 	ctx, cancel := context.WithCancel(down.Context())
 	defer cancel()
 	s, err := p.open(cancel)
@@ -203,7 +198,12 @@ func forward(p *Proxy, down grpc.ServerStream, open func(context.Context) (grpc.
 		}
 		ctx = metadata.NewOutgoingContext(ctx, md)
 	}
-	up, err := open(ctx)
+	conn, err := grpc.NewClient(p.replica, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "xdsproxy: replica %s: %v", p.name, err)
+	}
+	defer conn.Close()
+	up, err := open(ctx, conn)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "xdsproxy: replica %s: %v", p.name, err)
 	}
