@@ -23,8 +23,8 @@ const (
 	// Converges: every client that stays holds the latest revision's view,
 	// within the bound after the heal.
 	Converges
-	// LastGoodKept: a replica never serves a type at an older revision
-	// than it served it before.
+	// LastGoodKept: a replica never serves a client a type at an older
+	// revision than it served that client before.
 	LastGoodKept
 	// Tenancy: no client is sent a resource its class is not published.
 	Tenancy
@@ -156,9 +156,12 @@ func Check(h History, o Options) Result {
 		clients[cl.ID] = &clientState{class: cl.Class, held: map[string]Contents{}, wildcard: map[string]bool{}, names: map[string][]string{},
 			pending: map[[2]string]Event{}}
 	}
-	// per replica, type and class, the newest publication it served: a
-	// type's version names the revision that last changed it for the
-	// class, so types and classes differ
+	// per replica, client and type, the newest publication it served: a
+	// type's version names the revision that last changed it, so types
+	// differ; streams of different clients are sent concurrently, so a
+	// response built a moment before a publication may reach one client
+	// after another client had the new one: the order that counts is each
+	// client's own
 	served := map[[3]string]int{}
 	for _, e := range h.Events {
 		if e.Kind == Settled {
@@ -255,7 +258,7 @@ func (c *checker) response(st *clientState, e Event, served map[[3]string]int) {
 		return
 	}
 	pub := c.h.Publications[i]
-	at := [3]string{e.Replica, e.Type, st.class}
+	at := [3]string{e.Replica, e.Client, e.Type}
 	if last, ok := served[at]; ok && last > i {
 		c.add(Violation{Rule: LastGoodKept, Client: e.Client, Replica: e.Replica, Type: e.Type,
 			Revisions: [2]uint64{c.h.Publications[last].Revision, pub.Revision},
@@ -318,7 +321,7 @@ func (c *checker) responseByContent(st *clientState, e Event, served map[[3]stri
 			Detail: "a response whose resources no one revision published together"})
 		return
 	}
-	at := [3]string{e.Replica, e.Type, st.class}
+	at := [3]string{e.Replica, e.Client, e.Type}
 	if first, ok := served[at]; ok && hi < first {
 		c.add(Violation{Rule: LastGoodKept, Client: e.Client, Replica: e.Replica, Type: e.Type,
 			Revisions: [2]uint64{c.h.Publications[first].Revision, c.h.Publications[hi].Revision},

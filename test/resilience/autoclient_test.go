@@ -12,7 +12,9 @@ import (
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -32,6 +34,9 @@ type autoClient struct {
 	addrs     []string // the replicas, in the order it tries them
 	delta     bool
 	listeners bool
+	// nack: the client rejects every response, as a proxy that cannot
+	// load what it is sent does, keeping the version it held (none)
+	nack bool
 
 	mu        sync.Mutex
 	names     map[string][]string // by type asked by name: the names asked for
@@ -196,7 +201,11 @@ func (c *autoClient) sotwStream(ctx context.Context, conn *grpc.ClientConn) {
 				return
 			}
 		}
-		if !send(&discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: c.asked()[typ], VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}) {
+		ack := &discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: c.asked()[typ], VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}
+		if c.nack {
+			ack.VersionInfo, ack.ErrorDetail = "", &status.Status{Code: int32(codes.InvalidArgument), Message: "resilience: this client rejects everything"}
+		}
+		if !send(ack) {
 			return
 		}
 	}
@@ -261,7 +270,11 @@ func (c *autoClient) deltaStream(ctx context.Context, conn *grpc.ClientConn) {
 				}
 			}
 		}
-		if !send(&discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.GetNonce()}) {
+		ack := &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.GetNonce()}
+		if c.nack {
+			ack.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: "resilience: this client rejects everything"}
+		}
+		if !send(ack) {
 			return
 		}
 	}
