@@ -187,7 +187,7 @@ func (f *flow) ackedBy(acked map[string]string, warm int) string {
 		return ""
 	}
 	for _, n := range f.nodes {
-		if r, _, ok := grpctraffic.ParseVersion(acked[n]); !ok || r < f.revision {
+		if r, ok := grpctraffic.ParseVersion(acked[n]); !ok || r < f.revision {
 			return ""
 		}
 	}

@@ -110,7 +110,7 @@ func (cp *controlPlane) waitAcked(t *testing.T, node string, revision uint64, ti
 	var v string
 	testkit.EventuallyEvery(t, timeout, 5*time.Millisecond, fmt.Sprintf("node %s ACKs revision %d", node, revision), func() (bool, string) {
 		v = cp.ackedEDS(t, node)
-		r, _, ok := grpctraffic.ParseVersion(v)
+		r, ok := grpctraffic.ParseVersion(v)
 		return ok && r >= revision, fmt.Sprintf("acked %q", v)
 	})
 	return v

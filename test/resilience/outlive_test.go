@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -90,18 +89,15 @@ func (p *plane) stop() {
 func instanceOrder() func(string) (uint64, bool) {
 	seen := map[string]uint64{}
 	return func(v string) (uint64, bool) {
-		i := strings.LastIndexByte(v, '-')
-		if i < 0 {
+		rev, ok := revisionOf(v)
+		if !ok {
 			return 0, false
 		}
-		rev, err := strconv.ParseUint(v[i+1:], 10, 64)
-		if err != nil {
-			return 0, false
-		}
-		n, ok := seen[v[:i]]
+		instance := v[:strings.LastIndexByte(v, '-')]
+		n, ok := seen[instance]
 		if !ok {
 			n = uint64(len(seen) + 1)
-			seen[v[:i]] = n
+			seen[instance] = n
 		}
 		return n*1_000_000_000 + rev, true
 	}

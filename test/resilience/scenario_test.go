@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,15 +66,8 @@ func startPlane(t *testing.T, dir string) controlplane.Addrs {
 }
 
 // revisionOf reads the revision out of a version the plane publishes
-// (INSTANCE-REVISION, docs/connect.md).
-func revisionOf(v string) (uint64, bool) {
-	i := strings.LastIndexByte(v, '-')
-	if i < 0 {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(v[i+1:], 10, 64)
-	return n, err == nil
-}
+// (INSTANCE-REVISION).
+var revisionOf = grpctraffic.ParseVersion
 
 // run is one scenario's record: the clients, their classes and the
 // observers that say what was published to each class.
