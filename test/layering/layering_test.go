@@ -111,6 +111,7 @@ var layers = []struct {
 	{"commands", "commands", []string{
 		"cmd/controlplane",
 		"hack/crdversion",
+		"hack/testsummary",
 	}},
 	// Imported by tests only (the rules below keep pkg/ and cmd/ off them).
 	{"test helpers", "test helpers", []string{
