@@ -11,8 +11,13 @@ PKGS     := ./...
 .DEFAULT_GOAL := build
 
 .PHONY: build
+# The first build on a machine downloads the modules and compiles some 780
+# packages for minutes without a word from go build: it says so first, and
+# hack/progress.sh says once a minute that it is still going.
 build: ## Build bin/controlplane.
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/controlplane ./cmd/controlplane
+	@[ -e $(BIN)/controlplane ] || echo "building $(BIN)/controlplane: the first build on a machine downloads the Go modules and compiles them, about 9 min on two cores; later builds take seconds"
+	@echo '$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/controlplane ./cmd/controlplane'
+	@bash hack/progress.sh "building $(BIN)/controlplane" $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/controlplane ./cmd/controlplane
 
 .PHONY: install
 install: ## Install controlplane into $$GOBIN (else $$(go env GOPATH)/bin), where the docs call it by its name.

@@ -29,16 +29,45 @@ rm -rf "$out" && mkdir -p "$out" || exit 1
 require=$(bash hack/test-deps.sh) || true
 for v in $require; do export "${v?}"; done
 
-assets=$(bash hack/test-binaries.sh) || exit 1
-helm=$(bash hack/helm.sh) || exit 1
-export KUBEBUILDER_ASSETS="$assets" HELM="$helm"
-
-summary=$out/testsummary
-$GO build -o "$summary" ./hack/testsummary || exit 1
-
 pkgs=$($GO list "$@") || exit 1
 e2e=poise.dev/poise/test/e2e
 rest=$(grep -vx "$e2e" <<<"$pkgs" || true)
+
+# A machine's first run builds kube-apiserver, etcd and helm from source
+# (hack/test-binaries.sh, hack/helm.sh) while it compiles the packages the
+# tests import, with -race (test/e2e's without), for go test to find in the
+# build cache: on two cores that took 16.7 min where one after the other
+# took 21.1 (docs/testing.md). Later runs find them built and skip this.
+prebuild_pid=
+if ! bash hack/test-binaries.sh --built; then
+	echo "== first run on this machine: kube-apiserver, etcd and helm build from source while the test packages' dependencies compile (together about 17 min on two cores)"
+	(
+		start=$SECONDS
+		fmt='{{if and (not .ForTest) (ne .Name "main")}}{{.ImportPath}}{{end}}'
+		if [ -n "$rest" ]; then
+			# shellcheck disable=SC2086 # one package path per word
+			deps=$($GO list -deps -test -f "$fmt" $rest) &&
+				bash hack/progress.sh "compiling the test packages' dependencies (-race)" $GO build -race $deps || exit
+		fi
+		if grep -qx "$e2e" <<<"$pkgs"; then
+			# shellcheck disable=SC2086 # one package path per word
+			deps=$($GO list -deps -test -f "$fmt" "$e2e") &&
+				bash hack/progress.sh "compiling test/e2e's dependencies" $GO build $deps || exit
+		fi
+		echo "== compiled the test packages' dependencies in $(((SECONDS - start) / 60))m$(((SECONDS - start) % 60))s"
+	) &
+	prebuild_pid=$!
+fi
+bash hack/helm.sh >"$out/helm" &
+helm_pid=$!
+assets=$(bash hack/test-binaries.sh) || exit 1
+wait "$helm_pid" || exit 1
+export KUBEBUILDER_ASSETS="$assets" HELM="$(cat "$out/helm")"
+# A failure here is go test's to report, with the package it is in.
+if [ -n "$prebuild_pid" ]; then wait "$prebuild_pid"; fi
+
+summary=$out/testsummary
+$GO build -o "$summary" ./hack/testsummary || exit 1
 # go test starts the packages in the order given, as many at a time as
 # there are cores: the longest (test/kube, most of whose tests wait for an
 # apiserver, a handover or a drain) goes first, so the others fill the
@@ -57,6 +86,7 @@ rc=0
 # fail RC: the exit code to end with, the first failure's.
 fail() { if [ "$rc" -eq 0 ]; then rc=$1; fi; }
 if [ -n "$rest" ]; then
+	echo "== go test -race: $(wc -w <<<"$rest") packages$([ -z "$e2e_pid" ] || echo "; test/e2e runs beside them, its result after theirs")"
 	# shellcheck disable=SC2086 # one package path per word
 	$GO test -json -race -count=1 -timeout 30m -artifacts -outputdir "$out" $rest |
 		"$summary" render -o "$out/race.json"
