@@ -11,8 +11,13 @@ PKGS     := ./...
 .DEFAULT_GOAL := build
 
 .PHONY: build
+# The first build on a machine downloads the modules and compiles some 780
+# packages for minutes without a word from go build: it says so first, and
+# hack/progress.sh says once a minute that it is still going.
 build: ## Build bin/controlplane.
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/controlplane ./cmd/controlplane
+	@[ -e $(BIN)/controlplane ] || echo "building $(BIN)/controlplane: the first build on a machine downloads the Go modules and compiles them, about 9 min on two cores; later builds take seconds"
+	@echo '$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/controlplane ./cmd/controlplane'
+	@bash hack/progress.sh "building $(BIN)/controlplane" $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/controlplane ./cmd/controlplane
 
 .PHONY: install
 install: ## Install controlplane into $$GOBIN (else $$(go env GOPATH)/bin), where the docs call it by its name.
@@ -33,11 +38,14 @@ demo: build ## Serve the examples with a gRPC backend on each loopback endpoint 
 # TEST_OUTPUT/_artifacts/, emptied at each run.
 TEST_OUTPUT ?= $(CURDIR)/$(BIN)/test-output
 
+# make test installs what its tests need beyond Go (hack/test-deps.sh: luajit,
+# chromium, as root or through sudo), and ends with every test that was
+# skipped, why and the command that would run it; it fails for a skip unless
+# POISE_ALLOW_SKIPS=1 (docs/testing.md).
 .PHONY: test
-test: ## Run every test with the race detector (fuzz targets run their seed corpus; test/e2e's control plane is the race-built one); builds the test apiserver, etcd and helm once.
+test: ## Run every test with the race detector (fuzz targets run their seed corpus; test/e2e's control plane is the race-built one); installs luajit and chromium, builds the test apiserver, etcd and helm once; lists every skipped test and fails for it unless POISE_ALLOW_SKIPS=1.
 	@GO="$(GO)" bash hack/test.sh "$(TEST_OUTPUT)" $(PKGS)
 	@echo "note: the traffic map's screenshots (test/browser): $$(ls "$(TEST_OUTPUT)"/_artifacts/*/*.png 2>/dev/null | tr '\n' ' ')"
-	@echo "note: test/kind checked the kind suite's inputs only; the suite itself needs Docker: make e2e-kind"
 
 # The kind end-to-end suite: a kind cluster with three zones, the image,
 # helm install, examples/kubernetes (echo backends, Envoy on ADS), the

@@ -19,12 +19,14 @@ cache=${POISE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/poise}/tools/helm-${HELM_VE
 mkdir -p "$cache"
 
 log() { printf 'helm: %s\n' "$*" >&2; }
+took() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 
 build_helm() {
   local tmp
   tmp=$(mktemp -d "$cache/.build.XXXXXX")
   trap 'rm -rf "$tmp"' RETURN
-  log "building helm ${HELM_VERSION} from the Go module proxy (first time on this machine: 2-6 minutes)"
+  local start=$SECONDS
+  log "building helm ${HELM_VERSION} from the Go module proxy (once per machine: 2-6 min on two cores)"
   # go install with GOBIN into a temporary directory, then an atomic rename, so
   # an interrupted build never leaves a half-written binary in the cache.
   # GOFLAGS=-mod=mod keeps a caller's -mod=vendor or similar from interfering.
@@ -37,6 +39,7 @@ build_helm() {
     -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=${KUBE_MINOR}" \
     "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" >&2
   mv "$tmp/helm" "$cache/helm"
+  log "built helm ${HELM_VERSION} in $(took $((SECONDS - start)))"
 }
 
 [ -x "$cache/helm" ] || (build_helm)

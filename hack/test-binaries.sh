@@ -4,7 +4,9 @@
 # per-user cache outside the clone keyed by version, and links them into the
 # gitignored bin/k8s. A fresh clone on the same machine reuses the cache.
 #
-# Prints the directory to use as KUBEBUILDER_ASSETS.
+# Prints the directory to use as KUBEBUILDER_ASSETS. The cache is under
+# POISE_CACHE (default ~/.cache/poise). With --built it builds nothing and
+# exits 0 when both are built already, 1 when not.
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
@@ -14,14 +16,20 @@ ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${POISE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/poise}/test-binaries/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}
 mkdir -p "$cache"
+if [ "${1:-}" = --built ]; then
+  [ -x "$cache/kube-apiserver" ] && [ -x "$cache/etcd" ]
+  exit
+fi
 
 log() { printf 'test-binaries: %s\n' "$*" >&2; }
+took() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 
 build_apiserver() {
   local work
   work=$(mktemp -d)
   trap 'rm -rf "$work"' RETURN
-  log "building kube-apiserver ${K8S_VERSION} (first time on this machine: several minutes)"
+  local start=$SECONDS
+  log "building kube-apiserver ${K8S_VERSION} from source into $cache (once per machine: downloads its modules and compiles them; with etcd about 10 min on two cores)"
   cd "$work"
   cat > go.mod <<GOMOD
 module poise.dev/test-binaries/kube-apiserver
@@ -62,13 +70,15 @@ MAIN
     -X k8s.io/client-go/pkg/version.gitMinor=${minor}" \
     -o "$cache/kube-apiserver.tmp" .
   mv "$cache/kube-apiserver.tmp" "$cache/kube-apiserver"
+  log "built kube-apiserver ${K8S_VERSION} in $(took $((SECONDS - start)))"
 }
 
 build_etcd() {
   local work
   work=$(mktemp -d)
   trap 'rm -rf "$work"' RETURN
-  log "building etcd ${ETCD_VERSION}"
+  local start=$SECONDS
+  log "building etcd ${ETCD_VERSION} from source (once per machine)"
   cd "$work"
   cat > go.mod <<GOMOD
 module poise.dev/test-binaries/etcd
@@ -90,6 +100,7 @@ MAIN
   go mod tidy >&2
   CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$cache/etcd.tmp" .
   mv "$cache/etcd.tmp" "$cache/etcd"
+  log "built etcd ${ETCD_VERSION} in $(took $((SECONDS - start)))"
 }
 
 [ -x "$cache/kube-apiserver" ] || (build_apiserver)

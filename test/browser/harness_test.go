@@ -22,8 +22,9 @@ var binary string
 func TestMain(m *testing.M) { os.Exit(cpbinary.Main(m, &binary)) }
 
 // chromiumPath finds Debian's chromium. Without it the test fails where
-// POISE_REQUIRE_CHROMIUM is set (CI installs it) and is skipped elsewhere,
-// saying how to install it.
+// POISE_REQUIRE_CHROMIUM is set (make test sets it when hack/test-deps.sh
+// installed chromium, or found it) and is skipped elsewhere, saying how to
+// install it; make test then lists the skip and fails for it.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
 	for _, name := range []string{"chromium", "/usr/bin/chromium"} {
@@ -31,7 +32,7 @@ func chromiumPath(t *testing.T) string {
 			return p
 		}
 	}
-	const why = "no chromium on PATH: install Debian's chromium (apt-get install chromium fonts-dejavu-core), as .ci/run does"
+	const why = "no chromium on PATH: install Debian's chromium (apt-get install chromium fonts-dejavu-core), as make test does where it can"
 	if os.Getenv("POISE_REQUIRE_CHROMIUM") != "" {
 		t.Fatal(why + " (POISE_REQUIRE_CHROMIUM is set)")
 	}

@@ -103,9 +103,7 @@ func TestSpatialPublishing(t *testing.T) {
 	if !strings.HasSuffix(m[1], "-h1011") {
 		t.Fatalf("published data version %s, want health 1011", m[1])
 	}
-	if ran := runServedLua(t, lua, "parcels", "8,48,9,49"); ran != "" && ran != "200\tlocality\tspatial:"+ns+":cadastre:eu-central" {
-		t.Fatalf("the published Lua under LuaJIT decided %q", ran)
-	}
+	servedLua(t, "published Lua under LuaJIT", lua, "parcels", "8,48,9,49", "200\tlocality\tspatial:"+ns+":cadastre:eu-central")
 
 	// The status says the same version.
 	var dom v1alpha1.SpatialDomain
@@ -136,9 +134,7 @@ func TestSpatialPublishing(t *testing.T) {
 	if !strings.Contains(lua, `{ name = "eu-central", region = "eu-central", cluster = "spatial:`+ns+`:cadastre:eu-central", healthy = false }`) {
 		t.Fatalf("the new Lua does not mark eu-central unhealthy:\n%.900s", lua)
 	}
-	if ran := runServedLua(t, lua, "parcels", "8,48,9,49"); ran != "" && ran != "200\tlocality\tspatial:"+ns+":cadastre:eu-west" {
-		t.Fatalf("after the health change the published Lua decided %q", ran)
-	}
+	servedLua(t, "published Lua under LuaJIT after the health change", lua, "parcels", "8,48,9,49", "200\tlocality\tspatial:"+ns+":cadastre:eu-west")
 	// The live explain-route decides the same on the same data version.
 	var live explain.RouteReport
 	if err := testkit.GetJSON(p.adminURL+"/debug/explain-route?domain=cadastre&product=parcels&bbox=8,48,9,49", &live); err != nil {
@@ -183,15 +179,16 @@ func TestSpatialPublishing(t *testing.T) {
 	}
 }
 
-// runServedLua runs a published chunk under LuaJIT for one request and returns
-// "status\treason\tcluster", or "" (logged) when LuaJIT is not installed.
-func runServedLua(t *testing.T, chunk, product, bbox string) string {
+// servedLua runs a published chunk under LuaJIT for one request, in a
+// subtest of its own that is skipped (and so listed by make test) when LuaJIT
+// is not installed, and wants "status\treason\tcluster".
+func servedLua(t *testing.T, name, chunk, product, bbox, want string) {
 	t.Helper()
-	bin, missing := luatest.Find(t)
-	if bin == "" {
-		t.Logf("not running the served Lua: %s", missing)
-		return ""
-	}
-	out := luatest.Run(t, bin, chunk, []luatest.Request{{Product: product, BBox: bbox, NoCRS: true, Path: "/collections/" + product + "/items"}})
-	return out[0]
+	t.Run(name, func(t *testing.T) {
+		bin := luatest.Need(t)
+		out := luatest.Run(t, bin, chunk, []luatest.Request{{Product: product, BBox: bbox, NoCRS: true, Path: "/collections/" + product + "/items"}})
+		if out[0] != want {
+			t.Fatalf("the published Lua under LuaJIT decided %q, want %q", out[0], want)
+		}
+	})
 }

@@ -117,6 +117,7 @@ var layers = []struct {
 		"cmd/controlplane",
 		"cmd/demo",
 		"hack/crdversion",
+		"hack/testsummary",
 	}},
 	// Imported by tests only (the rules below keep pkg/ and cmd/ off them).
 	{"test helpers", "test helpers", []string{

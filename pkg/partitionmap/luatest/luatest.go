@@ -19,7 +19,8 @@ import (
 var harness []byte
 
 // Required is the environment variable that makes a missing interpreter a failure
-// rather than a skip; CI sets it after installing Debian's luajit.
+// rather than a skip; make test sets it when hack/test-deps.sh installed Debian's
+// luajit, or found it.
 const Required = "POISE_REQUIRE_LUAJIT"
 
 // Find returns the LuaJIT interpreter's path, or "" and why there is none. With
@@ -31,7 +32,7 @@ func Find(t testing.TB) (path, missing string) {
 		if os.Getenv(Required) != "" {
 			t.Fatalf("luajit is required (%s is set) but not found: %v", Required, err)
 		}
-		return "", fmt.Sprintf("the LuaJIT interpreter is not installed (Debian package luajit; CI installs it): %v", err)
+		return "", fmt.Sprintf("the LuaJIT interpreter is not installed (Debian package luajit; make test installs it where it can): %v", err)
 	}
 	return p, ""
 }

@@ -1,0 +1,3 @@
+package nofiles
+
+const X = 1
