@@ -15,7 +15,7 @@ PKGS     := ./...
 # packages for minutes without a word from go build: it says so first, and
 # hack/progress.sh says once a minute that it is still going.
 build: ## Build bin/controlplane.
-	@[ -e $(BIN)/controlplane ] || echo "building $(BIN)/controlplane: the first build on a machine downloads the Go modules and compiles them, about 9 min on two cores; later builds take seconds"
+	@[ -e $(BIN)/controlplane ] || echo "building $(BIN)/controlplane: the first build on a machine downloads the Go modules and compiles them, 5 to 9 min on two cores; later builds take seconds"
 	@echo '$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/controlplane ./cmd/controlplane'
 	@bash hack/progress.sh "building $(BIN)/controlplane" $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/controlplane ./cmd/controlplane
 

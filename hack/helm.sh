@@ -30,6 +30,9 @@ build_helm() {
   # go install with GOBIN into a temporary directory, then an atomic rename, so
   # an interrupted build never leaves a half-written binary in the cache.
   # GOFLAGS=-mod=mod keeps a caller's -mod=vendor or similar from interfering.
+  # Its output (a hundred "go: downloading" lines) is shown if it fails.
+  local out
+  out=$(mktemp)
   GOBIN="$tmp" GOFLAGS=-mod=mod CGO_ENABLED=0 go install -trimpath -ldflags "-s -w \
     -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION} \
     -X helm.sh/helm/v3/internal/version.gitTreeState=clean \
@@ -37,7 +40,8 @@ build_helm() {
     -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=${KUBE_MINOR} \
     -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=${KUBE_MAJOR} \
     -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=${KUBE_MINOR}" \
-    "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" >&2
+    "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" >"$out" 2>&1 || { cat "$out" >&2; rm -f "$out"; return 1; }
+  rm -f "$out"
   mv "$tmp/helm" "$cache/helm"
   log "built helm ${HELM_VERSION} in $(took $((SECONDS - start)))"
 }

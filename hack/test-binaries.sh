@@ -23,6 +23,16 @@ fi
 
 log() { printf 'test-binaries: %s\n' "$*" >&2; }
 took() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+# quiet COMMAND...: runs it with its output (a few hundred "go: downloading"
+# lines on a first build) kept aside, and shows that output if it fails.
+quiet() {
+  local out rc=0
+  out=$(mktemp)
+  "$@" >"$out" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ]; then cat "$out" >&2; fi
+  rm -f "$out"
+  return "$rc"
+}
 
 build_apiserver() {
   local work
@@ -58,9 +68,9 @@ import (
 
 func main() { os.Exit(cli.Run(app.NewAPIServerCommand())) }
 MAIN
-  go mod tidy >&2
+  quiet go mod tidy
   local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w \
+  CGO_ENABLED=0 quiet go build -trimpath -ldflags "-s -w \
     -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \
     -X k8s.io/component-base/version.gitMajor=1 \
     -X k8s.io/component-base/version.gitMinor=${minor} \
@@ -96,9 +106,9 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 MAIN
-  go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >&2
-  go mod tidy >&2
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$cache/etcd.tmp" .
+  quiet go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}"
+  quiet go mod tidy
+  CGO_ENABLED=0 quiet go build -trimpath -ldflags "-s -w" -o "$cache/etcd.tmp" .
   mv "$cache/etcd.tmp" "$cache/etcd"
   log "built etcd ${ETCD_VERSION} in $(took $((SECONDS - start)))"
 }

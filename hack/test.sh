@@ -29,18 +29,23 @@ rm -rf "$out" && mkdir -p "$out" || exit 1
 require=$(bash hack/test-deps.sh) || true
 for v in $require; do export "${v?}"; done
 
-pkgs=$($GO list "$@") || exit 1
-e2e=poise.dev/poise/test/e2e
-rest=$(grep -vx "$e2e" <<<"$pkgs" || true)
-
 # A machine's first run builds kube-apiserver, etcd and helm from source
 # (hack/test-binaries.sh, hack/helm.sh) while it compiles the packages the
 # tests import, with -race (test/e2e's without), for go test to find in the
 # build cache: on two cores that took 16.7 min where one after the other
 # took 21.1 (docs/testing.md). Later runs find them built and skip this.
-prebuild_pid=
+first_run=
 if ! bash hack/test-binaries.sh --built; then
-	echo "== first run on this machine: kube-apiserver, etcd and helm build from source while the test packages' dependencies compile (together about 17 min on two cores)"
+	first_run=1
+	echo "== first run on this machine: the Go modules download, then kube-apiserver, etcd and helm build from source while the test packages' dependencies compile (together about 17 min on two cores)"
+fi
+
+pkgs=$($GO list "$@") || exit 1
+e2e=poise.dev/poise/test/e2e
+rest=$(grep -vx "$e2e" <<<"$pkgs" || true)
+
+prebuild_pid=
+if [ -n "$first_run" ]; then
 	(
 		start=$SECONDS
 		fmt='{{if and (not .ForTest) (ne .Name "main")}}{{.ImportPath}}{{end}}'

@@ -12,8 +12,9 @@ import (
 // The fixtures in testdata are recorded go test -json streams: *.jsonl but
 // poise-* from the module in testdata/src (testdata/src/record.sh), poise-*
 // from make test's own packages with luajit and chromium hidden (the race
-// run of test/kind, test/browser, pkg/partitionmap and pkg/weights, cut
-// down to the skipped tests and a passing one, and the run of
+// run of a fresh clone's first make test, cut down to test/kind,
+// test/browser, pkg/partitionmap's LuaJIT tests and a passing one, pkg/weights'
+// timing test and test/kube's TestSpatialPublishing, and the run of
 // TestComputeScalesNLogN without -race). Each rendering and summary is
 // compared with its golden file, testdata/*.render or *.summary;
 // -update rewrites them.
@@ -196,11 +197,12 @@ func TestSummary(t *testing.T) {
 		module:   "poise.dev/poise",
 		code:     1,
 		must: []string{
-			"== skipped: 5 tests did not run",
+			"== skipped: 7 tests did not run",
 			"poise.dev/poise/pkg/partitionmap: TestLuaMatchesGo, TestLuaDecisionCost, TestLuaLoadsTheLargestMap (3 tests)\n    why:    skipping: the LuaJIT interpreter is not installed",
 			"    to run: apt-get install luajit (as root; make test does it itself when it can), then make test\n",
 			"poise.dev/poise/test/browser: TestTrafficMapDrawsExplainLive, TestTrafficMapMarksTrouble (2 tests)\n    why:    no chromium on PATH",
 			"    to run: apt-get install chromium fonts-dejavu-core (as root; make test does it itself when it can), then make test\n",
+			"poise.dev/poise/test/kube: TestSpatialPublishing/published_Lua_under_LuaJIT, TestSpatialPublishing/published_Lua_under_LuaJIT_after_the_health_change (2 tests)\n",
 			"== not run by make test, by design: 1 test\npoise.dev/poise/test/kind: TestKindSuite\n",
 			"    to run: make e2e-kind (needs a Docker engine)\n",
 		},
