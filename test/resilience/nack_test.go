@@ -23,30 +23,15 @@ func TestNACKFloodDuringACut(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	fleet(t, dir, 20, 1)
-	a := startPlane(t, dir)
+	a := runPlane(t, dir, "127.0.0.1:0").addrs
 	rec := xdsproxy.NewRecorder()
-	link, err := xdsproxy.Start("replica-0", a.XDS, rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(link.Stop)
-	bad, err := xdsproxy.Start("replica-0-rejecting", a.XDS, rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bad.Stop)
-	watch, err := xdsproxy.Start("replica-0-observed", a.XDS, rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(watch.Stop)
+	link := startProxy(t, "replica-0", a.XDS, rec)
+	bad := startProxy(t, "replica-0-rejecting", a.XDS, rec)
+	watch := startProxy(t, "replica-0-observed", a.XDS, rec)
 
 	ctx := t.Context()
 	r := &run{t: t, rec: rec, observers: map[string]string{"envoy": "observer-envoy", "grpc": "observer-grpc"}}
-	for class, id := range r.observers {
-		startAutoClient(ctx, watch.Addr(), node(id, class), false, false)
-		r.clients = append(r.clients, history.Client{ID: id, Class: class})
-	}
+	r.observe(watch.Addr(), false)
 	for i := range 8 {
 		class := []string{"envoy", "grpc"}[i%2]
 		id := fmt.Sprintf("%s-%d", class, i)

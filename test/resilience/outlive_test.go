@@ -118,19 +118,10 @@ func TestClientsOutliveThePlane(t *testing.T) {
 	first := runPlane(t, dir, xds)
 
 	rec := xdsproxy.NewRecorder()
-	link, err := xdsproxy.Start("replica-0", xds, rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(link.Stop)
-	watch, err := xdsproxy.Start("replica-0-observed", xds, rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(watch.Stop)
+	link := startProxy(t, "replica-0", xds, rec)
+	watch := startProxy(t, "replica-0-observed", xds, rec)
 	r := &run{t: t, rec: rec, observers: map[string]string{"grpc": "observer-grpc"}, revisionOf: instanceOrder()}
-	startAutoClient(t.Context(), watch.Addr(), node("observer-grpc", "grpc"), false, true)
-	r.clients = append(r.clients, history.Client{ID: "observer-grpc", Class: "grpc"})
+	r.observe(watch.Addr(), true)
 	conns := make([]*grpc.ClientConn, 3)
 	for i := range conns {
 		id := fmt.Sprintf("grpc-go-%d", i)

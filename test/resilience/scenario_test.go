@@ -11,7 +11,6 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
-	"poise.dev/poise/pkg/controlplane"
 	"poise.dev/poise/pkg/grpctraffic"
 	"poise.dev/poise/pkg/xds/translate"
 	"poise.dev/poise/test/history"
@@ -41,28 +40,16 @@ func fleet(t *testing.T, dir string, n, w int) {
 	}
 }
 
-// startPlane serves dir in files mode on loopback ports of its own.
-func startPlane(t *testing.T, dir string) controlplane.Addrs {
+// startProxy puts a recording proxy named name in front of the replica
+// at addr, for the test's life.
+func startProxy(t *testing.T, name, addr string, rec *xdsproxy.Recorder) *xdsproxy.Proxy {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan controlplane.Addrs, 1)
-	done := make(chan error, 1)
-	cfg := controlplane.Config{Paths: []string{dir}, XDSAddress: "127.0.0.1:0", AdminAddress: "127.0.0.1:0",
-		Started: func(a controlplane.Addrs) { started <- a }}
-	go func() { done <- controlplane.Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	select {
-	case a := <-started:
-		return a
-	case err := <-done:
-		t.Fatalf("control plane: %v", err)
+	p, err := xdsproxy.Start(name, addr, rec)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return controlplane.Addrs{}
+	t.Cleanup(p.Stop)
+	return p
 }
 
 // revisionOf reads the revision out of a version the plane publishes
@@ -78,6 +65,15 @@ type run struct {
 	observers map[string]string // class → observer node id
 	// revisionOf reads a version's revision; nil: one plane's, revisionOf
 	revisionOf func(string) (uint64, bool)
+}
+
+// observe starts r's observers on addr (asking for listeners and routes
+// too with listeners) and records them as clients.
+func (r *run) observe(addr string, listeners bool) {
+	for class, id := range r.observers {
+		startAutoClient(r.t.Context(), addr, node(id, class), false, listeners)
+		r.clients = append(r.clients, history.Client{ID: id, Class: class})
+	}
 }
 
 func (r *run) history() history.History {
@@ -145,25 +141,14 @@ func TestCutInTheMiddleOfAPush(t *testing.T) {
 func cutInTheMiddleOfAPush(t *testing.T, delta bool) {
 	dir := t.TempDir()
 	fleet(t, dir, 40, 1)
-	a := startPlane(t, dir)
+	a := runPlane(t, dir, "127.0.0.1:0").addrs
 	rec := xdsproxy.NewRecorder()
-	link, err := xdsproxy.Start("replica-0", a.XDS, rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(link.Stop)
-	watch, err := xdsproxy.Start("replica-0-observed", a.XDS, rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(watch.Stop)
+	link := startProxy(t, "replica-0", a.XDS, rec)
+	watch := startProxy(t, "replica-0-observed", a.XDS, rec)
 
 	ctx := t.Context()
 	r := &run{t: t, rec: rec, observers: map[string]string{"envoy": "observer-envoy", "grpc": "observer-grpc"}}
-	for class, id := range r.observers {
-		startAutoClient(ctx, watch.Addr(), node(id, class), false, true)
-		r.clients = append(r.clients, history.Client{ID: id, Class: class})
-	}
+	r.observe(watch.Addr(), true)
 	var clients []*autoClient
 	for i := range 6 {
 		class := []string{"envoy", "grpc"}[i%2]

@@ -39,17 +39,9 @@ func TestReconnectStormOntoTheSurvivors(t *testing.T) {
 	for k := range 3 {
 		p := runPlane(t, dir, "127.0.0.1:0")
 		planes = append(planes, p)
-		link, err := xdsproxy.Start(fmt.Sprintf("replica-%d", k), p.addrs.XDS, rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(link.Stop)
+		link := startProxy(t, fmt.Sprintf("replica-%d", k), p.addrs.XDS, rec)
 		links = append(links, link.Addr())
-		watch, err := xdsproxy.Start(fmt.Sprintf("replica-%d-observed", k), p.addrs.XDS, rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(watch.Stop)
+		watch := startProxy(t, fmt.Sprintf("replica-%d-observed", k), p.addrs.XDS, rec)
 		for _, class := range []string{"envoy", "grpc"} {
 			id := fmt.Sprintf("observer-%s-%d", class, k)
 			startAutoClient(ctx, watch.Addr(), node(id, class), false, false)
