@@ -3,7 +3,9 @@
 # luajit (the spatial routing tests run the generated Lua under it),
 # chromium and fonts-dejavu-core (the traffic map's test, test/browser,
 # drives headless chromium; the fonts make its screenshots legible and the
-# same from run to run). make test (hack/test.sh) and .ci/run both run it.
+# same from run to run), iproute2 (the Kubernetes resilience scenarios put
+# replicas in network namespaces joined by veth links, with ip(8)).
+# make test (hack/test.sh) and .ci/run both run it.
 #
 # As root it installs what is missing; otherwise through sudo when sudo
 # needs no password; otherwise it says it cannot. POISE_NO_INSTALL=1 makes it
@@ -31,6 +33,7 @@ missing() {
 	have luajit || m+=(luajit)
 	have chromium || m+=(chromium)
 	[ -d /usr/share/fonts/truetype/dejavu ] || m+=(fonts-dejavu-core)
+	have ip || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || m+=(iproute2)
 	echo "${m[*]}"
 }
 
@@ -42,7 +45,7 @@ require() {
 
 need=$(missing)
 if [ -z "$need" ]; then
-	log "luajit, chromium and fonts-dejavu-core are installed"
+	log "luajit, chromium, fonts-dejavu-core and iproute2 are installed"
 	require
 	exit 0
 fi

@@ -37,7 +37,7 @@ func newSource(name string, kinds []string) *Source {
 			Name: "poise_source_refusing", Help: "1 while a source's latest change is refused (a file that cannot be read, an invalid object) or held back (a file emptied or cut short, until --settle) and the last good topology serves.",
 		}, []string{"source"}),
 		kubeStale: &funcGaugeVec{desc: prometheus.NewDesc("poise_kube_source_stale_seconds",
-			"Seconds the Kubernetes source's list and watch of a kind have not reached the apiserver (0 while they do); meanwhile the topology last seen keeps serving.",
+			"Seconds the Kubernetes source's list and watch of a kind have not reached the apiserver (0 while they do); kind=\"apiserver\": seconds the apiserver has not answered the replica's heartbeat. Meanwhile the topology last seen keeps serving.",
 			[]string{"kind"}, nil)},
 		remoteClusterState: &funcGaugePairs{desc: prometheus.NewDesc("poise_remote_cluster_state",
 			"1 for each remote cluster's current sync state (Pending, Synced, Unreachable, Stale, Error), 0 for the others.",

@@ -38,6 +38,13 @@ type autoClient struct {
 	// load what it is sent does, keeping the version it held (none)
 	nack bool
 
+	// also are names asked for, by type asked by name, beyond those the
+	// types asked whole name: an observer asks for a resource the
+	// scenario will add before it exists, so that the revision that adds
+	// it is the one it receives it in (a name asked for only once its
+	// cluster arrives can be answered by a later revision)
+	also map[string][]string
+
 	mu        sync.Mutex
 	names     map[string][]string // by type asked by name: the names asked for
 	reconnect int                 // streams opened after the first
@@ -151,6 +158,11 @@ func cmpOr(a, b string) string {
 
 // rename notes the names asked for of typ; false when they did not change.
 func (c *autoClient) rename(typ string, names []string) bool {
+	if extra := c.also[typ]; len(extra) > 0 {
+		names = append(slices.Clone(names), extra...)
+		slices.Sort(names)
+		names = slices.Compact(names)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if slices.Equal(c.names[typ], names) {

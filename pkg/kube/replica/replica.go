@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/connrotation"
 	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -168,7 +170,8 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	if err != nil {
 		return nil, err
 	}
-	cfg = clientConfig(cfg, o)
+	conns := connrotation.NewConnectionTracker()
+	cfg = clientConfig(cfg, o, conns)
 	log := o.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -212,6 +215,14 @@ func NewReplica(cfg *rest.Config, dir *topology.Directory, o Options) (*Replica,
 	m, err := manager.New(cfg, mopts)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes manager: %w", err)
+	}
+	server, _, err := rest.DefaultServerUrlFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes apiserver address: %w", err)
+	}
+	if err := m.Add(&source.Heartbeat{Health: health, Client: m.GetHTTPClient(), URL: server.JoinPath("version").String(),
+		Every: source.DefaultHeartbeat, Timeout: source.DefaultHeartbeatTimeout, CloseAll: conns.CloseAll}); err != nil {
+		return nil, err
 	}
 	home, stale, err := homeCluster(o)
 	if err != nil {
@@ -280,9 +291,19 @@ func crdWatcher(cfg *rest.Config, log *slog.Logger) (*crdschema.Watcher, error) 
 }
 
 // clientConfig is cfg with one token bucket for every client made from it,
-// so ClientQPS bounds the replica as a whole.
-func clientConfig(cfg *rest.Config, o Options) *rest.Config {
+// so ClientQPS bounds the replica as a whole, and with every connection
+// its clients dial tracked by conns, for the heartbeat to end them all
+// when the apiserver stops answering.
+func clientConfig(cfg *rest.Config, o Options, conns *connrotation.ConnectionTracker) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
+	dial := cfg.Dial
+	if dial == nil {
+		// a short dial timeout: during a partition each retried watch
+		// dials again every few seconds, so one resumes soon after the
+		// link heals instead of waiting out a long SYN back-off
+		dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	cfg.Dial = connrotation.NewDialerWithTracker(dial, conns).DialContext
 	cfg.QPS, cfg.Burst = float32(o.ClientQPS), o.ClientBurst
 	if cfg.QPS <= 0 {
 		cfg.QPS = DefaultClientQPS

@@ -165,16 +165,22 @@ func (h *WatchHealth) StaleSeconds() map[string]float64 {
 const maxWatchErrorText = 300
 
 // Warnings returns a line for /readyz while a watch is broken: the kinds,
-// since when, and the latest error of the longest broken. It is a warning,
+// since when, and the latest error of the longest broken; and one while
+// the apiserver does not answer the heartbeat. It is a warning,
 // not unreadiness: an apiserver outage breaks every replica's watch at
 // once, and the topology last seen is the best any of them can serve.
 func (h *WatchHealth) Warnings() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	var lines []string
+	if hb := h.kinds[HeartbeatKind]; hb != nil && !hb.since.IsZero() {
+		lines = append(lines, fmt.Sprintf("kubernetes: the apiserver has not answered since %s (%v ago): %s; the topology last seen keeps serving",
+			hb.since.UTC().Format(time.RFC3339), h.now().Sub(hb.since).Round(time.Second), quoteError(hb.err)))
+	}
 	var kinds []string
 	var first *watchState
 	for kind, st := range h.kinds {
-		if st.since.IsZero() {
+		if st.since.IsZero() || kind == HeartbeatKind {
 			continue
 		}
 		kinds = append(kinds, kind)
@@ -183,15 +189,19 @@ func (h *WatchHealth) Warnings() []string {
 		}
 	}
 	if first == nil {
-		return nil
+		return lines
 	}
 	slices.Sort(kinds)
-	text := first.err
+	return append(lines, fmt.Sprintf("kubernetes: the watch of %s is broken since %s (%v ago): %s; the topology last seen keeps serving",
+		strings.Join(kinds, ", "), first.since.UTC().Format(time.RFC3339), h.now().Sub(first.since).Round(time.Second), quoteError(first.err)))
+}
+
+// quoteError is an error's text cut to maxWatchErrorText.
+func quoteError(text string) string {
 	if len(text) > maxWatchErrorText {
 		text = strings.ToValidUTF8(text[:maxWatchErrorText], "") + "…"
 	}
-	return []string{fmt.Sprintf("kubernetes: the watch of %s is broken since %s (%v ago): %s; the topology last seen keeps serving",
-		strings.Join(kinds, ", "), first.since.UTC().Format(time.RFC3339), h.now().Sub(first.since).Round(time.Second), text)}
+	return text
 }
 
 // NewInformer is a controller-runtime cache.Options.NewInformer: a shared
