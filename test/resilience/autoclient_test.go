@@ -44,8 +44,12 @@ type autoClient struct {
 	// it is the one it receives it in (a name asked for only once its
 	// cluster arrives can be answered by a later revision)
 	also map[string][]string
+	// token, when set, is sent as "authorization: Bearer TOKEN" on every
+	// stream, as a pod's projected service-account token
+	token string
 
 	mu        sync.Mutex
+	ends      []streamEnd         // how each stream ended, in order
 	names     map[string][]string // by type asked by name: the names asked for
 	reconnect int                 // streams opened after the first
 }
@@ -61,6 +65,25 @@ func startFailoverClient(ctx context.Context, addrs []string, node *core.Node, d
 	c := &autoClient{node: node, addrs: addrs, delta: delta, listeners: listeners, names: map[string][]string{}}
 	go c.run(ctx)
 	return c
+}
+
+// streamEnd is how one of a client's streams ended.
+type streamEnd struct {
+	at  time.Time
+	err error
+}
+
+func (c *autoClient) ended(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ends = append(c.ends, streamEnd{at: time.Now(), err: err})
+}
+
+// Ends is how the client's streams ended so far.
+func (c *autoClient) Ends() []streamEnd {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.ends)
 }
 
 func (c *autoClient) Reconnects() int {
@@ -86,7 +109,11 @@ func (c *autoClient) run(ctx context.Context) {
 		}
 		at := i % len(c.addrs)
 		if conns[at] == nil {
-			conn, err := grpc.NewClient(c.addrs[at], grpc.WithTransportCredentials(insecure.NewCredentials()))
+			opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+			if c.token != "" {
+				opts = append(opts, grpc.WithPerRPCCredentials(bearer(c.token)))
+			}
+			conn, err := grpc.NewClient(c.addrs[at], opts...)
 			if err != nil {
 				return
 			}
@@ -182,9 +209,20 @@ func (c *autoClient) asked() map[string][]string {
 	return out
 }
 
+// bearer sends a token on plaintext: between the test's clients and its
+// proxy on loopback, and on the lab's own links.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return false }
+
 func (c *autoClient) sotwStream(ctx context.Context, conn *grpc.ClientConn) {
 	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
+		c.ended(err)
 		return
 	}
 	send := func(req *discovery.DiscoveryRequest) bool { return st.Send(req) == nil }
@@ -203,6 +241,7 @@ func (c *autoClient) sotwStream(ctx context.Context, conn *grpc.ClientConn) {
 	for {
 		resp, err := st.Recv()
 		if err != nil {
+			c.ended(err)
 			return
 		}
 		typ := resp.GetTypeUrl()
@@ -226,6 +265,7 @@ func (c *autoClient) sotwStream(ctx context.Context, conn *grpc.ClientConn) {
 func (c *autoClient) deltaStream(ctx context.Context, conn *grpc.ClientConn) {
 	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
 	if err != nil {
+		c.ended(err)
 		return
 	}
 	send := func(req *discovery.DeltaDiscoveryRequest) bool { return st.Send(req) == nil }
@@ -246,6 +286,7 @@ func (c *autoClient) deltaStream(ctx context.Context, conn *grpc.ClientConn) {
 	for {
 		resp, err := st.Recv()
 		if err != nil {
+			c.ended(err)
 			return
 		}
 		typ := resp.GetTypeUrl()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -201,13 +202,21 @@ type replica struct {
 	admin string // base URL
 }
 
-// serve starts a replica on h watching namespace ns, with extra flags.
+// serve starts a replica on h watching namespace ns (every namespace:
+// ""), with extra flags; without --xds-auth among them it serves xDS
+// without authentication.
 func (h *host) serve(ns string, extra ...string) *replica {
 	h.l.t.Helper()
 	r := &replica{h: h, xds: h.addr + ":18000", admin: "http://" + h.addr + ":19000"}
-	args := append([]string{"netns", "exec", h.ns, h.l.bin, "serve", "--source=kubernetes", "--kubeconfig", h.l.kubeconfig,
-		"--namespace", ns, "--xds-address", r.xds, "--admin-address", h.addr + ":19000", "--xds-allow-anonymous-non-loopback",
-		"--debounce", "20ms"}, extra...)
+	args := []string{"netns", "exec", h.ns, h.l.bin, "serve", "--source=kubernetes", "--kubeconfig", h.l.kubeconfig,
+		"--xds-address", r.xds, "--admin-address", h.addr + ":19000", "--debounce", "20ms"}
+	if ns != "" {
+		args = append(args, "--namespace", ns)
+	}
+	if !slices.ContainsFunc(extra, func(f string) bool { return strings.HasPrefix(f, "--xds-auth") }) {
+		args = append(args, "--xds-allow-anonymous-non-loopback")
+	}
+	args = append(args, extra...)
 	r.proc = cpbinary.Start(h.l.t, "ip", args...)
 	r.proc.WaitReady(h.l.t, r.admin)
 	return r

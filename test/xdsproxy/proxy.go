@@ -242,8 +242,11 @@ func forward(p *Proxy, down grpc.ServerStream, open func(context.Context, *grpc.
 		}
 	}()
 	err = <-errc
+	// cut by the proxy: a planned cut, or Cut ending the stream's context
+	// while the client's own is alive (read before cancel ends it too)
+	cut := errors.Is(err, errCut) || ctx.Err() != nil && down.Context().Err() == nil
 	cancel()
-	if errors.Is(err, errCut) || ctx.Err() != nil && down.Context().Err() == nil {
+	if cut {
 		return status.Error(codes.Unavailable, "xdsproxy: cut")
 	}
 	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
