@@ -266,10 +266,14 @@ func (c *checker) response(st *clientState, e Event, served map[[3]string]int) {
 	} else {
 		served[at] = i
 	}
+	seen := pub.seen(st.class, e.Type)
 	for _, name := range slices.Sorted(maps.Keys(e.Resources)) {
 		hash := e.Resources[name]
 		want, ok := pub.Views[st.class][e.Type][name]
 		switch {
+		case !seen && (ok || c.classEverHas(st.class, e.Type, name)):
+			// the observer did not see this type at this revision: its
+			// content here is unknown, and judged only at rest
 		case !ok && c.otherClassHas(pub, st.class, e.Type, name):
 			c.add(Violation{Rule: Tenancy, Client: e.Client, Replica: e.Replica, Type: e.Type, Resource: name,
 				Revisions: [2]uint64{pub.Revision, pub.Revision},
@@ -329,6 +333,19 @@ func (c *checker) responseByContent(st *clientState, e Event, served map[[3]stri
 		return
 	}
 	served[at] = max(served[at], i)
+}
+
+// seen reports whether the observer of class saw typ at p's revision
+// itself (see Publication.Seen).
+func (p Publication) seen(class, typ string) bool {
+	if p.Seen == nil {
+		return true
+	}
+	types, ok := p.Seen[class]
+	if !ok {
+		return false // carried over whole from an earlier revision
+	}
+	return types == nil || types[typ]
 }
 
 // carries reports whether view has every resource of res as res has it.

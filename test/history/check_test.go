@@ -390,3 +390,67 @@ func TestMatchContent(t *testing.T) {
 		})
 	}
 }
+
+// TestObserverGap: a revision whose assignments the observer never saw
+// (it was still answering the one before, and was sent the next one's)
+// leaves that revision's assignment content unknown: a client sent it is
+// not judged by the view carried over from before, only at rest; content
+// the observer did see at a revision is judged as ever, and a resource
+// the class never has is still another tenant's.
+func TestObserverGap(t *testing.T) {
+	t.Parallel()
+	rev := func(v string) (uint64, bool) {
+		var n uint64
+		_, err := fmt.Sscanf(v, "x-%d", &n)
+		return n, err == nil
+	}
+	obs := (&script{}).
+		resp("obs", "x", cds, "x-1", true, map[string]string{"tenant-a/pay": "pay-cluster"}).ack().
+		resp("obs", "x", eds, "x-1", false, map[string]string{"tenant-a/pay": "pay-endpoints-1"}).ack().
+		resp("obs", "x", cds, "x-2", true, map[string]string{"tenant-a/pay": "pay-cluster-2"}).ack().
+		resp("obs", "x", eds, "x-3", false, map[string]string{"tenant-a/pay": "pay-endpoints-3"}).ack()
+	pubs, err := FromObserver(obs.events, "obs", "a", rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := []Publication{{Revision: 1, Versions: []string{"x-1"}, Views: map[string]View{"b": {eds: {"tenant-b/ledger": h("l")}}}}}
+	pubs = Merge(pubs, other)
+	for _, tc := range []struct {
+		name   string
+		events func(s *script) *script
+		want   []string
+	}{
+		{name: "content of a revision the observer skipped",
+			events: func(s *script) *script {
+				return s.resp("c", "x", eds, "x-2", false, map[string]string{"tenant-a/pay": "pay-endpoints-2"}).ack().
+					resp("c", "x", eds, "x-3", false, map[string]string{"tenant-a/pay": "pay-endpoints-3"}).ack().settle()
+			}},
+		{name: "content a seen revision does not have",
+			events: func(s *script) *script {
+				return s.resp("c", "x", eds, "x-3", false, map[string]string{"tenant-a/pay": "pay-endpoints-2"}).ack()
+			},
+			want: []string{"sent under revision 3's version content that revision does not have", "at the end it holds a mix"}},
+		{name: "another tenant's resource in a skipped revision",
+			events: func(s *script) *script {
+				return s.resp("c", "x", eds, "x-2", false, map[string]string{"tenant-b/ledger": "l"}).ack()
+			},
+			want: []string{"publishes to other classes only", "at the end it holds a mix"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.events(&script{events: slices.Clone(obs.events), nonce: 100, at: obs.at})
+			hist := History{Clients: []Client{{ID: "obs", Class: "a"}, {ID: "c", Class: "a"}}, Publications: pubs, Events: s.events}
+			var got []string
+			for _, v := range Check(hist, Options{Left: []string{"c"}}).Violations {
+				got = append(got, v.String())
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("%d violations, want %d:\n%s", len(got), len(tc.want), strings.Join(got, "\n"))
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("violation %d:\n%s\nwant it to contain:\n%s", i, got[i], w)
+				}
+			}
+		})
+	}
+}

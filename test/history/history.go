@@ -32,6 +32,14 @@ type Publication struct {
 	// At is when it was published: convergence is measured from the
 	// latest one (or the heal, when later).
 	At time.Time
+	// Seen says, by class and type, which views the observer saw at this
+	// very revision; the others are carried over from an earlier one, and
+	// stand for this revision's only where the type did not change in
+	// between: an observer still answering one response is sent the next
+	// revision's content, and a revision in between is never seen. A
+	// response carrying content a carried-over view lacks is not judged
+	// (its revision's content is unknown). nil: every view was seen.
+	Seen map[string]map[string]bool
 }
 
 // Kind is what an Event records.
@@ -167,9 +175,10 @@ func FromObserver(events []Event, observer, class string, revisionOf func(versio
 	view := View{}
 	var out []Publication
 	for _, r := range revs {
-		p := Publication{Revision: r, Views: map[string]View{}}
+		p := Publication{Revision: r, Views: map[string]View{}, Seen: map[string]map[string]bool{class: {}}}
 		for _, a := range byRev[r] {
 			view[a.typ] = a.state
+			p.Seen[class][a.typ] = true
 			if !slices.Contains(p.Versions, a.version) {
 				p.Versions = append(p.Versions, a.version)
 			}
@@ -192,8 +201,15 @@ func Merge(lists ...[]Publication) []Publication {
 		for _, p := range l {
 			q, ok := byRev[p.Revision]
 			if !ok {
-				q = &Publication{Revision: p.Revision, Views: map[string]View{}}
+				q = &Publication{Revision: p.Revision, Views: map[string]View{}, Seen: map[string]map[string]bool{}}
 				byRev[p.Revision] = q
+			}
+			for class := range p.Views {
+				if p.Seen == nil {
+					q.Seen[class] = nil // every view seen
+				} else {
+					q.Seen[class] = p.Seen[class]
+				}
 			}
 			for _, v := range p.Versions {
 				if !slices.Contains(q.Versions, v) {

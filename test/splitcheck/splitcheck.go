@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"sort"
@@ -409,4 +410,49 @@ func check(t *testing.T, phase string, parts []Part, target *Expectation) float6
 	}
 	t.Logf("%s: %d RPCs, largest |z| = %.2f\n%s", phase, total, worst, report.String())
 	return worst
+}
+
+// WarmFrom is Warm for a change of weights alone, which Warm cannot see
+// (the same backends serve before and after): a client ACKs an update
+// before its balancer has the new picker, so it also sends RPCs, 2,000 at
+// a time for up to 20 s, until a batch is likelier under want's shares
+// than under from's (the log-likelihood ratio of the batch, drops
+// counted, is positive). Only then is the split measured, by a separate
+// sample. When the two splits are the same there is nothing to wait for.
+func WarmFrom(t *testing.T, conn *grpc.ClientConn, want, from Expectation) {
+	t.Helper()
+	Warm(t, conn, want)
+	if maps.Equal(want.Share, from.Share) && want.Dropped == from.Dropped {
+		return
+	}
+	const within = 20 * time.Second
+	expired := time.NewTimer(within)
+	defer expired.Stop()
+	for {
+		res := Send(conn, 2000)
+		llr, decided := 0.0, false
+		add := func(n int, p, q uint64) {
+			switch {
+			case n == 0 || p == 0 && q == 0:
+			case p == 0:
+				llr = math.Inf(-1) // only from's split serves it
+			case q == 0:
+				decided = true // only want's split serves it: the update is in
+			default:
+				llr += float64(n) * math.Log(float64(p)/float64(q))
+			}
+		}
+		for addr, n := range res.By {
+			add(n, want.Share[addr], from.Share[addr])
+		}
+		add(res.Dropped, want.Dropped, from.Dropped)
+		if decided || llr > 0 {
+			return
+		}
+		select {
+		case <-expired.C:
+			t.Fatalf("after %v the client still splits as before the change (log-likelihood ratio %.1f over 2,000 RPCs): %v, %d dropped", within, llr, res.By, res.Dropped)
+		default:
+		}
+	}
 }
