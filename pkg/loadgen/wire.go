@@ -148,6 +148,7 @@ func BytesField(b []byte, num protowire.Number) ([]byte, error) {
 type Header struct {
 	Version, TypeURL, Nonce []byte
 	Removed                 int
+	RemovedNames            [][]byte // a Delta response's removed_resources
 }
 
 // UnpackAny is the type URL and value of a google.protobuf.Any.
@@ -201,6 +202,7 @@ func ParseDelta(b []byte, fn func(name, typeURL, value []byte) error) (Header, e
 			h.Nonce = v
 		case drespRemoved:
 			h.Removed++
+			h.RemovedNames = append(h.RemovedNames, v)
 		case drespResources:
 			var name, res []byte
 			if err := EachBytesField(v, func(n protowire.Number, f []byte) error {
