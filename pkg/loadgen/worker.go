@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 )
 
@@ -193,6 +194,7 @@ type remotePart struct {
 }
 
 func newRemotePart(w Worker) *remotePart {
+	w.Wait = sync.OnceValue(w.Wait) // waited for on an error and at the end
 	bw := bufio.NewWriter(w.In)
 	sc := bufio.NewScanner(w.Out)
 	sc.Buffer(nil, maxWorkerLine)
