@@ -78,7 +78,7 @@ func newLoadCmd(stdout, stderr io.Writer) *cobra.Command {
 	var o loadOptions
 	c := &cobra.Command{
 		Use:   "load --xds-address HOST:PORT [--churn files --tree DIR | --churn kube]",
-		Short: "Simulate a fleet of Envoy and gRPC clients against a plane, churn endpoints, report convergence and cost",
+		Short: "Simulate an xDS fleet against a plane: convergence, CPU, RSS",
 		Long: `load connects simulated xDS clients to a running control plane, as a fleet of
 Envoys and proxyless gRPC clients would: Envoy-like clients subscribe to CDS as
 a wildcard and EDS by name, gRPC-like clients send grpc-go's node (its user
@@ -376,12 +376,9 @@ func (o *loadOptions) config(ctx context.Context, log *slog.Logger, stderr io.Wr
 	if err != nil {
 		return fail(exitUsage, err)
 	}
-	if o.hot > limit {
-		return fail(exitUsage, fmt.Errorf("--hot %d: there are %d clusters", o.hot, limit))
-	}
 	cfg.Pattern = loadgen.Pattern{Envoy: o.envoy, GRPC: o.grpc, DeltaPercent: o.deltaPercent,
 		EnvoyMin: min(envoySpan.lo, limit), EnvoyMax: min(envoySpan.hi, limit), GRPCMin: min(grpcSpan.lo, limit), GRPCMax: min(grpcSpan.hi, limit),
-		Hot: o.hot, Skew: o.skew, Localities: o.localities, StreamsPerConn: o.streamsPerConn, Metadata: o.metadata, Seed: o.seed}
+		Hot: min(o.hot, limit), Skew: o.skew, Localities: o.localities, StreamsPerConn: o.streamsPerConn, Metadata: o.metadata, Seed: o.seed}
 	if o.sample != "" {
 		if cfg.Pattern.Sample, err = readSample(ctx, o.sample); err != nil {
 			return fail(exitInvalid, fmt.Errorf("--sample %s: %w", o.sample, err))
