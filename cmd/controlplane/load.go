@@ -280,9 +280,9 @@ func runLoad(ctx context.Context, o loadOptions, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "error: %v\n", err)
 			return exitInvalid
 		}
-		f, err := loadgen.NewFleet(cfg.Addr, cfg.Clusters, specs, nil, log)
+		f, err := loadgen.NewFleet(cfg.Addr, cfg.Clusters, specs, log)
 		if err == nil {
-			err = loadgen.RunWorker(ctx, f, len(cfg.Clusters), os.Stdin, stdout)
+			err = loadgen.RunWorker(ctx, f, os.Stdin, stdout)
 		}
 		if err != nil {
 			log.Error("worker failed", "err", err)

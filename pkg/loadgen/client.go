@@ -45,6 +45,10 @@ type Spec struct {
 	// Subscribe are the clusters it subscribes to, as indices into the
 	// fleet's cluster names, ascending and without repeats.
 	Subscribe []int32
+	// Denied are clusters it subscribes to by name as well and must not be
+	// served (another audience's): they are not awaited, and each one
+	// received counts as a leak. Ascending, none in Subscribe.
+	Denied []int32
 	// Conn groups streams: specs with the same Conn share one connection
 	// (a pod with two channels); each distinct Conn is one connection.
 	Conn int
@@ -82,34 +86,45 @@ type Fleet struct {
 	delivered atomic.Int64
 	changed   chan struct{} // signalled on each delivery, capacity 1
 
-	strays, unattributed, cdsLosses, resent, updates atomic.Int64
-	strayMu                                          sync.Mutex
-	strayNames                                       []string
+	strays, leaks, unattributed, cdsLosses, resent, updates atomic.Int64
+	strayMu                                                 sync.Mutex
+	strayNames, leakNames                                   []string
 
 	errOnce sync.Once
 	err     atomic.Pointer[error]
 }
 
 // NewFleet is a fleet of specs against addr; clusters are the names
-// Spec.Subscribe indexes, flips the log of changes it credits.
-func NewFleet(addr string, clusters []string, specs []Spec, flips *FlipLog, log *slog.Logger) (*Fleet, error) {
-	f := &Fleet{addr: addr, clusters: clusters, index: make(map[string]int32, len(clusters)), specs: specs, flips: flips,
+// Spec.Subscribe indexes. Its flip log (Log) credits the receipts.
+func NewFleet(addr string, clusters []string, specs []Spec, log *slog.Logger) (*Fleet, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	f := &Fleet{addr: addr, clusters: clusters, index: make(map[string]int32, len(clusters)), specs: specs,
 		log: log, syncedCh: make(chan struct{}), changed: make(chan struct{}, 1)}
 	for i, c := range clusters {
 		f.index[c] = int32(i)
 	}
 	for i, s := range specs {
-		for j, c := range s.Subscribe {
-			if c < 0 || int(c) >= len(clusters) || j > 0 && s.Subscribe[j-1] >= c {
-				return nil, fmt.Errorf("client %d (%s): subscription %v: want ascending indices below %d", i, s.Node.ID, s.Subscribe, len(clusters))
+		for _, list := range [][]int32{s.Subscribe, s.Denied} {
+			for j, c := range list {
+				if c < 0 || int(c) >= len(clusters) || j > 0 && list[j-1] >= c {
+					return nil, fmt.Errorf("client %d (%s): subscription %v, denied %v: want ascending indices below %d",
+						i, s.Node.ID, s.Subscribe, s.Denied, len(clusters))
+				}
 			}
 		}
 	}
+	f.flips = NewFlipLog(len(clusters), f.Subscribers())
 	if len(specs) == 0 {
 		close(f.syncedCh)
 	}
 	return f, nil
 }
+
+// Log is the fleet's flip log: a flip logged before it is written is
+// credited to each subscriber when new content arrives.
+func (f *Fleet) Log() *FlipLog { return f.flips }
 
 // Clients is how many clients the fleet holds.
 func (f *Fleet) Clients() int { return len(f.specs) }
@@ -166,6 +181,10 @@ type Counters struct {
 	// CDS wildcard subscribes to every cluster); StrayNames the first of them.
 	Strays     int64    `json:"strays"`
 	StrayNames []string `json:"strayNames,omitempty"`
+	// Leaks are resources of a Spec.Denied cluster a client received;
+	// LeakNames the first of them.
+	Leaks     int64    `json:"leaks"`
+	LeakNames []string `json:"leakNames,omitempty"`
 	// Unattributed are new contents no logged flip explains.
 	Unattributed int64 `json:"unattributed"`
 	// CDSLosses are CDS responses that dropped a cluster a client had.
@@ -179,9 +198,9 @@ type Counters struct {
 // Counters is the fleet's counters now.
 func (f *Fleet) Counters() Counters {
 	f.strayMu.Lock()
-	names := slices.Clone(f.strayNames)
+	names, leaks := slices.Clone(f.strayNames), slices.Clone(f.leakNames)
 	f.strayMu.Unlock()
-	return Counters{Strays: f.strays.Load(), StrayNames: names, Unattributed: f.unattributed.Load(),
+	return Counters{Strays: f.strays.Load(), StrayNames: names, Leaks: f.leaks.Load(), LeakNames: leaks, Unattributed: f.unattributed.Load(),
 		CDSLosses: f.cdsLosses.Load(), Updates: f.updates.Load(), Resent: f.resent.Load()}
 }
 
@@ -190,6 +209,15 @@ func (f *Fleet) stray(name []byte, typeURL string) {
 	f.strayMu.Lock()
 	if len(f.strayNames) < maxStrayNames {
 		f.strayNames = append(f.strayNames, string(name)+" ("+shortType(typeURL)+")")
+	}
+	f.strayMu.Unlock()
+}
+
+func (f *Fleet) leak(name []byte, typeURL string) {
+	f.leaks.Add(1)
+	f.strayMu.Lock()
+	if len(f.leakNames) < maxStrayNames {
+		f.leakNames = append(f.leakNames, string(name)+" ("+shortType(typeURL)+")")
 	}
 	f.strayMu.Unlock()
 }
@@ -231,6 +259,9 @@ func (f *Fleet) Start(ctx context.Context) error {
 			c.cdsHeld = make([]bool, len(s.Subscribe))
 		}
 		for _, u := range s.Subscribe {
+			c.names = AppendNames(c.names, f.clusters[u])
+		}
+		for _, u := range s.Denied {
 			c.names = AppendNames(c.names, f.clusters[u])
 		}
 		f.clients = append(f.clients, c)
@@ -448,6 +479,10 @@ func (c *client) dropCDS(name []byte) {
 // resource records one resource of a response.
 func (c *client) resource(name, typeURL, value []byte) error {
 	u, known := c.f.index[string(name)]
+	if _, denied := slices.BinarySearch(c.spec.Denied, u); known && denied {
+		c.f.leak(name, string(typeURL))
+		return nil
+	}
 	switch string(typeURL) {
 	case TypeCDS:
 		switch {
@@ -490,9 +525,7 @@ func (c *client) resource(name, typeURL, value []byte) error {
 	case old == 0:
 		c.hashes[p] = sum
 		c.got++
-		if c.f.flips != nil {
-			c.cursors[p] = int32(c.f.flips.before(u, c.at)) // what it holds reflects these
-		}
+		c.cursors[p] = int32(c.f.flips.before(u, c.at)) // what it holds reflects these
 	default:
 		c.hashes[p] = sum
 		c.f.updates.Add(1)
@@ -512,10 +545,6 @@ func hashOf(b []byte) uint64 {
 // (position p) at c.at: every flip of u written before then that it has
 // not credited yet is delivered (the content reflects it, or a later state).
 func (c *client) credit(u int32, p int) {
-	if c.f.flips == nil {
-		c.f.unattributed.Add(1)
-		return
-	}
 	n := c.f.flips.credit(u, &c.cursors[p], c.at, &c.f.Conv)
 	if n == 0 {
 		c.f.unattributed.Add(1)

@@ -124,11 +124,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		f, err := NewFleet(cfg.Addr, cfg.Clusters, specs, nil, log)
+		f, err := NewFleet(cfg.Addr, cfg.Clusters, specs, log)
 		if err != nil {
 			return nil, err
 		}
-		p := newLocalPart(f, len(cfg.Clusters))
+		p := newLocalPart(f)
 		if err := f.Start(ctx); err != nil {
 			return nil, err
 		}
@@ -278,10 +278,16 @@ func (r *Report) add(p PartResult) {
 	r.ConvergenceData = h.Data()
 	c := &r.Counters
 	c.Strays += p.Counters.Strays
+	c.Leaks += p.Counters.Leaks
 	c.Unattributed += p.Counters.Unattributed
 	c.CDSLosses += p.Counters.CDSLosses
 	c.Updates += p.Counters.Updates
 	c.Resent += p.Counters.Resent
+	for _, n := range p.Counters.LeakNames {
+		if len(c.LeakNames) < maxStrayNames {
+			c.LeakNames = append(c.LeakNames, n)
+		}
+	}
 	for _, n := range p.Counters.StrayNames {
 		if len(c.StrayNames) < maxStrayNames {
 			c.StrayNames = append(c.StrayNames, n)

@@ -52,11 +52,7 @@ type localPart struct {
 	log *FlipLog
 }
 
-func newLocalPart(f *Fleet, clusters int) *localPart {
-	l := NewFlipLog(clusters, f.Subscribers())
-	f.flips = l
-	return &localPart{f: f, log: l}
-}
+func newLocalPart(f *Fleet) *localPart { return &localPart{f: f, log: f.Log()} }
 
 func (p *localPart) synced(ctx context.Context) error {
 	for {
@@ -134,8 +130,8 @@ const maxWorkerLine = 16 << 20
 // RunWorker runs the fleet f as a worker process's part: it reads the
 // parent's messages from in and answers on out, until the parent ends it
 // (or in closes, or ctx ends).
-func RunWorker(ctx context.Context, f *Fleet, clusters int, in io.Reader, out io.Writer) error {
-	p := newLocalPart(f, clusters)
+func RunWorker(ctx context.Context, f *Fleet, in io.Reader, out io.Writer) error {
+	p := newLocalPart(f)
 	enc := json.NewEncoder(out)
 	fail := func(err error) error {
 		_ = enc.Encode(workerMsg{Error: err.Error()})

@@ -145,6 +145,7 @@ var layers = []struct {
 		"test/layering",
 		"test/logkeys",
 		"test/resilience",
+		"test/scale",
 		"test/scale/cmd/benchscale",
 		"test/soak",
 	}},
