@@ -11,11 +11,8 @@ import (
 	"testing"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"poise.dev/poise/pkg/loadgen"
 )
@@ -122,48 +119,9 @@ func TestTinyRun(t *testing.T) {
 	}
 }
 
-// TestParse reads responses built with the generated messages.
-func TestParse(t *testing.T) {
-	cla := &endpointv3.ClusterLoadAssignment{ClusterName: loadgen.ClusterName(42)}
-	cl := &clusterv3.Cluster{Name: loadgen.ClusterName(7)}
-	claAny, _ := anypb.New(cla)
-	clAny, _ := anypb.New(cl)
-	sotw, err := proto.Marshal(&discovery.DiscoveryResponse{VersionInfo: "v9", Resources: []*anypb.Any{claAny, clAny},
-		TypeUrl: loadgen.TypeEDS, Nonce: "n3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	h, err := loadgen.ParseSotW(sotw, func(typeURL, value []byte) error {
-		name, err := loadgen.ResourceName(value)
-		got = append(got, string(typeURL)+" "+string(name)+" "+strconv.Itoa(loadgen.ClusterIndex(name)))
-		return err
-	})
-	if err != nil || string(h.Version) != "v9" || string(h.Nonce) != "n3" || string(h.TypeURL) != loadgen.TypeEDS {
-		t.Fatalf("header %q %q %q, %v", h.Version, h.Nonce, h.TypeURL, err)
-	}
-	want := []string{loadgen.TypeEDS + " bench/svc-0042 42", loadgen.TypeCDS + " bench/svc-0007 7"}
-	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
-		t.Errorf("resources %q, want %q", got, want)
-	}
-
-	delta, err := proto.Marshal(&discovery.DeltaDiscoveryResponse{TypeUrl: loadgen.TypeEDS, Nonce: "d1",
-		Resources: []*discovery.Resource{{Name: loadgen.ClusterName(3), Version: "x", Resource: claAny}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got = nil
-	h, err = loadgen.ParseDelta(delta, func(name, typeURL, value []byte) error {
-		got = append(got, string(name)+" "+string(typeURL))
-		if !bytes.Equal(value, claAny.Value) {
-			t.Errorf("value %x, want %x", value, claAny.Value)
-		}
-		return nil
-	})
-	if err != nil || string(h.Nonce) != "d1" || string(h.TypeURL) != loadgen.TypeEDS || len(got) != 1 || got[0] != "bench/svc-0003 "+loadgen.TypeEDS {
-		t.Errorf("delta: %q %q %q, %v", h.Nonce, h.TypeURL, got, err)
-	}
-
+// TestRequests: the requests a client sends decode as the messages they
+// stand for (pkg/loadgen's tests read the responses).
+func TestRequests(t *testing.T) {
 	// The requests a client sends decode as the messages they stand for.
 	f := newFleet(10, 2, 3, false)
 	c := &client{f: f, id: "n"}
