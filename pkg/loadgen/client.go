@@ -58,6 +58,9 @@ type Spec struct {
 	Token string
 }
 
+// connBuffer is the read and write buffer of a connection.
+const connBuffer = 8 << 10
+
 // maxRecvMsg bounds one response a client reads.
 const maxRecvMsg = 256 << 20
 
@@ -86,9 +89,9 @@ type Fleet struct {
 	delivered atomic.Int64
 	changed   chan struct{} // signalled on each delivery, capacity 1
 
-	strays, leaks, unattributed, cdsLosses, resent, updates atomic.Int64
-	strayMu                                                 sync.Mutex
-	strayNames, leakNames                                   []string
+	strays, leaks, cdsLosses, resent, updates atomic.Int64
+	strayMu                                   sync.Mutex
+	strayNames, leakNames                     []string
 
 	errOnce sync.Once
 	err     atomic.Pointer[error]
@@ -115,7 +118,7 @@ func NewFleet(addr string, clusters []string, specs []Spec, log *slog.Logger) (*
 			}
 		}
 	}
-	f.flips = NewFlipLog(len(clusters), f.Subscribers())
+	f.flips = NewFlipLog(len(clusters), f.Subscribers(), &f.Conv, f.deliver)
 	if len(specs) == 0 {
 		close(f.syncedCh)
 	}
@@ -185,7 +188,7 @@ type Counters struct {
 	// LeakNames the first of them.
 	Leaks     int64    `json:"leaks"`
 	LeakNames []string `json:"leakNames,omitempty"`
-	// Unattributed are new contents no logged flip explains.
+	// Unattributed are receipts of new content no logged flip explains.
 	Unattributed int64 `json:"unattributed"`
 	// CDSLosses are CDS responses that dropped a cluster a client had.
 	CDSLosses int64 `json:"cdsLosses"`
@@ -200,7 +203,7 @@ func (f *Fleet) Counters() Counters {
 	f.strayMu.Lock()
 	names, leaks := slices.Clone(f.strayNames), slices.Clone(f.leakNames)
 	f.strayMu.Unlock()
-	return Counters{Strays: f.strays.Load(), StrayNames: names, Leaks: f.leaks.Load(), LeakNames: leaks, Unattributed: f.unattributed.Load(),
+	return Counters{Strays: f.strays.Load(), StrayNames: names, Leaks: f.leaks.Load(), LeakNames: leaks, Unattributed: f.flips.Pending(),
 		CDSLosses: f.cdsLosses.Load(), Updates: f.updates.Load(), Resent: f.resent.Load()}
 }
 
@@ -290,6 +293,10 @@ func (f *Fleet) dial(s *Spec) (*grpc.ClientConn, error) {
 			MinConnectTimeout: 20 * time.Second,
 		}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvMsg), grpc.ForceCodecV2(RawCodec{})),
+		// A simulated client is mostly idle: small buffers, the write
+		// buffer given back between writes, keep the generator's memory
+		// per connection low so that one process holds thousands.
+		grpc.WithReadBufferSize(connBuffer), grpc.WithWriteBufferSize(connBuffer), grpc.WithSharedWriteBuffer(true),
 	}
 	if s.TLS != nil {
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(s.TLS)))
@@ -525,7 +532,7 @@ func (c *client) resource(name, typeURL, value []byte) error {
 	case old == 0:
 		c.hashes[p] = sum
 		c.got++
-		c.cursors[p] = int32(c.f.flips.before(u, c.at)) // what it holds reflects these
+		c.f.flips.first(u, &c.cursors[p], c.at)
 	default:
 		c.hashes[p] = sum
 		c.f.updates.Add(1)
@@ -544,15 +551,13 @@ func hashOf(b []byte) uint64 {
 // credit records that the client received new content for cluster u
 // (position p) at c.at: every flip of u written before then that it has
 // not credited yet is delivered (the content reflects it, or a later state).
-func (c *client) credit(u int32, p int) {
-	n := c.f.flips.credit(u, &c.cursors[p], c.at, &c.f.Conv)
-	if n == 0 {
-		c.f.unattributed.Add(1)
-		return
-	}
-	c.f.delivered.Add(int64(n))
+func (c *client) credit(u int32, p int) { c.f.flips.credit(u, &c.cursors[p], c.at) }
+
+// deliver counts n deliveries and wakes a waiter.
+func (f *Fleet) deliver(n int) {
+	f.delivered.Add(int64(n))
 	select {
-	case c.f.changed <- struct{}{}:
+	case f.changed <- struct{}{}:
 	default:
 	}
 }

@@ -36,10 +36,12 @@ func (r *Report) WriteText(w io.Writer) error {
 	c := r.Convergence
 	row("convergence", "p50 %s  p90 %s  p99 %s  max %s  (%d deliveries)", ms(c.P50Us), ms(c.P90Us), ms(c.P99Us), ms(c.MaxUs), c.N)
 	if p := r.Plane; p != nil {
+		row("plane CPU for the start", "%.3f s (%.1f µs per client)", p.StartCPUSeconds, p.StartCPUSeconds/float64(max(r.Clients, 1))*1e6)
 		row("plane CPU", "%.3f s, %.3f cores (idle %.3f cores)", p.CPUSeconds, p.Cores, p.IdleCores)
 		row("plane CPU per change", "%.3f ms", p.PerChangeMs)
 		row("plane CPU per client per change", "%.1f µs", p.PerDeliveryUs)
-		row("plane RSS", "%s after the start (%.1f KiB per client), %s at the end", mib(p.RSSStartBytes), p.RSSPerClientBytes/1024, mib(p.RSSEndBytes))
+		row("plane RSS", "%s before the clients, %s after the start (%.1f KiB per client), %s at the end",
+			mib(p.RSSBeforeBytes), mib(p.RSSStartBytes), p.RSSPerClientBytes/1024, mib(p.RSSEndBytes))
 	} else {
 		row("plane CPU", "not read (give -pid or -admin)")
 	}

@@ -96,10 +96,15 @@ type PlaneReport struct {
 	// delivery (per client per change): the cost a fleet scales by.
 	PerChangeMs   float64 `json:"cpuPerChangeMs"`
 	PerDeliveryUs float64 `json:"cpuPerDeliveryUs"`
-	// RSS after the start (every client synced) and at the end.
-	RSSStartBytes float64 `json:"rssStartBytes"`
-	RSSEndBytes   float64 `json:"rssEndBytes"`
-	// RSSPerClientBytes is the RSS after the start over the clients.
+	// StartCPUSeconds is its CPU from before the clients connected to
+	// every client synced.
+	StartCPUSeconds float64 `json:"startCpuSeconds"`
+	// RSS before the clients connected, after the start (every client
+	// synced) and at the end.
+	RSSBeforeBytes float64 `json:"rssBeforeBytes"`
+	RSSStartBytes  float64 `json:"rssStartBytes"`
+	RSSEndBytes    float64 `json:"rssEndBytes"`
+	// RSSPerClientBytes is what the start added to the RSS, per client.
 	RSSPerClientBytes float64 `json:"rssPerClientBytes"`
 }
 
@@ -117,6 +122,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	var before PlaneSample
+	if cfg.Plane.Enabled() {
+		var err error
+		if before, err = cfg.Plane.Sample(ctx); err != nil {
+			return nil, fmt.Errorf("read the plane: %w", err)
+		}
+	}
 	start := time.Now()
 	var parts []part
 	if procs == 1 {
@@ -164,7 +176,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read the plane: %w", err)
 		}
-		rep.Plane = &PlaneReport{RSSStartBytes: idle.RSSBytes, RSSPerClientBytes: idle.RSSBytes / float64(max(rep.Clients, 1))}
+		rep.Plane = &PlaneReport{RSSBeforeBytes: before.RSSBytes, RSSStartBytes: idle.RSSBytes, StartCPUSeconds: idle.CPUSeconds - before.CPUSeconds,
+			RSSPerClientBytes: (idle.RSSBytes - before.RSSBytes) / float64(max(rep.Clients, 1))}
 		if cfg.Idle > 0 {
 			select {
 			case <-time.After(cfg.Idle):
