@@ -207,20 +207,17 @@ func (f *Fleet) Counters() Counters {
 		CDSLosses: f.cdsLosses.Load(), Updates: f.updates.Load(), Resent: f.resent.Load()}
 }
 
-func (f *Fleet) stray(name []byte, typeURL string) {
-	f.strays.Add(1)
-	f.strayMu.Lock()
-	if len(f.strayNames) < maxStrayNames {
-		f.strayNames = append(f.strayNames, string(name)+" ("+shortType(typeURL)+")")
-	}
-	f.strayMu.Unlock()
-}
+func (f *Fleet) stray(name []byte, typeURL string) { f.note(&f.strays, &f.strayNames, name, typeURL) }
 
-func (f *Fleet) leak(name []byte, typeURL string) {
-	f.leaks.Add(1)
+func (f *Fleet) leak(name []byte, typeURL string) { f.note(&f.leaks, &f.leakNames, name, typeURL) }
+
+// note counts a resource received in n and keeps its name in names, up to
+// maxStrayNames of them.
+func (f *Fleet) note(n *atomic.Int64, names *[]string, name []byte, typeURL string) {
+	n.Add(1)
 	f.strayMu.Lock()
-	if len(f.leakNames) < maxStrayNames {
-		f.leakNames = append(f.leakNames, string(name)+" ("+shortType(typeURL)+")")
+	if len(*names) < maxStrayNames {
+		*names = append(*names, string(name)+" ("+shortType(typeURL)+")")
 	}
 	f.strayMu.Unlock()
 }

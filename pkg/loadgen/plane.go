@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -57,38 +58,29 @@ func (p PlaneProbe) Sample(ctx context.Context) (PlaneSample, error) {
 }
 
 func (p PlaneProbe) metrics(ctx context.Context) (map[string]float64, error) {
-	hc := p.Client
-	if hc == nil {
-		hc = &http.Client{Timeout: 10 * time.Second}
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.AdminURL+"/metrics", nil)
+	b, err := getAdmin(ctx, p.Client, p.AdminURL+"/metrics", maxMetricsBytes)
 	if err != nil {
 		return nil, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s/metrics: %s", p.AdminURL, resp.Status)
-	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxMetricsBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("GET %s/metrics: %w", p.AdminURL, err)
-	}
-	if len(b) > maxMetricsBytes {
-		return nil, fmt.Errorf("GET %s/metrics: longer than %d bytes", p.AdminURL, maxMetricsBytes)
 	}
 	return ParseMetrics(b)
 }
 
 // FetchSample is the plane's /debug/clients, for Pattern.Sample.
 func FetchSample(ctx context.Context, adminURL string, hc *http.Client) ([]SampleClient, error) {
+	b, err := getAdmin(ctx, hc, adminURL+"/debug/clients", MaxSampleBytes)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSample(bytes.NewReader(b))
+}
+
+// getAdmin is the body of GET url, at most limit bytes (hc nil: a client
+// with a 30 s timeout).
+func getAdmin(ctx context.Context, hc *http.Client, url string, limit int64) ([]byte, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, adminURL+"/debug/clients", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +90,14 @@ func FetchSample(ctx context.Context, adminURL string, hc *http.Client) ([]Sampl
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s/debug/clients: %s", adminURL, resp.Status)
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	return ParseSample(resp.Body)
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("GET %s: longer than %d bytes", url, limit)
+	}
+	return b, nil
 }
