@@ -12,9 +12,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -256,6 +258,10 @@ func runLoad(ctx context.Context, o loadOptions, stdout, stderr io.Writer) int {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	// Interrupted, the run ends its clients and its workers (whose
+	// commands end with ctx) before it returns.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	var h slog.Handler = slog.NewTextHandler(stderr, nil)
 	if o.logFormat == "json" {
 		h = slog.NewJSONHandler(stderr, nil)

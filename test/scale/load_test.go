@@ -6,7 +6,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"encoding/xml"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -271,5 +273,12 @@ func TestLoadCommand(t *testing.T) {
 	}
 	if !strings.HasPrefix(string(svg), "<svg ") || !strings.Contains(string(svg), "<polyline") || !strings.Contains(string(svg), "p99 ") {
 		t.Errorf("the plot is no convergence CDF:\n%s", svg)
+	}
+	for d := xml.NewDecoder(bytes.NewReader(svg)); ; {
+		if _, err := d.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("the plot is not well-formed XML: %v\n%s", err, svg)
+		}
 	}
 }
