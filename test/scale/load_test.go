@@ -28,6 +28,11 @@ import (
 	"poise.dev/poise/test/testkit"
 )
 
+// bin is the controlplane binary, built once for the package.
+var bin string
+
+func TestMain(m *testing.M) { os.Exit(cpbinary.Main(m, &bin)) }
+
 // private is tenant-b's upstream, exported to its own namespace alone.
 const private = `apiVersion: poise.dev/v1alpha1
 kind: Upstream
@@ -58,7 +63,6 @@ type plane struct {
 
 func startPlane(t *testing.T, upstreams int) *plane {
 	t.Helper()
-	bin := cpbinary.Build(t)
 	p := &plane{root: t.TempDir()}
 	var err error
 	if p.tree, err = loadgen.Generate(p.root, upstreams); err != nil {
@@ -240,7 +244,7 @@ func TestLoadCommand(t *testing.T) {
 	plot := filepath.Join(t.TempDir(), "convergence.svg")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, cpbinary.Build(t), "load", "--xds-address", p.xds, "--pid", fmt.Sprint(p.proc.Pid()),
+	cmd := exec.CommandContext(ctx, bin, "load", "--xds-address", p.xds, "--pid", fmt.Sprint(p.proc.Pid()),
 		"--churn", "files", "--tree", p.root, "--upstreams", "20", "--envoy", "20", "--grpc", "30", "--envoy-clusters", "3-10",
 		"--streams-per-connection", "2", "--procs", "2", "--rate", "50", "--duration", "400ms", "--idle", "0", "--drain", "60s",
 		"--tls-cert", p.certFileA, "--tls-key", p.keyFile, "--tls-ca", p.caFile, "-o", "json", "--plot", plot, "--log-format", "json")
