@@ -84,8 +84,9 @@ func newLoadCmd(stdout, stderr io.Writer) *cobra.Command {
 		Long: `load connects simulated xDS clients to a running control plane, as a fleet of
 Envoys and proxyless gRPC clients would: Envoy-like clients subscribe to CDS as
 a wildcard and EDS by name, gRPC-like clients send grpc-go's node (its user
-agent, client features and locality) and subscribe to CDS and EDS by name, so
-the plane renders them per endpoint. Each client ACKs everything, and records
+agent, client features and locality) and subscribe by name to their targets'
+listeners, routes, clusters and endpoints, so the plane renders them per
+endpoint. Each client ACKs everything, and records
 when each resource it subscribed to changed and a hash of its content.
 
 Subscriptions follow the flags (a few hot clusters every client uses, a long

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,8 +26,8 @@ type Kind uint8
 const (
 	// Envoy: CDS as a wildcard, EDS by name, the weighted rendering.
 	Envoy Kind = iota
-	// GRPC: grpc-go's node, CDS and EDS by name for its few targets; the
-	// plane renders it per endpoint.
+	// GRPC: grpc-go's node, LDS, RDS, CDS and EDS by name for its few
+	// targets; the plane renders it per endpoint.
 	GRPC
 )
 
@@ -74,9 +75,12 @@ type Fleet struct {
 	addr     string
 	clusters []string
 	index    map[string]int32
-	specs    []Spec
-	flips    *FlipLog
-	log      *slog.Logger
+	// listenerIndex names each cluster's API listener (ListenerName),
+	// which a gRPC client subscribes to first.
+	listenerIndex map[string]int32
+	specs         []Spec
+	flips         *FlipLog
+	log           *slog.Logger
 
 	conns   []*grpc.ClientConn
 	clients []*client
@@ -89,9 +93,9 @@ type Fleet struct {
 	delivered atomic.Int64
 	changed   chan struct{} // signalled on each delivery, capacity 1
 
-	strays, leaks, cdsLosses, resent, updates atomic.Int64
-	strayMu                                   sync.Mutex
-	strayNames, leakNames                     []string
+	strays, leaks, cdsLosses, resent, updates, listeners, routes atomic.Int64
+	strayMu                                                      sync.Mutex
+	strayNames, leakNames                                        []string
 
 	errOnce sync.Once
 	err     atomic.Pointer[error]
@@ -105,8 +109,12 @@ func NewFleet(addr string, clusters []string, specs []Spec, log *slog.Logger) (*
 	}
 	f := &Fleet{addr: addr, clusters: clusters, index: make(map[string]int32, len(clusters)), specs: specs,
 		log: log, syncedCh: make(chan struct{}), changed: make(chan struct{}, 1)}
+	f.listenerIndex = make(map[string]int32, len(clusters))
 	for i, c := range clusters {
 		f.index[c] = int32(i)
+		if l, ok := ListenerName(c); ok {
+			f.listenerIndex[l] = int32(i)
+		}
 	}
 	for i, s := range specs {
 		for _, list := range [][]int32{s.Subscribe, s.Denied} {
@@ -196,6 +204,9 @@ type Counters struct {
 	// content the client held.
 	Updates int64 `json:"updates"`
 	Resent  int64 `json:"resent"`
+	// Listeners and Routes are LDS and RDS resources gRPC clients received.
+	Listeners int64 `json:"listeners"`
+	Routes    int64 `json:"routes"`
 }
 
 // Counters is the fleet's counters now.
@@ -204,7 +215,7 @@ func (f *Fleet) Counters() Counters {
 	names, leaks := slices.Clone(f.strayNames), slices.Clone(f.leakNames)
 	f.strayMu.Unlock()
 	return Counters{Strays: f.strays.Load(), StrayNames: names, Leaks: f.leaks.Load(), LeakNames: leaks, Unattributed: f.flips.Pending(),
-		CDSLosses: f.cdsLosses.Load(), Updates: f.updates.Load(), Resent: f.resent.Load()}
+		CDSLosses: f.cdsLosses.Load(), Updates: f.updates.Load(), Resent: f.resent.Load(), Listeners: f.listeners.Load(), Routes: f.routes.Load()}
 }
 
 func (f *Fleet) stray(name []byte, typeURL string) { f.note(&f.strays, &f.strayNames, name, typeURL) }
@@ -224,6 +235,10 @@ func (f *Fleet) note(n *atomic.Int64, names *[]string, name []byte, typeURL stri
 
 func shortType(typeURL string) string {
 	switch typeURL {
+	case TypeLDS:
+		return "LDS"
+	case TypeRDS:
+		return "RDS"
 	case TypeCDS:
 		return "CDS"
 	case TypeEDS:
@@ -258,11 +273,11 @@ func (f *Fleet) Start(ctx context.Context) error {
 		} else {
 			c.cdsHeld = make([]bool, len(s.Subscribe))
 		}
-		for _, u := range s.Subscribe {
+		for _, u := range slices.Concat(s.Subscribe, s.Denied) {
 			c.names = AppendNames(c.names, f.clusters[u])
-		}
-		for _, u := range s.Denied {
-			c.names = AppendNames(c.names, f.clusters[u])
+			if l, ok := ListenerName(f.clusters[u]); ok && s.Node.Kind == GRPC {
+				c.ldsNames = AppendNames(c.ldsNames, l)
+			}
 		}
 		f.clients = append(f.clients, c)
 	}
@@ -327,7 +342,9 @@ type client struct {
 	conn  *grpc.ClientConn
 	node  []byte
 	delta bool
-	names []byte // the subscription, encoded once
+	names []byte // the subscription, encoded once: CDS, EDS and (gRPC) RDS names
+	// ldsNames are a gRPC client's listeners, one per target.
+	ldsNames []byte
 
 	hashes  []uint64 // per subscribed cluster: the FNV-1a of its EDS content, 0 before any
 	cursors []int32  // per subscribed cluster: flips credited
@@ -359,17 +376,23 @@ func (c *client) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// CDS (an Envoy's wildcard, a gRPC client's targets by name, with the
-	// node), then EDS by name.
-	first := &OutMsg{Head: AppendFirst(nil, c.delta, c.node, TypeCDS)}
+	// An Envoy: CDS as a wildcard with the node, then EDS by name. A gRPC
+	// client: its targets' listeners with the node, then their routes,
+	// clusters and endpoints by name (grpc-go asks for each as the one
+	// before names it; the names here are the plane's, known up front).
+	var reqs []*OutMsg
 	if c.spec.Node.Kind == GRPC {
-		first.Tail = c.names
+		reqs = []*OutMsg{{Head: AppendFirst(nil, c.delta, c.node, TypeLDS), Tail: c.ldsNames},
+			{Head: AppendACK(nil, c.delta, Header{TypeURL: []byte(TypeRDS)}), Tail: c.names},
+			{Head: AppendACK(nil, c.delta, Header{TypeURL: []byte(TypeCDS)}), Tail: c.names}}
+	} else {
+		reqs = []*OutMsg{{Head: AppendFirst(nil, c.delta, c.node, TypeCDS)}}
 	}
-	if err := stream.SendMsg(first); err != nil {
-		return err
-	}
-	if err := stream.SendMsg(&OutMsg{Head: AppendACK(nil, c.delta, Header{TypeURL: []byte(TypeEDS)}), Tail: c.names}); err != nil {
-		return err
+	reqs = append(reqs, &OutMsg{Head: AppendACK(nil, c.delta, Header{TypeURL: []byte(TypeEDS)}), Tail: c.names})
+	for _, r := range reqs {
+		if err := stream.SendMsg(r); err != nil {
+			return err
+		}
 	}
 	var in InMsg
 	for {
@@ -385,7 +408,11 @@ func (c *client) run(ctx context.Context) error {
 		}
 		msg := &OutMsg{Head: AppendACK(nil, c.delta, h)}
 		// A SotW ACK repeats the subscription of a type subscribed by name.
-		if !c.delta && (string(h.TypeURL) == TypeEDS || c.spec.Node.Kind == GRPC) {
+		switch {
+		case c.delta:
+		case string(h.TypeURL) == TypeLDS:
+			msg.Tail = c.ldsNames
+		case string(h.TypeURL) == TypeEDS || c.spec.Node.Kind == GRPC:
 			msg.Tail = c.names
 		}
 		if err := stream.SendMsg(msg); err != nil {
@@ -436,6 +463,7 @@ func (c *client) handle(b []byte, at int64) (Header, error) {
 		for _, name := range h.RemovedNames {
 			c.dropCDS(name)
 		}
+	case TypeLDS, TypeRDS:
 	case TypeEDS:
 		for _, name := range h.RemovedNames {
 			if u, ok := c.f.index[string(name)]; ok {
@@ -482,7 +510,11 @@ func (c *client) dropCDS(name []byte) {
 
 // resource records one resource of a response.
 func (c *client) resource(name, typeURL, value []byte) error {
-	u, known := c.f.index[string(name)]
+	index := c.f.index
+	if string(typeURL) == TypeLDS {
+		index = c.f.listenerIndex
+	}
+	u, known := index[string(name)]
 	if _, denied := slices.BinarySearch(c.spec.Denied, u); known && denied {
 		c.f.leak(name, string(typeURL))
 		return nil
@@ -508,6 +540,15 @@ func (c *client) resource(name, typeURL, value []byte) error {
 				c.cdsHeld[p] = true
 				c.cdsN++
 			}
+		}
+		return nil
+	case TypeLDS, TypeRDS:
+		if !known || c.cds != nil || c.pos(u) < 0 {
+			c.f.stray(name, string(typeURL))
+		} else if string(typeURL) == TypeLDS {
+			c.f.listeners.Add(1)
+		} else {
+			c.f.routes.Add(1)
 		}
 		return nil
 	case TypeEDS:
@@ -592,3 +633,13 @@ func (f *Fleet) Holdings() [][]Holding {
 // HashOf is the content hash Holding.Hash holds for a resource's
 // serialized message, for comparing with an independent fetch.
 func HashOf(b []byte) uint64 { return hashOf(b) }
+
+// ListenerName is the API listener a gRPC client dials for cluster
+// NAMESPACE/NAME: xds:///NAME.NAMESPACE; false for a name of another form.
+func ListenerName(cluster string) (string, bool) {
+	ns, name, ok := strings.Cut(cluster, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return "", false
+	}
+	return name + "." + ns, true
+}

@@ -296,6 +296,8 @@ func (r *Report) add(p PartResult) {
 	c.CDSLosses += p.Counters.CDSLosses
 	c.Updates += p.Counters.Updates
 	c.Resent += p.Counters.Resent
+	c.Listeners += p.Counters.Listeners
+	c.Routes += p.Counters.Routes
 	for _, n := range p.Counters.LeakNames {
 		if len(c.LeakNames) < maxStrayNames {
 			c.LeakNames = append(c.LeakNames, n)

@@ -168,6 +168,9 @@ func TestLoadFleetConverges(t *testing.T) {
 		t.Errorf("the histogram counts %d deliveries; %d were due", conv.N, expected)
 	}
 	c := fleet.Counters()
+	if c.Listeners < int64(pattern.GRPC) || c.Routes < int64(pattern.GRPC) {
+		t.Errorf("the gRPC clients received %d listeners and %d routes; want one of each per target", c.Listeners, c.Routes)
+	}
 	if c.Strays != 0 || c.Leaks != 0 || c.Unattributed != 0 || c.CDSLosses != 0 {
 		t.Errorf("strays %d %v, leaks %d %v, unexplained updates %d, CDS losses %d: want none",
 			c.Strays, c.StrayNames, c.Leaks, c.LeakNames, c.Unattributed, c.CDSLosses)
