@@ -267,7 +267,7 @@ func (f *Fleet) Start(ctx context.Context) error {
 			return err
 		}
 		c := &client{f: f, spec: s, conn: conn, node: node, delta: s.Delta,
-			hashes: make([]uint64, len(s.Subscribe)), cursors: make([]int32, len(s.Subscribe))}
+			hashes: make([]uint64, len(s.Subscribe)), recvAt: make([]int64, len(s.Subscribe)), cursors: make([]int32, len(s.Subscribe))}
 		if s.Node.Kind == Envoy {
 			c.cds = make([]uint64, (len(f.clusters)+63)/64)
 		} else {
@@ -347,6 +347,7 @@ type client struct {
 	ldsNames []byte
 
 	hashes  []uint64 // per subscribed cluster: the FNV-1a of its EDS content, 0 before any
+	recvAt  []int64  // per subscribed cluster: when its EDS content last changed (Unix ns)
 	cursors []int32  // per subscribed cluster: flips credited
 	got     int      // subscribed clusters whose EDS arrived
 	cds     []uint64 // Envoy: the clusters CDS gave it, a bit per fleet cluster
@@ -568,11 +569,11 @@ func (c *client) resource(name, typeURL, value []byte) error {
 	case old == sum:
 		c.f.resent.Add(1)
 	case old == 0:
-		c.hashes[p] = sum
+		c.hashes[p], c.recvAt[p] = sum, c.at
 		c.got++
 		c.f.flips.first(u, &c.cursors[p], c.at)
 	default:
-		c.hashes[p] = sum
+		c.hashes[p], c.recvAt[p] = sum, c.at
 		c.f.updates.Add(1)
 		c.credit(u, p)
 	}
@@ -606,6 +607,8 @@ type Holding struct {
 	// Hash is the FNV-1a of its ClusterLoadAssignment's serialized
 	// message (with the lowest bit set), 0 when none arrived.
 	Hash uint64
+	// Received is when that content arrived.
+	Received time.Time
 	// CDS says whether the client holds the cluster's Cluster.
 	CDS bool
 }
@@ -617,7 +620,7 @@ func (f *Fleet) Holdings() [][]Holding {
 	for i, c := range f.clients {
 		c.mu.Lock()
 		for p, u := range c.spec.Subscribe {
-			h := Holding{Cluster: f.clusters[u], Hash: c.hashes[p]}
+			h := Holding{Cluster: f.clusters[u], Hash: c.hashes[p], Received: time.Unix(0, c.recvAt[p])}
 			if c.cds != nil {
 				h.CDS = c.cds[u/64]&(1<<(u%64)) != 0
 			} else {

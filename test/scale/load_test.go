@@ -143,9 +143,12 @@ func TestLoadFleetConverges(t *testing.T) {
 	t.Logf("%d clients (%d of tenant-b) on %d connections synced in %v", fleet.Clients(), tenantB, fleet.Connections(), time.Since(start))
 
 	// 45 flips: every upstream once, the hot ones and some more twice.
+	lastFlip := map[string]time.Time{}
 	for i := range 45 {
 		u := i % upstreams
-		fleet.Log().Add(int32(u), time.Now().UnixNano())
+		at := time.Now()
+		lastFlip[clusters[u]] = at
+		fleet.Log().Add(int32(u), at.UnixNano())
 		if err := churn.Flip(ctx, u); err != nil {
 			t.Fatal(err)
 		}
@@ -183,6 +186,9 @@ func TestLoadFleetConverges(t *testing.T) {
 		fresh := fetchEDS(t, ctx, p.xds, s, clusters)
 		for _, h := range held[i] {
 			want, ok := fresh[h.Cluster]
+			if at, flipped := lastFlip[h.Cluster]; flipped && !h.Received.After(at) {
+				t.Errorf("client %s: %s last changed at %v, before its last flip at %v", s.Node.ID, h.Cluster, h.Received, at)
+			}
 			if !ok || h.Hash != want || !h.CDS {
 				t.Errorf("client %s (%s, delta %v): %s holds %x (CDS %v), a fresh stream is served %x (%v)",
 					s.Node.ID, s.Node.Kind, s.Delta, h.Cluster, h.Hash, h.CDS, want, ok)
