@@ -99,6 +99,7 @@ type Fleet struct {
 
 	errOnce sync.Once
 	err     atomic.Pointer[error]
+	failed  chan struct{} // closed at the first error
 }
 
 // NewFleet is a fleet of specs against addr; clusters are the names
@@ -108,7 +109,7 @@ func NewFleet(addr string, clusters []string, specs []Spec, log *slog.Logger) (*
 		log = slog.New(slog.DiscardHandler)
 	}
 	f := &Fleet{addr: addr, clusters: clusters, index: make(map[string]int32, len(clusters)), specs: specs,
-		log: log, syncedCh: make(chan struct{}), changed: make(chan struct{}, 1)}
+		log: log, syncedCh: make(chan struct{}), changed: make(chan struct{}, 1), failed: make(chan struct{})}
 	f.listenerIndex = make(map[string]int32, len(clusters))
 	for i, c := range clusters {
 		f.index[c] = int32(i)
@@ -161,8 +162,14 @@ func (f *Fleet) Subscribers() []int32 {
 }
 
 func (f *Fleet) fail(err error) {
-	f.errOnce.Do(func() { f.err.Store(&err) })
+	f.errOnce.Do(func() {
+		f.err.Store(&err)
+		close(f.failed)
+	})
 }
+
+// Failed is closed once a client failed (Err says how).
+func (f *Fleet) Failed() <-chan struct{} { return f.failed }
 
 // Err is the first error of any client, or nil.
 func (f *Fleet) Err() error {

@@ -55,17 +55,13 @@ type localPart struct {
 func newLocalPart(f *Fleet) *localPart { return &localPart{f: f, log: f.Log()} }
 
 func (p *localPart) synced(ctx context.Context) error {
-	for {
-		select {
-		case <-p.f.Synced():
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("%d of %d clients hold their subscription: %w", p.f.SyncedCount(), p.f.Clients(), ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-			if err := p.f.Err(); err != nil {
-				return err
-			}
-		}
+	select {
+	case <-p.f.Synced():
+		return nil
+	case <-p.f.Failed():
+		return p.f.Err()
+	case <-ctx.Done():
+		return fmt.Errorf("%d of %d clients hold their subscription: %w", p.f.SyncedCount(), p.f.Clients(), ctx.Err())
 	}
 }
 
@@ -83,14 +79,13 @@ wait:
 	for p.f.Delivered() < expected {
 		select {
 		case <-p.f.Changed():
+		case <-p.f.Failed():
+			return PartResult{}, p.f.Err()
 		case <-timer.C:
 			timedOut = true
 			break wait
 		case <-ctx.Done():
 			return PartResult{}, ctx.Err()
-		}
-		if err := p.f.Err(); err != nil {
-			return PartResult{}, err
 		}
 	}
 	r := PartResult{Clients: p.f.Clients(), Connections: p.f.Connections(), Synced: p.f.SyncedCount(),

@@ -137,6 +137,8 @@ func TestLoadFleetConverges(t *testing.T) {
 	defer fleet.Close()
 	select {
 	case <-fleet.Synced():
+	case <-fleet.Failed():
+		t.Fatal(fleet.Err())
 	case <-ctx.Done():
 		t.Fatalf("%d of %d clients hold their subscription; first error: %v", fleet.SyncedCount(), fleet.Clients(), fleet.Err())
 	}
@@ -157,6 +159,8 @@ func TestLoadFleetConverges(t *testing.T) {
 	for fleet.Delivered() < expected {
 		select {
 		case <-fleet.Changed():
+		case <-fleet.Failed():
+			t.Fatal(fleet.Err())
 		case <-ctx.Done():
 			t.Fatalf("%d of %d deliveries; first error: %v", fleet.Delivered(), expected, fleet.Err())
 		}
