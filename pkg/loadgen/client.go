@@ -527,6 +527,10 @@ func (c *client) resource(name, typeURL, value []byte) error {
 		c.f.leak(name, string(typeURL))
 		return nil
 	}
+	p := -1 // its place in the subscription
+	if known {
+		p = c.pos(u)
+	}
 	switch string(typeURL) {
 	case TypeCDS:
 		switch {
@@ -536,10 +540,6 @@ func (c *client) resource(name, typeURL, value []byte) error {
 				c.cdsN++
 			}
 		default:
-			p := -1
-			if known {
-				p = c.pos(u)
-			}
 			if p < 0 {
 				c.f.stray(name, TypeCDS)
 				return nil
@@ -551,7 +551,7 @@ func (c *client) resource(name, typeURL, value []byte) error {
 		}
 		return nil
 	case TypeLDS, TypeRDS:
-		if !known || c.cds != nil || c.pos(u) < 0 {
+		if c.cds != nil || p < 0 {
 			c.f.stray(name, string(typeURL))
 		} else if string(typeURL) == TypeLDS {
 			c.f.listeners.Add(1)
@@ -562,10 +562,6 @@ func (c *client) resource(name, typeURL, value []byte) error {
 	case TypeEDS:
 	default:
 		return fmt.Errorf("resource %s of unexpected type %q", name, typeURL)
-	}
-	p := -1
-	if known {
-		p = c.pos(u)
 	}
 	if p < 0 {
 		c.f.stray(name, TypeEDS)
