@@ -121,6 +121,7 @@ func TestExitCodes(t *testing.T) {
 		},
 		"load": {
 			{[]string{"load", "--tree", filepath.Join(dir, "tree"), "--upstreams", "3", "--generate-only"}, exitOK, ""},
+			{[]string{"load", "--tree", filepath.Join(invalid, "tree"), "--generate-only"}, exitInvalid, "--tree " + filepath.Join(invalid, "tree")},
 			{[]string{"load", "--xds-address", "127.0.0.1:1", "--sample", missing}, exitInvalid, "--sample " + missing},
 			{[]string{"load"}, exitUsage, "--xds-address HOST:PORT is required"},
 			{[]string{"load", "--xds-address", "127.0.0.1:1", "--churn", "files"}, exitUsage, "--churn files needs --tree DIR"},

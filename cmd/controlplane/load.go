@@ -86,8 +86,8 @@ Envoys and proxyless gRPC clients would: Envoy-like clients subscribe to CDS as
 a wildcard and EDS by name, gRPC-like clients send grpc-go's node (its user
 agent, client features and locality) and subscribe by name to their targets'
 listeners, routes, clusters and endpoints, so the plane renders them per
-endpoint. Each client ACKs everything, and records
-when each resource it subscribed to changed and a hash of its content.
+endpoint. Each client ACKs everything, and records when each resource it
+subscribed to changed and a hash of its content.
 
 Subscriptions follow the flags (a few hot clusters every client uses, a long
 tail drawn by popularity) or copy a live fleet's shapes (--sample: the admin
@@ -105,7 +105,7 @@ change and per client per change. --procs spreads the clients over worker
 processes (this command again), so the generator never runs out of file
 descriptors first. docs/performance.md says how to size a fleet with it.`,
 		Example: `  # a tree of 500 upstreams, served by a staging replica on this machine
-  controlplane load --churn files --tree /tmp/fleet --upstreams 500 --generate-only
+  controlplane load --tree /tmp/fleet --upstreams 500 --generate-only
   controlplane serve -f /tmp/fleet/manifests &
   controlplane load --xds-address 127.0.0.1:18000 --admin-address 127.0.0.1:19000 \
     --churn files --tree /tmp/fleet --upstreams 500 --envoy 1000 --grpc 4000 \
@@ -338,8 +338,8 @@ func (o *loadOptions) config(ctx context.Context, log *slog.Logger, stderr io.Wr
 		return cfg, code
 	}
 	worker := o.worker != ""
-	switch o.churn {
-	case "files":
+	switch {
+	case o.churn == "files" || o.generateOnly:
 		var t *loadgen.Tree
 		var err error
 		if worker {
@@ -347,9 +347,11 @@ func (o *loadOptions) config(ctx context.Context, log *slog.Logger, stderr io.Wr
 		} else if t, err = loadgen.Generate(o.tree, o.upstreams); err != nil {
 			return fail(exitInvalid, fmt.Errorf("--tree %s: %w", o.tree, err))
 		}
-		cfg.Churn = loadgen.FileChurn{Tree: t}
-		cfg.Clusters = cfg.Churn.Clusters()
-	case "kube":
+		if o.churn == "files" {
+			cfg.Churn = loadgen.FileChurn{Tree: t}
+		}
+		cfg.Clusters = loadgen.FileChurn{Tree: t}.Clusters()
+	case o.churn == "kube":
 		rc, err := kubeContext(o.kubeconfig, o.context)
 		if err != nil {
 			return fail(exitUsage, err)
