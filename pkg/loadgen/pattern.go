@@ -172,8 +172,10 @@ func (s SampleClient) kind() Kind {
 	return Envoy
 }
 
-// EDSNames is how many ClusterLoadAssignments the client was last sent (a
-// SotW client's whole subscription; a Delta client's last change), at least 1.
+// EDSNames is how many ClusterLoadAssignments the client's last EDS
+// response carried, at least 1: its subscription when the plane sent it
+// whole, else the part that changed last (a Delta client's, or a SotW
+// client's when a response carried a subset, as EDS may).
 func (s SampleClient) EDSNames() int {
 	for t, st := range s.Types {
 		if t == TypeEDS || t == "EDS" {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -183,6 +184,10 @@ func TestLoadFleetConverges(t *testing.T) {
 			c.Strays, c.StrayNames, c.Leaks, c.LeakNames, c.Unattributed, c.CDSLosses)
 	}
 
+	// The live fleet, as /debug/clients shows it, is a sample a pattern
+	// copies: kinds, protocols, zones, features and EDS names.
+	checkSample(t, ctx, p.admin, specs, clusters)
+
 	// Each client holds what a fresh stream of its node and identity is
 	// served now, decoded independently; tenant-a's are served no private.
 	held := fleet.Holdings()
@@ -296,6 +301,56 @@ func TestLoadCommand(t *testing.T) {
 			break
 		} else if err != nil {
 			t.Fatalf("the plot is not well-formed XML: %v\n%s", err, svg)
+		}
+	}
+}
+
+// checkSample reads the plane's /debug/clients while specs are connected
+// and draws a fleet of the same size from it: the same number of each
+// kind and protocol, the zones and features its clients sent, as many EDS
+// names as a client's last EDS response carried.
+func checkSample(t *testing.T, ctx context.Context, admin string, specs []loadgen.Spec, clusters []string) {
+	t.Helper()
+	sample, err := loadgen.FetchSample(ctx, "http://"+admin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sample) != len(specs) {
+		t.Fatalf("/debug/clients lists %d clients, %d are connected", len(sample), len(specs))
+	}
+	copied, err := loadgen.Pattern{Envoy: len(sample), Sample: sample, IDPrefix: "copy-"}.Specs(clusters, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type shape struct {
+		kind        loadgen.Kind
+		delta       bool
+		zone        string
+		perEndpoint bool
+	}
+	count := func(ss []loadgen.Spec) map[shape]int {
+		m := map[shape]int{}
+		for _, s := range ss {
+			features := s.Node.Features
+			if features == nil {
+				features = loadgen.DefaultFeatures(s.Node.Kind)
+			}
+			m[shape{s.Node.Kind, s.Delta, s.Node.Region + "/" + s.Node.Zone, slices.Contains(features, loadgen.FeatureNoOverprovisioning)}]++
+		}
+		return m
+	}
+	if got, want := count(copied), count(specs); !reflect.DeepEqual(got, want) {
+		t.Errorf("the copied fleet's shapes %v, the live one's %v", got, want)
+	}
+	byID := map[string]loadgen.Spec{}
+	for _, s := range specs {
+		byID[s.Node.ID] = s
+	}
+	for i, sm := range sample {
+		s, ok := byID[sm.NodeID]
+		// as many as its last EDS response carried: at most its subscription
+		if n := len(copied[i].Subscribe); !ok || n < 1 || n > len(s.Subscribe) {
+			t.Errorf("%s (listed %v) subscribes to %d; its copy to %d", sm.NodeID, ok, len(s.Subscribe), n)
 		}
 	}
 }
