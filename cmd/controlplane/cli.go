@@ -123,7 +123,7 @@ priority → locality → endpoint derivation it publishes.`,
 	root.SetUsageTemplate(strings.ReplaceAll(root.UsageTemplate(), ".FlagUsages", fmt.Sprintf(".FlagUsagesWrapped %d", helpWidth(stdout))))
 	root.AddCommand(newServeCmd(stdout, stderr), newExplainCmd(stdout, stderr), newExplainRouteCmd(stdout, stderr),
 		newValidateCmd(stdout, stderr), newVersionCmd(stdout, stderr, info), newStatusCmd(stdout, stderr), newProxyConfigCmd(stdout, stderr),
-		newCreateRemoteSecretCmd(stdout, stderr))
+		newCreateRemoteSecretCmd(stdout, stderr), newLoadCmd(stdout, stderr))
 	// cobra's completion command, which without this prints its help for
 	// a shell it does not know
 	root.InitDefaultCompletionCmd()

@@ -119,6 +119,14 @@ func TestExitCodes(t *testing.T) {
 			{[]string{"completion", "tcsh"}, exitUsage, `unknown command "tcsh" for "controlplane completion"`},
 			{[]string{"completion"}, exitUsage, "completion needs a shell"},
 		},
+		"load": {
+			{[]string{"load", "--tree", filepath.Join(dir, "tree"), "--upstreams", "3", "--generate-only"}, exitOK, ""},
+			{[]string{"load", "--tree", filepath.Join(invalid, "tree"), "--generate-only"}, exitInvalid, "--tree " + filepath.Join(invalid, "tree")},
+			{[]string{"load", "--xds-address", "127.0.0.1:1", "--sample", missing}, exitInvalid, "--sample " + missing},
+			{[]string{"load"}, exitUsage, "--xds-address HOST:PORT is required"},
+			{[]string{"load", "--xds-address", "127.0.0.1:1", "--churn", "files"}, exitUsage, "--churn files needs --tree DIR"},
+			{[]string{"load", "--xds-address", "127.0.0.1:1", "--grpc-clusters", "5-1"}, exitUsage, `--grpc-clusters "5-1": want N or MIN-MAX`},
+		},
 		"help": {
 			{[]string{"help", "serve"}, exitOK, ""},
 			{[]string{"help"}, exitOK, ""},

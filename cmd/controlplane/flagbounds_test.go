@@ -53,6 +53,22 @@ var flagBounds = []flagBound{
 	{"proxy-config", "timeout", []string{"100ms", "10m"}, []string{"0", "-1s", "99ms", "10m1s", "1000000h"}, "100ms to 10m0s"},
 	{"proxy-config", "admin-port", []string{"0", "65535"}, []string{"-1", "65536", "99999999999"}, "0 (the pod's --admin-address, else 19000) to 65535"},
 	{"create-remote-secret", "timeout", []string{"1ms", "10m"}, []string{"0", "-1s", "10m1s", "1000000h"}, "above 0s, at most 10m0s"},
+	{"load", "envoy", []string{"0", "100000"}, []string{"-1", "100001", "99999999999"}, "0 to 100000"},
+	{"load", "grpc", []string{"0", "100000"}, []string{"-1", "100001", "99999999999"}, "0 to 100000"},
+	{"load", "delta-percent", []string{"0", "100"}, []string{"-1", "101", "99999999999"}, "0 to 100"},
+	{"load", "hot", []string{"0", "62500"}, []string{"-1", "62501", "99999999999"}, "0 to 62500 (cut to the clusters there are)"},
+	{"load", "skew", []string{"0", "10"}, []string{"-0.5", "10.5", "NaN", "1e300"}, "0 to 10"},
+	{"load", "localities", []string{"1", "1000"}, []string{"0", "-1", "1001", "99999999999"}, "1 to 1000"},
+	{"load", "streams-per-connection", []string{"1", "100"}, []string{"0", "-1", "101", "99999999999"}, "1 to 100"},
+	{"load", "upstreams", []string{"1", "62500"}, []string{"0", "-1", "62501", "99999999999"}, "1 to 62500"},
+	{"load", "pid", []string{"0", "4194304"}, []string{"-1", "4194305", "99999999999"}, "0 (none) to 4194304"},
+	{"load", "rate", []string{"0.001", "100000"}, []string{"0", "-1", "100000.5", "NaN", "1e300"}, "above 0, at most 100000"},
+	{"load", "duration", []string{"0", "24h"}, []string{"-1s", "24h0m1s", "1000000h"}, "0s to 24h0m0s"},
+	{"load", "drain", []string{"0", "1h"}, []string{"-1s", "1h0m1s", "1000000h"}, "0s to 1h0m0s"},
+	{"load", "idle", []string{"0", "1m"}, []string{"-1s", "1m1s", "1000000h"}, "0s to 1m0s"},
+	{"load", "sync-timeout", []string{"1s", "1h"}, []string{"0", "-1s", "999ms", "1h0m1s", "1000000h"}, "1s to 1h0m0s"},
+	{"load", "procs", []string{"1", "64"}, []string{"0", "-1", "65", "99999999999"}, "1 to 64"},
+	{"load", "seed", []string{"0", "18446744073709551615"}, []string{"-1", "18446744073709551616"}, "0 to 18446744073709551615"},
 }
 
 // numeric says whether a flag holds a number: an integer of any width, a
@@ -120,6 +136,8 @@ func TestFlagBounds(t *testing.T) {
 			return []string{"proxy-config", "envoy-1", "--admin-address", "127.0.0.1:1"}
 		case b.cmd == "status":
 			return []string{"status", "--admin-address", "127.0.0.1:1"}
+		case b.cmd == "load":
+			return []string{"load", "--xds-address", "127.0.0.1:1", "--sample", missing}
 		case b.cmd == "create-remote-secret":
 			return []string{"create-remote-secret", "--kubeconfig", dead, "--context", "dead", "--name", "east"}
 		}

@@ -4,7 +4,8 @@
 // or from a cluster), explain-route a spatial request's routing, and
 // validate checks manifests as serve would; status and proxy-config ask
 // running replicas whom and what they serve; create-remote-secret registers
-// a remote cluster. Each command parses its flags and hands the work to pkg/.
+// a remote cluster; load simulates a fleet of clients against a plane and
+// measures it. Each command parses its flags and hands the work to pkg/.
 package main
 
 import (

@@ -30,7 +30,8 @@ var layers = []struct {
 	// types and their generated CRDs, the Kubernetes side's condition
 	// vocabulary, CRD schema check, Lease election and shared ConfigMaps, the
 	// spatial cell map, the table of xDS types, the Prometheus collectors,
-	// the "did you mean" of names and the clients' consistent-hash tables.
+	// the "did you mean" of names, the clients' consistent-hash tables and
+	// the simulated fleet of `controlplane load`.
 	{"leaves", "leaves: standard library and third-party code only", []string{
 		"api/v1alpha1",
 		"config/crd",
@@ -40,6 +41,7 @@ var layers = []struct {
 		"pkg/kube/crdschema",
 		"pkg/kube/leader",
 		"pkg/kube/shares",
+		"pkg/loadgen",
 		"pkg/metrics",
 		"pkg/partitionmap",
 		"pkg/partitionmap/luatest",
@@ -143,6 +145,7 @@ var layers = []struct {
 		"test/layering",
 		"test/logkeys",
 		"test/resilience",
+		"test/scale",
 		"test/scale/cmd/benchscale",
 		"test/soak",
 	}},

@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
+
+	"poise.dev/poise/pkg/loadgen"
 )
 
 // fleet is the bench's ADS clients and what they share: the names they
@@ -39,7 +41,7 @@ func newFleet(n, w0, w int, delta bool) *fleet {
 	f := &fleet{n: n, w0: w0, w: w, delta: delta, epoch: time.Now(), seed: maphash.MakeSeed()}
 	// SotW resource_names and Delta resource_names_subscribe are both field 3.
 	for u := w0; u < w0+w; u++ {
-		f.names = appendStringField(f.names, reqResourceNames, clusterName(u))
+		f.names = loadgen.AppendNames(f.names, loadgen.ClusterName(u))
 	}
 	return f
 }
@@ -110,7 +112,7 @@ func (f *fleet) connect(ctx context.Context, addr string, count int) error {
 				Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
 				MinConnectTimeout: 20 * time.Second,
 			}),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.ForceCodecV2(rawCodec{})))
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30), grpc.ForceCodecV2(loadgen.RawCodec{})))
 		if err != nil {
 			return err
 		}
@@ -146,30 +148,23 @@ func (c *client) node() []byte {
 }
 
 func (c *client) run(ctx context.Context) error {
-	method := methodSotW
+	method := loadgen.MethodSotW
 	if c.f.delta {
-		method = methodDelta
+		method = loadgen.MethodDelta
 	}
 	stream, err := c.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method, grpc.WaitForReady(true))
 	if err != nil {
 		return err
 	}
 	// Wildcard CDS (with the node), then EDS for the subscribed names.
-	var first []byte
-	if c.f.delta {
-		first = appendBytesField(nil, dreqNode, c.node())
-		first = appendStringField(first, dreqTypeURL, typeCDS)
-	} else {
-		first = appendBytesField(nil, reqNode, c.node())
-		first = appendStringField(first, reqTypeURL, typeCDS)
-	}
-	if err := stream.SendMsg(&outMsg{head: first}); err != nil {
+	first := loadgen.AppendFirst(nil, c.f.delta, c.node(), loadgen.TypeCDS)
+	if err := stream.SendMsg(&loadgen.OutMsg{Head: first}); err != nil {
 		return err
 	}
-	if err := stream.SendMsg(&outMsg{head: c.ack(header{typeURL: []byte(typeEDS)}), tail: c.f.names}); err != nil {
+	if err := stream.SendMsg(&loadgen.OutMsg{Head: c.ack(loadgen.Header{TypeURL: []byte(loadgen.TypeEDS)}), Tail: c.f.names}); err != nil {
 		return err
 	}
-	var in inMsg
+	var in loadgen.InMsg
 	for {
 		if err := stream.RecvMsg(&in); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -178,57 +173,37 @@ func (c *client) run(ctx context.Context) error {
 			return err
 		}
 		at := c.f.now()
-		h, err := c.handle(in.buf, at)
+		h, err := c.handle(in.Buf, at)
 		if err != nil {
 			return err
 		}
-		msg := &outMsg{head: c.ack(h)}
-		if string(h.typeURL) == typeEDS {
-			msg.tail = c.f.names // a SotW ACK repeats the subscription
-		}
-		if c.f.delta {
-			msg.tail = nil // a Delta ACK carries the nonce alone
+		msg := &loadgen.OutMsg{Head: c.ack(h)}
+		if string(h.TypeURL) == loadgen.TypeEDS && !c.f.delta {
+			msg.Tail = c.f.names // a SotW ACK repeats the subscription
 		}
 		if err := stream.SendMsg(msg); err != nil {
 			return err
 		}
-		if cap(in.buf) > 1<<20 {
-			in.buf = nil // the initial responses are large; the rest are not
+		if cap(in.Buf) > 1<<20 {
+			in.Buf = nil // the initial responses are large; the rest are not
 		}
 	}
 }
 
 // ack is the head of a request that ACKs h (or, with no nonce, the first
-// request of h's type). It copies what it keeps of h.
-func (c *client) ack(h header) []byte {
-	var b []byte
-	if c.f.delta {
-		b = appendBytesField(b, dreqTypeURL, h.typeURL)
-		if h.nonce != nil {
-			b = appendBytesField(b, dreqResponseNonce, h.nonce)
-		}
-		return b
-	}
-	if h.version != nil {
-		b = appendBytesField(b, reqVersionInfo, h.version)
-	}
-	b = appendBytesField(b, reqTypeURL, h.typeURL)
-	if h.nonce != nil {
-		b = appendBytesField(b, reqResponseNonce, h.nonce)
-	}
-	return b
-}
+// request of h's type).
+func (c *client) ack(h loadgen.Header) []byte { return loadgen.AppendACK(nil, c.f.delta, h) }
 
 // handle records one response received at time at.
-func (c *client) handle(b []byte, at int64) (header, error) {
-	var h header
+func (c *client) handle(b []byte, at int64) (loadgen.Header, error) {
+	var h loadgen.Header
 	var err error
 	c.at = at
 	if c.f.delta {
-		h, err = parseDelta(b, c.resource)
+		h, err = loadgen.ParseDelta(b, c.resource)
 	} else {
-		h, err = parseSotW(b, func(typeURL, value []byte) error {
-			name, err := bytesField(value, resName)
+		h, err = loadgen.ParseSotW(b, func(typeURL, value []byte) error {
+			name, err := loadgen.ResourceName(value)
 			if err != nil {
 				return err
 			}
@@ -238,22 +213,22 @@ func (c *client) handle(b []byte, at int64) (header, error) {
 	if err != nil {
 		return h, fmt.Errorf("response: %w", err)
 	}
-	switch string(h.typeURL) {
-	case typeCDS:
+	switch string(h.TypeURL) {
+	case loadgen.TypeCDS:
 		c.cdsResponses.Add(1)
 		if !c.f.delta {
 			c.cds = c.sotwCDS
 		}
 		// Every upstream stays in every file: a response that lacks or
 		// removes clusters after startup means the server lost some.
-		if c.synced && (!c.f.delta && c.sotwCDS < c.f.n || h.removed > 0) {
+		if c.synced && (!c.f.delta && c.sotwCDS < c.f.n || h.Removed > 0) {
 			c.cdsLosses.Add(1)
 		}
 		c.sotwCDS = 0
-	case typeEDS:
+	case loadgen.TypeEDS:
 		c.edsResponses.Add(1)
 	default:
-		return h, fmt.Errorf("response of unexpected type %q", h.typeURL)
+		return h, fmt.Errorf("response of unexpected type %q", h.TypeURL)
 	}
 	if !c.synced && c.got == c.f.w && c.cds >= c.f.n {
 		c.synced = true
@@ -271,21 +246,21 @@ func (c *client) handle(b []byte, at int64) (header, error) {
 // resource records one resource of a response.
 func (c *client) resource(name, typeURL, value []byte) error {
 	switch string(typeURL) {
-	case typeCDS:
+	case loadgen.TypeCDS:
 		if !c.f.delta {
 			c.sotwCDS++ // a SotW CDS response is the whole set
 			return nil
 		}
-		if u := clusterIndex(name); u >= 0 && u < len(c.cdsSet) && !c.cdsSet[u] {
+		if u := loadgen.ClusterIndex(name); u >= 0 && u < len(c.cdsSet) && !c.cdsSet[u] {
 			c.cdsSet[u] = true
 			c.cds++
 		}
 		return nil
-	case typeEDS:
+	case loadgen.TypeEDS:
 	default:
 		return fmt.Errorf("resource of unexpected type %q", typeURL)
 	}
-	u := clusterIndex(name)
+	u := loadgen.ClusterIndex(name)
 	if u < c.f.w0 || u >= c.f.w0+c.f.w {
 		c.strays.Add(1)
 		return nil

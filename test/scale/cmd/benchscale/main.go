@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"poise.dev/poise/pkg/loadgen"
 )
 
 func main() {
@@ -198,7 +200,7 @@ func runSize(o *options, name string, endpoints int, stdout io.Writer) ([]*resul
 	}
 	n := endpoints / 20
 	start := time.Now()
-	t, err := generate(root, n)
+	t, err := loadgen.Generate(root, n)
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}

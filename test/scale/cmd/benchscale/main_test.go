@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
+
+	"poise.dev/poise/pkg/loadgen"
 )
 
 // TestTinyRun runs the whole bench at a tiny size against the real binary:
@@ -33,7 +32,7 @@ func TestTinyRun(t *testing.T) {
 	}
 
 	// The generated manifests are valid, flipped or not.
-	tr, err := generate(filepath.Join(dir, "validate"), 50)
+	tr, err := loadgen.Generate(filepath.Join(dir, "validate"), 50)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +40,7 @@ func TestTinyRun(t *testing.T) {
 		if out, err := exec.Command(bin, "validate", "-f", tr.Dir).CombinedOutput(); err != nil {
 			t.Fatalf("validate after %d flips: %v\n%s", i, err, out)
 		}
-		if err := tr.flip(7); err != nil {
+		if err := tr.Flip(7); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -120,66 +119,27 @@ func TestTinyRun(t *testing.T) {
 	}
 }
 
-// TestParse reads responses built with the generated messages.
-func TestParse(t *testing.T) {
-	cla := &endpointv3.ClusterLoadAssignment{ClusterName: clusterName(42)}
-	cl := &clusterv3.Cluster{Name: clusterName(7)}
-	claAny, _ := anypb.New(cla)
-	clAny, _ := anypb.New(cl)
-	sotw, err := proto.Marshal(&discovery.DiscoveryResponse{VersionInfo: "v9", Resources: []*anypb.Any{claAny, clAny},
-		TypeUrl: typeEDS, Nonce: "n3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	h, err := parseSotW(sotw, func(typeURL, value []byte) error {
-		name, err := bytesField(value, resName)
-		got = append(got, string(typeURL)+" "+string(name)+" "+strconv.Itoa(clusterIndex(name)))
-		return err
-	})
-	if err != nil || string(h.version) != "v9" || string(h.nonce) != "n3" || string(h.typeURL) != typeEDS {
-		t.Fatalf("header %q %q %q, %v", h.version, h.nonce, h.typeURL, err)
-	}
-	want := []string{typeEDS + " bench/svc-0042 42", typeCDS + " bench/svc-0007 7"}
-	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
-		t.Errorf("resources %q, want %q", got, want)
-	}
-
-	delta, err := proto.Marshal(&discovery.DeltaDiscoveryResponse{TypeUrl: typeEDS, Nonce: "d1",
-		Resources: []*discovery.Resource{{Name: clusterName(3), Version: "x", Resource: claAny}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got = nil
-	h, err = parseDelta(delta, func(name, typeURL, value []byte) error {
-		got = append(got, string(name)+" "+string(typeURL))
-		if !bytes.Equal(value, claAny.Value) {
-			t.Errorf("value %x, want %x", value, claAny.Value)
-		}
-		return nil
-	})
-	if err != nil || string(h.nonce) != "d1" || string(h.typeURL) != typeEDS || len(got) != 1 || got[0] != "bench/svc-0003 "+typeEDS {
-		t.Errorf("delta: %q %q %q, %v", h.nonce, h.typeURL, got, err)
-	}
-
+// TestRequests: the requests a client sends decode as the messages they
+// stand for (pkg/loadgen's tests read the responses).
+func TestRequests(t *testing.T) {
 	// The requests a client sends decode as the messages they stand for.
 	f := newFleet(10, 2, 3, false)
 	c := &client{f: f, id: "n"}
 	var req discovery.DiscoveryRequest
-	ack := append(c.ack(header{version: []byte("v9"), typeURL: []byte(typeEDS), nonce: []byte("n3")}), f.names...)
+	ack := append(c.ack(loadgen.Header{Version: []byte("v9"), TypeURL: []byte(loadgen.TypeEDS), Nonce: []byte("n3")}), f.names...)
 	if err := proto.Unmarshal(ack, &req); err != nil {
 		t.Fatal(err)
 	}
-	if req.GetVersionInfo() != "v9" || req.GetResponseNonce() != "n3" || req.GetTypeUrl() != typeEDS ||
+	if req.GetVersionInfo() != "v9" || req.GetResponseNonce() != "n3" || req.GetTypeUrl() != loadgen.TypeEDS ||
 		len(req.GetResourceNames()) != 3 || req.GetResourceNames()[0] != "bench/svc-0002" || req.GetResourceNames()[2] != "bench/svc-0004" {
 		t.Errorf("SotW ACK decodes as %v", &req)
 	}
 	f.delta = true
 	var dreq discovery.DeltaDiscoveryRequest
-	if err := proto.Unmarshal(append(c.ack(header{typeURL: []byte(typeEDS)}), f.names...), &dreq); err != nil {
+	if err := proto.Unmarshal(append(c.ack(loadgen.Header{TypeURL: []byte(loadgen.TypeEDS)}), f.names...), &dreq); err != nil {
 		t.Fatal(err)
 	}
-	if dreq.GetTypeUrl() != typeEDS || len(dreq.GetResourceNamesSubscribe()) != 3 || dreq.GetResponseNonce() != "" {
+	if dreq.GetTypeUrl() != loadgen.TypeEDS || len(dreq.GetResourceNamesSubscribe()) != 3 || dreq.GetResponseNonce() != "" {
 		t.Errorf("Delta subscription decodes as %v", &dreq)
 	}
 }

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"poise.dev/poise/pkg/loadgen"
 )
 
 // server is a running `controlplane serve`.
@@ -169,52 +168,13 @@ func (s *server) get(path string) ([]byte, error) {
 	return b, nil
 }
 
-// metrics is the admin /metrics in the Prometheus text format, by series
-// ("name{labels}").
+// metrics is the admin /metrics, by series ("name{labels}").
 func (s *server) metrics() (map[string]float64, error) {
 	b, err := s.get("/metrics")
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
-}
-
-// sum adds the series of metric name whose labels contain every one of want
-// (e.g. `type="EDS"`).
-func sum(m map[string]float64, name string, want ...string) float64 {
-	var t float64
-	for k, v := range m {
-		series, labels, _ := strings.Cut(k, "{")
-		if series != name {
-			continue
-		}
-		ok := true
-		for _, w := range want {
-			ok = ok && strings.Contains(labels, w)
-		}
-		if ok {
-			t += v
-		}
-	}
-	return t
+	return loadgen.ParseMetrics(b)
 }
 
 // gc makes the server collect its garbage, through the heap profile's gc=1,
@@ -233,72 +193,9 @@ func (s *server) gc() error {
 	return os.WriteFile(fmt.Sprintf("%s-%d.pb.gz", s.profiles, s.profileCount), b, 0o644)
 }
 
-// clockTicks is sysconf(_SC_CLK_TCK), from getconf; 100 when unknown.
-var clockTicks = func() float64 {
-	out, err := exec.Command("getconf", "CLK_TCK").Output()
-	if err == nil {
-		if v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && v > 0 {
-			return v
-		}
-	}
-	return 100
-}()
-
-// cpuSeconds is utime+stime of a process ("self" for this one), from
-// /proc/PID/stat.
-func cpuSeconds(pid string) (float64, error) {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// The command name, field 2, is in parentheses and may hold spaces.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, errors.New("malformed /proc stat")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, errors.New("malformed /proc stat")
-	}
-	// f[0] is field 3 (state): utime and stime are fields 14 and 15.
-	ut, err1 := strconv.ParseFloat(f[11], 64)
-	st, err2 := strconv.ParseFloat(f[12], 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return (ut + st) / clockTicks, nil
-}
-
-func (s *server) cpu() (float64, error) { return cpuSeconds(strconv.Itoa(s.cmd.Process.Pid)) }
+func (s *server) cpu() (float64, error) { return loadgen.CPUSeconds(strconv.Itoa(s.cmd.Process.Pid)) }
 
 // memory is VmRSS and VmHWM (the peak) of the process, in bytes.
 func (s *server) memory() (rss, hwm float64, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/status")
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) != 2 || f[1] != "kB" {
-			continue
-		}
-		n, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "VmRSS":
-			rss = n * 1024
-		case "VmHWM":
-			hwm = n * 1024
-		}
-	}
-	if rss == 0 {
-		return 0, 0, errors.New("no VmRSS in /proc status")
-	}
-	return rss, hwm, nil
+	return loadgen.Memory(strconv.Itoa(s.cmd.Process.Pid))
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"poise.dev/poise/pkg/loadgen"
 )
 
 // runConfig serves t to r.Clients clients and measures startup, memory, single
 // flips and the sustained phase into r.
-func runConfig(o *options, t *tree, r *result, logPath string, stdout io.Writer) error {
+func runConfig(o *options, t *loadgen.Tree, r *result, logPath string, stdout io.Writer) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -18,7 +20,7 @@ func runConfig(o *options, t *tree, r *result, logPath string, stdout io.Writer)
 	if o.subscribeAll {
 		w = t.N
 	}
-	r.EDSNames, r.EDSFirst, r.EDSLast = w, upstreamName(w0), upstreamName(w0+w-1)
+	r.EDSNames, r.EDSFirst, r.EDSLast = w, loadgen.UpstreamName(w0), loadgen.UpstreamName(w0+w-1)
 	f := newFleet(t.N, w0, w, o.delta)
 	fmt.Fprintf(stdout, "# %s: %d upstreams, %d %s clients: starting %s\n", r.Size, t.N, r.Clients, r.Protocol, o.binary)
 	srv, err := startServer(o.binary, t.Dir, logPath, o.serveArgs)
@@ -164,7 +166,7 @@ func cpuNow(srv *server) (cpuWindow, error) {
 	if err != nil {
 		return cpuWindow{}, err
 	}
-	b, err := cpuSeconds("self")
+	b, err := loadgen.CPUSeconds("self")
 	return cpuWindow{at: time.Now(), server: s, bench: b}, err
 }
 
@@ -203,13 +205,13 @@ func (st *phaseStart) end() (counters, map[string]float64, error) {
 
 // since is how much the metric series of name matching want grew from the start to m.
 func (st *phaseStart) since(m map[string]float64, name string, want ...string) float64 {
-	return sum(m, name, want...) - sum(st.metrics, name, want...)
+	return loadgen.SumMetric(m, name, want...) - loadgen.SumMetric(st.metrics, name, want...)
 }
 
 // singleFlips flips o.singleFlips upstreams one at a time, each awaited at
 // every client, then measures the server's idle CPU over an equal quiet
 // interval (at most o.idleMax).
-func singleFlips(ctx context.Context, o *options, t *tree, f *fleet, srv *server) (*singleResult, error) {
+func singleFlips(ctx context.Context, o *options, t *loadgen.Tree, f *fleet, srv *server) (*singleResult, error) {
 	k := o.singleFlips
 	pos := make([]int32, k)
 	step := max(1, f.w/k)
@@ -224,7 +226,7 @@ func singleFlips(ctx context.Context, o *options, t *tree, f *fleet, srv *server
 	timedOut := 0
 	for i := range k {
 		ph.t0[i].Store(f.now())
-		if err := t.flip(f.w0 + int(pos[i])); err != nil {
+		if err := t.Flip(f.w0 + int(pos[i])); err != nil {
 			return nil, err
 		}
 		fctx, cancel := context.WithTimeout(ctx, o.flipTimeout)
@@ -277,7 +279,7 @@ func singleFlips(ctx context.Context, o *options, t *tree, f *fleet, srv *server
 
 // sustained writes o.rate flips a second for o.duration, round-robin over
 // the subscribed upstreams, then waits up to o.drain for them to arrive.
-func sustained(ctx context.Context, o *options, t *tree, f *fleet, srv *server) (*sustainedResult, error) {
+func sustained(ctx context.Context, o *options, t *loadgen.Tree, f *fleet, srv *server) (*sustainedResult, error) {
 	total := int(o.rate * o.duration.Seconds())
 	pos := make([]int32, total)
 	for i := range pos {
@@ -305,7 +307,7 @@ func sustained(ctx context.Context, o *options, t *tree, f *fleet, srv *server) 
 			}
 		}
 		ph.t0[issued].Store(f.now())
-		if err := t.flip(f.w0 + int(pos[issued])); err != nil {
+		if err := t.Flip(f.w0 + int(pos[issued])); err != nil {
 			return nil, err
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 // bench/svc-NNNN with three EndpointSets (7, 7 and 6 endpoints, weights 1..3)
 // in three regions, addresses 10.(u/250).(u%250).(10r+i), port 8080.
 const (
-	namespace = "bench"
+	Namespace = "bench"
 	port      = 8080
 	// grayBits endpoints of an upstream's first EndpointSet carry its flip
 	// state: the n-th flip of an upstream marks unhealthy the endpoints whose
@@ -24,15 +24,15 @@ const (
 
 var regions = []string{"eu-west", "eu-central", "us-east"}
 
-// upstreamName is the name of upstream u, as topologytest names it.
-func upstreamName(u int) string { return fmt.Sprintf("svc-%04d", u) }
+// UpstreamName is the name of upstream u, as topologytest names it.
+func UpstreamName(u int) string { return fmt.Sprintf("svc-%04d", u) }
 
-// clusterName is the CDS and EDS resource name of upstream u.
-func clusterName(u int) string { return namespace + "/" + upstreamName(u) }
+// ClusterName is the CDS and EDS resource name of upstream u.
+func ClusterName(u int) string { return Namespace + "/" + UpstreamName(u) }
 
-// clusterIndex is the u of a clusterName, or -1.
-func clusterIndex(name []byte) int {
-	const prefix = namespace + "/svc-"
+// ClusterIndex is the u of a ClusterName, or -1.
+func ClusterIndex(name []byte) int {
+	const prefix = Namespace + "/svc-"
 	if len(name) <= len(prefix) || string(name[:len(prefix)]) != prefix {
 		return -1
 	}
@@ -52,12 +52,12 @@ func gray(n uint32) uint32 { return n ^ n>>1 }
 // its three EndpointSets — whose first EndpointSet reports the endpoints in
 // the bits of unhealthy as probe Unhealthy and the other grayBits as Healthy.
 func appendUpstreamFile(b []byte, u int, unhealthy uint32) []byte {
-	name := upstreamName(u)
+	name := UpstreamName(u)
 	b = fmt.Appendf(b, "apiVersion: poise.dev/v1alpha1\nkind: Upstream\nmetadata: {name: %s, namespace: %s}\n"+
-		"spec: {protocol: HTTP2, loadBalancing: RoundRobin, healthAdjustment: ControlPlane}\n", name, namespace)
+		"spec: {protocol: HTTP2, loadBalancing: RoundRobin, healthAdjustment: ControlPlane}\n", name, Namespace)
 	for r, region := range regions {
 		b = fmt.Appendf(b, "---\napiVersion: poise.dev/v1alpha1\nkind: EndpointSet\nmetadata: {name: %s-%s, namespace: %s}\n"+
-			"spec:\n  upstream: %s\n  locality: {region: %s}\n  endpoints:\n", name, region, namespace, name, region)
+			"spec:\n  upstream: %s\n  locality: {region: %s}\n  endpoints:\n", name, region, Namespace, name, region)
 		n := 7
 		if r == 2 {
 			n = 6
@@ -84,10 +84,10 @@ func address(u, r, i int) string {
 	return "10." + strconv.Itoa(u/250) + "." + strconv.Itoa(u%250) + "." + strconv.Itoa(r*10+i)
 }
 
-// tree is a generated manifest directory and the flip state of its upstreams.
+// Tree is a generated manifest directory and the flip state of its upstreams.
 // A flip writes the upstream's new file beside the directory and renames it
 // over the old one, so the source never reads half a file.
-type tree struct {
+type Tree struct {
 	Dir     string // the manifests, one file per upstream
 	staging string // same file system, not watched
 	N       int
@@ -95,9 +95,17 @@ type tree struct {
 	buf     []byte
 }
 
-// generate writes n upstream files under root/manifests.
-func generate(root string, n int) (*tree, error) {
-	t := &tree{Dir: filepath.Join(root, "manifests"), staging: filepath.Join(root, "staging"), N: n, flips: make([]uint32, n)}
+// MaxUpstreams bounds a generated tree: its addresses 10.(u/250).(u%250).x
+// stay valid IPv4 below it.
+const MaxUpstreams = 250 * 250
+
+// Generate writes n upstream files under root/manifests (root/staging
+// holds a flip's file before it is renamed into place).
+func Generate(root string, n int) (*Tree, error) {
+	if n < 1 || n > MaxUpstreams {
+		return nil, fmt.Errorf("generate %d upstreams: want 1 to %d", n, MaxUpstreams)
+	}
+	t := &Tree{Dir: filepath.Join(root, "manifests"), staging: filepath.Join(root, "staging"), N: n, flips: make([]uint32, n)}
 	for _, d := range []string{t.Dir, t.staging} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
@@ -105,22 +113,26 @@ func generate(root string, n int) (*tree, error) {
 	}
 	for u := range n {
 		t.buf = appendUpstreamFile(t.buf[:0], u, 0)
-		if err := os.WriteFile(t.path(u), t.buf, 0o644); err != nil {
+		if err := os.WriteFile(t.Path(u), t.buf, 0o644); err != nil {
 			return nil, err
 		}
 	}
 	return t, nil
 }
 
-func (t *tree) path(u int) string { return filepath.Join(t.Dir, upstreamName(u)+".yaml") }
+// Path is the manifest file of upstream u.
+func (t *Tree) Path(u int) string { return filepath.Join(t.Dir, UpstreamName(u)+".yaml") }
 
-// flip rewrites upstream u's file with one endpoint's probe toggled.
-func (t *tree) flip(u int) error {
+// Flip rewrites upstream u's file with one endpoint's probe toggled.
+func (t *Tree) Flip(u int) error {
+	if u < 0 || u >= t.N {
+		return fmt.Errorf("flip upstream %d: the tree holds %d", u, t.N)
+	}
 	t.flips[u]++
 	t.buf = appendUpstreamFile(t.buf[:0], u, gray(t.flips[u]%(1<<grayBits)))
-	tmp := filepath.Join(t.staging, upstreamName(u)+".yaml")
+	tmp := filepath.Join(t.staging, UpstreamName(u)+".yaml")
 	if err := os.WriteFile(tmp, t.buf, 0o644); err != nil {
 		return err
 	}
-	return os.Rename(tmp, t.path(u))
+	return os.Rename(tmp, t.Path(u))
 }

@@ -1,0 +1,313 @@
+package loadgen
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+)
+
+// Config is one load run.
+type Config struct {
+	// Addr is the plane's xDS address; Clusters the names subscriptions
+	// index (a Churner's, when there is one).
+	Addr     string
+	Clusters []string
+	Pattern  Pattern
+	// TLS and Token are every client's credentials (see Spec).
+	TLS   *tls.Config
+	Token string
+	// Churn, when set, flips Rate clusters a second for Duration,
+	// round-robin over Clusters, each flip logged before it is written.
+	Churn    Churner
+	Rate     float64
+	Duration time.Duration
+	// SyncTimeout bounds the start (every client holding its
+	// subscription); Drain how long deliveries are awaited after the last
+	// flip; Idle the quiet interval over which the plane's idle CPU is
+	// measured before the churn (0: none).
+	SyncTimeout, Drain, Idle time.Duration
+	// Procs is how many worker processes hold the fleet (each whole
+	// connections); 0 or 1 keeps it in this process. StartWorker starts
+	// worker i of n (the command re-executes itself).
+	Procs       int
+	StartWorker func(ctx context.Context, i, n int) (Worker, error)
+	Plane       PlaneProbe
+	Log         *slog.Logger
+}
+
+// Share is worker i of n's part of the pattern: the clients whose
+// connection number is i mod n.
+func (c *Config) Share(i, n int) ([]Spec, error) {
+	specs, err := c.Pattern.Specs(c.Clusters, func(conn int) bool { return conn%n == i })
+	if err != nil {
+		return nil, err
+	}
+	for k := range specs {
+		specs[k].TLS, specs[k].Token = c.TLS, c.Token
+	}
+	return specs, nil
+}
+
+// Report is what a run measured.
+type Report struct {
+	Address     string  `json:"plane"`
+	Clients     int     `json:"clients"`
+	Envoy       int     `json:"envoy"`
+	GRPC        int     `json:"grpc"`
+	Delta       int     `json:"delta"`
+	Connections int     `json:"connections"`
+	Procs       int     `json:"procs"`
+	Clusters    int     `json:"clusters"`
+	Subscribed  int64   `json:"subscriptions"`
+	SyncSeconds float64 `json:"syncSeconds"` // start → every client holds its subscription
+	// The churn: changes written, over how long, and the deliveries they
+	// were due (a change times its cluster's subscribers) and got.
+	Changes       int64   `json:"changes"`
+	TargetRate    float64 `json:"targetRate"`
+	ChurnSeconds  float64 `json:"churnSeconds"`
+	DrainSeconds  float64 `json:"drainSeconds"`
+	Expected      int64   `json:"expectedDeliveries"`
+	Delivered     int64   `json:"delivered"`
+	DrainTimedOut bool    `json:"drainTimedOut,omitempty"`
+	// Convergence is change written → each subscriber's receipt.
+	Convergence     Dist          `json:"convergence"`
+	ConvergenceData HistogramData `json:"convergenceHistogram"`
+	Counters        Counters      `json:"counters"`
+	// PlaneCPU and the rest are set when the plane could be read.
+	Plane *PlaneReport `json:"planeStats,omitempty"`
+	// GeneratorCPUSeconds and GeneratorRSSBytes sum the load processes'.
+	GeneratorCPUSeconds float64 `json:"generatorCpuSeconds"`
+	GeneratorRSSBytes   float64 `json:"generatorRssBytes"`
+}
+
+// PlaneReport is the plane's CPU and memory over the run.
+type PlaneReport struct {
+	// IdleCores is its CPU over the quiet interval before the churn.
+	IdleCores float64 `json:"idleCores"`
+	// CPUSeconds is its CPU from the first change to the end of the drain,
+	// Cores that over the churn's wall time.
+	CPUSeconds float64 `json:"cpuSeconds"`
+	Cores      float64 `json:"cores"`
+	// PerChangeMs is CPUSeconds less idle per change; PerDeliveryUs per
+	// delivery (per client per change): the cost a fleet scales by.
+	PerChangeMs   float64 `json:"cpuPerChangeMs"`
+	PerDeliveryUs float64 `json:"cpuPerDeliveryUs"`
+	// StartCPUSeconds is its CPU from before the clients connected to
+	// every client synced.
+	StartCPUSeconds float64 `json:"startCpuSeconds"`
+	// RSS before the clients connected, after the start (every client
+	// synced) and at the end.
+	RSSBeforeBytes float64 `json:"rssBeforeBytes"`
+	RSSStartBytes  float64 `json:"rssStartBytes"`
+	RSSEndBytes    float64 `json:"rssEndBytes"`
+	// RSSPerClientBytes is what the start added to the RSS, per client.
+	RSSPerClientBytes float64 `json:"rssPerClientBytes"`
+}
+
+// maxChanges bounds one run's changes.
+const maxChanges = 100_000_000
+
+// Run connects the fleet, drives the churn and reports.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	procs := max(cfg.Procs, 1)
+	rep := &Report{Address: cfg.Addr, Clients: cfg.Pattern.Size(), Procs: procs, Clusters: len(cfg.Clusters), TargetRate: cfg.Rate}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var before PlaneSample
+	if cfg.Plane.Enabled() {
+		var err error
+		if before, err = cfg.Plane.Sample(ctx); err != nil {
+			return nil, fmt.Errorf("read the plane: %w", err)
+		}
+	}
+	start := time.Now()
+	var parts []part
+	if procs == 1 {
+		specs, err := cfg.Share(0, 1)
+		if err != nil {
+			return nil, err
+		}
+		f, err := NewFleet(cfg.Addr, cfg.Clusters, specs, log)
+		if err != nil {
+			return nil, err
+		}
+		p := newLocalPart(f)
+		if err := f.Start(ctx); err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		parts = append(parts, p)
+	} else {
+		if cfg.StartWorker == nil {
+			return nil, errors.New("several processes, but no way to start a worker")
+		}
+		for i := range procs {
+			w, err := cfg.StartWorker(ctx, i, procs)
+			if err != nil {
+				return nil, fmt.Errorf("start worker %d of %d: %w", i+1, procs, err)
+			}
+			parts = append(parts, newRemotePart(w))
+		}
+	}
+	log.Info("connecting", "clients", rep.Clients, "procs", procs, "plane", cfg.Addr)
+	sctx, scancel := context.WithTimeout(ctx, cfg.SyncTimeout)
+	for i, p := range parts {
+		if err := p.synced(sctx); err != nil {
+			scancel()
+			return nil, fmt.Errorf("start (part %d of %d): %w", i+1, len(parts), err)
+		}
+	}
+	scancel()
+	rep.SyncSeconds = time.Since(start).Seconds()
+	log.Info("synced", "clients", rep.Clients, "seconds", rep.SyncSeconds)
+
+	var s0, s1 PlaneSample
+	if cfg.Plane.Enabled() {
+		idle, err := cfg.Plane.Sample(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read the plane: %w", err)
+		}
+		rep.Plane = &PlaneReport{RSSBeforeBytes: before.RSSBytes, RSSStartBytes: idle.RSSBytes, StartCPUSeconds: idle.CPUSeconds - before.CPUSeconds,
+			RSSPerClientBytes: (idle.RSSBytes - before.RSSBytes) / float64(max(rep.Clients, 1))}
+		if cfg.Idle > 0 {
+			select {
+			case <-time.After(cfg.Idle):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			if s0, err = cfg.Plane.Sample(ctx); err != nil {
+				return nil, fmt.Errorf("read the plane: %w", err)
+			}
+			rep.Plane.IdleCores = (s0.CPUSeconds - idle.CPUSeconds) / s0.At.Sub(idle.At).Seconds()
+		} else {
+			s0 = idle
+		}
+	}
+
+	churnStart := time.Now()
+	if cfg.Churn != nil && cfg.Rate > 0 && cfg.Duration > 0 {
+		if err := churn(ctx, cfg, parts, rep); err != nil {
+			return nil, err
+		}
+	}
+	rep.ChurnSeconds = time.Since(churnStart).Seconds()
+	drainStart := time.Now()
+	for i, p := range parts {
+		r, err := p.finish(ctx, max(cfg.Drain-time.Since(drainStart), 0))
+		if err != nil {
+			return nil, fmt.Errorf("part %d of %d: %w", i+1, len(parts), err)
+		}
+		rep.add(r)
+	}
+	rep.DrainSeconds = time.Since(drainStart).Seconds()
+	if procs > 1 {
+		own, _ := CPUSeconds("self") // the parent's own, beside the workers'
+		rep.GeneratorCPUSeconds += own
+	}
+	var conv Histogram
+	conv.Merge(rep.ConvergenceData)
+	rep.Convergence = conv.Dist()
+	if rep.Plane != nil {
+		var err error
+		if s1, err = cfg.Plane.Sample(ctx); err != nil {
+			return nil, fmt.Errorf("read the plane: %w", err)
+		}
+		pr := rep.Plane
+		pr.RSSEndBytes = s1.RSSBytes
+		pr.CPUSeconds = s1.CPUSeconds - s0.CPUSeconds
+		wall := s1.At.Sub(s0.At).Seconds()
+		pr.Cores = pr.CPUSeconds / wall
+		busy := max(pr.CPUSeconds-pr.IdleCores*wall, 0)
+		if rep.Changes > 0 {
+			pr.PerChangeMs = busy / float64(rep.Changes) * 1000
+		}
+		if rep.Delivered > 0 {
+			pr.PerDeliveryUs = busy / float64(rep.Delivered) * 1e6
+		}
+	}
+	return rep, nil
+}
+
+// churn writes the flips: cfg.Rate a second for cfg.Duration, round-robin
+// over the clusters, each logged with every part before it is written. A
+// writer that falls behind stops on time with fewer.
+func churn(ctx context.Context, cfg Config, parts []part, rep *Report) error {
+	n := len(cfg.Churn.Clusters())
+	if n != len(cfg.Clusters) {
+		return fmt.Errorf("the churn changes %d clusters, the fleet subscribes to %d", n, len(cfg.Clusters))
+	}
+	total := int64(math.Min(math.Round(cfg.Rate*cfg.Duration.Seconds()), maxChanges))
+	period := time.Duration(float64(time.Second) / cfg.Rate)
+	start := time.Now()
+	deadline := start.Add(cfg.Duration)
+	for i := range total {
+		if d := time.Until(start.Add(time.Duration(i) * period)); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if i > 0 && time.Now().After(deadline) {
+			break
+		}
+		u := int32(i % int64(n))
+		at := time.Now().UnixNano()
+		for _, p := range parts {
+			if err := p.flip(u, at); err != nil {
+				return err
+			}
+		}
+		if err := cfg.Churn.Flip(ctx, int(u)); err != nil {
+			return fmt.Errorf("change %d (cluster %s): %w", i+1, cfg.Clusters[u], err)
+		}
+		rep.Changes++
+	}
+	return nil
+}
+
+// add sums one part's result into the report.
+func (r *Report) add(p PartResult) {
+	r.Envoy += p.Envoy
+	r.GRPC += p.GRPC
+	r.Delta += p.Delta
+	r.Connections += p.Connections
+	r.Subscribed += p.Subscribed
+	r.Expected += p.Expected
+	r.Delivered += p.Delivered
+	r.DrainTimedOut = r.DrainTimedOut || p.DrainTimedOut
+	var h Histogram
+	h.Merge(r.ConvergenceData)
+	h.Merge(p.Conv)
+	r.ConvergenceData = h.Data()
+	c := &r.Counters
+	c.Strays += p.Counters.Strays
+	c.Leaks += p.Counters.Leaks
+	c.Unattributed += p.Counters.Unattributed
+	c.CDSLosses += p.Counters.CDSLosses
+	c.Updates += p.Counters.Updates
+	c.Resent += p.Counters.Resent
+	c.Listeners += p.Counters.Listeners
+	c.Routes += p.Counters.Routes
+	for _, n := range p.Counters.LeakNames {
+		if len(c.LeakNames) < maxStrayNames {
+			c.LeakNames = append(c.LeakNames, n)
+		}
+	}
+	for _, n := range p.Counters.StrayNames {
+		if len(c.StrayNames) < maxStrayNames {
+			c.StrayNames = append(c.StrayNames, n)
+		}
+	}
+	r.GeneratorCPUSeconds += p.CPUSeconds
+	r.GeneratorRSSBytes += p.RSSBytes
+}

@@ -1,0 +1,4 @@
+// Package scale runs the real controlplane binary under simulated fleets
+// (pkg/loadgen, `controlplane load`) and holds every simulated client to
+// what the plane serves; cmd/benchscale measures it at scale.
+package scale
