@@ -509,45 +509,59 @@ func (d *Directory) resolveAll(st *staged, prev *Snapshot, keys []Key, rev uint6
 		states, problems = append(states, nil), append(problems, nil)
 	}
 	sc.problems = problems
-	one := func(r *resolver, i int) {
-		k := keys[i]
-		u, ok := st.upstream(k)
-		if !ok {
-			return
-		}
-		state, prob := r.resolve(st, u)
-		if prob != nil {
-			problems[i] = prob
-			return
-		}
-		state.Revision = rev
-		state.ClusterRevision = rev
-		if old := prev.Upstream(k); old != nil && !st.upstreamChanged(k) {
-			state.ClusterRevision = old.ClusterRevision
-		}
-		states[i] = state
-	}
+	job := resolveJob{st: st, prev: prev, keys: keys, rev: rev, states: states, problems: problems}
 	workers := min(runtime.GOMAXPROCS(0), len(keys)/parallelResolve+1)
 	for len(sc.resolvers) < workers {
 		sc.resolvers = append(sc.resolvers, &resolver{calc: weights.NewCalculator()})
 	}
 	if workers <= 1 {
 		for i := range keys {
-			one(sc.resolvers[0], i)
+			job.one(sc.resolvers[0], i)
 		}
 		return states
 	}
+	shared := job // only the parallel path's copy goes to the heap
 	var wg sync.WaitGroup
 	for w := range workers {
 		r := sc.resolvers[w]
 		wg.Go(func() {
 			for i := w; i < len(keys); i += workers {
-				one(r, i)
+				shared.one(r, i)
 			}
 		})
 	}
 	wg.Wait()
 	return states
+}
+
+// resolveJob is what resolveAll resolves: a method rather than a closure, so
+// that resolving one upstream on the caller's goroutine allocates nothing for it.
+type resolveJob struct {
+	st       *staged
+	prev     *Snapshot
+	keys     []Key
+	rev      uint64
+	states   []*UpstreamState
+	problems []*Problem
+}
+
+func (j *resolveJob) one(r *resolver, i int) {
+	k := j.keys[i]
+	u, ok := j.st.upstream(k)
+	if !ok {
+		return
+	}
+	state, prob := r.resolve(j.st, u)
+	if prob != nil {
+		j.problems[i] = prob
+		return
+	}
+	state.Revision = j.rev
+	state.ClusterRevision = j.rev
+	if old := j.prev.Upstream(k); old != nil && !j.st.upstreamChanged(k) {
+		state.ClusterRevision = old.ClusterRevision
+	}
+	j.states[i] = state
 }
 
 // applyScratch is the working space of Apply.

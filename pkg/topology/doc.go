@@ -6,7 +6,7 @@
 // each batch atomically, validates and computes every affected upstream with
 // pkg/weights, resolves each affected spatial domain into a partition map with
 // its replicas' health, and publishes an immutable, revisioned Snapshot that
-// shares the chunks of unchanged upstreams with its predecessor and says which
+// shares the tree nodes of unchanged upstreams with its predecessor and says which
 // upstreams changed in its last revisions. An invalid batch is rejected whole
 // and the last good Snapshot stays current; a spatial problem is reported on
 // its object and never rejects a batch. A Directory may require a complete

@@ -115,7 +115,7 @@ func TestFlipAllocsPerClass(t *testing.T) {
 			t.Fatalf("a flip published %+v (%v)", st, err)
 		}
 	})
-	limit := 40.0 + k*45
+	limit := 30.0 + k*45
 	if raceEnabled {
 		limit += 16 + k*16
 	}

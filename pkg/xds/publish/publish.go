@@ -461,41 +461,24 @@ func (p *Publisher) translateAll(pairs []UpstreamChange, version string, classes
 		pubs = append(pubs, nil)
 	}
 	p.pubs = pubs
-	one := func(i int, scratch *[]byte) error {
-		old, cur := pairs[i].Old, pairs[i].Cur
-		if cur == nil {
-			return nil
-		}
-		var prev *published
-		if old != nil {
-			prev = p.upstream[old.Upstream.Key]
-		}
-		pub, err := p.translate(prev, cur, classes, version, scratch)
-		if err == nil {
-			err = pub.references(cur.Upstream.Key)
-		}
-		if err != nil {
-			return fmt.Errorf("upstream %s: %w", cur.Upstream.Key, err)
-		}
-		pubs[i] = pub
-		return nil
-	}
+	job := translateJob{p: p, pairs: pairs, pubs: pubs, version: version, classes: classes}
 	workers := min(runtime.GOMAXPROCS(0), len(pairs)/parallelTranslation+1)
 	if workers <= 1 {
 		for i := range pairs {
-			if err := one(i, &p.scratch); err != nil {
+			if err := job.one(i, &p.scratch); err != nil {
 				return nil, err
 			}
 		}
 		return pubs, nil
 	}
+	shared := job // only the parallel path's copy goes to the heap
 	errs := make([]error, len(pairs))
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			var scratch []byte
 			for i := w; i < len(pairs); i += workers {
-				errs[i] = one(i, &scratch)
+				errs[i] = shared.one(i, &scratch)
 			}
 		})
 	}
@@ -506,6 +489,37 @@ func (p *Publisher) translateAll(pairs []UpstreamChange, version string, classes
 		}
 	}
 	return pubs, nil
+}
+
+// translateJob is what translateAll translates: a method rather than a
+// closure, so that translating one upstream on the caller's goroutine
+// allocates nothing for it.
+type translateJob struct {
+	p       *Publisher
+	pairs   []UpstreamChange
+	pubs    []*published
+	version string
+	classes *topology.ClientClasses
+}
+
+func (j *translateJob) one(i int, scratch *[]byte) error {
+	old, cur := j.pairs[i].Old, j.pairs[i].Cur
+	if cur == nil {
+		return nil
+	}
+	var prev *published
+	if old != nil {
+		prev = j.p.upstream[old.Upstream.Key]
+	}
+	pub, err := j.p.translate(prev, cur, j.classes, j.version, scratch)
+	if err == nil {
+		err = pub.references(cur.Upstream.Key)
+	}
+	if err != nil {
+		return fmt.Errorf("upstream %s: %w", cur.Upstream.Key, err)
+	}
+	j.pubs[i] = pub
+	return nil
 }
 
 // translate builds the entries of one upstream, reusing a previous entry

@@ -135,7 +135,7 @@ func TestFlipAllocs(t *testing.T) {
 			}
 		})
 		// The race detector's sync.Pool drops pooled objects at random.
-		limit := 40.0
+		limit := 30.0
 		if raceEnabled {
 			limit += 16
 		}
