@@ -273,23 +273,25 @@ func TestConvergenceIsMeasured(t *testing.T) {
 	}
 }
 
+// xRevision reads the scripts' versions, x-N.
+func xRevision(v string) (uint64, bool) {
+	var n uint64
+	_, err := fmt.Sscanf(v, "x-%d", &n)
+	return n, err == nil
+}
+
 // TestFromObserver: the observer's accepted responses become one
 // publication per revision, each type as last accepted at or before it; a
 // NACK by the observer is refused; Merge fills a class's view for a
 // revision only another class saw.
 func TestFromObserver(t *testing.T) {
 	t.Parallel()
-	rev := func(v string) (uint64, bool) {
-		var n uint64
-		_, err := fmt.Sscanf(v, "x-%d", &n)
-		return n, err == nil
-	}
 	s := (&script{}).
 		resp("obs", "x", cds, "x-1", true, map[string]string{"tenant-a/pay": "pay-cluster"}).ack().
 		resp("obs", "x", eds, "x-1", false, map[string]string{"tenant-a/pay": "pay-endpoints-1"}).ack().
 		resp("obs", "x", eds, "x-2", false, map[string]string{"tenant-a/pay": "pay-endpoints-2"}).ack().
 		resp("c1", "x", eds, "x-9", false, nil).ack() // another client's: not the observer's
-	pubs, err := FromObserver(s.events, "obs", "a", rev)
+	pubs, err := FromObserver(s.events, "obs", "a", xRevision)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +311,7 @@ func TestFromObserver(t *testing.T) {
 	}
 
 	nacked := (&script{}).resp("obs", "x", cds, "x-1", true, nil).nack()
-	if _, err := FromObserver(nacked.events, "obs", "a", rev); err == nil || !strings.Contains(err.Error(), "must accept everything") {
+	if _, err := FromObserver(nacked.events, "obs", "a", xRevision); err == nil || !strings.Contains(err.Error(), "must accept everything") {
 		t.Errorf("an observer's NACK: %v", err)
 	}
 }
@@ -399,17 +401,12 @@ func TestMatchContent(t *testing.T) {
 // the class never has is still another tenant's.
 func TestObserverGap(t *testing.T) {
 	t.Parallel()
-	rev := func(v string) (uint64, bool) {
-		var n uint64
-		_, err := fmt.Sscanf(v, "x-%d", &n)
-		return n, err == nil
-	}
 	obs := (&script{}).
 		resp("obs", "x", cds, "x-1", true, map[string]string{"tenant-a/pay": "pay-cluster"}).ack().
 		resp("obs", "x", eds, "x-1", false, map[string]string{"tenant-a/pay": "pay-endpoints-1"}).ack().
 		resp("obs", "x", cds, "x-2", true, map[string]string{"tenant-a/pay": "pay-cluster-2"}).ack().
 		resp("obs", "x", eds, "x-3", false, map[string]string{"tenant-a/pay": "pay-endpoints-3"}).ack()
-	pubs, err := FromObserver(obs.events, "obs", "a", rev)
+	pubs, err := FromObserver(obs.events, "obs", "a", xRevision)
 	if err != nil {
 		t.Fatal(err)
 	}
