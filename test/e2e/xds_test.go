@@ -115,7 +115,7 @@ func TestGRPCClientsCarryOutTheComputedSplit(t *testing.T) {
 	cp := startControlPlane(t, manifests, xdsAddr, adminAddr)
 	conn := splitcheck.NewXDSClient(t, xdsAddr, node, listener)
 
-	var versions []string // every EDS version the client ACKed, across restarts
+	var versions []string            // every EDS version the client ACKed, across restarts
 	var prev *splitcheck.Expectation // the split measured last
 	// apply writes a topology, waits until the client ACKs its revision and
 	// reports how long that took; then measures the split.
