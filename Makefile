@@ -120,6 +120,14 @@ bench-scale: build ## The binary at 100k and 1M endpoints with 100 and 1,000 ADS
 		-sizes $(SIZE) -clients $(CLIENTS) -duration $(DURATION) -json $(BIN)/bench-scale.json \
 		$(if $(SERVE_ARGS),-serve-args '$(SERVE_ARGS)') $(BENCH_SCALE_ARGS)
 
+# One replica under a fleet (hack/bench-fleet.sh): 5,000 upstreams, 5,000
+# Envoy-like and 20,000 gRPC-like clients (two streams a connection), three
+# runs; UPSTREAMS= ENVOY= GRPC= PROCS= RATE= DURATION= RUNS= SERVE_ARGS=
+# change them. Reports under bin/bench-fleet/.
+.PHONY: bench-fleet
+bench-fleet: build ## One replica under 25,000 simulated clients, measured with controlplane load (three runs).
+	BIN=$(BIN) bash hack/bench-fleet.sh
+
 # The churn benchmark of docs/performance.md: writers flip endpoints on a real
 # apiserver (CHURN_RATE writes/s for CHURN_SECONDS), first alone, then with one
 # plane and 20 ADS clients; it prints rates, latencies and CPU.

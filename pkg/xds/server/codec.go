@@ -32,7 +32,15 @@ func newCodec() codec { return codec{proto: encoding.GetCodecV2(protocodec.Name)
 
 func (c codec) Name() string { return protocodec.Name }
 
-func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	switch e := v.(type) {
+	case *encodedSotw:
+		return e.pieces(), nil
+	case *encodedDelta:
+		return e.pieces(), nil
+	}
+	return c.proto.Marshal(v)
+}
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if r, ok := v.(*sotwRequest); ok {

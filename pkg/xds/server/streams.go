@@ -44,6 +44,9 @@ type xdsServer struct {
 	draining chan struct{}
 	// large is the budget of large responses in flight (see send).
 	large *semaphore.Weighted
+	// bodies are the encoded resources of recent large SotW responses,
+	// shared by every client they are sent to (see encodedSotw).
+	bodies *bodyCache
 	// SotW and Delta streams are numbered independently, each from 1.
 	sotwIDs, deltaIDs atomic.Int64
 	// loads receives LRS reports (nil: LRS is not served), asked for every loadInterval.
@@ -341,14 +344,14 @@ func (x *xdsServer) sotw(ss grpc.ServerStream, only string) error {
 	return x.serve(ss, "sotw", func(st *xdscache.Stream, key streamKey, hold *largeHold) error {
 		return x.recvSotw(ss, st, key, hold, only)
 	},
-		func(r xdscache.Response) any { return sotwResponse(r) })
+		func(r xdscache.Response) any { return x.encodeSotw(r) })
 }
 
 func (x *xdsServer) delta(ss grpc.ServerStream, only string) error {
 	return x.serve(ss, "delta", func(st *xdscache.Stream, key streamKey, hold *largeHold) error {
 		return x.recvDelta(ss, st, key, hold, only)
 	},
-		func(r xdscache.Response) any { return deltaResponse(r) })
+		func(r xdscache.Response) any { return x.encodeDelta(r) })
 }
 
 // serve runs one stream: recv reads and handles its requests on another
