@@ -108,7 +108,7 @@ func TestSlowClientDelaysNobody(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	for range 4 {
 		slowClient(t, h.addr, hot, func(conn net.Conn) {}) // reads nothing
-		slowClient(t, h.addr, hot, func(conn net.Conn) { // a byte a second
+		slowClient(t, h.addr, hot, func(conn net.Conn) {   // a byte a second
 			b := make([]byte, 1)
 			tick := time.NewTicker(time.Second)
 			defer tick.Stop()
