@@ -65,6 +65,7 @@ type loadOptions struct {
 	tree                     string
 	upstreams                int
 	generateOnly             bool
+	reconnect                bool
 	kubeconfig, context      string
 	namespace                string
 	rate                     float64
@@ -143,6 +144,8 @@ descriptors first. docs/performance.md says how to size a fleet with it.`,
 	fs.Float64Var(&o.rate, "rate", 10, "changes written per second")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long changes are written (0: none, only the start is measured)")
 	fs.DurationVar(&o.drain, "drain", 30*time.Second, "after the last change, how long its deliveries are awaited")
+	fs.BoolVar(&o.reconnect, "reconnect", true, "a client whose stream ends opens another after 50-150 ms, a Delta one telling the plane what it holds "+
+		"(initial_resource_versions), as Envoy and gRPC do (false: a stream's end fails the run)")
 	fs.DurationVar(&o.idle, "idle", 2*time.Second, "before the changes, the quiet interval over which the plane's idle CPU is measured")
 	fs.DurationVar(&o.syncTimeout, "sync-timeout", 5*time.Minute, "how long every client may take to hold its subscription")
 	fs.IntVar(&o.procs, "procs", 1, "processes the clients are spread over (this command, re-executed)")
@@ -289,6 +292,7 @@ func runLoad(ctx context.Context, o loadOptions, stdout, stderr io.Writer) int {
 		}
 		f, err := loadgen.NewFleet(cfg.Addr, cfg.Clusters, specs, log)
 		if err == nil {
+			f.Reconnect = cfg.Reconnect
 			err = loadgen.RunWorker(ctx, f, os.Stdin, stdout)
 		}
 		if err != nil {
@@ -332,7 +336,7 @@ func runLoad(ctx context.Context, o loadOptions, stdout, stderr io.Writer) int {
 // pattern, the credentials and the probe of the plane.
 func (o *loadOptions) config(ctx context.Context, log *slog.Logger, stderr io.Writer) (loadgen.Config, int) {
 	cfg := loadgen.Config{Addr: o.xdsAddress, Rate: o.rate, Duration: o.duration, Drain: o.drain, Idle: o.idle,
-		SyncTimeout: o.syncTimeout, Procs: o.procs, Log: log}
+		SyncTimeout: o.syncTimeout, Procs: o.procs, Log: log, Reconnect: o.reconnect}
 	fail := func(code int, err error) (loadgen.Config, int) {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return cfg, code

@@ -8,6 +8,8 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -94,8 +96,16 @@ type Fleet struct {
 	changed   chan struct{} // signalled on each delivery, capacity 1
 
 	strays, leaks, cdsLosses, resent, updates, listeners, routes atomic.Int64
-	strayMu                                                      sync.Mutex
-	strayNames, leakNames                                        []string
+	// Reconnect, set before Start, has a client whose stream ends open
+	// another, as real clients do (a Delta one telling the plane what it
+	// holds, initial_resource_versions); unset, a stream's end fails the run.
+	Reconnect bool
+	// Resumed counts, per reconnect, the time from the stream's end to
+	// the first response on the next one.
+	Resumed                                                 Histogram
+	reconnects, resentAfterResume, sotwResentAfterReconnect atomic.Int64
+	strayMu                                                 sync.Mutex
+	strayNames, leakNames                                   []string
 
 	errOnce sync.Once
 	err     atomic.Pointer[error]
@@ -214,6 +224,14 @@ type Counters struct {
 	// Listeners and Routes are LDS and RDS resources gRPC clients received.
 	Listeners int64 `json:"listeners"`
 	Routes    int64 `json:"routes"`
+	// Reconnects are streams opened again after one ended.
+	// ResentAfterResume are resources a Delta client was sent again at the
+	// version it said it held when it reconnected (none is due);
+	// SotWResentAfterReconnect are SotW resources sent again with the
+	// content the client held (SotW names no versions per resource: due).
+	Reconnects               int64 `json:"reconnects,omitempty"`
+	ResentAfterResume        int64 `json:"resentAfterResume,omitempty"`
+	SotWResentAfterReconnect int64 `json:"sotwResentAfterReconnect,omitempty"`
 }
 
 // Counters is the fleet's counters now.
@@ -222,7 +240,8 @@ func (f *Fleet) Counters() Counters {
 	names, leaks := slices.Clone(f.strayNames), slices.Clone(f.leakNames)
 	f.strayMu.Unlock()
 	return Counters{Strays: f.strays.Load(), StrayNames: names, Leaks: f.leaks.Load(), LeakNames: leaks, Unattributed: f.flips.Pending(),
-		CDSLosses: f.cdsLosses.Load(), Updates: f.updates.Load(), Resent: f.resent.Load(), Listeners: f.listeners.Load(), Routes: f.routes.Load()}
+		CDSLosses: f.cdsLosses.Load(), Updates: f.updates.Load(), Resent: f.resent.Load(), Listeners: f.listeners.Load(), Routes: f.routes.Load(),
+		Reconnects: f.reconnects.Load(), ResentAfterResume: f.resentAfterResume.Load(), SotWResentAfterReconnect: f.sotwResentAfterReconnect.Load()}
 }
 
 func (f *Fleet) stray(name []byte, typeURL string) { f.note(&f.strays, &f.strayNames, name, typeURL) }
@@ -364,6 +383,15 @@ type client struct {
 	synced  bool
 	at      int64      // when the response being read arrived (Unix ns)
 	mu      sync.Mutex // held while a response is read, and by Holdings
+
+	// With Fleet.Reconnect, a Delta client's resource versions by cluster
+	// index (CDS and EDS), for initial_resource_versions; told are those
+	// it told the plane it held when it last reconnected.
+	cdsVer, edsVer   map[int32]string
+	told             map[[2]int32]string // {0 CDS / 1 EDS, cluster}
+	reconnected      bool                // a stream was opened again
+	brokeAt          int64               // when the last stream ended (Unix ns), 0 once resumed
+	lastCDS, lastEDS []byte              // SotW: the versions last ACKed
 }
 
 // pos is where cluster u is in the client's subscription, or -1.
@@ -376,6 +404,29 @@ func (c *client) pos(u int32) int {
 }
 
 func (c *client) run(ctx context.Context) error {
+	for {
+		err := c.stream(ctx)
+		if ctx.Err() != nil || !c.f.Reconnect {
+			return err
+		}
+		c.mu.Lock()
+		c.reconnected, c.brokeAt = true, time.Now().UnixNano()
+		c.mu.Unlock()
+		c.f.reconnects.Add(1)
+		// Envoy's and gRPC's back-off begins near a second and is
+		// jittered; a short one here makes the storm as sharp as it gets
+		t := time.NewTimer(time.Duration(50+rand.IntN(100)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// stream runs one ADS stream until it ends.
+func (c *client) stream(ctx context.Context) error {
 	method := MethodSotW
 	if c.delta {
 		method = MethodDelta
@@ -397,6 +448,9 @@ func (c *client) run(ctx context.Context) error {
 		reqs = []*OutMsg{{Head: AppendFirst(nil, c.delta, c.node, TypeCDS)}}
 	}
 	reqs = append(reqs, &OutMsg{Head: AppendACK(nil, c.delta, Header{TypeURL: []byte(TypeEDS)}), Tail: c.names})
+	if c.reconnected {
+		c.resume(reqs)
+	}
 	for _, r := range reqs {
 		if err := stream.SendMsg(r); err != nil {
 			return err
@@ -441,8 +495,12 @@ func (c *client) handle(b []byte, at int64) (Header, error) {
 	c.at = at
 	sotwCDS := false
 	held := c.cdsN
+	if c.brokeAt != 0 {
+		c.f.Resumed.Record(at - c.brokeAt)
+		c.brokeAt = 0
+	}
 	if c.delta {
-		h, err = ParseDelta(b, c.resource)
+		h, err = ParseDeltaVersions(b, c.deltaResource)
 	} else {
 		h, err = ParseSotW(b, func(typeURL, value []byte) error {
 			name, err := ResourceName(value)
@@ -458,6 +516,14 @@ func (c *client) handle(b []byte, at int64) (Header, error) {
 	}
 	if err != nil {
 		return h, fmt.Errorf("response: %w", err)
+	}
+	if !c.delta && c.f.Reconnect {
+		switch string(h.TypeURL) {
+		case TypeCDS:
+			c.lastCDS = append(c.lastCDS[:0], h.Version...)
+		case TypeEDS:
+			c.lastEDS = append(c.lastEDS[:0], h.Version...)
+		}
 	}
 	switch string(h.TypeURL) {
 	case TypeCDS:
@@ -569,6 +635,8 @@ func (c *client) resource(name, typeURL, value []byte) error {
 	}
 	sum := hashOf(value)
 	switch old := c.hashes[p]; {
+	case old == sum && c.reconnected && !c.delta:
+		c.f.sotwResentAfterReconnect.Add(1)
 	case old == sum:
 		c.f.resent.Add(1)
 	case old == 0:
@@ -648,4 +716,71 @@ func ListenerName(cluster string) (string, bool) {
 		return "", false
 	}
 	return name + "." + ns, true
+}
+
+// deltaResource records one resource of a Delta response, with its
+// version: kept for the next reconnect's initial_resource_versions, and a
+// resource sent again at the version the client said it held when it
+// reconnected is counted (the plane owes it nothing).
+func (c *client) deltaResource(name, version, typeURL, value []byte) error {
+	if c.f.Reconnect {
+		kind, vers := int32(-1), c.cdsVer
+		switch string(typeURL) {
+		case TypeCDS:
+			kind = 0
+		case TypeEDS:
+			kind, vers = 1, c.edsVer
+		}
+		if u, ok := c.f.index[string(name)]; ok && kind >= 0 {
+			if told, ok := c.told[[2]int32{kind, u}]; ok {
+				delete(c.told, [2]int32{kind, u})
+				if told == string(version) {
+					c.f.resentAfterResume.Add(1)
+					return nil
+				}
+			}
+			if vers == nil {
+				vers = map[int32]string{}
+				if kind == 0 {
+					c.cdsVer = vers
+				} else {
+					c.edsVer = vers
+				}
+			}
+			if old, ok := vers[u]; !ok || old != string(version) {
+				vers[u] = string(version)
+			}
+		}
+	}
+	return c.resource(name, typeURL, value)
+}
+
+// resume makes reqs, a stream's first requests, those of a client that
+// reconnects: a Delta client tells the plane the version of each resource
+// it holds (initial_resource_versions), a SotW one the version it last
+// ACKed of each type, as Envoy does.
+func (c *client) resume(reqs []*OutMsg) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cds, eds := reqs[len(reqs)-2], reqs[len(reqs)-1] // a gRPC client's CDS request is its third, an Envoy's its first
+	if !c.delta {
+		if len(c.lastCDS) > 0 {
+			cds.Head = AppendBytesField(slices.Clone(cds.Head), reqVersionInfo, c.lastCDS)
+		}
+		if len(c.lastEDS) > 0 {
+			eds.Head = AppendBytesField(slices.Clone(eds.Head), reqVersionInfo, c.lastEDS)
+		}
+		return
+	}
+	c.told = map[[2]int32]string{}
+	initial := func(tail []byte, kind int32, vers map[int32]string) []byte {
+		out := slices.Clone(tail)
+		for _, u := range slices.Sorted(maps.Keys(vers)) {
+			out = AppendInitialVersion(out, c.f.clusters[u], vers[u])
+			c.told[[2]int32{kind, u}] = vers[u]
+		}
+		return out
+	}
+	cds.Tail = initial(cds.Tail, 0, c.cdsVer)
+	eds.Tail = initial(eds.Tail, 1, c.edsVer)
 }

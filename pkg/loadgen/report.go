@@ -48,6 +48,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	cn := r.Counters
 	row("strays", "%d %s", cn.Strays, strings.Join(cn.StrayNames, ", "))
 	row("unexplained updates", "%d (resent unchanged: %d; CDS clusters lost: %d)", cn.Unattributed, cn.Resent, cn.CDSLosses)
+	if d := r.Resumed; d != nil {
+		row("reconnects", "%d; stream end → first response of the next: p50 %s  p99 %s  max %s", cn.Reconnects, ms(d.P50Us), ms(d.P99Us), ms(d.MaxUs))
+		row("sent again after a reconnect", "Delta, at the version the client held: %d (due: none); SotW, unchanged: %d (due: SotW has no versions per resource)",
+			cn.ResentAfterResume, cn.SotWResentAfterReconnect)
+	}
 	row("generator", "%.2f s CPU, %s RSS", r.GeneratorCPUSeconds, mib(r.GeneratorRSSBytes))
 	return tw.Flush()
 }

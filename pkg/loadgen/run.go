@@ -37,6 +37,9 @@ type Config struct {
 	StartWorker func(ctx context.Context, i, n int) (Worker, error)
 	Plane       PlaneProbe
 	Log         *slog.Logger
+	// Reconnect has each client open its stream again when it ends (see
+	// Fleet.Reconnect).
+	Reconnect bool
 }
 
 // Share is worker i of n's part of the pattern: the clients whose
@@ -76,7 +79,11 @@ type Report struct {
 	// Convergence is change written → each subscriber's receipt.
 	Convergence     Dist          `json:"convergence"`
 	ConvergenceData HistogramData `json:"convergenceHistogram"`
-	Counters        Counters      `json:"counters"`
+	// Resumed is, per reconnect, a stream's end → the first response on
+	// the next one (when clients reconnected: Config.Reconnect).
+	Resumed     *Dist         `json:"resumed,omitempty"`
+	ResumedData HistogramData `json:"resumedHistogram,omitzero"`
+	Counters    Counters      `json:"counters"`
 	// PlaneCPU and the rest are set when the plane could be read.
 	Plane *PlaneReport `json:"planeStats,omitempty"`
 	// GeneratorCPUSeconds and GeneratorRSSBytes sum the load processes'.
@@ -140,6 +147,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
+		f.Reconnect = cfg.Reconnect
 		p := newLocalPart(f)
 		if err := f.Start(ctx); err != nil {
 			return nil, err
@@ -216,6 +224,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var conv Histogram
 	conv.Merge(rep.ConvergenceData)
 	rep.Convergence = conv.Dist()
+	if rep.Counters.Reconnects > 0 {
+		var rh Histogram
+		rh.Merge(rep.ResumedData)
+		d := rh.Dist()
+		rep.Resumed = &d
+	}
 	if rep.Plane != nil {
 		var err error
 		if s1, err = cfg.Plane.Sample(ctx); err != nil {
@@ -298,6 +312,13 @@ func (r *Report) add(p PartResult) {
 	c.Resent += p.Counters.Resent
 	c.Listeners += p.Counters.Listeners
 	c.Routes += p.Counters.Routes
+	c.Reconnects += p.Counters.Reconnects
+	c.ResentAfterResume += p.Counters.ResentAfterResume
+	c.SotWResentAfterReconnect += p.Counters.SotWResentAfterReconnect
+	var rh Histogram
+	rh.Merge(r.ResumedData)
+	rh.Merge(p.Resumed)
+	r.ResumedData = rh.Data()
 	for _, n := range p.Counters.LeakNames {
 		if len(c.LeakNames) < maxStrayNames {
 			c.LeakNames = append(c.LeakNames, n)

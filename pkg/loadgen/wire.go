@@ -39,6 +39,7 @@ const (
 	dreqNode          = 1
 	dreqTypeURL       = 2
 	dreqSubscribe     = 3
+	dreqInitial       = 5
 	dreqResponseNonce = 6
 	// DeltaDiscoveryResponse and its Resource
 	drespResources = 2
@@ -47,6 +48,10 @@ const (
 	drespRemoved   = 6
 	dresName       = 3
 	dresResource   = 2
+	dresVersion    = 1
+	// a map entry
+	mapKey   = 1
+	mapValue = 2
 	// Any
 	anyTypeURL = 1
 	anyValue   = 2
@@ -193,6 +198,11 @@ func ParseSotW(b []byte, fn func(typeURL, value []byte) error) (Header, error) {
 // ParseDelta reads a DeltaDiscoveryResponse, calling fn with each resource's
 // name, type and serialized message.
 func ParseDelta(b []byte, fn func(name, typeURL, value []byte) error) (Header, error) {
+	return ParseDeltaVersions(b, func(name, _, typeURL, value []byte) error { return fn(name, typeURL, value) })
+}
+
+// ParseDeltaVersions is ParseDelta with each resource's version too.
+func ParseDeltaVersions(b []byte, fn func(name, version, typeURL, value []byte) error) (Header, error) {
 	var h Header
 	err := EachBytesField(b, func(num protowire.Number, v []byte) error {
 		switch num {
@@ -204,11 +214,13 @@ func ParseDelta(b []byte, fn func(name, typeURL, value []byte) error) (Header, e
 			h.Removed++
 			h.RemovedNames = append(h.RemovedNames, v)
 		case drespResources:
-			var name, res []byte
+			var name, version, res []byte
 			if err := EachBytesField(v, func(n protowire.Number, f []byte) error {
 				switch n {
 				case dresName:
 					name = f
+				case dresVersion:
+					version = f
 				case dresResource:
 					res = f
 				}
@@ -220,11 +232,18 @@ func ParseDelta(b []byte, fn func(name, typeURL, value []byte) error) (Header, e
 			if err != nil {
 				return fmt.Errorf("resource %s: %w", name, err)
 			}
-			return fn(name, typeURL, value)
+			return fn(name, version, typeURL, value)
 		}
 		return nil
 	})
 	return h, err
+}
+
+// AppendInitialVersion appends one entry of a Delta request's
+// initial_resource_versions: what a client that reconnects holds.
+func AppendInitialVersion(b []byte, name, version string) []byte {
+	entry := AppendStringField(AppendStringField(nil, mapKey, name), mapValue, version)
+	return AppendBytesField(b, dreqInitial, entry)
 }
 
 // ResourceName is the name of a Cluster or ClusterLoadAssignment (field 1 of both).

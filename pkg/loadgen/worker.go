@@ -28,6 +28,7 @@ type PartResult struct {
 	Expected    int64         `json:"expected"`
 	Delivered   int64         `json:"delivered"`
 	Conv        HistogramData `json:"convergence"`
+	Resumed     HistogramData `json:"resumed"`
 	Counters    Counters      `json:"counters"`
 	// CPUSeconds and RSSBytes are the part's process's own.
 	CPUSeconds float64 `json:"cpuSeconds"`
@@ -89,7 +90,7 @@ wait:
 		}
 	}
 	r := PartResult{Clients: p.f.Clients(), Connections: p.f.Connections(), Synced: p.f.SyncedCount(),
-		Expected: expected, Delivered: p.f.Delivered(), Conv: p.f.Conv.Data(), Counters: p.f.Counters(), DrainTimedOut: timedOut}
+		Expected: expected, Delivered: p.f.Delivered(), Conv: p.f.Conv.Data(), Resumed: p.f.Resumed.Data(), Counters: p.f.Counters(), DrainTimedOut: timedOut}
 	for _, s := range p.f.specs {
 		r.Subscribed += int64(len(s.Subscribe))
 		if s.Node.Kind == GRPC {

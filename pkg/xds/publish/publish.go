@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/cespare/xxhash/v2"
 	"log/slog"
 	"maps"
 	"runtime"
@@ -589,11 +590,31 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, clas
 }
 
 // entry is old when it holds b, else a new entry of a copy of b.
-func entry(old *xdscache.Entry, name, version, typeURL string, b []byte) *xdscache.Entry {
+func entry(old *xdscache.Entry, name, _, typeURL string, b []byte) *xdscache.Entry {
 	if old != nil && old.Name == name && bytes.Equal(old.Any.GetValue(), b) {
 		return old
 	}
-	return xdscache.NewEntryBytes(name, version, typeURL, bytes.Clone(b))
+	return xdscache.NewEntryBytes(name, contentVersion(b), typeURL, bytes.Clone(b))
+}
+
+// contentVersion is a resource's version: 16 hex digits of the xxHash64
+// of its bytes. It is what a Delta client holding the resource says it
+// holds (initial_resource_versions) when it reconnects, so it must name
+// the content, not the publication: every replica, and a replica
+// restarted, gives the same bytes the same version, and a client
+// reconnecting to either is sent only what it lacks. (Versions made of
+// the publication's instance and revision named a restarted replica's
+// unchanged resources anew, and a reconnect storm re-sent every resource
+// to every Delta client.)
+func contentVersion(b []byte) string {
+	var out [16]byte
+	const hexDigits = "0123456789abcdef"
+	h := xxhash.Sum64(b)
+	for i := 15; i >= 0; i-- {
+		out[i] = hexDigits[h&0xf]
+		h >>= 4
+	}
+	return string(out[:])
 }
 
 func clearSlice[S ~[]E, E any](s S) S {
@@ -652,11 +673,12 @@ type named interface {
 	GetName() string
 }
 
-func reuse(old *xdscache.Entry, m proto.Message, version string, force bool) (*xdscache.Entry, error) {
-	e, err := xdscache.NewEntry(resourceName(m), version, m)
+func reuse(old *xdscache.Entry, m proto.Message, _ string, force bool) (*xdscache.Entry, error) {
+	e, err := xdscache.NewEntry(resourceName(m), "", m)
 	if err != nil {
 		return nil, err
 	}
+	e.Version = contentVersion(e.Any.GetValue())
 	if old != nil && !force && bytes.Equal(old.Any.GetValue(), e.Any.GetValue()) {
 		return old, nil
 	}
