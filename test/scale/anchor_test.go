@@ -184,4 +184,3 @@ func fetchAll(t *testing.T, ctx context.Context, addr string, clusters []string)
 	}
 	return cds, eds
 }
-
