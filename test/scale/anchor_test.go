@@ -2,6 +2,7 @@ package scale
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -33,7 +34,11 @@ func TestAnchorMirrorsReplica(t *testing.T) {
 	}
 	const upstreams = 30
 	anchorBin := filepath.Join(t.TempDir(), "gcpanchor")
-	if out, err := exec.Command("go", "build", "-o", anchorBin, "poise.dev/poise/test/scale/cmd/gcpanchor").CombinedOutput(); err != nil {
+	args := []string{"build", "-o", anchorBin}
+	if os.Getenv(cpbinary.RaceEnv) == "1" {
+		args = append(args, "-race")
+	}
+	if out, err := exec.Command("go", append(args, "poise.dev/poise/test/scale/cmd/gcpanchor")...).CombinedOutput(); err != nil {
 		t.Fatalf("build gcpanchor: %v\n%s", err, out)
 	}
 	tree, err := loadgen.Generate(t.TempDir(), upstreams)
