@@ -128,6 +128,15 @@ bench-scale: build ## The binary at 100k and 1M endpoints with 100 and 1,000 ADS
 bench-fleet: build ## One replica under 25,000 simulated clients, measured with controlplane load (three runs).
 	BIN=$(BIN) bash hack/bench-fleet.sh
 
+# go-control-plane's LinearCache beside one replica on the same fixture
+# (hack/bench-fleet-anchor.sh, docs/performance.md "The anchor"): 500
+# upstreams, 500 Envoy-like clients against the replica, then against
+# test/scale/cmd/gcpanchor mirroring it; UPSTREAMS= ENVOY= RATE= DURATION=
+# change them. Reports under bin/bench-fleet-anchor/.
+.PHONY: bench-fleet-anchor
+bench-fleet-anchor: build ## go-control-plane's LinearCache (test/scale/cmd/gcpanchor) under the same load as one replica.
+	BIN=$(BIN) GO=$(GO) bash hack/bench-fleet-anchor.sh
+
 # The churn benchmark of docs/performance.md: writers flip endpoints on a real
 # apiserver (CHURN_RATE writes/s for CHURN_SECONDS), first alone, then with one
 # plane and 20 ADS clients; it prints rates, latencies and CPU.

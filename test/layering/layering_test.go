@@ -147,6 +147,7 @@ var layers = []struct {
 		"test/resilience",
 		"test/scale",
 		"test/scale/cmd/benchscale",
+		"test/scale/cmd/gcpanchor",
 		"test/soak",
 	}},
 }
