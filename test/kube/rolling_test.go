@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"github.com/cespare/xxhash/v2"
 	"io"
 	"maps"
 	"math/rand/v2"
@@ -777,6 +778,7 @@ type span struct {
 	r               *replica
 	start, complete time.Time
 	got             [2]map[string]bool
+	answered        [2]bool // a response of each type arrived on it
 }
 
 type streamEnd struct {
@@ -886,13 +888,18 @@ func (rc *rollingClient) observe(m proto.Message) {
 		return
 	}
 	rc.on = r.plane
-	versions := []string{version}
-	for _, it := range items {
-		versions = append(versions, it.version)
+	// a response's version is the replica's; a Delta resource's names its
+	// bytes (a zone variant's adds @ZONE to its base's, whose bytes it has)
+	if instanceOf(version) != r.instance {
+		rc.problem("%s sent version %q, which does not start with its instance %s", r.name, version, r.instance)
 	}
-	for _, v := range versions {
-		if instanceOf(v) != r.instance {
-			rc.problem("%s sent version %q, which does not start with its instance %s", r.name, v, r.instance)
+	for _, it := range items {
+		if protocol != "delta" {
+			continue
+		}
+		digest, _, _ := strings.Cut(it.version, "@")
+		if want := fmt.Sprintf("%016x", xxhash.Sum64(it.value)); digest != want {
+			rc.problem("%s sent %s at version %q, not the digest of its bytes %s", r.name, it.name, it.version, want)
 		}
 	}
 	var sp *span
@@ -907,11 +914,29 @@ func (rc *rollingClient) observe(m proto.Message) {
 	if typeURL == resource.EndpointType {
 		k = edsIdx
 	}
+	sp.answered[k] = true
 	for _, it := range items {
 		sp.got[k][it.name] = true
 		rc.led.record(rc.node.GetId(), r.name, strings.Join([]string{rc.class, protocol, typeURL, it.name, it.version}, " "), it.value)
 	}
-	if sp.complete.IsZero() && len(sp.got[cdsIdx]) >= rc.clusters && len(sp.got[edsIdx]) >= rc.clusters {
+	// whole again: a SotW client is sent everything on a new stream; a
+	// Delta one says what it holds and is sent only what differs (resource
+	// versions name their bytes), so it is whole once both types have
+	// answered and it holds every cluster and assignment
+	held := func(i int) int {
+		n := len(rc.resources[i])
+		for name := range sp.got[i] {
+			if _, ok := rc.resources[i][name]; !ok {
+				n++
+			}
+		}
+		return n
+	}
+	whole := len(sp.got[cdsIdx]) >= rc.clusters && len(sp.got[edsIdx]) >= rc.clusters
+	if protocol == "delta" {
+		whole = sp.answered[cdsIdx] && sp.answered[edsIdx] && held(cdsIdx) >= rc.clusters && held(edsIdx) >= rc.clusters
+	}
+	if sp.complete.IsZero() && whole {
 		sp.complete = now
 	}
 }

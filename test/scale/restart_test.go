@@ -16,8 +16,10 @@ import (
 // at once, a storm. Every Delta client tells the replica what it holds
 // (initial_resource_versions) and is sent none of it again: the replica's
 // resource versions name their content, so a restarted replica gives its
-// unchanged resources the versions they had. A flip after the restart
-// reaches every subscriber, and every client ends holding what it did.
+// unchanged resources the versions they had, and is answered all the same
+// (an empty response), so that it knows it is served. A flip after the
+// restart reaches every subscriber, and every client ends holding what it
+// did.
 func TestLoadReconnectAfterRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the controlplane binary")
@@ -97,10 +99,13 @@ func TestLoadReconnectAfterRestart(t *testing.T) {
 	reached := time.Since(at)
 	c := fleet.Counters()
 	resumed := fleet.Resumed.Dist()
-	t.Logf("killed and restarted in %v; %d reconnects; stream end → first response p50 %d µs, max %d µs (%d of them; a Delta client owed nothing is sent nothing); "+
+	t.Logf("killed and restarted in %v; %d reconnects; stream end → first response p50 %d µs, max %d µs (%d of them: a Delta client owed nothing is answered with nothing in it); "+
 		"a flip after it reached its %d subscribers in %v; Delta resources sent again at the version held: %d; SotW resent unchanged: %d; resent unchanged otherwise: %d",
 		back.Sub(killed).Round(time.Millisecond), c.Reconnects, resumed.P50Us, resumed.MaxUs, resumed.N, expected, reached.Round(time.Millisecond),
 		c.ResentAfterResume, c.SotWResentAfterReconnect, c.Resent)
+	if resumed.N < c.Reconnects {
+		t.Errorf("%d of %d reopened streams were answered: every client must learn it is served", resumed.N, c.Reconnects)
+	}
 	if c.ResentAfterResume != 0 || c.Resent != 0 {
 		t.Errorf("after the restart the Delta clients were sent %d resources at the version they held, and %d resources were sent again unchanged: want none",
 			c.ResentAfterResume, c.Resent)

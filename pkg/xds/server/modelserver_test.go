@@ -46,7 +46,7 @@ func (c *modelClient) published(changed [2][]string) {
 func (c *modelClient) serverNext() {
 	for typ := range 2 {
 		s := c.srv[typ]
-		if s == nil || s.awaiting || (!s.pendingAll && len(s.dirty) == 0) {
+		if s == nil || s.awaiting || (!s.pendingAll && len(s.dirty) == 0 && !s.first) {
 			continue
 		}
 		r, ok := c.build(typ)
@@ -154,7 +154,9 @@ func (c *modelClient) serverDelta(typ int, sub, unsub []string, initial map[stri
 		if len(initial) == 0 {
 			s.pendingAll, s.first = true, true
 		} else {
-			// what it lacks, holds at another version, or holds deleted
+			// what it lacks, holds at another version, or holds deleted;
+			// answered even when that is nothing
+			s.first = true
 			for n, v := range initial {
 				if s.scope(n) && (cur[n] == nil || cur[n].Version != v) {
 					s.dirty[n] = true

@@ -223,7 +223,7 @@ func (w *Watch) mark(name string) {
 	}
 }
 
-func (w *Watch) hasPending() bool { return w.pendingAll || len(w.pending) > 0 }
+func (w *Watch) hasPending() bool { return w.pendingAll || len(w.pending) > 0 || w.first }
 
 // behind: the last response waits for the client's answer, or a change in
 // w's scope waits to be sent (TypeSync.Behind).
@@ -450,7 +450,11 @@ func (s *Stream) Delta(r DeltaRequest) error {
 			w.pendingAll, w.first = true, true
 		} else {
 			// Send what the client lacks or holds at another version, and the
-			// removal of what it holds that no longer exists.
+			// removal of what it holds that no longer exists; and answer even
+			// when that is nothing, so that a client that resumed knows it
+			// is served (versions name content: a replica that agrees owes
+			// it nothing).
+			w.first = true
 			for name, v := range r.Initial {
 				if !w.inScope(name) {
 					continue
