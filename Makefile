@@ -123,7 +123,8 @@ bench-scale: build ## The binary at 100k and 1M endpoints with 100 and 1,000 ADS
 # One replica under a fleet (hack/bench-fleet.sh): 5,000 upstreams, 5,000
 # Envoy-like and 20,000 gRPC-like clients (two streams a connection), three
 # runs; UPSTREAMS= ENVOY= GRPC= PROCS= RATE= DURATION= RUNS= SERVE_ARGS=
-# change them. Reports under bin/bench-fleet/.
+# change them; STORM=1 kills the replica mid-run and starts it again (a
+# reconnect storm of every client). Reports under bin/bench-fleet/.
 .PHONY: bench-fleet
 bench-fleet: build ## One replica under 25,000 simulated clients, measured with controlplane load (three runs).
 	BIN=$(BIN) bash hack/bench-fleet.sh
