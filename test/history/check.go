@@ -94,6 +94,12 @@ type Options struct {
 	// that number their revisions each their own way, against publications
 	// observed on one of them.
 	MatchContent bool
+	// RevisionOf, when set, reads a version's revision (ordered as the
+	// publications' are): a response of a version no publication has, whose
+	// revision lies between two publications', is of a revision no observer
+	// saw (they were answering the one before and were sent the next), and
+	// is judged only at rest, as content of a type an observer did not see.
+	RevisionOf func(version string) (uint64, bool)
 }
 
 // Result is what Check found: the violations, and per client the time it
@@ -252,8 +258,10 @@ func (c *checker) response(st *clientState, e Event, served map[[3]string]int) {
 	}
 	i, ok := c.byVersion[e.Version]
 	if !ok {
-		c.add(Violation{Rule: Coherent, Client: e.Client, Replica: e.Replica, Type: e.Type,
-			Detail: fmt.Sprintf("a response of version %q, which no publication has", e.Version)})
+		if !c.unseenRevision(e.Version) {
+			c.add(Violation{Rule: Coherent, Client: e.Client, Replica: e.Replica, Type: e.Type,
+				Detail: fmt.Sprintf("a response of version %q, which no publication has", e.Version)})
+		}
 		st.pending[[2]string{e.Type, e.Nonce}] = e
 		return
 	}
@@ -333,6 +341,24 @@ func (c *checker) responseByContent(st *clientState, e Event, served map[[3]stri
 		return
 	}
 	served[at] = max(served[at], i)
+}
+
+// unseenRevision reports whether version names a revision between two
+// publications (see Options.RevisionOf).
+func (c *checker) unseenRevision(version string) bool {
+	if c.o.RevisionOf == nil {
+		return false
+	}
+	rev, ok := c.o.RevisionOf(version)
+	if !ok {
+		return false
+	}
+	before, after := false, false
+	for _, p := range c.h.Publications {
+		before = before || p.Revision < rev
+		after = after || p.Revision > rev
+	}
+	return before && after
 }
 
 // seen reports whether the observer of class saw typ at p's revision

@@ -451,3 +451,29 @@ func TestObserverGap(t *testing.T) {
 		})
 	}
 }
+
+// TestUnseenRevision: with RevisionOf, a response of a revision between
+// two the observers saw is not judged by its version (no observer saw
+// it); one past every publication still is.
+func TestUnseenRevision(t *testing.T) {
+	t.Parallel()
+	pubs := fixture() // revisions 1 to 3, versions x-N and y-N
+	pubs = []Publication{pubs[0], pubs[2]}
+	for _, tc := range []struct {
+		version string
+		want    int
+	}{{"x-2", 0}, {"x-4", 1}} {
+		s := (&script{}).resp("c1", "x", eds, tc.version, false, map[string]string{"tenant-a/pay": "pay-endpoints-2"}).ack()
+		hist := History{Clients: []Client{{ID: "c1", Class: "a"}}, Publications: pubs, Events: s.events}
+		res := Check(hist, Options{Left: []string{"c1"}, RevisionOf: xRevision})
+		n := 0
+		for _, v := range res.Violations {
+			if strings.Contains(v.String(), "which no publication has") {
+				n++
+			}
+		}
+		if n != tc.want {
+			t.Errorf("version %s: %d unpublished-version violations, want %d: %v", tc.version, n, tc.want, res.Violations)
+		}
+	}
+}

@@ -267,6 +267,7 @@ func (r *kubeRun) waitAll(what string, upstreams int) time.Duration {
 // check runs the checker on the whole run and reports every violation.
 func (r *kubeRun) check(o history.Options) (history.History, history.Result) {
 	h := r.history()
+	o.RevisionOf = r.order
 	res := history.Check(h, o)
 	for i, v := range res.Violations {
 		if i == 20 {

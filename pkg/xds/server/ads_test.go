@@ -224,10 +224,13 @@ func TestDeltaADS(t *testing.T) {
 	d.none(quiet)
 	d.close()
 
-	// Reconnect holding the current versions: nothing is re-sent...
+	// Reconnect holding the current versions: nothing is re-sent, each
+	// type answered empty (the client learns it is served)...
 	d2 := h.delta(envoyNode("envoy-d"))
 	d2.send(&discovery.DeltaDiscoveryRequest{TypeUrl: CDS, InitialResourceVersions: map[string]string{"c1": "v1"}})
+	d2.ack(d2.expect(CDS, nil, nil))
 	d2.send(&discovery.DeltaDiscoveryRequest{TypeUrl: EDS, ResourceNamesSubscribe: []string{"c1"}, InitialResourceVersions: map[string]string{"c1": "v5"}})
+	d2.ack(d2.expect(EDS, nil, nil))
 	d2.none(600 * time.Millisecond)
 	// ...but the next change is.
 	h.apply("v6", put(0, EDS, entry(t, "v6", cla("c1", 9006))))

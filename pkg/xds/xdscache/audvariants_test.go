@@ -208,10 +208,13 @@ func TestAudienceVariantVersions(t *testing.T) {
 	if got, want := da.recv(), "spatial=A@"+variantVersion(c, "v1", "A"); got != want {
 		t.Errorf("a, reconnecting with b's version: %q, want %q", got, want)
 	}
-	// holding its own: nothing
+	// holding its own: an answer with nothing in it (it is served)
 	again := openFor(t, c, true, envoy, ns("a"))
 	again.typ = RDS
 	again.subscribe(map[string]string{"spatial": variantVersion(c, "v1", "A")}, "spatial")
+	if got := again.recv(); got != "" {
+		t.Errorf("a, reconnecting with its own variant's version: %q, want an empty answer", got)
+	}
 	again.silent()
 	// holding the base's version (it read the base before a variant named a)
 	base2 := openFor(t, c, true, envoy, ns("a"))
