@@ -65,7 +65,7 @@ for run in $(seq 1 "$RUNS"); do
 		--plot "$out/convergence-$run.svg" -o json >"$out/report-$run.json" 2>"$out/load-$run.log" &
 	load=$!
 	if [ "$STORM" = 1 ]; then
-		until grep -q 'msg=synced' "$out/load-$run.log"; do
+		until grep -q 'msg=synced' "$out/load-$run.log" 2>/dev/null; do
 			kill -0 "$load" 2>/dev/null || break
 			sleep 0.2
 		done

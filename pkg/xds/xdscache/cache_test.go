@@ -545,3 +545,28 @@ func TestPublishedAtKeepsTheLastVersions(t *testing.T) {
 		t.Error("the last version has no publication time")
 	}
 }
+
+// TestDeltaResumeBeforeThePublication: a Delta client that resumes on a
+// replica with nothing published yet (restarting under its clients) is
+// compared, at the first publication, with what it said it held: it is
+// sent only what differs and the removal of what is gone, not everything
+// at the versions it holds; and a name it subscribes to again later is
+// sent whole.
+func TestDeltaResumeBeforeThePublication(t *testing.T) {
+	c := newCache()
+	d := openDelta(t, c, envoy)
+	d.send(xdscache.DeltaRequest{TypeURL: resource.EndpointType, Subscribe: []string{"a", "b", "gone"},
+		Initial: map[string]string{"a": "same", "b": "old", "gone": "old"}})
+	d.silent() // nothing published: nothing to say yet
+	c.Apply(xdscache.Update{Version: "v1", Changes: []xdscache.Change{
+		change(0, resource.EndpointType, mustEntry(t, "a", "same", cla("a", 1))),
+		change(0, resource.EndpointType, mustEntry(t, "b", "new", cla("b", 1))),
+	}})
+	r := d.expect(resource.EndpointType, []string{"b"}, []string{"gone"})
+	d.send(xdscache.DeltaRequest{TypeURL: resource.EndpointType, Nonce: r.Nonce})
+	d.silent()
+	// unsubscribed and subscribed again: owed whole, whatever it held
+	d.send(xdscache.DeltaRequest{TypeURL: resource.EndpointType, Unsubscribe: []string{"a"}})
+	d.send(xdscache.DeltaRequest{TypeURL: resource.EndpointType, Subscribe: []string{"a"}})
+	d.expect(resource.EndpointType, []string{"a"}, nil)
+}

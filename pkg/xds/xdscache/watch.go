@@ -68,7 +68,14 @@ type Watch struct {
 	compacted  int
 	pendingAll bool
 
-	first      bool   // never answered
+	first bool // never answered
+	// initial is what a resuming Delta client said it holds
+	// (initial_resource_versions), by name, until each name is next due:
+	// a name whose resource then has the version held is not sent. A
+	// client may resume before the first publication (a replica
+	// restarting under its clients): what it holds is then compared with
+	// what is published when it is.
+	initial    map[string]string
 	reqVersion string // SotW: the version the opening request said it holds
 	reqNACK    bool
 	awaiting   bool   // a response is out and neither ACKed nor NACKed
@@ -455,7 +462,11 @@ func (s *Stream) Delta(r DeltaRequest) error {
 			// is served (versions name content: a replica that agrees owes
 			// it nothing).
 			w.first = true
+			w.initial = make(map[string]string, min(len(r.Initial), MaxSubscribedNames))
 			for name, v := range r.Initial {
+				if len(w.initial) < MaxSubscribedNames {
+					w.initial[name] = v
+				}
 				if !w.inScope(name) {
 					continue
 				}
@@ -494,6 +505,17 @@ func (s *Stream) Delta(r DeltaRequest) error {
 			added, _ := c.setDeltaScope(w, wildcard, names)
 			if wildcard && !was {
 				w.pendingAll = true
+			}
+			// a name unsubscribed is dropped by the client, one subscribed
+			// again is owed whole: what it said it held no longer stands
+			if wildcard != was {
+				w.initial = nil
+			}
+			for _, n := range unsub {
+				delete(w.initial, n)
+			}
+			for _, n := range added {
+				delete(w.initial, n)
 			}
 			for _, n := range added {
 				if w.get(n) != nil {
@@ -691,8 +713,14 @@ func (w *Watch) buildDelta() (Response, bool, []string) {
 			if !w.inScope(n) {
 				continue
 			}
+			held, resumed := w.initial[n]
+			if resumed {
+				delete(w.initial, n) // settled once: later changes are sent as any
+			}
 			if e := w.get(n); e != nil {
-				c.add(n, e)
+				if !resumed || held != e.Version {
+					c.add(n, e)
+				}
 			} else {
 				r.Removed = append(r.Removed, n)
 			}
