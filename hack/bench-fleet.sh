@@ -57,6 +57,7 @@ for run in $(seq 1 "$RUNS"); do
 	: >"$out/serve-$run.log"
 	start_plane
 	echo "== run $run of $RUNS: $UPSTREAMS upstreams, $ENVOY Envoy-like and $GRPC gRPC-like clients" >&2
+	rm -f "$out/load-$run.log" # a run before this one's says "synced" already
 	planeflag=(--pid "$pid")
 	[ "$STORM" = 1 ] && planeflag=()
 	"$cp" load --xds-address "$xds" "${planeflag[@]}" --churn files --tree "$tree" --upstreams "$UPSTREAMS" \
