@@ -294,6 +294,9 @@ func (f *Fleet) Start(ctx context.Context) error {
 		}
 		c := &client{f: f, spec: s, conn: conn, node: node, delta: s.Delta,
 			hashes: make([]uint64, len(s.Subscribe)), recvAt: make([]int64, len(s.Subscribe)), cursors: make([]int32, len(s.Subscribe))}
+		if f.Reconnect && s.Delta {
+			c.cdsVer, c.edsVer = map[int32]string{}, map[int32]string{}
+		}
 		if s.Node.Kind == Envoy {
 			c.cds = make([]uint64, (len(f.clusters)+63)/64)
 		} else {
@@ -385,7 +388,7 @@ type client struct {
 	mu      sync.Mutex // held while a response is read, and by Holdings
 
 	// With Fleet.Reconnect, a Delta client's resource versions by cluster
-	// index (CDS and EDS), for initial_resource_versions; told are those
+	// index (CDS and EDS; nil otherwise), for initial_resource_versions; told are those
 	// it told the plane it held when it last reconnected.
 	cdsVer, edsVer   map[int32]string
 	told             map[[2]int32]string // {0 CDS / 1 EDS, cluster}
@@ -723,34 +726,24 @@ func ListenerName(cluster string) (string, bool) {
 // resource sent again at the version the client said it held when it
 // reconnected is counted (the plane owes it nothing).
 func (c *client) deltaResource(name, version, typeURL, value []byte) error {
-	if c.f.Reconnect {
-		kind, vers := int32(-1), c.cdsVer
-		switch string(typeURL) {
-		case TypeCDS:
-			kind = 0
-		case TypeEDS:
-			kind, vers = 1, c.edsVer
-		}
-		if u, ok := c.f.index[string(name)]; ok && kind >= 0 {
-			if told, ok := c.told[[2]int32{kind, u}]; ok {
-				delete(c.told, [2]int32{kind, u})
-				if told == string(version) {
-					c.f.resentAfterResume.Add(1)
-					return nil
-				}
-			}
-			if vers == nil {
-				vers = map[int32]string{}
-				if kind == 0 {
-					c.cdsVer = vers
-				} else {
-					c.edsVer = vers
-				}
-			}
-			if old, ok := vers[u]; !ok || old != string(version) {
-				vers[u] = string(version)
+	vers := c.edsVer
+	kind := int32(1)
+	switch string(typeURL) {
+	case TypeCDS:
+		vers, kind = c.cdsVer, 0
+	case TypeEDS:
+	default:
+		vers = nil // a listener or route: no versions kept
+	}
+	if u, ok := c.f.index[string(name)]; ok && vers != nil {
+		if told, ok := c.told[[2]int32{kind, u}]; ok {
+			delete(c.told, [2]int32{kind, u})
+			if told == string(version) {
+				c.f.resentAfterResume.Add(1)
+				return nil
 			}
 		}
+		vers[u] = string(version)
 	}
 	return c.resource(name, typeURL, value)
 }

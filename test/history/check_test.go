@@ -232,19 +232,7 @@ func TestCheck(t *testing.T) {
 					hist.Clients = append(hist.Clients, Client{ID: id, Class: "a"})
 				}
 			}
-			res := Check(hist, tc.opts)
-			var got []string
-			for _, v := range res.Violations {
-				got = append(got, v.String())
-			}
-			if len(got) != len(tc.want) {
-				t.Fatalf("%d violations, want %d:\n%s", len(got), len(tc.want), strings.Join(got, "\n"))
-			}
-			for i, w := range tc.want {
-				if !strings.Contains(got[i], w) {
-					t.Errorf("violation %d:\n%s\nwant it to contain:\n%s", i, got[i], w)
-				}
-			}
+			wantViolations(t, Check(hist, tc.opts).Violations, tc.want)
 		})
 	}
 }
@@ -270,6 +258,23 @@ func TestConvergenceIsMeasured(t *testing.T) {
 	res = Check(History{Clients: []Client{{ID: "c1", Class: "a"}}, Publications: pubs, Events: s.events}, Options{HealedAt: healed})
 	if d, want := res.Converged["c1"], 580*time.Millisecond; d != want || res.Slowest != want {
 		t.Errorf("converged after %v (slowest %v), want %v: the last ACK at t0+1.08s, the heal at t0+0.5s", d, res.Slowest, want)
+	}
+}
+
+// wantViolations holds vs to want: as many, each containing its text.
+func wantViolations(t *testing.T, vs []Violation, want []string) {
+	t.Helper()
+	var got []string
+	for _, v := range vs {
+		got = append(got, v.String())
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d violations, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+	}
+	for i, w := range want {
+		if !strings.Contains(got[i], w) {
+			t.Errorf("violation %d:\n%s\nwant it to contain:\n%s", i, got[i], w)
+		}
 	}
 }
 
@@ -377,18 +382,7 @@ func TestMatchContent(t *testing.T) {
 					hist.Clients = append(hist.Clients, Client{ID: id, Class: "a"})
 				}
 			}
-			var got []string
-			for _, v := range Check(hist, Options{MatchContent: true}).Violations {
-				got = append(got, v.String())
-			}
-			if len(got) != len(tc.want) {
-				t.Fatalf("%d violations, want %d:\n%s", len(got), len(tc.want), strings.Join(got, "\n"))
-			}
-			for i, w := range tc.want {
-				if !strings.Contains(got[i], w) {
-					t.Errorf("violation %d:\n%s\nwant it to contain:\n%s", i, got[i], w)
-				}
-			}
+			wantViolations(t, Check(hist, Options{MatchContent: true}).Violations, tc.want)
 		})
 	}
 }
@@ -436,18 +430,7 @@ func TestObserverGap(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.events(&script{events: slices.Clone(obs.events), nonce: 100, at: obs.at})
 			hist := History{Clients: []Client{{ID: "obs", Class: "a"}, {ID: "c", Class: "a"}}, Publications: pubs, Events: s.events}
-			var got []string
-			for _, v := range Check(hist, Options{Left: []string{"c"}}).Violations {
-				got = append(got, v.String())
-			}
-			if len(got) != len(tc.want) {
-				t.Fatalf("%d violations, want %d:\n%s", len(got), len(tc.want), strings.Join(got, "\n"))
-			}
-			for i, w := range tc.want {
-				if !strings.Contains(got[i], w) {
-					t.Errorf("violation %d:\n%s\nwant it to contain:\n%s", i, got[i], w)
-				}
-			}
+			wantViolations(t, Check(hist, Options{Left: []string{"c"}}).Violations, tc.want)
 		})
 	}
 }

@@ -2,6 +2,7 @@ package scale
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,13 +70,7 @@ func TestAnchorMirrorsReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fleet.Close()
-	select {
-	case <-fleet.Synced():
-	case <-fleet.Failed():
-		t.Fatal(fleet.Err())
-	case <-ctx.Done():
-		t.Fatalf("%d of %d clients hold their subscription; first error: %v", fleet.SyncedCount(), fleet.Clients(), fleet.Err())
-	}
+	waitSynced(t, ctx, fleet)
 
 	// Three rounds of flips, each awaited: the hot clusters every round, a
 	// third of the others in turn.
@@ -90,15 +85,9 @@ func TestAnchorMirrorsReplica(t *testing.T) {
 			}
 		}
 		_, expected := fleet.Log().Flips()
-		for fleet.Delivered() < expected {
-			select {
-			case <-fleet.Changed():
-			case <-fleet.Failed():
-				t.Fatal(fleet.Err())
-			case <-ctx.Done():
-				t.Fatalf("round %d: %d of %d deliveries; first error: %v", round, fleet.Delivered(), expected, fleet.Err())
-			}
-		}
+		waitDelivered(t, ctx, fleet, expected, func() string {
+			return fmt.Sprintf("round %d: %d of %d deliveries; first error: %v", round, fleet.Delivered(), expected, fleet.Err())
+		})
 	}
 	flips, expected := fleet.Log().Flips()
 	conv := fleet.Conv.Dist()

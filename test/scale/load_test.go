@@ -136,13 +136,7 @@ func TestLoadFleetConverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fleet.Close()
-	select {
-	case <-fleet.Synced():
-	case <-fleet.Failed():
-		t.Fatal(fleet.Err())
-	case <-ctx.Done():
-		t.Fatalf("%d of %d clients hold their subscription; first error: %v", fleet.SyncedCount(), fleet.Clients(), fleet.Err())
-	}
+	waitSynced(t, ctx, fleet)
 	t.Logf("%d clients (%d of tenant-b) on %d connections synced in %v", fleet.Clients(), tenantB, fleet.Connections(), time.Since(start))
 
 	// 45 flips: every upstream once, the hot ones and some more twice.
@@ -157,15 +151,9 @@ func TestLoadFleetConverges(t *testing.T) {
 		}
 	}
 	_, expected := fleet.Log().Flips()
-	for fleet.Delivered() < expected {
-		select {
-		case <-fleet.Changed():
-		case <-fleet.Failed():
-			t.Fatal(fleet.Err())
-		case <-ctx.Done():
-			t.Fatalf("%d of %d deliveries; first error: %v", fleet.Delivered(), expected, fleet.Err())
-		}
-	}
+	waitDelivered(t, ctx, fleet, expected, func() string {
+		return fmt.Sprintf("%d of %d deliveries; first error: %v", fleet.Delivered(), expected, fleet.Err())
+	})
 	if err := fleet.Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -208,6 +196,33 @@ func TestLoadFleetConverges(t *testing.T) {
 		}
 		if len(fresh) != len(held[i]) {
 			t.Errorf("client %s: a fresh stream is served %d resources; it subscribed to %d it may read", s.Node.ID, len(fresh), len(held[i]))
+		}
+	}
+}
+
+// waitSynced waits until every client of fleet holds its subscription.
+func waitSynced(t *testing.T, ctx context.Context, fleet *loadgen.Fleet) {
+	t.Helper()
+	select {
+	case <-fleet.Synced():
+	case <-fleet.Failed():
+		t.Fatal(fleet.Err())
+	case <-ctx.Done():
+		t.Fatalf("%d of %d clients hold their subscription; first error: %v", fleet.SyncedCount(), fleet.Clients(), fleet.Err())
+	}
+}
+
+// waitDelivered waits, delivery by delivery, until fleet has expected
+// deliveries; short says what is missing when ctx ends first.
+func waitDelivered(t *testing.T, ctx context.Context, fleet *loadgen.Fleet, expected int64, short func() string) {
+	t.Helper()
+	for fleet.Delivered() < expected {
+		select {
+		case <-fleet.Changed():
+		case <-fleet.Failed():
+			t.Fatal(fleet.Err())
+		case <-ctx.Done():
+			t.Fatal(short())
 		}
 	}
 }

@@ -2,6 +2,7 @@ package scale
 
 import (
 	"context"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -55,13 +56,7 @@ func TestLoadReconnectAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fleet.Close()
-	select {
-	case <-fleet.Synced():
-	case <-fleet.Failed():
-		t.Fatal(fleet.Err())
-	case <-ctx.Done():
-		t.Fatalf("%d of %d clients hold their subscription", fleet.SyncedCount(), fleet.Clients())
-	}
+	waitSynced(t, ctx, fleet)
 	before := fleet.Holdings()
 
 	if err := first.Signal(syscall.SIGKILL); err != nil {
@@ -87,15 +82,9 @@ func TestLoadReconnectAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, expected := fleet.Log().Flips()
-	for fleet.Delivered() < expected {
-		select {
-		case <-fleet.Changed():
-		case <-fleet.Failed():
-			t.Fatal(fleet.Err())
-		case <-ctx.Done():
-			t.Fatalf("%d of %d deliveries after the restart", fleet.Delivered(), expected)
-		}
-	}
+	waitDelivered(t, ctx, fleet, expected, func() string {
+		return fmt.Sprintf("%d of %d deliveries after the restart", fleet.Delivered(), expected)
+	})
 	reached := time.Since(at)
 	c := fleet.Counters()
 	resumed := fleet.Resumed.Dist()

@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"fmt"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 	"testing"
 	"unsafe"
 
@@ -86,4 +88,24 @@ func TestBodyCacheIsBounded(t *testing.T) {
 	if len(c.order) != maxBodies || n != maxBodies {
 		t.Errorf("%d bodies in order, %d by key; want %d", len(c.order), n, maxBodies)
 	}
+}
+
+// sotwResponse and deltaResponse are the messages a response encodes:
+// what proto.Marshal is held to.
+func sotwResponse(r xdscache.Response) *discovery.DiscoveryResponse {
+	resp := &discovery.DiscoveryResponse{VersionInfo: r.Version, TypeUrl: r.TypeURL, Nonce: r.Nonce,
+		Resources: make([]*anypb.Any, len(r.Entries))}
+	for i, e := range r.Entries {
+		resp.Resources[i] = e.Any
+	}
+	return resp
+}
+
+func deltaResponse(r xdscache.Response) *discovery.DeltaDiscoveryResponse {
+	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: r.Version, TypeUrl: r.TypeURL, Nonce: r.Nonce,
+		RemovedResources: r.Removed, Resources: make([]*discovery.Resource, len(r.Entries))}
+	for i, e := range r.Entries {
+		resp.Resources[i] = &discovery.Resource{Name: e.Name, Version: e.Version, Resource: e.Any}
+	}
+	return resp
 }

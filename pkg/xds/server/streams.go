@@ -461,26 +461,6 @@ func (x *xdsServer) handleSotw(st *xdscache.Stream, key streamKey, only string, 
 		NamesHash: req.namesHash, Names: req.resourceNames}))
 }
 
-// sotwResponse is the envelope of a response; the resources in it are the
-// cache's marshalled Anys, shared by every client they are sent to.
-func sotwResponse(r xdscache.Response) *discovery.DiscoveryResponse {
-	resp := &discovery.DiscoveryResponse{VersionInfo: r.Version, TypeUrl: r.TypeURL, Nonce: r.Nonce,
-		Resources: make([]*anypb.Any, len(r.Entries))}
-	for i, e := range r.Entries {
-		resp.Resources[i] = e.Any
-	}
-	return resp
-}
-
-func deltaResponse(r xdscache.Response) *discovery.DeltaDiscoveryResponse {
-	resp := &discovery.DeltaDiscoveryResponse{SystemVersionInfo: r.Version, TypeUrl: r.TypeURL, Nonce: r.Nonce,
-		RemovedResources: r.Removed, Resources: make([]*discovery.Resource, len(r.Entries))}
-	for i, e := range r.Entries {
-		resp.Resources[i] = &discovery.Resource{Name: e.Name, Version: e.Version, Resource: e.Any}
-	}
-	return resp
-}
-
 func (x *xdsServer) recvDelta(ss grpc.ServerStream, st *xdscache.Stream, key streamKey, hold *largeHold, only string) error {
 	for {
 		req := &discovery.DeltaDiscoveryRequest{}
