@@ -29,6 +29,7 @@ import (
 // EndpointSets (3 zones × 4 endpoints) and services Upstreams importing a
 // Service's EndpointSlices (3 slices × 4 endpoints, one per zone's Node).
 type kubeFleet struct {
+	mu      sync.Mutex // sets grows while churn reads it
 	ns      string
 	sets    []client.ObjectKey // EndpointSets
 	slices  []client.ObjectKey // EndpointSlices
@@ -93,7 +94,9 @@ func (f *kubeFleet) addSetUpstream(t *testing.T, l *lab, name string, i int) {
 		if err := l.k8s.Create(t.Context(), set); err != nil {
 			t.Fatal(err)
 		}
+		f.mu.Lock()
 		f.sets = append(f.sets, client.ObjectKeyFromObject(set))
+		f.mu.Unlock()
 	}
 	if err := l.k8s.Create(t.Context(), &v1alpha1.Upstream{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns},
 		Spec: v1alpha1.UpstreamSpec{Protocol: v1alpha1.ProtocolGRPC}}); err != nil {
@@ -129,8 +132,11 @@ func (f *kubeFleet) churn(ctx context.Context, t *testing.T, l *lab, period time
 				e.Conditions = readyCond(!*e.Conditions.Ready)
 				return l.k8s.Update(ctx, &es)
 			}
+			f.mu.Lock()
+			key := f.sets[(n/2)%len(f.sets)]
+			f.mu.Unlock()
 			var set v1alpha1.EndpointSet
-			if err := l.k8s.Get(ctx, f.sets[(n/2)%len(f.sets)], &set); err != nil {
+			if err := l.k8s.Get(ctx, key, &set); err != nil {
 				return err
 			}
 			w := set.Spec.Endpoints[0].Weight
