@@ -127,7 +127,15 @@ bench-scale: build ## The binary at 100k and 1M endpoints with 100 and 1,000 ADS
 # reconnect storm of every client). Reports under bin/bench-fleet/.
 .PHONY: bench-fleet
 bench-fleet: build ## One replica under 25,000 simulated clients, measured with controlplane load (three runs).
-	BIN=$(BIN) bash hack/bench-fleet.sh
+	BIN=$(BIN) GO=$(GO) bash hack/bench-fleet.sh
+
+# The same fleet's sustained churn through a real kube-apiserver
+# (hack/bench-fleet-kube.sh): 5,000 Upstreams importing Services, one
+# replica with --source=kubernetes, 200 EndpointSlice updates a second for
+# 5 minutes, three runs. Reports under bin/bench-fleet-kube/.
+.PHONY: bench-fleet-kube
+bench-fleet-kube: build ## One replica under 25,000 simulated clients while EndpointSlices change through a real apiserver.
+	BIN=$(BIN) GO=$(GO) bash hack/bench-fleet-kube.sh
 
 # go-control-plane's LinearCache beside one replica on the same fixture
 # (hack/bench-fleet-anchor.sh, docs/performance.md "The anchor"): 500

@@ -5,14 +5,22 @@
 # under /dev/shm (or TMPDIR), serves it with bin/controlplane, connects
 # ENVOY Envoy-like clients (ENVOY_CLUSTERS clusters each) and GRPC gRPC-like
 # clients (GRPC_CLUSTERS each, STREAMS_PER_CONNECTION to a connection), half
-# of each kind over Delta, spread over PROCS load processes, then flips
-# endpoints RATE times a second for DURATION. It repeats RUNS times and
-# keeps each run's report (text, JSON and the convergence plot) under
-# bin/bench-fleet/. With STORM=1 the replica is killed (SIGKILL) STORM_AFTER
-# seconds after every client synced and started again at once on the same
-# address: every client reconnects together, a storm; the report then
-# counts the reconnects, the time to each one's first answer and what was
-# sent again (the plane's CPU is not read across the restart).
+# of each kind over Delta, spread over PROCS load processes, waits SETTLE,
+# reads the replica's live heap and its idle CPU over IDLE, then runs
+# PHASES on the same fleet (controlplane load --phase), each awaiting its
+# deliveries for up to DRAIN: by default single flips of the cluster every
+# client uses (one every 4 s), flips of the clusters 1 % of the clients use,
+# and 200 changes a second over every cluster for 5 minutes. It repeats
+# RUNS times and keeps each run's report (JSON, the convergence plot) under
+# bin/bench-fleet/, then prints the table of every run's figures with their
+# min and median (test/scale/cmd/fleettable). PROFILE=1 also keeps the
+# replica's heap profile after the start and a CPU profile of each phase.
+# With STORM=1 the replica is killed (SIGKILL) STORM_AFTER seconds after
+# every client synced and started again at once on the same address: every
+# client reconnects together, a storm; the report then counts the
+# reconnects, the time to each one's first answer and what was sent again,
+# while STORM_PHASES keep flipping the hot cluster past the storm (the
+# plane's CPU is not read across the restart).
 # A benchmark, not a test: make test runs the same tool at 200 clients
 # (test/scale).
 set -euo pipefail
@@ -24,8 +32,12 @@ ENVOY_CLUSTERS=${ENVOY_CLUSTERS:-50-500}
 GRPC_CLUSTERS=${GRPC_CLUSTERS:-1-5}
 STREAMS_PER_CONNECTION=${STREAMS_PER_CONNECTION:-2}
 PROCS=${PROCS:-8}
-RATE=${RATE:-2}
-DURATION=${DURATION:-30s}
+PHASES=${PHASES:-hot:hot:0.25:40s tail:share=1:20:20s churn:all:200:5m}
+STORM_PHASES=${STORM_PHASES:-storm:hot:0.1:100s}
+SETTLE=${SETTLE:-20s}
+IDLE=${IDLE:-10s}
+DRAIN=${DRAIN:-60s}
+PROFILE=${PROFILE:-0}
 RUNS=${RUNS:-3}
 SERVE_ARGS=${SERVE_ARGS:-}
 STORM=${STORM:-0}
@@ -58,11 +70,23 @@ for run in $(seq 1 "$RUNS"); do
 	start_plane
 	echo "== run $run of $RUNS: $UPSTREAMS upstreams, $ENVOY Envoy-like and $GRPC gRPC-like clients" >&2
 	rm -f "$out/load-$run.log" # a run before this one's says "synced" already
-	planeflag=(--pid "$pid")
-	[ "$STORM" = 1 ] && planeflag=()
+	planeflag=(--pid "$pid" --admin-address "$admin")
+	phases=$PHASES
+	if [ "$STORM" = 1 ]; then
+		planeflag=()
+		phases=$STORM_PHASES
+	fi
+	phaseflags=()
+	for p in $phases; do phaseflags+=(--phase "$p"); done
+	profileflag=()
+	if [ "$PROFILE" = 1 ] && [ "$STORM" != 1 ]; then
+		mkdir -p "$out/profiles-$run"
+		profileflag=(--profile-dir "$out/profiles-$run")
+	fi
 	"$cp" load --xds-address "$xds" "${planeflag[@]}" --churn files --tree "$tree" --upstreams "$UPSTREAMS" \
 		--envoy "$ENVOY" --envoy-clusters "$ENVOY_CLUSTERS" --grpc "$GRPC" --grpc-clusters "$GRPC_CLUSTERS" \
-		--streams-per-connection "$STREAMS_PER_CONNECTION" --procs "$PROCS" --rate "$RATE" --duration "$DURATION" \
+		--streams-per-connection "$STREAMS_PER_CONNECTION" --procs "$PROCS" "${phaseflags[@]}" "${profileflag[@]}" \
+		--settle "$SETTLE" --idle "$IDLE" --drain "$DRAIN" \
 		--plot "$out/convergence-$run.svg" -o json >"$out/report-$run.json" 2>"$out/load-$run.log" &
 	load=$!
 	if [ "$STORM" = 1 ]; then
@@ -81,3 +105,6 @@ for run in $(seq 1 "$RUNS"); do
 	[ "$rc" = 0 ] || { cat "$out/load-$run.log" >&2; echo "bench-fleet: run $run failed ($rc)" >&2; exit "$rc"; }
 	echo "   report: $out/report-$run.json, plot: $out/convergence-$run.svg" >&2
 done
+reports=()
+for run in $(seq 1 "$RUNS"); do reports+=("$out/report-$run.json"); done
+${GO:-go} run ./test/scale/cmd/fleettable "${reports[@]}" | tee "$out/table.md"

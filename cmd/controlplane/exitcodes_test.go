@@ -126,6 +126,10 @@ func TestExitCodes(t *testing.T) {
 			{[]string{"load"}, exitUsage, "--xds-address HOST:PORT is required"},
 			{[]string{"load", "--xds-address", "127.0.0.1:1", "--churn", "files"}, exitUsage, "--churn files needs --tree DIR"},
 			{[]string{"load", "--xds-address", "127.0.0.1:1", "--grpc-clusters", "5-1"}, exitUsage, `--grpc-clusters "5-1": want N or MIN-MAX`},
+			{[]string{"load", "--xds-address", "127.0.0.1:1", "--churn", "files", "--tree", dir, "--phase", "hot:warm:1:1s"}, exitUsage,
+				`--phase "hot:warm:1:1s": selection "warm"`},
+			{[]string{"load", "--xds-address", "127.0.0.1:1", "--phase", "hot:hot:1:1s"}, exitUsage, "--phase changes clusters: give --churn files or --churn kube"},
+			{[]string{"load", "--xds-address", "127.0.0.1:1", "--profile-dir", dir}, exitUsage, "--profile-dir needs --admin-address"},
 		},
 		"help": {
 			{[]string{"help", "serve"}, exitOK, ""},

@@ -66,6 +66,7 @@ var flagBounds = []flagBound{
 	{"load", "duration", []string{"0", "24h"}, []string{"-1s", "24h0m1s", "1000000h"}, "0s to 24h0m0s"},
 	{"load", "drain", []string{"0", "1h"}, []string{"-1s", "1h0m1s", "1000000h"}, "0s to 1h0m0s"},
 	{"load", "idle", []string{"0", "1m"}, []string{"-1s", "1m1s", "1000000h"}, "0s to 1m0s"},
+	{"load", "settle", []string{"0", "10m"}, []string{"-1s", "10m1s", "1000000h"}, "0s to 10m0s"},
 	{"load", "sync-timeout", []string{"1s", "1h"}, []string{"0", "-1s", "999ms", "1h0m1s", "1000000h"}, "1s to 1h0m0s"},
 	{"load", "procs", []string{"1", "64"}, []string{"0", "-1", "65", "99999999999"}, "1 to 64"},
 	{"load", "seed", []string{"0", "18446744073709551615"}, []string{"-1", "18446744073709551616"}, "0 to 18446744073709551615"},

@@ -39,6 +39,7 @@ const (
 	minLoadSyncTimeout  = time.Second
 	maxLoadSyncTimeout  = time.Hour
 	maxLoadIdle         = time.Minute
+	maxLoadSettle       = 10 * time.Minute
 	maxLoadPid          = 1 << 22 // Linux's pid_max limit
 	maxLoadCredentials  = 1 << 20 // bytes read of a token, certificate, key or CA file
 	defaultLoadUpstream = 50
@@ -70,6 +71,9 @@ type loadOptions struct {
 	namespace                string
 	rate                     float64
 	duration, drain, idle    time.Duration
+	settle                   time.Duration
+	phases                   []string
+	profileDir               string
 	syncTimeout              time.Duration
 	procs                    int
 	output, plot             string
@@ -146,6 +150,11 @@ descriptors first. docs/performance.md says how to size a fleet with it.`,
 	fs.DurationVar(&o.drain, "drain", 30*time.Second, "after the last change, how long its deliveries are awaited")
 	fs.BoolVar(&o.reconnect, "reconnect", true, "a client whose stream ends opens another after 50-150 ms, a Delta one telling the plane what it holds "+
 		"(initial_resource_versions), as Envoy and gRPC do (false: a stream's end fails the run)")
+	fs.StringArrayVar(&o.phases, "phase", nil, "a phase of changes, NAME:SELECT:RATE:DURATION, repeated for several in order on the same fleet: SELECT all "+
+		"(every cluster in turn), hot (the hot clusters every client uses) or share=PERCENT (the 8 clusters whose subscribers are nearest that percent of the clients); "+
+		"each phase waits up to --drain for its deliveries and is reported on its own (instead of --rate and --duration)")
+	fs.DurationVar(&o.settle, "settle", 0, "after every client synced, a quiet wait before the plane's live heap and idle CPU are read")
+	fs.StringVar(&o.profileDir, "profile-dir", "", "write the plane's heap profile after the start and a CPU profile of each phase here (needs --admin-address)")
 	fs.DurationVar(&o.idle, "idle", 2*time.Second, "before the changes, the quiet interval over which the plane's idle CPU is measured")
 	fs.DurationVar(&o.syncTimeout, "sync-timeout", 5*time.Minute, "how long every client may take to hold its subscription")
 	fs.IntVar(&o.procs, "procs", 1, "processes the clients are spread over (this command, re-executed)")
@@ -199,6 +208,8 @@ func (o *loadOptions) check() error {
 		{"duration", o.duration >= 0 && o.duration <= maxLoadDuration, "0s to " + maxLoadDuration.String(), o.duration},
 		{"drain", o.drain >= 0 && o.drain <= maxLoadDrain, "0s to " + maxLoadDrain.String(), o.drain},
 		{"idle", o.idle >= 0 && o.idle <= maxLoadIdle, "0s to " + maxLoadIdle.String(), o.idle},
+		{"settle", o.settle >= 0 && o.settle <= maxLoadSettle, "0s to " + maxLoadSettle.String(), o.settle},
+		{"phase", len(o.phases) <= loadgen.MaxPhases, fmt.Sprintf("at most %d phases", loadgen.MaxPhases), len(o.phases)},
 		{"sync-timeout", o.syncTimeout >= minLoadSyncTimeout && o.syncTimeout <= maxLoadSyncTimeout,
 			minLoadSyncTimeout.String() + " to " + maxLoadSyncTimeout.String(), o.syncTimeout},
 		{"procs", o.procs >= 1 && o.procs <= maxLoadProcs, fmt.Sprintf("1 to %d", maxLoadProcs), o.procs},
@@ -218,6 +229,17 @@ func (o *loadOptions) check() error {
 		}
 	default:
 		return fmt.Errorf("--churn %q: want none, files or kube", o.churn)
+	}
+	for _, v := range o.phases {
+		if _, err := loadgen.ParsePhase(v); err != nil {
+			return fmt.Errorf("--%w", err)
+		}
+	}
+	if len(o.phases) > 0 && o.churn == "none" {
+		return errors.New("--phase changes clusters: give --churn files or --churn kube")
+	}
+	if o.profileDir != "" && o.adminAddress == "" {
+		return errors.New("--profile-dir needs --admin-address: the profiles are read from the plane's admin port")
 	}
 	if o.generateOnly && o.tree == "" {
 		return errors.New("--generate-only needs --tree DIR")
@@ -335,8 +357,12 @@ func runLoad(ctx context.Context, o loadOptions, stdout, stderr io.Writer) int {
 // config is the run the flags describe: the clusters, the churn, the
 // pattern, the credentials and the probe of the plane.
 func (o *loadOptions) config(ctx context.Context, log *slog.Logger, stderr io.Writer) (loadgen.Config, int) {
-	cfg := loadgen.Config{Addr: o.xdsAddress, Rate: o.rate, Duration: o.duration, Drain: o.drain, Idle: o.idle,
-		SyncTimeout: o.syncTimeout, Procs: o.procs, Log: log, Reconnect: o.reconnect}
+	cfg := loadgen.Config{Addr: o.xdsAddress, Rate: o.rate, Duration: o.duration, Drain: o.drain, Idle: o.idle, Settle: o.settle,
+		SyncTimeout: o.syncTimeout, Procs: o.procs, Log: log, Reconnect: o.reconnect, ProfileDir: o.profileDir}
+	for _, v := range o.phases {
+		ph, _ := loadgen.ParsePhase(v) // check() read each
+		cfg.Phases = append(cfg.Phases, ph)
+	}
 	fail := func(code int, err error) (loadgen.Config, int) {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return cfg, code
@@ -360,6 +386,13 @@ func (o *loadOptions) config(ctx context.Context, log *slog.Logger, stderr io.Wr
 		if err != nil {
 			return fail(exitUsage, err)
 		}
+		// The churn's pace is --rate's (or the fastest phase's), not
+		// client-go's default of 5 requests a second.
+		fastest := o.rate
+		for _, ph := range cfg.Phases {
+			fastest = max(fastest, ph.Rate)
+		}
+		rc.QPS, rc.Burst = float32(2*fastest+20), int(4*fastest+40)
 		kc, err := kubernetes.NewForConfig(rc)
 		if err != nil {
 			return fail(exitUsage, err)
@@ -402,7 +435,7 @@ func (o *loadOptions) config(ctx context.Context, log *slog.Logger, stderr io.Wr
 	}
 	if !worker {
 		cfg.Plane = loadgen.PlaneProbe{Pid: o.pid}
-		if o.pid == 0 && o.adminAddress != "" {
+		if o.adminAddress != "" {
 			cfg.Plane.AdminURL = "http://" + o.adminAddress
 		}
 	}

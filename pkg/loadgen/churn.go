@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +25,12 @@ type Churner interface {
 	// Flip changes cluster u's endpoints once: the content of its
 	// ClusterLoadAssignment differs from before for 2^4 flips in a row.
 	Flip(ctx context.Context, u int) error
+}
+
+// Flusher is a Churner whose Flip may return before the change is
+// written: Flush waits for every change flipped so far.
+type Flusher interface {
+	Flush(ctx context.Context) error
 }
 
 // FileChurn flips the upstreams of a generated manifest tree, each flip an
@@ -53,12 +61,27 @@ const maxListed = 100000
 // Service's first slice to the bits of a Gray code, as the file tree's
 // probes do.
 type KubeChurn struct {
-	client   kubernetes.Interface
-	names    []string // published cluster names: NAMESPACE/UPSTREAM
-	slices   []sliceRef
+	client kubernetes.Interface
+	names  []string // published cluster names: NAMESPACE/UPSTREAM
+	slices []sliceRef
+	// last is each slice as the last update returned it: the next flip
+	// updates it without reading it again (a conflict reads it).
+	last     []*discoveryv1.EndpointSlice
 	flips    []uint32
-	attempts int // updates tried, conflicts included
+	attempts atomic.Int64 // updates tried, conflicts included
+
+	// Flips are written by kubeWriters goroutines, cluster u's always by
+	// writer u mod kubeWriters, so one cluster's flips stay in order while
+	// others' overlap (one update is a round trip to the apiserver).
+	start   sync.Once
+	queues  []chan int
+	pending sync.WaitGroup
+	errMu   sync.Mutex
+	err     error
 }
+
+// kubeWriters is how many updates KubeChurn has in flight at most.
+const kubeWriters = 8
 
 type sliceRef struct{ namespace, name string }
 
@@ -91,6 +114,7 @@ func NewKubeChurn(ctx context.Context, kube kubernetes.Interface, dyn dynamic.In
 		return nil, fmt.Errorf("no Upstream in namespace %q imports a Service with endpoints (spec.endpointsFrom.service)", namespace)
 	}
 	c.flips = make([]uint32, len(c.names))
+	c.last = make([]*discoveryv1.EndpointSlice, len(c.names))
 	return c, nil
 }
 
@@ -98,24 +122,89 @@ func NewKubeChurn(ctx context.Context, kube kubernetes.Interface, dyn dynamic.In
 func (c *KubeChurn) Clusters() []string { return c.names }
 
 // Attempts is how many updates the flips tried, conflicts included.
-func (c *KubeChurn) Attempts() int { return c.attempts }
+func (c *KubeChurn) Attempts() int { return int(c.attempts.Load()) }
 
 // maxConflicts bounds the retries of one flip whose slice changed meanwhile.
 const maxConflicts = 5
 
-// Flip updates cluster u's slice: its first endpoints' ready conditions
-// follow the Gray code of the flip count.
+// Flip queues an update of cluster u's slice: its first endpoints' ready
+// conditions follow the Gray code of the flip count. It returns the error
+// of an earlier update, if one failed; Flush waits for the queued ones.
 func (c *KubeChurn) Flip(ctx context.Context, u int) error {
 	if u < 0 || u >= len(c.names) {
 		return fmt.Errorf("flip cluster %d: %d clusters", u, len(c.names))
 	}
+	if err := c.failed(); err != nil {
+		return err
+	}
+	c.start.Do(func() {
+		c.queues = make([]chan int, kubeWriters)
+		for i := range c.queues {
+			q := make(chan int, 64)
+			c.queues[i] = q
+			go func() {
+				for {
+					select {
+					case u := <-q:
+						if err := c.update(ctx, u); err != nil {
+							c.errMu.Lock()
+							if c.err == nil {
+								c.err = err
+							}
+							c.errMu.Unlock()
+						}
+						c.pending.Done()
+					case <-ctx.Done(): // the run is over; Flush sees ctx end
+						return
+					}
+				}
+			}()
+		}
+	})
+	c.pending.Add(1)
+	select {
+	case c.queues[u%kubeWriters] <- u:
+		return nil
+	case <-ctx.Done():
+		c.pending.Done()
+		return ctx.Err()
+	}
+}
+
+// Flush waits until every queued update is written and returns the first
+// that failed.
+func (c *KubeChurn) Flush(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		c.pending.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return c.failed()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *KubeChurn) failed() error {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	return c.err
+}
+
+// update writes cluster u's next flip.
+func (c *KubeChurn) update(ctx context.Context, u int) error {
 	c.flips[u]++
 	ref := c.slices[u]
 	api := c.client.DiscoveryV1().EndpointSlices(ref.namespace)
 	for range maxConflicts {
-		s, err := api.Get(ctx, ref.name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("EndpointSlice %s/%s: %w", ref.namespace, ref.name, err)
+		s := c.last[u]
+		if s == nil {
+			var err error
+			if s, err = api.Get(ctx, ref.name, metav1.GetOptions{}); err != nil {
+				return fmt.Errorf("EndpointSlice %s/%s: %w", ref.namespace, ref.name, err)
+			}
 		}
 		// Over m endpoints the last 2^m states differ, each one flip apart.
 		m := min(len(s.Endpoints), grayBits)
@@ -124,13 +213,15 @@ func (c *KubeChurn) Flip(ctx context.Context, u int) error {
 			ready := bits&(1<<i) == 0
 			s.Endpoints[i].Conditions.Ready = &ready
 		}
-		c.attempts++
-		_, err = api.Update(ctx, s, metav1.UpdateOptions{})
-		if err == nil || !apierrors.IsConflict(err) {
-			if err != nil {
-				return fmt.Errorf("update EndpointSlice %s/%s: %w", ref.namespace, ref.name, err)
-			}
+		c.attempts.Add(1)
+		got, err := api.Update(ctx, s, metav1.UpdateOptions{})
+		if err == nil {
+			c.last[u] = got
 			return nil
+		}
+		c.last[u] = nil // read it again
+		if !apierrors.IsConflict(err) {
+			return fmt.Errorf("update EndpointSlice %s/%s: %w", ref.namespace, ref.name, err)
 		}
 	}
 	return errors.New("update EndpointSlice " + ref.namespace + "/" + ref.name + ": it kept changing under the update")

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -50,6 +51,9 @@ func TestKubeChurn(t *testing.T) {
 		if err := c.Flip(ctx, 0); err != nil {
 			t.Fatal(err)
 		}
+		if err := c.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
 		s, err := kube.DiscoveryV1().EndpointSlices("shop").Get(ctx, "web-x1", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -65,6 +69,19 @@ func TestKubeChurn(t *testing.T) {
 	}
 	if err := c.Flip(ctx, 1); err == nil {
 		t.Error("a flip of a cluster the churn does not have passed")
+	}
+	// An update that fails is Flush's error, and every Flip's after.
+	if err := kube.DiscoveryV1().EndpointSlices("shop").Delete(ctx, "web-x1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flip(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(ctx); err == nil || !strings.Contains(err.Error(), "web-x1") {
+		t.Errorf("flush after the slice was deleted: %v, want its update's error", err)
+	}
+	if err := c.Flip(ctx, 0); err == nil {
+		t.Error("a flip after a failed update passed")
 	}
 	if _, err := NewKubeChurn(ctx, kube, dyn, "other"); err == nil {
 		t.Error("a namespace without Upstreams that import a Service gave a churn")

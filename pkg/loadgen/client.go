@@ -64,6 +64,9 @@ type Spec struct {
 // connBuffer is the read and write buffer of a connection.
 const connBuffer = 8 << 10
 
+// envoyWindow is Envoy's default HTTP/2 stream and connection window.
+const envoyWindow = 256 << 20
+
 // maxRecvMsg bounds one response a client reads.
 const maxRecvMsg = 256 << 20
 
@@ -338,6 +341,11 @@ func (f *Fleet) dial(s *Spec) (*grpc.ClientConn, error) {
 		// buffer given back between writes, keep the generator's memory
 		// per connection low so that one process holds thousands.
 		grpc.WithReadBufferSize(connBuffer), grpc.WithWriteBufferSize(connBuffer), grpc.WithSharedWriteBuffer(true),
+	}
+	if s.Node.Kind == Envoy {
+		// Envoy's HTTP/2 windows (256 MiB a stream and a connection, its
+		// defaults): it never pings to size them as grpc-go does.
+		opts = append(opts, grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow))
 	}
 	if s.TLS != nil {
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(s.TLS)))

@@ -22,9 +22,10 @@ type FlipLog struct {
 	// pending are, per cluster, the receipts no flip explained yet: the
 	// receiving client's cursor and the earliest such receipt's time.
 	pending map[int32]map[*int32]int64
-	// hist counts each delivery's time; deliver is told how many arrived.
-	hist    *Histogram
-	deliver func(n int)
+	// hist counts each delivery's time, seg those since the last Segment;
+	// deliver is told how many arrived.
+	hist, seg *Histogram
+	deliver   func(n int)
 }
 
 // NewFlipLog is an empty log of clusters clusters; subs (may be nil) counts
@@ -37,7 +38,7 @@ func NewFlipLog(clusters int, subs []int32, h *Histogram, deliver func(n int)) *
 	if deliver == nil {
 		deliver = func(int) {}
 	}
-	return &FlipLog{at: make([][]int64, clusters), subs: subs, pending: map[int32]map[*int32]int64{}, hist: h, deliver: deliver}
+	return &FlipLog{at: make([][]int64, clusters), subs: subs, pending: map[int32]map[*int32]int64{}, hist: h, seg: new(Histogram), deliver: deliver}
 }
 
 // Add logs a flip of cluster u written at time at (taken before the write
@@ -58,7 +59,7 @@ func (l *FlipLog) Add(u int32, at int64) {
 	for cursor, t := range l.pending[u] {
 		// A receipt at or before this flip can explain no later one.
 		if t > at && int(*cursor) == len(l.at[u])-1 {
-			l.hist.Record(t - at)
+			l.record(t - at)
 			*cursor++
 			n++
 		}
@@ -116,7 +117,7 @@ func (l *FlipLog) credit(u int32, cursor *int32, at int64) {
 		if t0 >= at {
 			break
 		}
-		l.hist.Record(at - t0)
+		l.record(at - t0)
 		*cursor++
 		n++
 	}
@@ -136,4 +137,20 @@ func (l *FlipLog) credit(u int32, cursor *int32, at int64) {
 	if n > 0 {
 		l.deliver(n)
 	}
+}
+
+// record counts one delivery's time; l.mu is held.
+func (l *FlipLog) record(ns int64) {
+	l.hist.Record(ns)
+	l.seg.Record(ns)
+}
+
+// Segment is the deliveries' times since the previous Segment (or the
+// start), and starts the next: a run's phases are measured apart.
+func (l *FlipLog) Segment() HistogramData {
+	l.mu.Lock()
+	seg := l.seg
+	l.seg = new(Histogram)
+	l.mu.Unlock()
+	return seg.Data()
 }

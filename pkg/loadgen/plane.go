@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 )
@@ -100,4 +101,84 @@ func getAdmin(ctx context.Context, hc *http.Client, url string, limit int64) ([]
 		return nil, fmt.Errorf("GET %s: longer than %d bytes", url, limit)
 	}
 	return b, nil
+}
+
+// maxProfileBytes bounds a profile read from the plane.
+const maxProfileBytes = 256 << 20
+
+// LiveHeap is the plane's heap right after a collection: its heap profile
+// is asked for with gc=1 (kept at save unless save is empty), then
+// /metrics' go_memstats_heap_alloc_bytes read. Without an admin URL it is 0.
+func (p PlaneProbe) LiveHeap(ctx context.Context, save string) (float64, error) {
+	if p.AdminURL == "" {
+		return 0, nil
+	}
+	b, err := getAdmin(ctx, p.Client, p.AdminURL+"/debug/pprof/heap?gc=1", maxProfileBytes)
+	if err != nil {
+		return 0, err
+	}
+	if save != "" {
+		if err := os.WriteFile(save, b, 0o644); err != nil {
+			return 0, err
+		}
+	}
+	m, err := p.metrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	heap, ok := m["go_memstats_heap_alloc_bytes"]
+	if !ok {
+		return 0, fmt.Errorf("%s/metrics has no go_memstats_heap_alloc_bytes", p.AdminURL)
+	}
+	return heap, nil
+}
+
+// ProfileCPU starts a CPU profile of the plane over d, written to path;
+// the function it returns waits for it. Without an admin URL it does
+// nothing.
+func (p PlaneProbe) ProfileCPU(ctx context.Context, path string, d time.Duration) func() error {
+	if p.AdminURL == "" {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() {
+		hc := &http.Client{Timeout: d + time.Minute}
+		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", p.AdminURL, int(max(d.Round(time.Second)/time.Second, 1)))
+		b, err := getAdmin(ctx, hc, url, maxProfileBytes)
+		if err == nil {
+			err = os.WriteFile(path, b, 0o644)
+		}
+		done <- err
+	}()
+	return func() error { return <-done }
+}
+
+// watchRSS samples the plane's RSS once a second from now; the function it
+// returns stops and gives the largest seen (at least from).
+func (p PlaneProbe) watchRSS(ctx context.Context, from float64) func() float64 {
+	stop := make(chan struct{})
+	out := make(chan float64, 1)
+	go func() {
+		peak := from
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				if s, err := p.Sample(ctx); err == nil {
+					peak = max(peak, s.RSSBytes)
+				}
+			case <-stop:
+				out <- peak
+				return
+			case <-ctx.Done():
+				out <- peak
+				return
+			}
+		}
+	}()
+	return func() float64 {
+		close(stop)
+		return <-out
+	}
 }

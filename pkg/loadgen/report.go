@@ -35,6 +35,21 @@ func (r *Report) WriteText(w io.Writer) error {
 	row("delivered", "%d of %d due (%d missing%s) in %.2f s after the last change", r.Delivered, r.Expected, r.Expected-r.Delivered, timedOut, r.DrainSeconds)
 	c := r.Convergence
 	row("convergence", "p50 %s  p90 %s  p99 %s  max %s  (%d deliveries)", ms(c.P50Us), ms(c.P90Us), ms(c.P99Us), ms(c.MaxUs), c.N)
+	for _, ph := range r.Phases {
+		label := "phase " + ph.Name
+		timedOut := ""
+		if ph.DrainTimedOut {
+			timedOut = ", drain limit reached"
+		}
+		row(label, "%s: %d changes of %d cluster(s) (%.1f subscribers each) in %.2f s (target %g/s); %d of %d delivered%s",
+			ph.Select, ph.Changes, ph.Targets, ph.Subscribers, ph.ChurnSeconds, ph.TargetRate, ph.Delivered, ph.Expected, timedOut)
+		c := ph.Convergence
+		row(label+" convergence", "p50 %s  p90 %s  p99 %s  max %s", ms(c.P50Us), ms(c.P90Us), ms(c.P99Us), ms(c.MaxUs))
+		if p := ph.Plane; p != nil {
+			row(label+" plane", "%.3f s CPU (%.3f cores), %.3f ms per change, %.1f µs per delivery; RSS max %s, end %s",
+				p.CPUSeconds, p.Cores, p.PerChangeMs, p.PerDeliveryUs, mib(p.RSSMaxBytes), mib(p.RSSEndBytes))
+		}
+	}
 	if p := r.Plane; p != nil {
 		row("plane CPU for the start", "%.3f s (%.1f µs per client)", p.StartCPUSeconds, p.StartCPUSeconds/float64(max(r.Clients, 1))*1e6)
 		row("plane CPU", "%.3f s, %.3f cores (idle %.3f cores)", p.CPUSeconds, p.Cores, p.IdleCores)
@@ -42,6 +57,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		row("plane CPU per client per change", "%.1f µs", p.PerDeliveryUs)
 		row("plane RSS", "%s before the clients, %s after the start (%.1f KiB per client), %s at the end",
 			mib(p.RSSBeforeBytes), mib(p.RSSStartBytes), p.RSSPerClientBytes/1024, mib(p.RSSEndBytes))
+		if p.LiveHeapStartBytes > 0 {
+			row("plane live heap", "%s before the clients, %s after the start (%.1f KiB per client)",
+				mib(p.LiveHeapBeforeBytes), mib(p.LiveHeapStartBytes), p.LiveHeapPerClientBytes/1024)
+		}
 	} else {
 		row("plane CPU", "not read (give -pid or -admin)")
 	}
@@ -66,6 +85,18 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		top, bottom   = 40, 60
 	)
 	pw, ph := float64(width-left-right), float64(height-top-bottom)
+	type series struct {
+		name string
+		d    HistogramData
+		dist Dist
+	}
+	all := []series{{"all", r.ConvergenceData, r.Convergence}}
+	if len(r.Phases) > 1 {
+		all = all[:0]
+		for _, p := range r.Phases {
+			all = append(all, series{p.Name, p.ConvergenceData, p.Convergence})
+		}
+	}
 	d := r.ConvergenceData
 	var total int64
 	for _, n := range d.Buckets {
@@ -98,26 +129,42 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.0f" height="%.0f" fill="none" stroke="#333"/>`+"\n", left, top, pw, ph)
 	fmt.Fprintf(&b, `<text x="%.0f" y="%d" text-anchor="middle">time from the change to the subscriber's receipt</text>`+"\n", left+pw/2, height-16)
 	fmt.Fprintf(&b, `<text x="16" y="%.0f" transform="rotate(-90 16 %.0f)" text-anchor="middle">share of deliveries</text>`+"\n", top+ph/2, top+ph/2)
+	colors := []string{"#1f6feb", "#d1242f", "#1a7f37", "#8250df", "#bf8700", "#0550ae", "#cf222e", "#116329"}
 	if total > 0 {
-		var pts strings.Builder
-		var seen int64
-		fmt.Fprintf(&pts, "%.1f,%.1f", x(lo), y(0))
-		for i, n := range d.Buckets {
-			prev := y(float64(seen) / float64(total))
-			seen += n
-			at := x(float64(min(int64(d.Upper[i]), d.MaxUs)) / 1000)
-			fmt.Fprintf(&pts, " %.1f,%.1f %.1f,%.1f", at, prev, at, y(float64(seen)/float64(total)))
-		}
-		fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="#1f6feb" stroke-width="2"/>`+"\n", pts.String())
-		c := r.Convergence
-		for _, m := range []struct {
-			name string
-			us   int64
-			f    float64
-		}{{"p50", c.P50Us, 0.5}, {"p90", c.P90Us, 0.9}, {"p99", c.P99Us, 0.99}} {
-			px := x(float64(m.us) / 1000)
-			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="#d1242f"/>`+"\n", px, y(m.f))
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" fill="#d1242f">%s %s</text>`+"\n", px+6, y(m.f)+14, m.name, ms(m.us))
+		for k, sr := range all {
+			var n int64
+			for _, c := range sr.d.Buckets {
+				n += c
+			}
+			if n == 0 {
+				continue
+			}
+			color := colors[k%len(colors)]
+			var pts strings.Builder
+			var seen int64
+			fmt.Fprintf(&pts, "%.1f,%.1f", x(lo), y(0))
+			for i, c := range sr.d.Buckets {
+				prev := y(float64(seen) / float64(n))
+				seen += c
+				at := x(float64(min(int64(sr.d.Upper[i]), sr.d.MaxUs)) / 1000)
+				fmt.Fprintf(&pts, " %.1f,%.1f %.1f,%.1f", at, prev, at, y(float64(seen)/float64(n)))
+			}
+			fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", pts.String(), color)
+			if len(all) > 1 {
+				fmt.Fprintf(&b, `<text x="%d" y="%d" fill="%s">%s: p99 %s</text>`+"\n", left+8, top+16+14*k, color,
+					html.EscapeString(sr.name), ms(sr.dist.P99Us))
+				continue
+			}
+			c := sr.dist
+			for _, m := range []struct {
+				name string
+				us   int64
+				f    float64
+			}{{"p50", c.P50Us, 0.5}, {"p90", c.P90Us, 0.9}, {"p99", c.P99Us, 0.99}} {
+				px := x(float64(m.us) / 1000)
+				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="#d1242f"/>`+"\n", px, y(m.f))
+				fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" fill="#d1242f">%s %s</text>`+"\n", px+6, y(m.f)+14, m.name, ms(m.us))
+			}
 		}
 	} else {
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">no deliveries</text>`+"\n", left+pw/2, top+ph/2)

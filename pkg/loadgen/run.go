@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"path/filepath"
 	"time"
 )
 
@@ -20,16 +21,23 @@ type Config struct {
 	// TLS and Token are every client's credentials (see Spec).
 	TLS   *tls.Config
 	Token string
-	// Churn, when set, flips Rate clusters a second for Duration,
-	// round-robin over Clusters, each flip logged before it is written.
+	// Churn, when set, flips clusters, each flip logged before it is
+	// written: phase after phase (Phases), or, without phases, Rate clusters
+	// a second for Duration, round-robin over Clusters.
 	Churn    Churner
+	Phases   []Phase
 	Rate     float64
 	Duration time.Duration
 	// SyncTimeout bounds the start (every client holding its
 	// subscription); Drain how long deliveries are awaited after the last
 	// flip; Idle the quiet interval over which the plane's idle CPU is
 	// measured before the churn (0: none).
-	SyncTimeout, Drain, Idle time.Duration
+	// Settle is a quiet wait after the start, before the idle CPU and the
+	// live heap are read (the last clients' ACKs still being handled).
+	SyncTimeout, Drain, Idle, Settle time.Duration
+	// ProfileDir, when set and the plane's admin port is known, receives
+	// its heap profile after the start and a CPU profile of each phase.
+	ProfileDir string
 	// Procs is how many worker processes hold the fleet (each whole
 	// connections); 0 or 1 keeps it in this process. StartWorker starts
 	// worker i of n (the command re-executes itself).
@@ -84,6 +92,8 @@ type Report struct {
 	Resumed     *Dist         `json:"resumed,omitempty"`
 	ResumedData HistogramData `json:"resumedHistogram,omitzero"`
 	Counters    Counters      `json:"counters"`
+	// Phases are each phase's own figures (the ones above sum them).
+	Phases []PhaseReport `json:"phases,omitempty"`
 	// PlaneCPU and the rest are set when the plane could be read.
 	Plane *PlaneReport `json:"planeStats,omitempty"`
 	// GeneratorCPUSeconds and GeneratorRSSBytes sum the load processes'.
@@ -113,6 +123,13 @@ type PlaneReport struct {
 	RSSEndBytes    float64 `json:"rssEndBytes"`
 	// RSSPerClientBytes is what the start added to the RSS, per client.
 	RSSPerClientBytes float64 `json:"rssPerClientBytes"`
+	// LiveHeapBeforeBytes and LiveHeapStartBytes are the plane's heap
+	// right after a collection, before the clients and after the start
+	// (and the settle); LiveHeapPerClientBytes what the start added, per
+	// client. Read when the admin port is known.
+	LiveHeapBeforeBytes    float64 `json:"liveHeapBeforeBytes,omitempty"`
+	LiveHeapStartBytes     float64 `json:"liveHeapStartBytes,omitempty"`
+	LiveHeapPerClientBytes float64 `json:"liveHeapPerClientBytes,omitempty"`
 }
 
 // maxChanges bounds one run's changes.
@@ -135,6 +152,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if before, err = cfg.Plane.Sample(ctx); err != nil {
 			return nil, fmt.Errorf("read the plane: %w", err)
 		}
+	}
+	heapBefore, err := cfg.Plane.LiveHeap(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("read the plane's heap: %w", err)
 	}
 	start := time.Now()
 	var parts []part
@@ -179,6 +200,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	log.Info("synced", "clients", rep.Clients, "seconds", rep.SyncSeconds)
 
 	var s0, s1 PlaneSample
+	if cfg.Settle > 0 {
+		select {
+		case <-time.After(cfg.Settle):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	if cfg.Plane.Enabled() {
 		idle, err := cfg.Plane.Sample(ctx)
 		if err != nil {
@@ -186,6 +214,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		rep.Plane = &PlaneReport{RSSBeforeBytes: before.RSSBytes, RSSStartBytes: idle.RSSBytes, StartCPUSeconds: idle.CPUSeconds - before.CPUSeconds,
 			RSSPerClientBytes: (idle.RSSBytes - before.RSSBytes) / float64(max(rep.Clients, 1))}
+		heap, err := cfg.Plane.LiveHeap(ctx, profilePath(cfg.ProfileDir, "heap-start.pb.gz"))
+		if err != nil {
+			return nil, fmt.Errorf("read the plane's heap: %w", err)
+		}
+		if heap > 0 {
+			rep.Plane.LiveHeapBeforeBytes, rep.Plane.LiveHeapStartBytes = heapBefore, heap
+			rep.Plane.LiveHeapPerClientBytes = (heap - heapBefore) / float64(max(rep.Clients, 1))
+		}
+		if idle, err = cfg.Plane.Sample(ctx); err != nil { // the collection above is not idle
+			return nil, fmt.Errorf("read the plane: %w", err)
+		}
 		if cfg.Idle > 0 {
 			select {
 			case <-time.After(cfg.Idle):
@@ -201,22 +240,37 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
-	churnStart := time.Now()
-	if cfg.Churn != nil && cfg.Rate > 0 && cfg.Duration > 0 {
-		if err := churn(ctx, cfg, parts, rep); err != nil {
+	phases := cfg.Phases
+	if len(phases) == 0 && cfg.Rate > 0 && cfg.Duration > 0 {
+		phases = []Phase{{Name: "churn", Select: Select{Kind: "all"}, Rate: cfg.Rate, Duration: cfg.Duration}}
+	}
+	if cfg.Churn == nil {
+		phases = nil
+	}
+	var subs []int32
+	if len(phases) > 0 {
+		if subs, err = cfg.subscribers(); err != nil {
 			return nil, err
 		}
 	}
-	rep.ChurnSeconds = time.Since(churnStart).Seconds()
-	drainStart := time.Now()
+	prev := make([]PartResult, len(parts))
+	for _, ph := range phases {
+		pr, err := runPhase(ctx, cfg, ph, parts, prev, subs, rep.Clients, rep.Plane, log)
+		if err != nil {
+			return nil, fmt.Errorf("phase %s: %w", ph.Name, err)
+		}
+		rep.Phases = append(rep.Phases, pr)
+		rep.Changes += pr.Changes
+		rep.ChurnSeconds += pr.ChurnSeconds
+		rep.DrainSeconds += pr.DrainSeconds
+	}
 	for i, p := range parts {
-		r, err := p.finish(ctx, max(cfg.Drain-time.Since(drainStart), 0))
+		r, err := p.finish(ctx, 0) // each phase drained already
 		if err != nil {
 			return nil, fmt.Errorf("part %d of %d: %w", i+1, len(parts), err)
 		}
 		rep.add(r)
 	}
-	rep.DrainSeconds = time.Since(drainStart).Seconds()
 	if procs > 1 {
 		own, _ := CPUSeconds("self") // the parent's own, beside the workers'
 		rep.GeneratorCPUSeconds += own
@@ -251,42 +305,148 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// churn writes the flips: cfg.Rate a second for cfg.Duration, round-robin
-// over the clusters, each logged with every part before it is written. A
-// writer that falls behind stops on time with fewer.
-func churn(ctx context.Context, cfg Config, parts []part, rep *Report) error {
+// subscribers counts each cluster's subscribers over the whole fleet.
+func (c *Config) subscribers() ([]int32, error) {
+	specs, err := c.Share(0, 1)
+	if err != nil {
+		return nil, err
+	}
+	n := make([]int32, len(c.Clusters))
+	for _, s := range specs {
+		for _, u := range s.Subscribe {
+			n[u]++
+		}
+	}
+	return n, nil
+}
+
+// profilePath is name under dir, or "" without a dir.
+func profilePath(dir, name string) string {
+	if dir == "" {
+		return ""
+	}
+	return filepath.Join(dir, name)
+}
+
+// runPhase writes a phase's changes, waits (up to cfg.Drain) for their
+// deliveries at every part and reports the phase; prev holds each part's
+// result at the previous phase's end and is updated.
+func runPhase(ctx context.Context, cfg Config, ph Phase, parts []part, prev []PartResult, subs []int32, clients int, plane *PlaneReport, log *slog.Logger) (PhaseReport, error) {
+	pr := PhaseReport{Name: ph.Name, Select: ph.Select.String(), TargetRate: ph.Rate}
+	targets, err := ph.Select.Targets(subs, clients, cfg.Pattern.Hot)
+	if err != nil {
+		return pr, err
+	}
+	pr.Targets = len(targets)
+	var sum int64
+	for _, u := range targets {
+		sum += int64(subs[u])
+	}
+	pr.Subscribers = float64(sum) / float64(len(targets))
+
+	var s0 PlaneSample
+	watch := func() float64 { return 0 }
+	profiled := func() error { return nil }
+	if plane != nil {
+		if s0, err = cfg.Plane.Sample(ctx); err != nil {
+			return pr, fmt.Errorf("read the plane: %w", err)
+		}
+		watch = cfg.Plane.watchRSS(ctx, s0.RSSBytes)
+		if path := profilePath(cfg.ProfileDir, "cpu-"+ph.Name+".pb.gz"); path != "" {
+			profiled = cfg.Plane.ProfileCPU(ctx, path, ph.Duration+2*time.Second)
+		}
+	}
+	log.Info("phase", "name", ph.Name, "select", ph.Select.String(), "clusters", len(targets), "subscribers", pr.Subscribers,
+		"rate", ph.Rate, "duration", ph.Duration.String())
+	start := time.Now()
+	if pr.Changes, err = churn(ctx, cfg, ph, targets, parts); err != nil {
+		return pr, err
+	}
+	pr.ChurnSeconds = time.Since(start).Seconds()
+	drainStart := time.Now()
+	var conv Histogram
+	for i, p := range parts {
+		r, err := p.mark(ctx, max(cfg.Drain-time.Since(drainStart), 0))
+		if err != nil {
+			return pr, fmt.Errorf("part %d of %d: %w", i+1, len(parts), err)
+		}
+		pr.Expected += r.Expected - prev[i].Expected
+		pr.Delivered += r.Delivered - prev[i].Delivered
+		pr.DrainTimedOut = pr.DrainTimedOut || r.DrainTimedOut
+		conv.Merge(r.Conv)
+		prev[i] = r
+	}
+	pr.DrainSeconds = time.Since(drainStart).Seconds()
+	pr.ConvergenceData = conv.Data()
+	pr.Convergence = conv.Dist()
+	log.Info("phase done", "name", ph.Name, "changes", pr.Changes, "delivered", pr.Delivered, "due", pr.Expected,
+		"p99", time.Duration(pr.Convergence.P99Us)*time.Microsecond, "drainTimedOut", pr.DrainTimedOut)
+	if plane != nil {
+		rssMax := watch()
+		if err := profiled(); err != nil {
+			return pr, fmt.Errorf("the plane's CPU profile: %w", err)
+		}
+		s1, err := cfg.Plane.Sample(ctx)
+		if err != nil {
+			return pr, fmt.Errorf("read the plane: %w", err)
+		}
+		wall := s1.At.Sub(s0.At).Seconds()
+		pp := &PhasePlane{CPUSeconds: s1.CPUSeconds - s0.CPUSeconds, RSSEndBytes: s1.RSSBytes, RSSMaxBytes: max(rssMax, s1.RSSBytes)}
+		pp.Cores = pp.CPUSeconds / wall
+		busy := max(pp.CPUSeconds-plane.IdleCores*wall, 0)
+		if pr.Changes > 0 {
+			pp.PerChangeMs = busy / float64(pr.Changes) * 1000
+		}
+		if pr.Delivered > 0 {
+			pp.PerDeliveryUs = busy / float64(pr.Delivered) * 1e6
+		}
+		pr.Plane = pp
+	}
+	return pr, nil
+}
+
+// churn writes a phase's flips: ph.Rate a second for ph.Duration,
+// round-robin over targets, each logged with every part before it is
+// written. A writer that falls behind stops on time with fewer.
+func churn(ctx context.Context, cfg Config, ph Phase, targets []int32, parts []part) (int64, error) {
 	n := len(cfg.Churn.Clusters())
 	if n != len(cfg.Clusters) {
-		return fmt.Errorf("the churn changes %d clusters, the fleet subscribes to %d", n, len(cfg.Clusters))
+		return 0, fmt.Errorf("the churn changes %d clusters, the fleet subscribes to %d", n, len(cfg.Clusters))
 	}
-	total := int64(math.Min(math.Round(cfg.Rate*cfg.Duration.Seconds()), maxChanges))
-	period := time.Duration(float64(time.Second) / cfg.Rate)
+	total := int64(math.Min(math.Round(ph.Rate*ph.Duration.Seconds()), maxChanges))
+	period := time.Duration(float64(time.Second) / ph.Rate)
 	start := time.Now()
-	deadline := start.Add(cfg.Duration)
-	for i := range total {
+	deadline := start.Add(ph.Duration)
+	var done int64
+	for i := range max(total, 1) {
 		if d := time.Until(start.Add(time.Duration(i) * period)); d > 0 {
 			select {
 			case <-time.After(d):
 			case <-ctx.Done():
-				return ctx.Err()
+				return done, ctx.Err()
 			}
 		}
 		if i > 0 && time.Now().After(deadline) {
 			break
 		}
-		u := int32(i % int64(n))
+		u := targets[i%int64(len(targets))]
 		at := time.Now().UnixNano()
 		for _, p := range parts {
 			if err := p.flip(u, at); err != nil {
-				return err
+				return done, err
 			}
 		}
 		if err := cfg.Churn.Flip(ctx, int(u)); err != nil {
-			return fmt.Errorf("change %d (cluster %s): %w", i+1, cfg.Clusters[u], err)
+			return done, fmt.Errorf("change %d (cluster %s): %w", i+1, cfg.Clusters[u], err)
 		}
-		rep.Changes++
+		done++
 	}
-	return nil
+	if f, ok := cfg.Churn.(Flusher); ok {
+		if err := f.Flush(ctx); err != nil {
+			return done, err
+		}
+	}
+	return done, nil
 }
 
 // add sums one part's result into the report.

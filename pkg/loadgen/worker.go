@@ -43,7 +43,11 @@ type part interface {
 	synced(ctx context.Context) error
 	// flip logs a flip of cluster u about to be written at at.
 	flip(u int32, at int64) error
-	// finish waits up to drain for the flips' deliveries and reports.
+	// mark waits up to drain for the flips' deliveries and reports, Conv
+	// counting only the deliveries since the previous mark: a phase's end.
+	mark(ctx context.Context, drain time.Duration) (PartResult, error)
+	// finish waits up to drain for the flips' deliveries and reports, Conv
+	// counting every delivery of the run; the part ends.
 	finish(ctx context.Context, drain time.Duration) (PartResult, error)
 }
 
@@ -72,6 +76,16 @@ func (p *localPart) flip(u int32, at int64) error {
 }
 
 func (p *localPart) finish(ctx context.Context, drain time.Duration) (PartResult, error) {
+	return p.await(ctx, drain, false)
+}
+
+func (p *localPart) mark(ctx context.Context, drain time.Duration) (PartResult, error) {
+	return p.await(ctx, drain, true)
+}
+
+// await waits up to drain for the logged flips' deliveries and reports:
+// with segment, Conv counts the deliveries since the previous segment.
+func (p *localPart) await(ctx context.Context, drain time.Duration, segment bool) (PartResult, error) {
 	_, expected := p.log.Flips()
 	timer := time.NewTimer(drain)
 	defer timer.Stop()
@@ -90,7 +104,12 @@ wait:
 		}
 	}
 	r := PartResult{Clients: p.f.Clients(), Connections: p.f.Connections(), Synced: p.f.SyncedCount(),
-		Expected: expected, Delivered: p.f.Delivered(), Conv: p.f.Conv.Data(), Resumed: p.f.Resumed.Data(), Counters: p.f.Counters(), DrainTimedOut: timedOut}
+		Expected: expected, Delivered: p.f.Delivered(), Resumed: p.f.Resumed.Data(), Counters: p.f.Counters(), DrainTimedOut: timedOut}
+	if segment {
+		r.Conv = p.log.Segment()
+	} else {
+		r.Conv = p.f.Conv.Data()
+	}
 	for _, s := range p.f.specs {
 		r.Subscribed += int64(len(s.Subscribe))
 		if s.Node.Kind == GRPC {
@@ -108,11 +127,13 @@ wait:
 }
 
 // workerMsg is one line between the parent and a worker, as JSON: the
-// parent sends Flip (with At) and then End; the worker sends Synced once,
-// then Result or Error.
+// parent sends Flips (with At), a Mark at each phase's end and then End;
+// the worker sends Synced once, a Result for each Mark and for the End,
+// or an Error.
 type workerMsg struct {
 	Flip    *int32      `json:"flip,omitempty"`
 	At      int64       `json:"at,omitempty"`
+	Mark    bool        `json:"mark,omitempty"`
 	End     bool        `json:"end,omitempty"`
 	DrainNs int64       `json:"drainNs,omitempty"`
 	Synced  bool        `json:"synced,omitempty"`
@@ -154,6 +175,14 @@ func RunWorker(ctx context.Context, f *Fleet, in io.Reader, out io.Writer) error
 		case m.Flip != nil:
 			if err := p.flip(*m.Flip, m.At); err != nil {
 				return fail(err)
+			}
+		case m.Mark:
+			r, err := p.mark(ctx, time.Duration(m.DrainNs))
+			if err != nil {
+				return fail(err)
+			}
+			if err := enc.Encode(workerMsg{Result: &r}); err != nil {
+				return err
 			}
 		case m.End:
 			r, err := p.finish(ctx, time.Duration(m.DrainNs))
@@ -237,7 +266,21 @@ func (p *remotePart) flip(u int32, at int64) error {
 }
 
 func (p *remotePart) finish(ctx context.Context, drain time.Duration) (PartResult, error) {
-	if err := p.enc.Encode(workerMsg{End: true, DrainNs: int64(drain)}); err != nil {
+	r, err := p.ask(ctx, workerMsg{End: true, DrainNs: int64(drain)})
+	if err != nil {
+		return r, err
+	}
+	p.w.In.Close()
+	return r, p.w.Wait()
+}
+
+func (p *remotePart) mark(ctx context.Context, drain time.Duration) (PartResult, error) {
+	return p.ask(ctx, workerMsg{Mark: true, DrainNs: int64(drain)})
+}
+
+// ask sends m and reads the worker's Result.
+func (p *remotePart) ask(ctx context.Context, m workerMsg) (PartResult, error) {
+	if err := p.enc.Encode(m); err != nil {
 		return PartResult{}, err
 	}
 	if err := p.bw.Flush(); err != nil {
@@ -254,14 +297,15 @@ func (p *remotePart) finish(ctx context.Context, drain time.Duration) (PartResul
 	}()
 	select {
 	case a := <-done:
-		p.w.In.Close()
 		if a.err != nil {
+			p.w.In.Close()
 			return PartResult{}, a.err
 		}
 		if a.m.Result == nil {
-			return PartResult{}, errors.New("worker: ended without a result")
+			p.w.In.Close()
+			return PartResult{}, errors.New("worker: answered without a result")
 		}
-		return *a.m.Result, p.w.Wait()
+		return *a.m.Result, nil
 	case <-ctx.Done():
 		return PartResult{}, ctx.Err()
 	}

@@ -275,11 +275,15 @@ func TestLoadCommand(t *testing.T) {
 	}
 	p := startPlane(t, 20)
 	plot := filepath.Join(t.TempDir(), "convergence.svg")
+	profiles := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "load", "--xds-address", p.xds, "--pid", fmt.Sprint(p.proc.Pid()),
+	// Two phases on one fleet: the hot clusters (every client's), then
+	// the clusters nearest 10 % of the clients (5 of 50).
+	cmd := exec.CommandContext(ctx, bin, "load", "--xds-address", p.xds, "--pid", fmt.Sprint(p.proc.Pid()), "--admin-address", p.admin,
 		"--churn", "files", "--tree", p.root, "--upstreams", "20", "--envoy", "20", "--grpc", "30", "--envoy-clusters", "3-10",
-		"--streams-per-connection", "2", "--procs", "2", "--rate", "50", "--duration", "400ms", "--idle", "0", "--drain", "60s",
+		"--streams-per-connection", "2", "--procs", "2", "--phase", "hot:hot:20:300ms", "--phase", "tail:share=10:50:400ms",
+		"--idle", "0", "--drain", "60s", "--profile-dir", profiles,
 		"--tls-cert", p.certFileA, "--tls-key", p.keyFile, "--tls-ca", p.caFile, "-o", "json", "--plot", plot, "--log-format", "json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -301,9 +305,10 @@ func TestLoadCommand(t *testing.T) {
 	if rep.Counters.Strays != 0 {
 		t.Errorf("strays: %d %v", rep.Counters.Strays, rep.Counters.StrayNames)
 	}
-	if rep.Plane == nil || rep.Plane.RSSStartBytes <= 0 || rep.Plane.RSSEndBytes <= 0 {
-		t.Errorf("plane stats %+v: want its RSS read from /proc", rep.Plane)
+	if rep.Plane == nil || rep.Plane.RSSStartBytes <= 0 || rep.Plane.RSSEndBytes <= 0 || rep.Plane.LiveHeapStartBytes <= 0 {
+		t.Errorf("plane stats %+v: want its RSS read from /proc and its live heap from its admin port", rep.Plane)
 	}
+	checkPhases(t, rep, profiles)
 	svg, err := os.ReadFile(plot)
 	if err != nil {
 		t.Fatal(err)
@@ -317,6 +322,45 @@ func TestLoadCommand(t *testing.T) {
 		} else if err != nil {
 			t.Fatalf("the plot is not well-formed XML: %v\n%s", err, svg)
 		}
+	}
+}
+
+// checkPhases checks the report of TestLoadCommand's two phases: each
+// changed what it selected, got every delivery it was due, and the run's
+// figures sum the phases'.
+func checkPhases(t *testing.T, rep loadgen.Report, profiles string) {
+	t.Helper()
+	if len(rep.Phases) != 2 {
+		t.Fatalf("%d phases reported, want 2: %+v", len(rep.Phases), rep.Phases)
+	}
+	hot, tail := rep.Phases[0], rep.Phases[1]
+	if hot.Name != "hot" || hot.Targets < 1 || hot.Subscribers != float64(rep.Clients) {
+		t.Errorf("phase %s changed %d clusters of %.1f subscribers; want hot: each of all %d clients", hot.Name, hot.Targets, hot.Subscribers, rep.Clients)
+	}
+	if tail.Name != "tail" || tail.Targets < 1 || tail.Subscribers >= hot.Subscribers {
+		t.Errorf("phase %s changed %d clusters of %.1f subscribers; want fewer than the hot ones' %.1f", tail.Name, tail.Targets, tail.Subscribers, hot.Subscribers)
+	}
+	var changes, delivered int64
+	var conv int64
+	for _, ph := range rep.Phases {
+		if ph.Changes < 1 || ph.Delivered != ph.Expected || ph.Convergence.N != ph.Delivered || ph.DrainTimedOut {
+			t.Errorf("phase %s: %d changes, %d deliveries due, %d delivered, %d in its histogram (drain timed out: %v)",
+				ph.Name, ph.Changes, ph.Expected, ph.Delivered, ph.Convergence.N, ph.DrainTimedOut)
+		}
+		if ph.Plane == nil || ph.Plane.CPUSeconds <= 0 || ph.Plane.RSSMaxBytes <= 0 {
+			t.Errorf("phase %s: plane figures %+v", ph.Name, ph.Plane)
+		}
+		if fi, err := os.Stat(filepath.Join(profiles, "cpu-"+ph.Name+".pb.gz")); err != nil || fi.Size() == 0 {
+			t.Errorf("phase %s: no CPU profile (%v)", ph.Name, err)
+		}
+		changes, delivered, conv = changes+ph.Changes, delivered+ph.Delivered, conv+ph.Convergence.N
+	}
+	if changes != rep.Changes || delivered != rep.Delivered || conv != rep.Convergence.N {
+		t.Errorf("the phases sum to %d changes, %d deliveries, %d measured; the run reports %d, %d, %d",
+			changes, delivered, conv, rep.Changes, rep.Delivered, rep.Convergence.N)
+	}
+	if fi, err := os.Stat(filepath.Join(profiles, "heap-start.pb.gz")); err != nil || fi.Size() == 0 {
+		t.Errorf("no heap profile after the start (%v)", err)
 	}
 }
 
