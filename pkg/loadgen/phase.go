@@ -185,6 +185,23 @@ type PhasePlane struct {
 	PerDeliveryUs float64 `json:"cpuPerDeliveryUs"`
 	RSSEndBytes   float64 `json:"rssEndBytes"`
 	// RSSMaxBytes is the largest RSS sampled during the phase (once a
-	// second): with RSSEndBytes, whether memory stayed flat.
-	RSSMaxBytes float64 `json:"rssMaxBytes"`
+	// second); RSS its samples over time: whether memory stayed flat.
+	RSSMaxBytes float64  `json:"rssMaxBytes"`
+	RSS         RSSTrace `json:"rss"`
+}
+
+// Drift compares the RSS of the phase's last third with its first third:
+// the largest sample of each, in MiB (0, 0 with fewer than 3 samples).
+func (t RSSTrace) Drift() (first, last float64) {
+	n := len(t.SamplesMiB)
+	if n < 3 {
+		return 0, 0
+	}
+	for _, v := range t.SamplesMiB[:n/3] {
+		first = max(first, v)
+	}
+	for _, v := range t.SamplesMiB[n-n/3:] {
+		last = max(last, v)
+	}
+	return first, last
 }

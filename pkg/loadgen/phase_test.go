@@ -73,3 +73,20 @@ func TestSelectTargets(t *testing.T) {
 		t.Error("share when nobody subscribes: no error")
 	}
 }
+
+func TestRSSDrift(t *testing.T) {
+	for _, tc := range []struct {
+		samples     []float64
+		first, last float64
+	}{
+		{nil, 0, 0},
+		{[]float64{1, 2}, 0, 0},
+		{[]float64{100, 120, 110}, 100, 110},
+		{[]float64{100, 130, 90, 500, 140, 120}, 130, 140},
+	} {
+		first, last := (RSSTrace{SamplesMiB: tc.samples}).Drift()
+		if first != tc.first || last != tc.last {
+			t.Errorf("Drift(%v) = %v, %v; want %v, %v", tc.samples, first, last, tc.first, tc.last)
+		}
+	}
+}

@@ -153,31 +153,58 @@ func (p PlaneProbe) ProfileCPU(ctx context.Context, path string, d time.Duration
 	return func() error { return <-done }
 }
 
+// maxRSSSamples bounds the RSS samples a phase keeps: past it, every
+// other one is dropped and the interval doubles.
+const maxRSSSamples = 512
+
+// RSSTrace is the plane's RSS over a phase: Samples every Every seconds
+// from its start (in MiB), and the largest seen.
+type RSSTrace struct {
+	Every      float64   `json:"everySeconds"`
+	SamplesMiB []float64 `json:"samplesMiB"`
+	MaxBytes   float64   `json:"-"`
+}
+
 // watchRSS samples the plane's RSS once a second from now; the function it
-// returns stops and gives the largest seen (at least from).
-func (p PlaneProbe) watchRSS(ctx context.Context, from float64) func() float64 {
+// returns stops and gives the trace (its largest at least from).
+func (p PlaneProbe) watchRSS(ctx context.Context, from float64) func() RSSTrace {
 	stop := make(chan struct{})
-	out := make(chan float64, 1)
+	out := make(chan RSSTrace, 1)
 	go func() {
-		peak := from
+		tr := RSSTrace{Every: 1, MaxBytes: from}
+		skip, n := 1, 0 // keep one sample in skip
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
 			select {
 			case <-t.C:
-				if s, err := p.Sample(ctx); err == nil {
-					peak = max(peak, s.RSSBytes)
+				s, err := p.Sample(ctx)
+				if err != nil {
+					continue
+				}
+				tr.MaxBytes = max(tr.MaxBytes, s.RSSBytes)
+				if n++; n%skip != 0 {
+					continue
+				}
+				tr.SamplesMiB = append(tr.SamplesMiB, s.RSSBytes/(1<<20))
+				if len(tr.SamplesMiB) == maxRSSSamples {
+					for i := range maxRSSSamples / 2 {
+						tr.SamplesMiB[i] = tr.SamplesMiB[2*i+1]
+					}
+					tr.SamplesMiB = tr.SamplesMiB[:maxRSSSamples/2]
+					skip *= 2
+					tr.Every *= 2
 				}
 			case <-stop:
-				out <- peak
+				out <- tr
 				return
 			case <-ctx.Done():
-				out <- peak
+				out <- tr
 				return
 			}
 		}
 	}()
-	return func() float64 {
+	return func() RSSTrace {
 		close(stop)
 		return <-out
 	}

@@ -345,7 +345,7 @@ func runPhase(ctx context.Context, cfg Config, ph Phase, parts []part, prev []Pa
 	pr.Subscribers = float64(sum) / float64(len(targets))
 
 	var s0 PlaneSample
-	watch := func() float64 { return 0 }
+	watch := func() RSSTrace { return RSSTrace{} }
 	profiled := func() error { return nil }
 	if plane != nil {
 		if s0, err = cfg.Plane.Sample(ctx); err != nil {
@@ -382,7 +382,7 @@ func runPhase(ctx context.Context, cfg Config, ph Phase, parts []part, prev []Pa
 	log.Info("phase done", "name", ph.Name, "changes", pr.Changes, "delivered", pr.Delivered, "due", pr.Expected,
 		"p99", time.Duration(pr.Convergence.P99Us)*time.Microsecond, "drainTimedOut", pr.DrainTimedOut)
 	if plane != nil {
-		rssMax := watch()
+		rss := watch()
 		if err := profiled(); err != nil {
 			return pr, fmt.Errorf("the plane's CPU profile: %w", err)
 		}
@@ -391,7 +391,7 @@ func runPhase(ctx context.Context, cfg Config, ph Phase, parts []part, prev []Pa
 			return pr, fmt.Errorf("read the plane: %w", err)
 		}
 		wall := s1.At.Sub(s0.At).Seconds()
-		pp := &PhasePlane{CPUSeconds: s1.CPUSeconds - s0.CPUSeconds, RSSEndBytes: s1.RSSBytes, RSSMaxBytes: max(rssMax, s1.RSSBytes)}
+		pp := &PhasePlane{CPUSeconds: s1.CPUSeconds - s0.CPUSeconds, RSSEndBytes: s1.RSSBytes, RSSMaxBytes: max(rss.MaxBytes, s1.RSSBytes), RSS: rss}
 		pp.Cores = pp.CPUSeconds / wall
 		busy := max(pp.CPUSeconds-plane.IdleCores*wall, 0)
 		if pr.Changes > 0 {

@@ -25,7 +25,7 @@ const (
 	DefaultBucket = 5 * time.Second
 	// DefaultMaxReporters is the DefaultMaxStreams of the xDS server: each
 	// stream may be a reporter.
-	DefaultMaxReporters = 10000
+	DefaultMaxReporters = 25000
 	// DefaultMaxCells is the hard cap of cells (one reporter's counts for
 	// one endpoint): 2,000,000 cells of CellBytes are 144 MB.
 	DefaultMaxCells = 2_000_000

@@ -94,11 +94,12 @@ type Server struct {
 	drain time.Duration
 }
 
-// The defaults: 10,000 streams is ten times the 1,000 clients a replica is
-// sized for (about 0.25 MiB each at 100,000 endpoints); 100 streams per
+// The defaults: 25,000 streams is the fleet one replica was measured to
+// carry on two cores (make bench-fleet: 25,000 clients on 5,000 upstreams,
+// about 85 KiB of RSS each, docs/performance.md); 100 streams per
 // connection leaves room for per-type streams and clients that multiplex.
 const (
-	DefaultMaxStreams              = 10000
+	DefaultMaxStreams              = 25000
 	DefaultMaxStreamsPerConnection = 100
 )
 

@@ -132,6 +132,14 @@ func rows(reps []loadgen.Report) []row {
 			row{n + ": plane cores", "%.2f", phasePlane(n, func(p *loadgen.PhasePlane) float64 { return p.Cores })},
 			row{n + ": plane RSS max (MiB)", "%.0f", phasePlane(n, func(p *loadgen.PhasePlane) float64 { return p.RSSMaxBytes / mib })},
 			row{n + ": plane RSS at the end (MiB)", "%.0f", phasePlane(n, func(p *loadgen.PhasePlane) float64 { return p.RSSEndBytes / mib })},
+			row{n + ": plane RSS peak, first third (MiB)", "%.0f", phasePlane(n, func(p *loadgen.PhasePlane) float64 {
+				first, _ := p.RSS.Drift()
+				return nanIfZero(first)
+			})},
+			row{n + ": plane RSS peak, last third (MiB)", "%.0f", phasePlane(n, func(p *loadgen.PhasePlane) float64 {
+				_, last := p.RSS.Drift()
+				return nanIfZero(last)
+			})},
 		)
 	}
 	if slices.Contains(names, "hot") && slices.Contains(names, "tail") {
