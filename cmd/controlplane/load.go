@@ -14,6 +14,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -543,6 +545,20 @@ func (o *loadOptions) credentials() (*tls.Config, string, error) {
 
 // startLoadWorker runs this command again as worker i of n: the same
 // command line, with --worker (and --sample of the parent's copy).
+// workerEnv is a worker's environment: the parent's, and unless the user
+// set GOMAXPROCS, the machine's cores shared among the n workers (at least
+// one each). n processes each running as many threads as there are cores
+// spin for work they do not have, and take the cores from the plane under
+// test beside them.
+func workerEnv(env []string, cpus, n int) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "GOMAXPROCS=") {
+			return env
+		}
+	}
+	return append(slices.Clone(env), "GOMAXPROCS="+strconv.Itoa(max(cpus/n, 1)))
+}
+
 func startLoadWorker(ctx context.Context, i, n int, sampleFile string, stderr io.Writer) (loadgen.Worker, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -554,6 +570,7 @@ func startLoadWorker(ctx context.Context, i, n int, sampleFile string, stderr io
 	}
 	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Stderr = stderr
+	cmd.Env = workerEnv(os.Environ(), runtime.NumCPU(), n)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return loadgen.Worker{}, err

@@ -45,8 +45,6 @@ type Stats struct {
 	// Changes per type: resources put or deleted.
 	Changes  Counts
 	Duration time.Duration
-	// Woken is how many streams the publication gave something new to send.
-	Woken int
 	// Changed are the upstreams the publication changed, in the order it
 	// took them. The slice is the publisher's, reused by the next
 	// publication: it is valid only during BeforeApply and OnPublish, which copy what they keep.
@@ -119,27 +117,7 @@ type Publisher struct {
 	changed chan struct{} // closed after each publication
 
 	cls classState
-
-	// pacePerStream and maxPace space Run's publications (see Pace); after
-	// makes the timer (a test's own clock).
-	pacePerStream, maxPace time.Duration
-	after                  func(time.Duration) <-chan time.Time
 }
-
-// Run paces its publications by the fan-out of the last: the next one
-// comes no sooner than PacePerStream for each stream the last woke, at
-// most MaxPace, after it. A fleet's cost is in sending and answering
-// (a response and an ACK for each stream woken, about 80 µs of a core at
-// 25,000 clients), not in translating; changes that arrive meanwhile are
-// published together, so under sustained churn each client gets one
-// response for many changes instead of one for each, and the work per
-// second stays bounded by the fleet rather than by the change rate. A
-// change after a quiet spell, or one that woke few streams, is published at
-// once.
-const (
-	PacePerStream = 40 * time.Microsecond
-	MaxPace       = time.Second
-)
 
 // published is what was last published for one upstream.
 type published struct {
@@ -162,14 +140,8 @@ func New(c xdscache.Publisher, instance string, log *slog.Logger) *Publisher {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Publisher{cache: c, instance: instance, log: log, upstream: map[topology.Key]*published{}, changed: make(chan struct{}),
-		enc: translate.NewEncoder(), pacePerStream: PacePerStream, maxPace: MaxPace, after: time.After,
+		enc: translate.NewEncoder(),
 		cls: classState{classes: topology.NewClientClasses(nil), affine: map[topology.Key]struct{}{}}}
-}
-
-// pace is how long after a publication that woke woken streams the next
-// may come.
-func (p *Publisher) pace(woken int) time.Duration {
-	return min(time.Duration(woken)*p.pacePerStream, p.maxPace)
 }
 
 // SetSpatialOptions says where Envoy's spatial listener listens; call it before the
@@ -256,22 +228,13 @@ func (p *Publisher) Published() bool {
 func (p *Publisher) Run(ctx context.Context, d *topology.Directory) error {
 	for {
 		changed := d.Changed()
-		st, err := p.Publish(d.Current())
-		if err != nil {
+		if _, err := p.Publish(d.Current()); err != nil {
 			p.log.Error("snapshot not published; the last good one keeps serving", "error", err)
 		}
-		next := time.Now().Add(p.pace(st.Woken))
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
-		}
-		if wait := time.Until(next); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-p.after(wait):
-			}
 		}
 	}
 }
@@ -407,7 +370,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 	if p.BeforeApply != nil {
 		p.BeforeApply(st)
 	}
-	st.Woken = p.cache.Apply(xdscache.Update{Version: st.Version, Changes: changes})
+	p.cache.Apply(xdscache.Update{Version: st.Version, Changes: changes})
 	p.last = s
 	close(p.changed)
 	p.changed = make(chan struct{})

@@ -19,9 +19,8 @@ import (
 
 // Publisher is what the control plane writes published resources to.
 type Publisher interface {
-	// Apply publishes a set of changes atomically at a new version, and
-	// says how many streams it woke (those with something new to send).
-	Apply(Update) (woken int)
+	// Apply publishes a set of changes atomically at a new version.
+	Apply(Update)
 	// Resources lists what one view publishes now, by type URL, sorted by name.
 	Resources(view int) map[string][]*Entry
 }
@@ -276,7 +275,7 @@ func (c *Cache) viewOf(n *core.Node) int {
 // Apply publishes the changes, then wakes every stream with a watch
 // interested in a changed resource. Its cost grows with the changes and the
 // watches interested in them, not with what is published or subscribed.
-func (c *Cache) Apply(u Update) (woken int) {
+func (c *Cache) Apply(u Update) {
 	c.mu.Lock()
 	c.epoch++
 	for _, ch := range c.lastOfEach(u.Changes) {
@@ -335,14 +334,12 @@ func (c *Cache) Apply(u Update) (woken int) {
 	}
 	// Signalling never blocks (a stream has a one-slot wake channel), so it
 	// is done under the lock and the list is reused.
-	woken = len(c.notify)
 	for i, s := range c.notify {
 		s.signal()
 		c.notify[i] = nil
 	}
 	c.notify = c.notify[:0]
 	c.mu.Unlock()
-	return woken
 }
 
 // changeKey names the resource a change is of.
