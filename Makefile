@@ -140,7 +140,7 @@ bench-fleet-kube: build ## One replica under 25,000 simulated clients while Endp
 # go-control-plane's LinearCache beside one replica on the same fixture
 # (hack/bench-fleet-anchor.sh, docs/performance.md "The anchor"): 500
 # upstreams, 500 Envoy-like clients against the replica, then against
-# test/scale/cmd/gcpanchor mirroring it; UPSTREAMS= ENVOY= RATE= DURATION=
+# test/scale/cmd/gcpanchor mirroring it; UPSTREAMS= ENVOY= PHASES=
 # change them. Reports under bin/bench-fleet-anchor/.
 .PHONY: bench-fleet-anchor
 bench-fleet-anchor: build ## go-control-plane's LinearCache (test/scale/cmd/gcpanchor) under the same load as one replica.

@@ -15,8 +15,8 @@ UPSTREAMS=${UPSTREAMS:-500}
 ENVOY=${ENVOY:-500}
 ENVOY_CLUSTERS=${ENVOY_CLUSTERS:-50-500}
 PROCS=${PROCS:-1}
-RATE=${RATE:-2}
-DURATION=${DURATION:-15s}
+PHASES=${PHASES:-hot:hot:0.25:20s churn:all:20:30s}
+DRAIN=${DRAIN:-60s}
 BIN=${BIN:-bin}
 GO=${GO:-go}
 
@@ -53,15 +53,13 @@ replica=$!
 pids+=("$replica")
 waitready "http://$admin" "$replica" "$out/serve.log"
 
+phaseflags=()
+for p in $PHASES; do phaseflags+=(--phase "$p"); done
 load() { # NAME XDS PID
-	echo "== $1: $UPSTREAMS upstreams, $ENVOY Envoy-like clients, $RATE flips/s for $DURATION" >&2
+	echo "== $1: $UPSTREAMS upstreams, $ENVOY Envoy-like clients, phases $PHASES" >&2
 	"$cp" load --xds-address "$2" --pid "$3" --churn files --tree "$tree" --upstreams "$UPSTREAMS" \
-		--envoy "$ENVOY" --envoy-clusters "$ENVOY_CLUSTERS" --grpc 0 --procs "$PROCS" --rate "$RATE" \
-		--duration "$DURATION" -o json >"$out/$1.json"
-	jq -r '"sync \(.syncSeconds) s; convergence p50 \(.convergence.p50Us) µs p99 \(.convergence.p99Us) µs; " +
-		"CPU per change \(.planeStats.cpuPerChangeMs) ms, per delivery \(.planeStats.cpuPerDeliveryUs) µs; " +
-		"RSS per client \(.planeStats.rssPerClientBytes / 1024 | floor) KiB; delivered \(.delivered)/\(.expectedDeliveries)"' \
-		"$out/$1.json" | tee "$out/$1.txt"
+		--envoy "$ENVOY" --envoy-clusters "$ENVOY_CLUSTERS" --grpc 0 --procs "$PROCS" "${phaseflags[@]}" \
+		--settle 10s --idle 5s --drain "$DRAIN" -o json >"$out/$1.json"
 }
 
 load replica "$xds" "$replica"
@@ -70,3 +68,5 @@ apid=$!
 pids+=("$apid")
 waitready "http://$aadmin" "$apid" "$out/anchor.log"
 load anchor "$axds" "$apid"
+echo "== columns: run 1 the replica, run 2 the anchor" >&2
+"$GO" run ./test/scale/cmd/fleettable "$out/replica.json" "$out/anchor.json" | tee "$out/table.md"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -81,6 +82,7 @@ type loadOptions struct {
 	output, plot             string
 	logFormat                string
 	worker                   string // hidden: "I/N", this process is worker I of N
+	clustersFile             string // hidden: a worker's cluster names, from its parent
 }
 
 func newLoadCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -165,6 +167,8 @@ descriptors first. docs/performance.md says how to size a fleet with it.`,
 	fs.StringVar(&o.logFormat, "log-format", "text", "progress on stderr: text or json")
 	fs.StringVar(&o.worker, "worker", "", "run as worker I/N of a load with --procs N (set by load itself)")
 	_ = fs.MarkHidden("worker")
+	fs.StringVar(&o.clustersFile, "clusters-file", "", "the clusters' names, one a line (set by load for its workers, so that they do not ask the apiserver again)")
+	_ = fs.MarkHidden("clusters-file")
 	return command(c, func(cmd *cobra.Command, _ []string) int {
 		return runLoad(cmd.Context(), o, stdout, stderr)
 	})
@@ -334,8 +338,24 @@ func runLoad(ctx context.Context, o loadOptions, stdout, stderr io.Writer) int {
 		if sampleFile != "" {
 			defer os.Remove(sampleFile)
 		}
+		var extra []string
+		if sampleFile != "" {
+			extra = append(extra, "--sample", sampleFile)
+		}
+		if o.churn == "kube" {
+			// The workers name the clusters the parent found; each
+			// listing them again would cost the apiserver a List per
+			// Upstream per worker.
+			clustersFile, err := saveClusters(cfg.Clusters)
+			if err != nil {
+				fmt.Fprintf(stderr, "error: %v\n", err)
+				return exitInvalid
+			}
+			defer os.Remove(clustersFile)
+			extra = append(extra, "--clusters-file", clustersFile)
+		}
 		cfg.StartWorker = func(ctx context.Context, i, n int) (loadgen.Worker, error) {
-			return startLoadWorker(ctx, i, n, sampleFile, stderr)
+			return startLoadWorker(ctx, i, n, extra, stderr)
 		}
 	}
 	rep, err := loadgen.Run(ctx, cfg)
@@ -383,6 +403,12 @@ func (o *loadOptions) config(ctx context.Context, log *slog.Logger, stderr io.Wr
 			cfg.Churn = loadgen.FileChurn{Tree: t}
 		}
 		cfg.Clusters = loadgen.FileChurn{Tree: t}.Clusters()
+	case o.churn == "kube" && worker && o.clustersFile != "":
+		names, err := readClusters(o.clustersFile)
+		if err != nil {
+			return fail(exitInvalid, err)
+		}
+		cfg.Clusters = names // the parent changes them; the worker only names
 	case o.churn == "kube":
 		rc, err := kubeContext(o.kubeconfig, o.context)
 		if err != nil {
@@ -475,6 +501,51 @@ func (o *loadOptions) saveSample(sample []loadgen.SampleClient) (string, error) 
 	return f.Name(), nil
 }
 
+// saveClusters writes the cluster names, one a line, to a file for the
+// workers.
+func saveClusters(names []string) (string, error) {
+	f, err := os.CreateTemp("", "poise-load-clusters-*.txt")
+	if err != nil {
+		return "", err
+	}
+	_, err = io.WriteString(f, strings.Join(names, "\n")+"\n")
+	if err = errors.Join(err, f.Close()); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
+
+// maxClusterName bounds one line of --clusters-file: NAMESPACE/NAME.
+const maxClusterName = 63 + 1 + 253
+
+// readClusters reads --clusters-file: at most loadgen.MaxUpstreams names.
+func readClusters(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--clusters-file: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, maxClusterName+1)
+	var names []string
+	for sc.Scan() {
+		if len(names) == loadgen.MaxUpstreams {
+			return nil, fmt.Errorf("--clusters-file %s: more than %d names", path, loadgen.MaxUpstreams)
+		}
+		if sc.Text() != "" {
+			names = append(names, sc.Text())
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--clusters-file %s: %w", path, err)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("--clusters-file %s: no names", path)
+	}
+	return names, nil
+}
+
 // readBounded reads a credentials file of at most maxLoadCredentials bytes.
 func readBounded(flag, path string) ([]byte, error) {
 	f, err := os.Open(path)
@@ -559,15 +630,13 @@ func workerEnv(env []string, cpus, n int) []string {
 	return append(slices.Clone(env), "GOMAXPROCS="+strconv.Itoa(max(cpus/n, 1)))
 }
 
-func startLoadWorker(ctx context.Context, i, n int, sampleFile string, stderr io.Writer) (loadgen.Worker, error) {
+func startLoadWorker(ctx context.Context, i, n int, extra []string, stderr io.Writer) (loadgen.Worker, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return loadgen.Worker{}, err
 	}
 	args := append(append([]string(nil), os.Args[1:]...), "--worker", fmt.Sprintf("%d/%d", i, n))
-	if sampleFile != "" {
-		args = append(args, "--sample", sampleFile)
-	}
+	args = append(args, extra...)
 	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Stderr = stderr
 	cmd.Env = workerEnv(os.Environ(), runtime.NumCPU(), n)

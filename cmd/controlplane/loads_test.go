@@ -80,24 +80,3 @@ func TestLoadReports(t *testing.T) {
 		t.Errorf("drops = %+v", got.Drops)
 	}
 }
-
-func TestLoadWorkerEnv(t *testing.T) {
-	for _, tc := range []struct {
-		env     []string
-		cpus, n int
-		want    string
-	}{
-		{[]string{"A=1"}, 2, 8, "GOMAXPROCS=1"},
-		{[]string{"A=1"}, 16, 4, "GOMAXPROCS=4"},
-		{[]string{"A=1"}, 4, 3, "GOMAXPROCS=1"},
-		{[]string{"GOMAXPROCS=7"}, 2, 8, "GOMAXPROCS=7"},
-	} {
-		got := workerEnv(tc.env, tc.cpus, tc.n)
-		if !slices.Contains(got, tc.want) || !slices.Contains(got, tc.env[0]) {
-			t.Errorf("workerEnv(%v, %d cpus, %d workers) = %v, want %s in it", tc.env, tc.cpus, tc.n, got, tc.want)
-		}
-		if n := len(got); n > len(tc.env)+1 {
-			t.Errorf("workerEnv(%v) = %v: more than one variable added", tc.env, got)
-		}
-	}
-}

@@ -148,6 +148,8 @@ var layers = []struct {
 		"test/scale",
 		"test/scale/cmd/benchscale",
 		"test/scale/cmd/gcpanchor",
+		"test/scale/cmd/fleettable",
+		"test/scale/cmd/kubefleet",
 		"test/soak",
 	}},
 }
