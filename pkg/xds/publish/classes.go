@@ -52,7 +52,7 @@ func viewClasses(c *topology.ClientClasses) [translate.NumRenderings][]string {
 // left: a class joining or leaving costs each affinity upstream that
 // class's derivation only. It appends the changes to changes and returns
 // the upstreams it rendered, with their new variants.
-func (p *Publisher) rerenderClasses(s *topology.Snapshot, version string, changed map[topology.Key]*published,
+func (p *Publisher) rerenderClasses(s *topology.Snapshot, changed map[topology.Key]*published,
 	changes []xdscache.Change) ([]xdscache.Change, map[topology.Key]*published) {
 	classes := s.ClientClasses()
 	prev, cur := viewClasses(p.cls.classes), viewClasses(classes)
@@ -65,7 +65,7 @@ func (p *Publisher) rerenderClasses(s *topology.Snapshot, version string, change
 		}
 		next := *pub
 		next.failed = maps.Clone(pub.failed)
-		variants, err := p.renderAdded(&next, version, classes, added, removed)
+		variants, err := p.renderAdded(&next, classes, added, removed)
 		if err != nil {
 			p.log.Error("client-class variants not rendered; those clients keep what they have", "upstream", k, "error", err)
 			continue
@@ -95,9 +95,9 @@ func classDiff(a, b [translate.NumRenderings][]string) [translate.NumRenderings]
 
 // renderAdded is pub's variants after the classes removed left and those
 // added joined: the others are kept as they are.
-func (p *Publisher) renderAdded(pub *published, version string, classes *topology.ClientClasses, added, removed [translate.NumRenderings][]string) (map[variantKey]*xdscache.Entry, error) {
+func (p *Publisher) renderAdded(pub *published, classes *topology.ClientClasses, added, removed [translate.NumRenderings][]string) (map[variantKey]*xdscache.Entry, error) {
 	pub.forgetLeft(classes)
-	fresh, err := p.renderClasses(pub, pub.state, version, &p.scratch, false, added)
+	fresh, err := p.renderClasses(pub, pub.state, &p.scratch, false, added)
 	if err != nil {
 		return nil, err
 	}
@@ -125,9 +125,9 @@ func (p *Publisher) renderAdded(pub *published, version string, classes *topolog
 // demand cur carries. A class whose derivation fails (too many effective
 // priorities) receives the base and is logged once. force makes every
 // variant a new entry, as a changed cluster needs.
-func (p *Publisher) renderVariants(pub *published, cur *topology.UpstreamState, classes *topology.ClientClasses, version string, scratch *[]byte, force bool) (map[variantKey]*xdscache.Entry, error) {
+func (p *Publisher) renderVariants(pub *published, cur *topology.UpstreamState, classes *topology.ClientClasses, scratch *[]byte, force bool) (map[variantKey]*xdscache.Entry, error) {
 	pub.forgetLeft(classes)
-	return p.renderClasses(pub, cur, version, scratch, force, viewClasses(classes))
+	return p.renderClasses(pub, cur, scratch, force, viewClasses(classes))
 }
 
 // forgetLeft drops the failures of classes no client is in any more, so
@@ -141,7 +141,7 @@ func (pub *published) forgetLeft(classes *topology.ClientClasses) {
 }
 
 // renderClasses is renderVariants for the given classes of each view only.
-func (p *Publisher) renderClasses(pub *published, cur *topology.UpstreamState, version string, scratch *[]byte, force bool,
+func (p *Publisher) renderClasses(pub *published, cur *topology.UpstreamState, scratch *[]byte, force bool,
 	classes [translate.NumRenderings][]string) (map[variantKey]*xdscache.Entry, error) {
 	if cur.Upstream.ModeOf() == affinity.None {
 		return nil, nil
@@ -199,7 +199,7 @@ func (p *Publisher) renderClasses(pub *published, cur *topology.UpstreamState, v
 			if out == nil {
 				out = map[variantKey]*xdscache.Entry{}
 			}
-			out[key] = entry(old, pub.name, version, resource.EndpointType, *scratch)
+			out[key] = entry(old, pub.name, resource.EndpointType, *scratch)
 			shared[sharedKey] = out[key]
 		}
 	}

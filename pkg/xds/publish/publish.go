@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"github.com/cespare/xxhash/v2"
 	"log/slog"
 	"maps"
 	"runtime"
@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -298,7 +299,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 	defer func() { p.pairs, p.pubs = clearSlice(pairs), clearSlice(p.pubs) }()
 	var pubs []*published
 	if err == nil {
-		pubs, err = p.translateAll(pairs, st.Version, s.ClientClasses())
+		pubs, err = p.translateAll(pairs, s.ClientClasses())
 	}
 	for i := 0; err == nil && i < len(pairs); i++ {
 		old, cur, pub := pairs[i].Old, pairs[i].Cur, pubs[i]
@@ -338,7 +339,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 	}
 	var spatial spatialSet
 	if err == nil {
-		spatial, err = p.spatialUpdate(s, st.Version, put, del, emit)
+		spatial, err = p.spatialUpdate(s, put, del, emit)
 	}
 	if err != nil {
 		if p.OnReject != nil {
@@ -349,7 +350,7 @@ func (p *Publisher) Publish(s *topology.Snapshot) (Stats, error) {
 	var rerendered map[topology.Key]*published
 	if !s.ClientClasses().Equal(p.cls.classes) {
 		n := len(changes)
-		changes, rerendered = p.rerenderClasses(s, st.Version, next, changes)
+		changes, rerendered = p.rerenderClasses(s, next, changes)
 		st.Changes[xdstype.Endpoints] += len(changes) - n
 	}
 	p.spatial = spatial
@@ -456,13 +457,13 @@ const parallelTranslation = 256
 // translateAll translates every changed upstream (nil for a removed one),
 // checking each one's references; on several cores when there are many. The
 // first error in key order is returned, whatever the scheduling.
-func (p *Publisher) translateAll(pairs []UpstreamChange, version string, classes *topology.ClientClasses) ([]*published, error) {
+func (p *Publisher) translateAll(pairs []UpstreamChange, classes *topology.ClientClasses) ([]*published, error) {
 	pubs := p.pubs[:0]
 	for range pairs {
 		pubs = append(pubs, nil)
 	}
 	p.pubs = pubs
-	job := translateJob{p: p, pairs: pairs, pubs: pubs, version: version, classes: classes}
+	job := translateJob{p: p, pairs: pairs, pubs: pubs, classes: classes}
 	workers := min(runtime.GOMAXPROCS(0), len(pairs)/parallelTranslation+1)
 	if workers <= 1 {
 		for i := range pairs {
@@ -499,7 +500,6 @@ type translateJob struct {
 	p       *Publisher
 	pairs   []UpstreamChange
 	pubs    []*published
-	version string
 	classes *topology.ClientClasses
 }
 
@@ -512,7 +512,7 @@ func (j *translateJob) one(i int, scratch *[]byte) error {
 	if old != nil {
 		prev = j.p.upstream[old.Upstream.Key]
 	}
-	pub, err := j.p.translate(prev, cur, j.classes, j.version, scratch)
+	pub, err := j.p.translate(prev, cur, j.classes, scratch)
 	if err == nil {
 		err = pub.references(cur.Upstream.Key)
 	}
@@ -528,7 +528,7 @@ func (j *translateJob) one(i int, scratch *[]byte) error {
 // whose Upstream object did not change is translated only for its
 // endpoints; a cluster change always re-sends the endpoints too. Every
 // resource is encoded straight to the wire, in scratch.
-func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, classes *topology.ClientClasses, version string, scratch *[]byte) (pub *published, err error) {
+func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, classes *topology.ClientClasses, scratch *[]byte) (pub *published, err error) {
 	pub = &published{state: cur}
 	if prev != nil {
 		pub.name = prev.name
@@ -547,7 +547,7 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, clas
 				pub.clusters[v] = pub.clusters[0] // the same bytes: one entry
 				continue
 			}
-			pub.clusters[v] = entry(prev.get(resource.ClusterType, v), pub.name, version, resource.ClusterType, *scratch)
+			pub.clusters[v] = entry(prev.get(resource.ClusterType, v), pub.name, resource.ClusterType, *scratch)
 		}
 		k := cur.Upstream.Key
 		for _, r := range []struct {
@@ -561,7 +561,7 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, clas
 			if *scratch, err = r.append((*scratch)[:0], cur); err != nil {
 				return nil, err
 			}
-			*r.entry = entry(prev.get(r.typeURL, 0), r.name, version, r.typeURL, *scratch)
+			*r.entry = entry(prev.get(r.typeURL, 0), r.name, r.typeURL, *scratch)
 		}
 	} else {
 		pub.clusters, pub.listener, pub.route = prev.clusters, prev.listener, prev.route
@@ -574,12 +574,12 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, clas
 		if !clusterChanged { // a changed cluster makes clients re-fetch its endpoints: always send them
 			old = prev.get(resource.EndpointType, v)
 		}
-		pub.endpoints[v] = entry(old, pub.name, version, resource.EndpointType, *scratch)
+		pub.endpoints[v] = entry(old, pub.name, resource.EndpointType, *scratch)
 	}
 	if prev != nil {
 		pub.variants, pub.failed = prev.variants, maps.Clone(prev.failed)
 	}
-	if pub.variants, err = p.renderVariants(pub, cur, classes, version, scratch, clusterChanged); err != nil {
+	if pub.variants, err = p.renderVariants(pub, cur, classes, scratch, clusterChanged); err != nil {
 		return nil, err
 	}
 	// Who may read them is part of each entry: a change of exportTo alone
@@ -590,7 +590,7 @@ func (p *Publisher) translate(prev *published, cur *topology.UpstreamState, clas
 }
 
 // entry is old when it holds b, else a new entry of a copy of b.
-func entry(old *xdscache.Entry, name, _, typeURL string, b []byte) *xdscache.Entry {
+func entry(old *xdscache.Entry, name, typeURL string, b []byte) *xdscache.Entry {
 	if old != nil && old.Name == name && bytes.Equal(old.Any.GetValue(), b) {
 		return old
 	}
@@ -607,13 +607,10 @@ func entry(old *xdscache.Entry, name, _, typeURL string, b []byte) *xdscache.Ent
 // unchanged resources anew, and a reconnect storm re-sent every resource
 // to every Delta client.)
 func contentVersion(b []byte) string {
+	var sum [8]byte
 	var out [16]byte
-	const hexDigits = "0123456789abcdef"
-	h := xxhash.Sum64(b)
-	for i := 15; i >= 0; i-- {
-		out[i] = hexDigits[h&0xf]
-		h >>= 4
-	}
+	binary.BigEndian.PutUint64(sum[:], xxhash.Sum64(b))
+	hex.Encode(out[:], sum[:])
 	return string(out[:])
 }
 
@@ -673,7 +670,7 @@ type named interface {
 	GetName() string
 }
 
-func reuse(old *xdscache.Entry, m proto.Message, _ string, force bool) (*xdscache.Entry, error) {
+func reuse(old *xdscache.Entry, m proto.Message, force bool) (*xdscache.Entry, error) {
 	e, err := xdscache.NewEntry(resourceName(m), "", m)
 	if err != nil {
 		return nil, err

@@ -54,7 +54,7 @@ type spatialRoute struct {
 // inside a replica re-sends that domain's CLAs only; RDS is rebuilt only when a domain's
 // state (map, health, problems) or who may read it changed, then only for the audience
 // classes that hold the domain, and re-sent only to clients whose bytes changed.
-func (p *Publisher) spatialUpdate(s *topology.Snapshot, version string, put func(int, string, *xdscache.Entry, *xdscache.Entry),
+func (p *Publisher) spatialUpdate(s *topology.Snapshot, put func(int, string, *xdscache.Entry, *xdscache.Entry),
 	del func(int, string, *xdscache.Entry), emit func(xdscache.Change)) (spatialSet, error) {
 	prev := p.spatial
 	if len(prev.domains) == 0 && prev.listener == nil && prev.route == nil && len(s.Spatial()) == 0 {
@@ -77,7 +77,7 @@ func (p *Publisher) spatialUpdate(s *topology.Snapshot, version string, put func
 			next.domains[k] = old
 			continue
 		}
-		pub, vhostChanged, err := renderDomain(s, st, old, ups, version)
+		pub, vhostChanged, err := renderDomain(s, st, old, ups)
 		if err != nil {
 			return spatialSet{}, err
 		}
@@ -126,7 +126,7 @@ func (p *Publisher) spatialUpdate(s *topology.Snapshot, version string, put func
 		if err != nil {
 			return spatialSet{}, err
 		}
-		if next.listener, err = reuse(nil, l, version, false); err != nil {
+		if next.listener, err = reuse(nil, l, false); err != nil {
 			return spatialSet{}, err
 		}
 	}
@@ -139,7 +139,7 @@ func (p *Publisher) spatialUpdate(s *topology.Snapshot, version string, put func
 	next.routes = make(map[string]*spatialRoute, len(classes.classes))
 	next.variants = nil
 	for i, cl := range classes.classes {
-		r, err := renderRoutes(prev.routes[cl.key], cl, next.domains, version)
+		r, err := renderRoutes(prev.routes[cl.key], cl, next.domains)
 		if err != nil {
 			return spatialSet{}, err
 		}
@@ -236,7 +236,7 @@ func spatialClasses(s *topology.Snapshot, domains map[topology.Key]*spatialPubli
 // renderRoutes is the rendering of one class: prev's when it holds the same virtual
 // hosts, else a new one (which keeps prev's entry, and its version, when the bytes are
 // the same), stamped with the class's visibility.
-func renderRoutes(prev *spatialRoute, cl spatialClass, domains map[topology.Key]*spatialPublished, version string) (*spatialRoute, error) {
+func renderRoutes(prev *spatialRoute, cl spatialClass, domains map[topology.Key]*spatialPublished) (*spatialRoute, error) {
 	hosts := make([]*route.VirtualHost, len(cl.domains))
 	for i, k := range cl.domains {
 		hosts[i] = domains[k].vhost
@@ -253,7 +253,7 @@ func renderRoutes(prev *spatialRoute, cl spatialClass, domains map[topology.Key]
 		if prev != nil {
 			old = prev.entry
 		}
-		if r.entry, err = reuse(old, rc, version, false); err != nil {
+		if r.entry, err = reuse(old, rc, false); err != nil {
 			return nil, err
 		}
 	}
@@ -293,7 +293,7 @@ func (pub *spatialPublished) stamp(vis xdscache.Visibility) {
 // keeping the entries of replicas whose Upstream is the one rendered last time and the
 // VirtualHost when the domain's state is the same.
 func renderDomain(s *topology.Snapshot, st *topology.SpatialState, old *spatialPublished,
-	ups []*topology.UpstreamState, version string) (pub *spatialPublished, vhostChanged bool, err error) {
+	ups []*topology.UpstreamState) (pub *spatialPublished, vhostChanged bool, err error) {
 	k := st.Domain.Key
 	var was spatialPublished
 	if old != nil {
@@ -318,14 +318,14 @@ func renderDomain(s *topology.Snapshot, st *topology.SpatialState, old *spatialP
 		}
 	}
 	for _, c := range res.Clusters {
-		if pub.clusters[c.Name], err = reuse(was.clusters[c.Name], c, version, false); err != nil {
+		if pub.clusters[c.Name], err = reuse(was.clusters[c.Name], c, false); err != nil {
 			return nil, false, err
 		}
 	}
 	for _, cla := range res.Endpoints {
 		// a changed cluster makes Envoy re-fetch its endpoints: always send them then
 		force := was.clusters[cla.ClusterName] != pub.clusters[cla.ClusterName]
-		if pub.endpoints[cla.ClusterName], err = reuse(was.endpoints[cla.ClusterName], cla, version, force); err != nil {
+		if pub.endpoints[cla.ClusterName], err = reuse(was.endpoints[cla.ClusterName], cla, force); err != nil {
 			return nil, false, err
 		}
 	}

@@ -516,8 +516,6 @@ func (s *Stream) Delta(r DeltaRequest) error {
 			}
 			for _, n := range added {
 				delete(w.initial, n)
-			}
-			for _, n := range added {
 				if w.get(n) != nil {
 					w.mark(n)
 				}
