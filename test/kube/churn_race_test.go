@@ -2,6 +2,6 @@
 
 package kube_test
 
-// raceEnabled: the race detector slows the plane several times over, so
-// TestChurn's latency bound is wider under it.
+// raceEnabled: TestChurn says when its figures were taken under the race
+// detector, which slows the plane several times over.
 const raceEnabled = true
