@@ -67,12 +67,11 @@ func (x *xdsServer) registerLoadStats(g *grpc.Server) {
 // not read is answered as one that does not exist, in the list and in the
 // interval, so the answer tells no one which hidden names exist.
 func (x *xdsServer) loadStats(ss grpc.ServerStream) error {
-	leave, done, err := x.admit(ss.Context())
+	sctx, end, done, err := x.admit(ss.Context())
 	if err != nil {
 		return err
 	}
 	defer done()
-	recvErr := make(chan error, 1)
 	id, _ := IdentityFrom(ss.Context())
 	var aud Audience
 	if !id.Anonymous() {
@@ -80,15 +79,9 @@ func (x *xdsServer) loadStats(ss grpc.ServerStream) error {
 			return err
 		}
 	}
-	go func() { recvErr <- x.recvLoadStats(ss, id, aud) }()
-	select {
-	case <-ss.Context().Done():
-		return nil
-	case <-leave:
-		return errShuttingDown
-	case err := <-recvErr:
-		return streamEnd(err)
-	}
+	go func() { end(recvEnded{x.recvLoadStats(ss, id, aud)}) }()
+	<-sctx.Done()
+	return whyEnded(sctx)
 }
 
 // recvLoadStats reads the stream's requests. An authenticated client

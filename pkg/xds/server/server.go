@@ -147,7 +147,7 @@ func New(cache *xdscache.Cache, clients *Clients, cfg Config) (*Server, error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(files.serverConfig())))
 	}
 	x := &xdsServer{authn: cfg.Authenticator, cache: cache, clients: clients, names: newNameBlocks(maxNameBlockBytes), maxStreams: int64(maxStreams),
-		perInstance: map[string]int{}, maxPerInstance: perInstance, leaving: map[chan struct{}]struct{}{}, draining: make(chan struct{}), large: semaphore.NewWeighted(maxLargeInFlight), bodies: newBodyCache(),
+		perInstance: map[string]int{}, maxPerInstance: perInstance, leaving: map[*leaver]struct{}{}, draining: make(chan struct{}), large: semaphore.NewWeighted(maxLargeInFlight), bodies: newBodyCache(),
 		loads: cfg.LoadReports, loadInterval: loadReportInterval(cfg.LoadReportInterval), audience: cfg.Audience, demandGrant: cfg.DemandGrant}
 	// every RPC passes the identity check first (see authStream)
 	opts = append(opts, grpc.ChainStreamInterceptor(x.authStream), grpc.ChainUnaryInterceptor(x.authUnary))

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -37,10 +38,10 @@ type xdsServer struct {
 	// Guarded by mu.
 	perInstance    map[string]int
 	maxPerInstance int
-	// leaving holds each open stream's channel to close when the server
+	// leaving holds each open stream's end, called when the server
 	// drains; draining is closed once it has begun (no new stream stays).
 	mu       sync.Mutex
-	leaving  map[chan struct{}]struct{}
+	leaving  map[*leaver]struct{}
 	draining chan struct{}
 	// large is the budget of large responses in flight (see send).
 	large *semaphore.Weighted
@@ -226,9 +227,12 @@ func (x *xdsServer) send(ss grpc.ServerStream, hold *largeHold, r xdscache.Respo
 // reconnects, to another replica behind the same Service.
 var errShuttingDown = status.Error(codes.Unavailable, "this xDS server is shutting down; reconnect")
 
-// stay registers a new stream; it returns the channel that is closed when
-// the stream must leave, or false once the server drains.
-func (x *xdsServer) stay() (chan struct{}, bool) {
+// leaver ends one open stream when the server drains.
+type leaver struct{ end context.CancelCauseFunc }
+
+// stay registers a new stream, which end ends when the server drains; it
+// is false once the server drains.
+func (x *xdsServer) stay(end context.CancelCauseFunc) (*leaver, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	select {
@@ -236,15 +240,15 @@ func (x *xdsServer) stay() (chan struct{}, bool) {
 		return nil, false
 	default:
 	}
-	leave := make(chan struct{})
-	x.leaving[leave] = struct{}{}
-	return leave, true
+	l := &leaver{end: end}
+	x.leaving[l] = struct{}{}
+	return l, true
 }
 
-func (x *xdsServer) left(leave chan struct{}) {
+func (x *xdsServer) left(l *leaver) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	delete(x.leaving, leave)
+	delete(x.leaving, l)
 }
 
 // drain ends the open streams one at a time, spread evenly over period, so
@@ -253,9 +257,9 @@ func (x *xdsServer) left(leave chan struct{}) {
 func (x *xdsServer) drain(ctx context.Context, period time.Duration) {
 	x.mu.Lock()
 	close(x.draining)
-	open := make([]chan struct{}, 0, len(x.leaving))
-	for leave := range x.leaving {
-		open = append(open, leave)
+	open := make([]*leaver, 0, len(x.leaving))
+	for l := range x.leaving {
+		open = append(open, l)
 	}
 	x.mu.Unlock()
 	if len(open) == 0 {
@@ -264,7 +268,7 @@ func (x *xdsServer) drain(ctx context.Context, period time.Duration) {
 	every := period / time.Duration(len(open))
 	tick := time.NewTicker(max(every, time.Microsecond))
 	defer tick.Stop()
-	for i, leave := range open {
+	for i, l := range open {
 		if i > 0 && every > 0 {
 			select {
 			case <-tick.C:
@@ -272,17 +276,19 @@ func (x *xdsServer) drain(ctx context.Context, period time.Duration) {
 				every = 0
 			}
 		}
-		close(leave)
+		l.end(errShuttingDown)
 	}
 }
 
 // admit counts a new stream of ctx's client against the server's limit
-// and its workload instance's, and registers it for draining: leave is
-// closed when it must end, and done undoes all three.
-func (x *xdsServer) admit(ctx context.Context) (leave chan struct{}, done func(), err error) {
+// and its workload instance's, and registers it for draining. The stream's
+// context sctx ends when ctx does, when the server drains (cause
+// errShuttingDown) or when end is called; whyEnded says which. done
+// undoes all three.
+func (x *xdsServer) admit(ctx context.Context) (sctx context.Context, end context.CancelCauseFunc, done func(), err error) {
 	if n := x.streams.Add(1); n > x.maxStreams {
 		x.streams.Add(-1)
-		return nil, nil, status.Errorf(codes.ResourceExhausted,
+		return nil, nil, nil, status.Errorf(codes.ResourceExhausted,
 			"this xDS server holds its limit of %d streams; retry later or on another replica (the limit is --xds-max-streams)", x.maxStreams)
 	}
 	var instance string
@@ -294,19 +300,43 @@ func (x *xdsServer) admit(ctx context.Context) (leave chan struct{}, done func()
 		if x.perInstance[instance] >= x.maxPerInstance {
 			x.mu.Unlock()
 			x.streams.Add(-1)
-			return nil, nil, status.Errorf(codes.ResourceExhausted,
+			return nil, nil, nil, status.Errorf(codes.ResourceExhausted,
 				"this workload instance holds its limit of %d streams on this xDS server (the limit is --xds-max-streams-per-instance)", x.maxPerInstance)
 		}
 		x.perInstance[instance]++
 		x.mu.Unlock()
 	}
-	leave, ok := x.stay()
+	sctx, end = context.WithCancelCause(ctx)
+	l, ok := x.stay(end)
 	if !ok {
+		end(nil)
 		x.instanceLeft(instance)
 		x.streams.Add(-1)
-		return nil, nil, errShuttingDown
+		return nil, nil, nil, errShuttingDown
 	}
-	return leave, func() { x.left(leave); x.instanceLeft(instance); x.streams.Add(-1) }, nil
+	return sctx, end, func() { end(nil); x.left(l); x.instanceLeft(instance); x.streams.Add(-1) }, nil
+}
+
+// recvEnded is the cause of a stream's end when reading its requests
+// ended (err: why).
+type recvEnded struct{ err error }
+
+func (r recvEnded) Error() string {
+	return fmt.Sprintf("reading the stream's requests ended: %v", r.err)
+}
+
+// whyEnded is the handler's result for a stream whose context (admit's)
+// ended: the client left (nil), the server drains, or reading failed.
+func whyEnded(sctx context.Context) error {
+	cause := context.Cause(sctx)
+	var r recvEnded
+	switch {
+	case errors.Is(cause, errShuttingDown):
+		return errShuttingDown
+	case errors.As(cause, &r):
+		return streamEnd(r.err)
+	}
+	return nil
 }
 
 // limitedInstance is the workload instance whose streams are counted
@@ -362,7 +392,7 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 	if err != nil {
 		return err
 	}
-	leave, done, err := x.admit(ss.Context())
+	sctx, end, done, err := x.admit(ss.Context())
 	if err != nil {
 		return err
 	}
@@ -386,17 +416,14 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 
 	hold := &largeHold{x: x, max: largeHoldMax}
 	defer hold.release()
-	recvErr := make(chan error, 1)
-	go func() { recvErr <- recv(st, key, hold) }()
+	// one context for the client leaving, the server draining and reading
+	// failing: a select of two cases is the cheapest wait per response
+	go func() { end(recvEnded{recv(st, key, hold)}) }()
 	var out []xdscache.Response
 	for {
 		select {
-		case <-ss.Context().Done():
-			return nil
-		case <-leave:
-			return errShuttingDown
-		case err := <-recvErr:
-			return streamEnd(err)
+		case <-sctx.Done():
+			return whyEnded(sctx)
 		case <-st.Wake():
 			woke := time.Now()
 			out = st.Next(out[:0])
