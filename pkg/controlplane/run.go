@@ -207,6 +207,7 @@ func newParts(cfg Config, export topology.Export, log *slog.Logger) *parts {
 	}
 	p.cache = xdscache.New(int(translate.NumRenderings), func(n *core.Node) int { return int(translate.RenderingFor(n)) },
 		xdscache.WithMaxZones(maxClasses))
+	m.Backlog.Set(func() float64 { return float64(p.cache.Waiting()) })
 	m.Classes.Set(func() map[string]float64 {
 		out := make(map[string]float64, translate.NumRenderings)
 		for v := range translate.NumRenderings {

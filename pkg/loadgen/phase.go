@@ -188,6 +188,24 @@ type PhasePlane struct {
 	// second); RSS its samples over time: whether memory stayed flat.
 	RSSMaxBytes float64  `json:"rssMaxBytes"`
 	RSS         RSSTrace `json:"rss"`
+	// Responses the plane sent over the phase (poise_xds_pushes_total;
+	// with an admin URL only).
+	Responses float64 `json:"responses,omitempty"`
+	// PlaneConverged counts the plane's own convergence observations over
+	// the phase (poise_xds_convergence_seconds: publication → ACK, the
+	// file's debounce and parsing not in it), and PlaneWithin1s/2s the
+	// share of them within a second and two.
+	PlaneConverged float64 `json:"planeConverged,omitempty"`
+	PlaneWithin1s  float64 `json:"planeWithin1s,omitempty"`
+	PlaneWithin2s  float64 `json:"planeWithin2s,omitempty"`
+}
+
+// counted fills what the plane's counters say of the phase.
+func (pp *PhasePlane) counted(d PlaneCounters) {
+	pp.Responses, pp.PlaneConverged = d.Responses, d.Converged
+	if d.Converged > 0 {
+		pp.PlaneWithin1s, pp.PlaneWithin2s = d.Within[0]/d.Converged, d.Within[1]/d.Converged
+	}
 }
 
 // Drift compares the RSS of the phase's last third with its first third:

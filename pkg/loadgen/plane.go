@@ -209,3 +209,45 @@ func (p PlaneProbe) watchRSS(ctx context.Context, from float64) func() RSSTrace 
 		return <-out
 	}
 }
+
+// PlaneCounters are the plane's own counts of what it sent, read from its
+// /metrics: responses and its convergence histogram
+// (poise_xds_convergence_seconds, publication → ACK, over every type).
+type PlaneCounters struct {
+	Responses float64
+	// Converged counts the convergence observations; Within are those at
+	// most each of ConvergenceBounds seconds.
+	Converged float64
+	Within    [len(ConvergenceBounds)]float64
+}
+
+// ConvergenceBounds are the histogram's bucket bounds a phase reports the
+// share of: the issue's targets of a second and two.
+var ConvergenceBounds = [...]string{"1", "2"}
+
+// Counters reads the plane's counters (zero without an admin URL).
+func (p PlaneProbe) Counters(ctx context.Context) (PlaneCounters, error) {
+	var c PlaneCounters
+	if p.AdminURL == "" {
+		return c, nil
+	}
+	m, err := p.metrics(ctx)
+	if err != nil {
+		return c, err
+	}
+	c.Responses = SumMetric(m, "poise_xds_pushes_total")
+	c.Converged = SumMetric(m, "poise_xds_convergence_seconds_count")
+	for i, le := range ConvergenceBounds {
+		c.Within[i] = SumMetric(m, "poise_xds_convergence_seconds_bucket", `le="`+le+`"`)
+	}
+	return c, nil
+}
+
+// since is what was counted between c0 and c.
+func (c PlaneCounters) since(c0 PlaneCounters) PlaneCounters {
+	d := PlaneCounters{Responses: c.Responses - c0.Responses, Converged: c.Converged - c0.Converged}
+	for i := range c.Within {
+		d.Within[i] = c.Within[i] - c0.Within[i]
+	}
+	return d
+}

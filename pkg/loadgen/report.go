@@ -48,6 +48,10 @@ func (r *Report) WriteText(w io.Writer) error {
 		if p := ph.Plane; p != nil {
 			row(label+" plane", "%.3f s CPU (%.3f cores), %.3f ms per change, %.1f µs per delivery; RSS max %s, end %s",
 				p.CPUSeconds, p.Cores, p.PerChangeMs, p.PerDeliveryUs, mib(p.RSSMaxBytes), mib(p.RSSEndBytes))
+			if p.PlaneConverged > 0 {
+				row(label+" plane's convergence", "%.0f responses; publication → ACK within 1 s %.2f %%, within 2 s %.2f %% of %.0f",
+					p.Responses, p.PlaneWithin1s*100, p.PlaneWithin2s*100, p.PlaneConverged)
+			}
 		}
 	}
 	if p := r.Plane; p != nil {

@@ -345,11 +345,15 @@ func runPhase(ctx context.Context, cfg Config, ph Phase, parts []part, prev []Pa
 	pr.Subscribers = float64(sum) / float64(len(targets))
 
 	var s0 PlaneSample
+	var c0 PlaneCounters
 	watch := func() RSSTrace { return RSSTrace{} }
 	profiled := func() error { return nil }
 	if plane != nil {
 		if s0, err = cfg.Plane.Sample(ctx); err != nil {
 			return pr, fmt.Errorf("read the plane: %w", err)
+		}
+		if c0, err = cfg.Plane.Counters(ctx); err != nil {
+			return pr, fmt.Errorf("read the plane's counters: %w", err)
 		}
 		watch = cfg.Plane.watchRSS(ctx, s0.RSSBytes)
 		if path := profilePath(cfg.ProfileDir, "cpu-"+ph.Name+".pb.gz"); path != "" {
@@ -390,8 +394,13 @@ func runPhase(ctx context.Context, cfg Config, ph Phase, parts []part, prev []Pa
 		if err != nil {
 			return pr, fmt.Errorf("read the plane: %w", err)
 		}
+		c1, err := cfg.Plane.Counters(ctx)
+		if err != nil {
+			return pr, fmt.Errorf("read the plane's counters: %w", err)
+		}
 		wall := s1.At.Sub(s0.At).Seconds()
 		pp := &PhasePlane{CPUSeconds: s1.CPUSeconds - s0.CPUSeconds, RSSEndBytes: s1.RSSBytes, RSSMaxBytes: max(rss.MaxBytes, s1.RSSBytes), RSS: rss}
+		pp.counted(c1.since(c0))
 		pp.Cores = pp.CPUSeconds / wall
 		busy := max(pp.CPUSeconds-plane.IdleCores*wall, 0)
 		if pr.Changes > 0 {

@@ -61,6 +61,7 @@ type Metrics struct {
 	Publication *Publication
 	Source      *Source
 	Classes     *Classes
+	Backlog     *Backlog
 	Status      *Status
 	Checks      *Checks
 	Outliers    *Outliers
@@ -79,11 +80,12 @@ func New(o Options) *Metrics {
 		Publication: newPublication(o.Types),
 		Source:      newSource(o.Source, o.Kinds),
 		Classes:     newClasses(),
+		Backlog:     newBacklog(),
 		Status:      newStatus(o.Kinds, o.WritesStatus),
 		Checks:      newChecks(),
 		Outliers:    newOutliers(),
 	}
-	r.MustRegister(m.BuildInfo, m.XDS, m.Publication, m.Source, m.Classes, m.Status, m.Checks, m.Outliers,
+	r.MustRegister(m.BuildInfo, m.XDS, m.Publication, m.Source, m.Classes, m.Backlog, m.Status, m.Checks, m.Outliers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.setBuildInfo(o.Version)
 	return m

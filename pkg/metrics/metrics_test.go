@@ -38,6 +38,7 @@ func TestSeriesExistAtZeroBeforeAnyEvent(t *testing.T) {
 		"poise_status_writes_total":                 0, // the files source writes no status
 		"poise_xds_snapshot_build_duration_seconds": 1,
 		"poise_loadreport_capped_requests_total":    1,
+		"poise_xds_streams_waiting":                 1,
 	} {
 		if got := testutil.CollectAndCount(m.Registry, name); got != want {
 			t.Errorf("%s: %d series, want %d", name, got, want)

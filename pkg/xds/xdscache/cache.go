@@ -144,6 +144,8 @@ type Cache struct {
 	moved     bool         // the current Apply moved a type's version
 	reads     []groupRead  // scratch for audience variants; reused
 
+	backlog backlog // streams woken and not yet served
+
 	epoch  uint64    // counts Applies, to notify each stream once per Apply
 	notify []*Stream // streams to wake after the current Apply; reused
 	scope  []string  // scratch for diffs; reused

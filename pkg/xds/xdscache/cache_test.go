@@ -204,15 +204,19 @@ func TestNACKedVersionIsNotOfferedAgain(t *testing.T) {
 
 // At most one response per type awaits its ACK; what changes meanwhile is
 // sent together after it, and a stale nonce is ignored.
+// putCLAs applies version v of the named CLAs to c's first view.
+func putCLAs(t testing.TB, c *xdscache.Cache, v string, names ...string) {
+	t.Helper()
+	var chs []xdscache.Change
+	for _, n := range names {
+		chs = append(chs, change(0, resource.EndpointType, mustEntry(t, n, v, cla(n, 1))))
+	}
+	c.Apply(xdscache.Update{Version: v, Changes: chs})
+}
+
 func TestChangesWaitForTheACKAndMerge(t *testing.T) {
 	c := newCache()
-	put := func(v string, names ...string) {
-		var chs []xdscache.Change
-		for _, n := range names {
-			chs = append(chs, change(0, resource.EndpointType, mustEntry(t, n, v, cla(n, 1))))
-		}
-		c.Apply(xdscache.Update{Version: v, Changes: chs})
-	}
+	put := func(v string, names ...string) { putCLAs(t, c, v, names...) }
 	put("v1", "a", "b", "c")
 	env := openSotw(t, c, envoy)
 	env.request(resource.EndpointType, "", "", false, "a", "b", "c")

@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"strconv"
+	"sync/atomic"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -34,7 +35,8 @@ type Stream struct {
 	demand   uint64 // what the stream counts for in Demand: weigh of its node, else 1
 	watches  [xdstype.Count]*Watch
 	wakeCh   chan struct{}
-	epoch    uint64 // the Apply that last queued this stream for waking
+	queued   atomic.Bool // counted in the cache's backlog: woken, not yet served
+	epoch    uint64      // the Apply that last queued this stream for waking
 	nonce    uint64
 	closed   bool
 
@@ -123,6 +125,7 @@ func writeName(h *maphash.Hash, n string) {
 func (s *Stream) Wake() <-chan struct{} { return s.wakeCh }
 
 func (s *Stream) signal() {
+	s.queue()
 	select {
 	case s.wakeCh <- struct{}{}:
 	default:
@@ -183,6 +186,7 @@ func (s *Stream) Close() {
 	if s.viewSet && s.instance != "" {
 		s.c.zones.leaveInstance(s.instance)
 	}
+	s.unqueue()
 	s.closed = true
 }
 
@@ -563,6 +567,10 @@ func (s *Stream) Next(out []Response) []Response {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if s.closed {
+		return out
+	}
+	s.dequeue()
 	for _, w := range s.watches {
 		if w == nil || w.awaiting || w.ts.version == "" || !w.hasPending() {
 			continue
