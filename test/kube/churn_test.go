@@ -64,9 +64,10 @@ import (
 // beside thirty other packages under the race detector measures the machine
 // (a run there once took 6 s where alone it takes 0.9 s). Setting
 // POISE_CHURN_RATE (writes/s) and/or POISE_CHURN_SECONDS makes it the
-// benchmark of docs/performance.md, where the figures mean something. POISE_CHURN_STATUS_WRITER=0 keeps the
-// plane from writing status; POISE_CHURN_APISERVER_PROFILE=FILE saves a CPU
-// profile of the apiserver taking the writes alone.
+// benchmark of docs/performance.md, where the figures mean something.
+// POISE_CHURN_STATUS_WRITER=0 keeps the plane from writing status;
+// POISE_CHURN_APISERVER_PROFILE=FILE saves a CPU profile of the apiserver
+// taking the writes alone.
 // It runs alone (not in parallel): its figures are the machine's, under its load only.
 func TestChurn(t *testing.T) {
 	mode := churnModeOf(t)
@@ -122,7 +123,7 @@ func holdLease(t *testing.T, ns, name string) {
 // ---- mode ----
 
 type churnMode struct {
-	bench, statusWriter                    bool
+	statusWriter                           bool
 	why                                    string
 	rate                                   float64
 	duration                               time.Duration
@@ -139,7 +140,7 @@ func churnModeOf(t *testing.T) churnMode {
 	if rate == "" && secs == "" {
 		m.why = "CI: 200 writes/s for 5 s, asserting that every write reaches every client within the drain, latencies printed, not bounded (POISE_CHURN_RATE=1000 POISE_CHURN_SECONDS=60 runs the benchmark)"
 	} else {
-		m.bench, m.rate, m.duration, m.drain = true, 1000, 60*time.Second, 60*time.Second
+		m.rate, m.duration, m.drain = 1000, 60*time.Second, 60*time.Second
 		if rate != "" {
 			r, err := strconv.ParseFloat(rate, 64)
 			if err != nil || r <= 0 {

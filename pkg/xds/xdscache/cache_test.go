@@ -202,8 +202,6 @@ func TestNACKedVersionIsNotOfferedAgain(t *testing.T) {
 	env.expect(resource.EndpointType, "v3", "c1")
 }
 
-// At most one response per type awaits its ACK; what changes meanwhile is
-// sent together after it, and a stale nonce is ignored.
 // putCLAs applies version v of the named CLAs to c's first view.
 func putCLAs(t testing.TB, c *xdscache.Cache, v string, names ...string) {
 	t.Helper()
@@ -213,6 +211,9 @@ func putCLAs(t testing.TB, c *xdscache.Cache, v string, names ...string) {
 	}
 	c.Apply(xdscache.Update{Version: v, Changes: chs})
 }
+
+// At most one response per type awaits its ACK; what changes meanwhile is
+// sent together after it, and a stale nonce is ignored.
 
 func TestChangesWaitForTheACKAndMerge(t *testing.T) {
 	c := newCache()
