@@ -113,10 +113,12 @@ func TestCertificateOverGRPC(t *testing.T) {
 			RootCAs: authority.pool(), ServerName: "127.0.0.1",
 		})
 	}
-	inAnHour, inADay := time.Now().Add(time.Hour), time.Now().Add(24*time.Hour)
+	// pay2 ends well before the CA (24 h), so the chain's earliest expiry is
+	// the leaf's: issued a day on, the two fall in one second or the next.
+	inAnHour, inTwentyHours := time.Now().Add(time.Hour), time.Now().Add(20*time.Hour)
 	const payID = "spiffe://cluster.local/ns/tenant-a/sa/pay"
 	pay := authority.issue(t, x509.ExtKeyUsageClientAuth, inAnHour, payID)
-	pay2 := authority.issue(t, x509.ExtKeyUsageClientAuth, inADay, payID)
+	pay2 := authority.issue(t, x509.ExtKeyUsageClientAuth, inTwentyHours, payID)
 	strict := identity.New(identity.Options{TrustDomain: "cluster.local"})
 	later := identity.New(identity.Options{Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
 	anonymous := identity.New(identity.Options{AllowAnonymous: true})
@@ -149,7 +151,7 @@ func TestCertificateOverGRPC(t *testing.T) {
 			Method: identity.MethodCertificate, SPIFFEID: "spiffe://other.example/ns/tenant-a/sa/pay", TrustDomain: "other.example",
 			Namespace: "tenant-a", ServiceAccount: "pay"}},
 		{name: "leaf expired on a long stream", auth: later, reason: identity.ReasonExpired, creds: clientTLS(pay)},
-		{name: "leaf valid a day, two hours on", auth: later, creds: clientTLS(pay2), want: identity.Identity{
+		{name: "leaf valid twenty hours, two hours on", auth: later, creds: clientTLS(pay2), want: identity.Identity{
 			Method: identity.MethodCertificate, SPIFFEID: payID, TrustDomain: "cluster.local",
 			Namespace: "tenant-a", ServiceAccount: "pay", Expires: pay2.Leaf.NotAfter}},
 		{name: "expired at the handshake", auth: strict, code: codes.Unavailable, creds: clientTLS(authority.issue(t,
