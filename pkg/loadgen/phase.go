@@ -173,6 +173,13 @@ type PhaseReport struct {
 	ConvergenceData HistogramData `json:"convergenceHistogram"`
 	// The plane over the phase, from its first change to its drain's end.
 	Plane *PhasePlane `json:"planeStats,omitempty"`
+	// GeneratorCPUSeconds is the load processes' CPU over the phase (the
+	// clients reading responses and answering, and the churn's writer);
+	// GeneratorPerDeliveryUs that per delivery: what a reader needs to size
+	// the machines a load of their own fleet's shape takes, and how much of
+	// the shared cores the plane did not have.
+	GeneratorCPUSeconds    float64 `json:"generatorCpuSeconds"`
+	GeneratorPerDeliveryUs float64 `json:"generatorCpuPerDeliveryUs"`
 }
 
 // PhasePlane is the plane's CPU and memory over a phase.

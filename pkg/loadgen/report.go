@@ -45,6 +45,9 @@ func (r *Report) WriteText(w io.Writer) error {
 			ph.Select, ph.Changes, ph.Targets, ph.Subscribers, ph.ChurnSeconds, ph.TargetRate, ph.Delivered, ph.Expected, timedOut)
 		c := ph.Convergence
 		row(label+" convergence", "p50 %s  p90 %s  p99 %s  max %s", ms(c.P50Us), ms(c.P90Us), ms(c.P99Us), ms(c.MaxUs))
+		if ph.GeneratorCPUSeconds > 0 {
+			row(label+" generator", "%.3f s CPU, %.1f µs per delivery", ph.GeneratorCPUSeconds, ph.GeneratorPerDeliveryUs)
+		}
 		if p := ph.Plane; p != nil {
 			row(label+" plane", "%.3f s CPU (%.3f cores), %.3f ms per change, %.1f µs per delivery; RSS max %s, end %s",
 				p.CPUSeconds, p.Cores, p.PerChangeMs, p.PerDeliveryUs, mib(p.RSSMaxBytes), mib(p.RSSEndBytes))

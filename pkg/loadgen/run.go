@@ -254,6 +254,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	prev := make([]PartResult, len(parts))
+	if len(phases) > 0 {
+		// Each part's state before the first phase, so that the first
+		// phase's figures (its CPU above all) leave the start out.
+		for i, p := range parts {
+			if prev[i], err = p.mark(ctx, 0); err != nil {
+				return nil, fmt.Errorf("part %d of %d: %w", i+1, len(parts), err)
+			}
+		}
+	}
 	for _, ph := range phases {
 		pr, err := runPhase(ctx, cfg, ph, parts, prev, subs, rep.Clients, rep.Plane, log)
 		if err != nil {
@@ -362,6 +371,7 @@ func runPhase(ctx context.Context, cfg Config, ph Phase, parts []part, prev []Pa
 	}
 	log.Info("phase", "name", ph.Name, "select", ph.Select.String(), "clusters", len(targets), "subscribers", pr.Subscribers,
 		"rate", ph.Rate, "duration", ph.Duration.String())
+	ownBefore, _ := CPUSeconds("self")
 	start := time.Now()
 	if pr.Changes, err = churn(ctx, cfg, ph, targets, parts); err != nil {
 		return pr, err
@@ -376,11 +386,20 @@ func runPhase(ctx context.Context, cfg Config, ph Phase, parts []part, prev []Pa
 		}
 		pr.Expected += r.Expected - prev[i].Expected
 		pr.Delivered += r.Delivered - prev[i].Delivered
+		pr.GeneratorCPUSeconds += r.CPUSeconds - prev[i].CPUSeconds
 		pr.DrainTimedOut = pr.DrainTimedOut || r.DrainTimedOut
 		conv.Merge(r.Conv)
 		prev[i] = r
 	}
 	pr.DrainSeconds = time.Since(drainStart).Seconds()
+	if _, local := parts[0].(*localPart); !local {
+		// the parent's own (the churn's writer), beside its workers'
+		own, _ := CPUSeconds("self")
+		pr.GeneratorCPUSeconds += own - ownBefore
+	}
+	if pr.Delivered > 0 {
+		pr.GeneratorPerDeliveryUs = pr.GeneratorCPUSeconds / float64(pr.Delivered) * 1e6
+	}
 	pr.ConvergenceData = conv.Data()
 	pr.Convergence = conv.Dist()
 	log.Info("phase done", "name", ph.Name, "changes", pr.Changes, "delivered", pr.Delivered, "due", pr.Expected,

@@ -342,7 +342,12 @@ func checkPhases(t *testing.T, rep loadgen.Report, profiles string) {
 	}
 	var changes, delivered int64
 	var conv int64
+	var generator float64
 	for _, ph := range rep.Phases {
+		if ph.GeneratorCPUSeconds <= 0 || ph.GeneratorPerDeliveryUs <= 0 {
+			t.Errorf("phase %s: the generator's CPU %.3f s, %.1f µs a delivery: want both read", ph.Name, ph.GeneratorCPUSeconds, ph.GeneratorPerDeliveryUs)
+		}
+		generator += ph.GeneratorCPUSeconds
 		if ph.Changes < 1 || ph.Delivered != ph.Expected || ph.Convergence.N != ph.Delivered || ph.DrainTimedOut {
 			t.Errorf("phase %s: %d changes, %d deliveries due, %d delivered, %d in its histogram (drain timed out: %v)",
 				ph.Name, ph.Changes, ph.Expected, ph.Delivered, ph.Convergence.N, ph.DrainTimedOut)
@@ -354,6 +359,9 @@ func checkPhases(t *testing.T, rep loadgen.Report, profiles string) {
 			t.Errorf("phase %s: no CPU profile (%v)", ph.Name, err)
 		}
 		changes, delivered, conv = changes+ph.Changes, delivered+ph.Delivered, conv+ph.Convergence.N
+	}
+	if generator > rep.GeneratorCPUSeconds {
+		t.Errorf("the phases' generator CPU sums to %.3f s, more than the run's %.3f s (with its start)", generator, rep.GeneratorCPUSeconds)
 	}
 	if changes != rep.Changes || delivered != rep.Delivered || conv != rep.Convergence.N {
 		t.Errorf("the phases sum to %d changes, %d deliveries, %d measured; the run reports %d, %d, %d",

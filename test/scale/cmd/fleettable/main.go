@@ -127,6 +127,7 @@ func rows(reps []loadgen.Report) []row {
 			row{n + ": plane CPU per change (ms)", "%.2f", phasePlane(n, func(p *loadgen.PhasePlane) float64 { return p.PerChangeMs })},
 			row{n + ": plane CPU per delivery (µs)", "%.1f", phasePlane(n, func(p *loadgen.PhasePlane) float64 { return p.PerDeliveryUs })},
 			row{n + ": plane cores", "%.2f", phasePlane(n, func(p *loadgen.PhasePlane) float64 { return p.Cores })},
+			row{n + ": generator CPU per delivery (µs)", "%.1f", phase(n, func(p *loadgen.PhaseReport) float64 { return nanIfZero(p.GeneratorPerDeliveryUs) })},
 			row{n + ": plane responses", "%.0f", phasePlane(n, func(p *loadgen.PhasePlane) float64 { return nanIfZero(p.Responses) })},
 			row{n + ": plane's convergence within 2 s (%)", "%.2f", phasePlane(n, func(p *loadgen.PhasePlane) float64 { return nanIfZero(p.PlaneWithin2s) * 100 })},
 			row{n + ": plane RSS max (MiB)", "%.0f", phasePlane(n, func(p *loadgen.PhasePlane) float64 { return p.RSSMaxBytes / mib })},
