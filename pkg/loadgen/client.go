@@ -283,7 +283,7 @@ func (f *Fleet) Start(ctx context.Context) error {
 		s := &f.specs[i]
 		link := byConn[s.Conn]
 		if link == nil {
-			link = newH2Link(f.addr, s, windowOf(s.Node.Kind))
+			link = newH2Link(f.addr, s, windowOf(s.Node.Kind), s.Node.Kind == GRPC)
 			byConn[s.Conn] = link
 			f.links = append(f.links, link)
 		}
@@ -321,8 +321,8 @@ func (f *Fleet) Start(ctx context.Context) error {
 
 // windowOf is the HTTP/2 stream and connection window a client of kind
 // announces: Envoy's defaults (it never pings to size them), and for a
-// gRPC client a window of the size grpc-go's estimate grows to on a fast
-// link.
+// gRPC client one of the size grpc-go's estimate grows to on a fast link
+// (its pings are sent, so the plane answers them as it does grpc-go's).
 func windowOf(k Kind) uint32 {
 	if k == Envoy {
 		return envoyWindow

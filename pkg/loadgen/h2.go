@@ -54,6 +54,9 @@ type h2Link struct {
 	tls             *tls.Config // nil: plaintext
 	token           string
 	window          uint32 // the stream and connection windows this side announces
+	// bdpPings: ping the plane whenever data arrives and no such ping is
+	// out, as grpc-go's client does to size its windows (its BDP estimate)
+	bdpPings bool
 
 	mu    sync.Mutex // held while dialing, so streams of one link share a dial
 	cur   *h2Conn
@@ -62,8 +65,8 @@ type h2Link struct {
 
 func (l *h2Link) failures() int { return int(l.fails.Load()) }
 
-func newH2Link(addr string, s *Spec, window uint32) *h2Link {
-	l := &h2Link{addr: addr, authority: addr, token: s.Token, window: window}
+func newH2Link(addr string, s *Spec, window uint32, bdpPings bool) *h2Link {
+	l := &h2Link{addr: addr, authority: addr, token: s.Token, window: window, bdpPings: bdpPings}
 	if s.TLS != nil {
 		l.tls = s.TLS.Clone()
 		l.tls.NextProtos = []string{"h2"}
@@ -164,6 +167,7 @@ type h2Conn struct {
 	recvOwed  int64 // connection bytes read and not yet returned by WINDOW_UPDATE
 	err       error // why the connection ended; nil while it is up
 	goingAway bool
+	pingOut   bool // a BDP ping awaits its ACK
 }
 
 func dialH2(ctx context.Context, l *h2Link) (*h2Conn, error) {
@@ -282,16 +286,17 @@ func (c *h2Conn) frame(f http2.Frame) error {
 		if err := c.received(s, int64(f.Length)); err != nil {
 			return err
 		}
-		if s == nil {
-			return nil
+		if s != nil { // else a stream that ended: its bytes still counted above
+			if err := s.data(f.Data()); err != nil {
+				s.reset(err, http2.ErrCodeCancel)
+			} else if f.StreamEnded() {
+				s.end(errors.New("the plane ended the stream without a status"))
+			}
 		}
-		if err := s.data(f.Data()); err != nil {
-			s.reset(err, http2.ErrCodeCancel)
-			return nil
-		}
-		if f.StreamEnded() {
-			s.end(errors.New("the plane ended the stream without a status"))
-		}
+		// what received left to write (mostly gone out with the ACK)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.flushLocked()
 	case *http2.MetaHeadersFrame:
 		s := c.stream(f.StreamID)
 		if s == nil {
@@ -360,11 +365,14 @@ func (c *h2Conn) frame(f http2.Frame) error {
 			return c.sendPendingLocked(s)
 		}
 	case *http2.PingFrame:
-		if f.IsAck() {
-			return nil
-		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
+		if f.IsAck() {
+			if f.Data == bdpPing {
+				c.pingOut = false
+			}
+			return nil
+		}
 		c.wbuf = appendFrameHeader(c.wbuf, 8, http2.FramePing, http2.FlagPingAck, 0)
 		c.wbuf = append(c.wbuf, f.Data[:]...)
 		return c.flushLocked()
@@ -400,8 +408,11 @@ func (c *h2Conn) stream(id uint32) *h2Stream {
 	return c.streams[id]
 }
 
-// received counts n bytes read on s (nil: a stream already ended) and
-// returns them to the plane once half a window is owed.
+// received counts n bytes read on s (nil: a stream already ended): once
+// half a window is owed, a WINDOW_UPDATE returns it, and with bdpPings a
+// PING goes out as grpc-go's client sends it (after returning what the
+// connection owes). The frames wait in wbuf for the next write, which is
+// mostly the ACK of the response they arrived with.
 func (c *h2Conn) received(s *h2Stream, n int64) error {
 	if n == 0 {
 		return nil
@@ -410,9 +421,15 @@ func (c *h2Conn) received(s *h2Stream, n int64) error {
 	defer c.mu.Unlock()
 	half := int64(c.link.window / 2)
 	c.recvOwed += n
-	if c.recvOwed >= half {
+	ping := c.link.bdpPings && !c.pingOut
+	if c.recvOwed >= half || ping {
 		c.wbuf = appendWindowUpdate(c.wbuf, 0, uint32(c.recvOwed))
 		c.recvOwed = 0
+	}
+	if ping {
+		c.pingOut = true
+		c.wbuf = appendFrameHeader(c.wbuf, 8, http2.FramePing, 0, 0)
+		c.wbuf = append(c.wbuf, bdpPing[:]...)
 	}
 	if s != nil && c.streams[s.id] == s {
 		s.recvOwed += n
@@ -421,8 +438,11 @@ func (c *h2Conn) received(s *h2Stream, n int64) error {
 			s.recvOwed = 0
 		}
 	}
-	return c.flushLocked()
+	return nil
 }
+
+// bdpPing is the payload of the pings bdpPings sends (grpc-go's).
+var bdpPing = [8]byte{2, 4, 16, 16, 9, 14, 7, 7}
 
 // sendPendingLocked writes what s (nil: every stream) holds back for want
 // of window, as far as the windows now allow, and flushes.

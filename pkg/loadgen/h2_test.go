@@ -81,7 +81,7 @@ func TestH2StreamEchoesThroughWindows(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// a window smaller than the messages, so the replies wait for ours too
-	link := newH2Link(addr, &Spec{Token: "tok"}, h2DefaultWindow)
+	link := newH2Link(addr, &Spec{Token: "tok"}, h2DefaultWindow, true)
 	defer link.close()
 
 	sizes := []int{1, 5, 16384, 16385, 70000, 200000, 3, 131072}
@@ -154,7 +154,7 @@ func TestH2LinkWaitsForThePlane(t *testing.T) {
 	lis.Close() // nothing listens yet
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	link := newH2Link(addr, &Spec{}, grpcWindow)
+	link := newH2Link(addr, &Spec{}, grpcWindow, false)
 	defer link.close()
 	opened := make(chan error, 1)
 	go func() {
