@@ -24,14 +24,16 @@ import (
 )
 
 // The clients' transport: gRPC over HTTP/2, written for a load generator.
-// One goroutine per connection reads its frames, hands each complete
-// response to its stream's client in place, and the client's ACK is
-// written from that goroutine. grpc-go's own transport passes every message
-// between three goroutines (the connection's reader, the stream's caller,
-// the connection's writer); at 25,000 clients that cost the generator more
-// CPU per delivery than the plane it measured spent, on the cores the two
-// share. What the plane sees is the same: an HTTP/2 connection, gRPC
-// framing, the headers grpc-go sends, flow control honoured both ways.
+// One goroutine per connection reads its frames and hands each complete
+// response to its stream's client in place, which queues its ACK for the
+// connection's writer there and then: one hand-off per delivery. grpc-go's
+// own transport passes every message between three goroutines (the
+// connection's reader, the stream's caller, the connection's writer); at
+// 25,000 clients that cost the generator more CPU per delivery than the
+// plane it measured spent, on the cores the two share. What the plane sees
+// is the same: an HTTP/2 connection, gRPC framing, the headers grpc-go
+// sends, grpc-go's BDP pings from gRPC-like clients, and flow control
+// honoured both ways.
 
 const (
 	// h2DialTimeout bounds one connection attempt (grpc-go's
@@ -152,11 +154,14 @@ type h2Conn struct {
 	scheme string
 	link   *h2Link
 
-	// mu guards the rest, and every write: a frame is encoded and written
-	// whole under it, so frames never interleave and the header encoder's
-	// table follows the order the peer decodes in.
+	// wake tells the writer that wbuf holds frames; closed ends it.
+	wake, closed chan struct{}
+
+	// mu guards the rest: a frame is encoded whole into wbuf under it, so
+	// frames never interleave and the header encoder's table follows the
+	// order the peer decodes in.
 	mu        sync.Mutex
-	wbuf      []byte
+	wbuf      []byte // frames not yet handed to the writer (nil: none, no buffer held)
 	henc      *hpack.Encoder
 	hbuf      bytes.Buffer
 	streams   map[uint32]*h2Stream
@@ -192,6 +197,7 @@ func dialH2(ctx context.Context, l *h2Link) (*h2Conn, error) {
 		nc, scheme = tc, "https"
 	}
 	c := &h2Conn{nc: nc, scheme: scheme, link: l, streams: map[uint32]*h2Stream{}, nextID: 1,
+		wake: make(chan struct{}, 1), closed: make(chan struct{}),
 		sendWin: h2DefaultWindow, peerWin: h2DefaultWindow, maxFrame: 16384}
 	c.henc = hpack.NewEncoder(&c.hbuf)
 	c.fr = http2.NewFramer(io.Discard, bufio.NewReaderSize(nc, connBuffer))
@@ -200,19 +206,16 @@ func dialH2(ctx context.Context, l *h2Link) (*h2Conn, error) {
 	c.fr.MaxHeaderListSize = h2MaxHeaderList
 
 	c.mu.Lock()
-	c.wbuf = append(c.wbuf, http2.ClientPreface...)
-	c.wbuf = appendFrameHeader(c.wbuf, 12, http2.FrameSettings, 0, 0)
+	c.wbuf = append(c.out(), http2.ClientPreface...)
+	c.wbuf = appendFrameHeader(c.out(), 12, http2.FrameSettings, 0, 0)
 	c.wbuf = appendSetting(c.wbuf, http2.SettingEnablePush, 0)
 	c.wbuf = appendSetting(c.wbuf, http2.SettingInitialWindowSize, l.window)
 	if l.window > h2DefaultWindow {
-		c.wbuf = appendWindowUpdate(c.wbuf, 0, l.window-h2DefaultWindow)
+		c.wbuf = appendWindowUpdate(c.out(), 0, l.window-h2DefaultWindow)
 	}
-	err = c.flushLocked()
+	_ = c.flushLocked()
 	c.mu.Unlock()
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
+	go c.write()
 	go c.read()
 	return c, nil
 }
@@ -253,8 +256,8 @@ func (c *h2Conn) open(method string, onMsg func(*h2Stream, []byte) error, token 
 		if n == len(block) {
 			flags |= http2.FlagHeadersEndHeaders
 		}
-		c.wbuf = appendFrameHeader(c.wbuf, n, t, flags, s.id)
-		c.wbuf = append(c.wbuf, block[:n]...)
+		c.wbuf = appendFrameHeader(c.out(), n, t, flags, s.id)
+		c.wbuf = append(c.out(), block[:n]...)
 		block = block[n:]
 	}
 	if err := c.flushLocked(); err != nil {
@@ -293,10 +296,7 @@ func (c *h2Conn) frame(f http2.Frame) error {
 				s.end(errors.New("the plane ended the stream without a status"))
 			}
 		}
-		// what received left to write (mostly gone out with the ACK)
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.flushLocked()
+		return nil
 	case *http2.MetaHeadersFrame:
 		s := c.stream(f.StreamID)
 		if s == nil {
@@ -351,7 +351,7 @@ func (c *h2Conn) frame(f http2.Frame) error {
 		if err != nil {
 			return err
 		}
-		c.wbuf = appendFrameHeader(c.wbuf, 0, http2.FrameSettings, http2.FlagSettingsAck, 0)
+		c.wbuf = appendFrameHeader(c.out(), 0, http2.FrameSettings, http2.FlagSettingsAck, 0)
 		return c.sendPendingLocked(nil)
 	case *http2.WindowUpdateFrame:
 		c.mu.Lock()
@@ -373,8 +373,8 @@ func (c *h2Conn) frame(f http2.Frame) error {
 			}
 			return nil
 		}
-		c.wbuf = appendFrameHeader(c.wbuf, 8, http2.FramePing, http2.FlagPingAck, 0)
-		c.wbuf = append(c.wbuf, f.Data[:]...)
+		c.wbuf = appendFrameHeader(c.out(), 8, http2.FramePing, http2.FlagPingAck, 0)
+		c.wbuf = append(c.out(), f.Data[:]...)
 		return c.flushLocked()
 	case *http2.GoAwayFrame:
 		c.mu.Lock()
@@ -411,8 +411,7 @@ func (c *h2Conn) stream(id uint32) *h2Stream {
 // received counts n bytes read on s (nil: a stream already ended): once
 // half a window is owed, a WINDOW_UPDATE returns it, and with bdpPings a
 // PING goes out as grpc-go's client sends it (after returning what the
-// connection owes). The frames wait in wbuf for the next write, which is
-// mostly the ACK of the response they arrived with.
+// connection owes), as the data arrives and before it is read.
 func (c *h2Conn) received(s *h2Stream, n int64) error {
 	if n == 0 {
 		return nil
@@ -423,22 +422,22 @@ func (c *h2Conn) received(s *h2Stream, n int64) error {
 	c.recvOwed += n
 	ping := c.link.bdpPings && !c.pingOut
 	if c.recvOwed >= half || ping {
-		c.wbuf = appendWindowUpdate(c.wbuf, 0, uint32(c.recvOwed))
+		c.wbuf = appendWindowUpdate(c.out(), 0, uint32(c.recvOwed))
 		c.recvOwed = 0
 	}
 	if ping {
 		c.pingOut = true
-		c.wbuf = appendFrameHeader(c.wbuf, 8, http2.FramePing, 0, 0)
-		c.wbuf = append(c.wbuf, bdpPing[:]...)
+		c.wbuf = appendFrameHeader(c.out(), 8, http2.FramePing, 0, 0)
+		c.wbuf = append(c.out(), bdpPing[:]...)
 	}
 	if s != nil && c.streams[s.id] == s {
 		s.recvOwed += n
 		if s.recvOwed >= half {
-			c.wbuf = appendWindowUpdate(c.wbuf, s.id, uint32(s.recvOwed))
+			c.wbuf = appendWindowUpdate(c.out(), s.id, uint32(s.recvOwed))
 			s.recvOwed = 0
 		}
 	}
-	return nil
+	return c.flushLocked()
 }
 
 // bdpPing is the payload of the pings bdpPings sends (grpc-go's).
@@ -461,8 +460,8 @@ func (c *h2Conn) sendPendingLocked(s *h2Stream) error {
 func (c *h2Conn) dataLocked(s *h2Stream) {
 	for len(s.pending) > 0 && c.sendWin > 0 && s.sendWin > 0 {
 		n := int(min(int64(len(s.pending)), int64(c.maxFrame), c.sendWin, s.sendWin))
-		c.wbuf = appendFrameHeader(c.wbuf, n, http2.FrameData, 0, s.id)
-		c.wbuf = append(c.wbuf, s.pending[:n]...)
+		c.wbuf = appendFrameHeader(c.out(), n, http2.FrameData, 0, s.id)
+		c.wbuf = append(c.out(), s.pending[:n]...)
 		s.pending = s.pending[n:]
 		c.sendWin -= int64(n)
 		s.sendWin -= int64(n)
@@ -472,25 +471,60 @@ func (c *h2Conn) dataLocked(s *h2Stream) {
 	}
 }
 
-// flushLocked writes the frames built up in wbuf with one system call.
+// out is wbuf, taken from the pool when it holds nothing.
+func (c *h2Conn) out() []byte {
+	if c.wbuf == nil {
+		c.wbuf = (*wbufs.Get().(*[]byte))[:0]
+	}
+	return c.wbuf
+}
+
+// wbufs are write buffers: a connection holds one only while it has
+// frames to write, so thousands of idle connections hold none.
+var wbufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// flushLocked hands what wbuf holds to the writer. The reader never writes
+// to the socket itself: blocked on a plane that is itself blocked writing
+// to this side, it would stop reading, and neither would move again.
 func (c *h2Conn) flushLocked() error {
 	if c.err != nil {
-		c.wbuf = c.wbuf[:0]
+		c.wbuf = nil
 		return c.err
 	}
-	if len(c.wbuf) == 0 {
-		return nil
-	}
-	_, err := c.nc.Write(c.wbuf)
-	if cap(c.wbuf) > 64<<10 {
-		c.wbuf = nil
-	} else {
-		c.wbuf = c.wbuf[:0]
-	}
-	if err != nil {
-		return fmt.Errorf("write: %w", err)
+	if len(c.wbuf) > 0 {
+		select {
+		case c.wake <- struct{}{}:
+		default: // the writer is awake already and takes these too
+		}
 	}
 	return nil
+}
+
+// write is the connection's writer: whatever frames are queued, in one
+// system call.
+func (c *h2Conn) write() {
+	for {
+		select {
+		case <-c.closed:
+			return
+		case <-c.wake:
+		}
+		c.mu.Lock()
+		b := c.wbuf
+		c.wbuf = nil
+		c.mu.Unlock()
+		if len(b) == 0 {
+			continue
+		}
+		_, err := c.nc.Write(b)
+		if cap(b) <= 64<<10 {
+			wbufs.Put(&b)
+		}
+		if err != nil {
+			c.fail(fmt.Errorf("write: %w", err))
+			return
+		}
+	}
 }
 
 // fail ends the connection and every stream on it with err.
@@ -501,6 +535,8 @@ func (c *h2Conn) fail(err error) {
 		return
 	}
 	c.err = err
+	c.wbuf = nil
+	close(c.closed)
 	streams := c.streams
 	c.streams = map[uint32]*h2Stream{}
 	c.mu.Unlock()
@@ -610,8 +646,8 @@ func (s *h2Stream) reset(err error, code http2.ErrCode) {
 	c := s.c
 	c.mu.Lock()
 	if c.streams[s.id] == s && c.err == nil {
-		c.wbuf = appendFrameHeader(c.wbuf, 4, http2.FrameRSTStream, 0, s.id)
-		c.wbuf = binary.BigEndian.AppendUint32(c.wbuf, uint32(code))
+		c.wbuf = appendFrameHeader(c.out(), 4, http2.FrameRSTStream, 0, s.id)
+		c.wbuf = binary.BigEndian.AppendUint32(c.out(), uint32(code))
 		_ = c.flushLocked()
 	}
 	c.mu.Unlock()
