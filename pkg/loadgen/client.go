@@ -3,8 +3,10 @@ package loadgen
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -13,6 +15,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Kind is what a simulated client imitates.
@@ -60,10 +67,6 @@ const connBuffer = 8 << 10
 // envoyWindow is Envoy's default HTTP/2 stream and connection window.
 const envoyWindow = 256 << 20
 
-// grpcWindow stands for a gRPC client's windows, which grpc-go sizes by
-// pinging (its BDP estimate); 1 MiB is what they reach on a fast link.
-const grpcWindow = 1 << 20
-
 // maxRecvMsg bounds one response a client reads.
 const maxRecvMsg = 256 << 20
 
@@ -84,9 +87,8 @@ type Fleet struct {
 	flips         *FlipLog
 	log           *slog.Logger
 
-	links   []*h2Link
+	conns   []*grpc.ClientConn
 	clients []*client
-	stop    context.CancelFunc // ends the clients' streams (Close)
 
 	// Conv counts, per delivery (a flip reaching one subscriber), the time
 	// from the flip's write to the receipt.
@@ -277,21 +279,23 @@ func shortType(typeURL string) string {
 // Start opens the fleet's connections and streams; each runs until ctx is
 // done or it fails (Err). Close ends the connections.
 func (f *Fleet) Start(ctx context.Context) error {
-	ctx, f.stop = context.WithCancel(ctx)
-	byConn := map[int]*h2Link{}
+	byConn := map[int]*grpc.ClientConn{}
 	for i := range f.specs {
 		s := &f.specs[i]
-		link := byConn[s.Conn]
-		if link == nil {
-			link = newH2Link(f.addr, s, windowOf(s.Node.Kind), s.Node.Kind == GRPC)
-			byConn[s.Conn] = link
-			f.links = append(f.links, link)
+		conn := byConn[s.Conn]
+		if conn == nil {
+			var err error
+			if conn, err = f.dial(s); err != nil {
+				return fmt.Errorf("client %s: %w", s.Node.ID, err)
+			}
+			byConn[s.Conn] = conn
+			f.conns = append(f.conns, conn)
 		}
 		node, err := s.Node.Marshal()
 		if err != nil {
 			return err
 		}
-		c := &client{f: f, spec: s, link: link, node: node, delta: s.Delta,
+		c := &client{f: f, spec: s, conn: conn, node: node, delta: s.Delta,
 			hashes: make([]uint64, len(s.Subscribe)), recvAt: make([]int64, len(s.Subscribe)), cursors: make([]int32, len(s.Subscribe))}
 		if f.Reconnect && s.Delta {
 			c.cdsVer, c.edsVer = map[int32]string{}, map[int32]string{}
@@ -319,32 +323,60 @@ func (f *Fleet) Start(ctx context.Context) error {
 	return nil
 }
 
-// windowOf is the HTTP/2 stream and connection window a client of kind
-// announces: Envoy's defaults (it never pings to size them), and for a
-// gRPC client one of the size grpc-go's estimate grows to on a fast link
-// (its pings are sent, so the plane answers them as it does grpc-go's).
-func windowOf(k Kind) uint32 {
-	if k == Envoy {
-		return envoyWindow
+// Close ends the fleet's connections.
+func (f *Fleet) Close() {
+	for _, c := range f.conns {
+		c.Close()
 	}
-	return grpcWindow
 }
 
-// Close ends the fleet's streams and connections.
-func (f *Fleet) Close() {
-	if f.stop != nil {
-		f.stop()
+func (f *Fleet) dial(s *Spec) (*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 20 * time.Second,
+		}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvMsg), grpc.ForceCodecV2(RawCodec{})),
+		// A simulated client is mostly idle: small buffers, the write
+		// buffer given back between writes, keep the generator's memory
+		// per connection low so that one process holds thousands.
+		grpc.WithReadBufferSize(connBuffer), grpc.WithWriteBufferSize(connBuffer), grpc.WithSharedWriteBuffer(true),
 	}
-	for _, l := range f.links {
-		l.close()
+	if s.Node.Kind == Envoy {
+		// Envoy's HTTP/2 windows (256 MiB a stream and a connection, its
+		// defaults): it never pings to size them as grpc-go does.
+		opts = append(opts, grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow))
 	}
+	if s.TLS != nil {
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(s.TLS)))
+	} else {
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	if s.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: s.Token, secure: s.TLS != nil}))
+	}
+	return grpc.NewClient(f.addr, opts...)
 }
+
+// bearer sends a token as "authorization: Bearer TOKEN" on every RPC.
+type bearer struct {
+	token  string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+// RequireTransportSecurity: a token goes in clear only when the fleet was
+// given no TLS (a plane on loopback).
+func (b bearer) RequireTransportSecurity() bool { return b.secure }
 
 // client is one ADS stream.
 type client struct {
 	f     *Fleet
 	spec  *Spec
-	link  *h2Link
+	conn  *grpc.ClientConn
 	node  []byte
 	delta bool
 	names []byte // the subscription, encoded once: CDS, EDS and (gRPC) RDS names
@@ -410,22 +442,7 @@ func (c *client) stream(ctx context.Context) error {
 	if c.delta {
 		method = MethodDelta
 	}
-	// A SotW ACK repeats the subscription of a type subscribed by name.
-	st, err := c.link.open(ctx, method, func(st *h2Stream, b []byte) error {
-		h, err := c.handle(b, time.Now().UnixNano())
-		if err != nil {
-			return err
-		}
-		msg := OutMsg{Head: AppendACK(nil, c.delta, h)}
-		switch {
-		case c.delta:
-		case string(h.TypeURL) == TypeLDS:
-			msg.Tail = c.ldsNames
-		case string(h.TypeURL) == TypeEDS || c.spec.Node.Kind == GRPC:
-			msg.Tail = c.names
-		}
-		return st.send(&msg)
-	})
+	stream, err := c.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method, grpc.WaitForReady(true))
 	if err != nil {
 		return err
 	}
@@ -446,11 +463,38 @@ func (c *client) stream(ctx context.Context) error {
 		c.resume(reqs)
 	}
 	for _, r := range reqs {
-		if err := st.send(r); err != nil {
+		if err := stream.SendMsg(r); err != nil {
 			return err
 		}
 	}
-	return st.wait(ctx)
+	var in InMsg
+	for {
+		if err := stream.RecvMsg(&in); err != nil {
+			if errors.Is(err, io.EOF) {
+				return errors.New("the plane ended the stream")
+			}
+			return err
+		}
+		h, err := c.handle(in.Buf, time.Now().UnixNano())
+		if err != nil {
+			return err
+		}
+		msg := &OutMsg{Head: AppendACK(nil, c.delta, h)}
+		// A SotW ACK repeats the subscription of a type subscribed by name.
+		switch {
+		case c.delta:
+		case string(h.TypeURL) == TypeLDS:
+			msg.Tail = c.ldsNames
+		case string(h.TypeURL) == TypeEDS || c.spec.Node.Kind == GRPC:
+			msg.Tail = c.names
+		}
+		if err := stream.SendMsg(msg); err != nil {
+			return err
+		}
+		if cap(in.Buf) > 1<<20 {
+			in.Buf = nil // the initial responses are large; the rest are not
+		}
+	}
 }
 
 // handle records one response received at time at.
