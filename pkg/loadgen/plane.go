@@ -35,27 +35,47 @@ func (p PlaneProbe) Enabled() bool { return p.Pid > 0 || p.AdminURL != "" }
 
 // Sample reads the plane's figures now.
 func (p PlaneProbe) Sample(ctx context.Context) (PlaneSample, error) {
+	s, _, err := p.read(ctx, false)
+	return s, err
+}
+
+// SampleAndCount is Sample and the plane's counters (zero without an admin
+// URL) from one read of its /metrics.
+func (p PlaneProbe) SampleAndCount(ctx context.Context) (PlaneSample, PlaneCounters, error) {
+	return p.read(ctx, true)
+}
+
+// read samples the plane, and with counted reads its counters too: /proc
+// for CPU and RSS when there is a pid, /metrics for whatever else is asked.
+func (p PlaneProbe) read(ctx context.Context, counted bool) (PlaneSample, PlaneCounters, error) {
 	s := PlaneSample{At: time.Now()}
+	var c PlaneCounters
+	var m map[string]float64
+	if p.AdminURL != "" && (counted || p.Pid <= 0) {
+		var err error
+		if m, err = p.metrics(ctx); err != nil {
+			return s, c, err
+		}
+		if counted {
+			c = countersOf(m)
+		}
+	}
 	if p.Pid > 0 {
 		pid := strconv.Itoa(p.Pid)
 		var err error
 		if s.CPUSeconds, err = CPUSeconds(pid); err != nil {
-			return s, err
+			return s, c, err
 		}
 		s.RSSBytes, _, err = Memory(pid)
-		return s, err
-	}
-	m, err := p.metrics(ctx)
-	if err != nil {
-		return s, err
+		return s, c, err
 	}
 	cpu, okCPU := m["process_cpu_seconds_total"]
 	rss, okRSS := m["process_resident_memory_bytes"]
 	if !okCPU || !okRSS {
-		return s, fmt.Errorf("%s/metrics has no process_cpu_seconds_total or process_resident_memory_bytes", p.AdminURL)
+		return s, c, fmt.Errorf("%s/metrics has no process_cpu_seconds_total or process_resident_memory_bytes", p.AdminURL)
 	}
 	s.CPUSeconds, s.RSSBytes = cpu, rss
-	return s, nil
+	return s, c, nil
 }
 
 func (p PlaneProbe) metrics(ctx context.Context) (map[string]float64, error) {
@@ -225,22 +245,13 @@ type PlaneCounters struct {
 // share of: the issue's targets of a second and two.
 var ConvergenceBounds = [...]string{"1", "2"}
 
-// Counters reads the plane's counters (zero without an admin URL).
-func (p PlaneProbe) Counters(ctx context.Context) (PlaneCounters, error) {
-	var c PlaneCounters
-	if p.AdminURL == "" {
-		return c, nil
-	}
-	m, err := p.metrics(ctx)
-	if err != nil {
-		return c, err
-	}
-	c.Responses = SumMetric(m, "poise_xds_pushes_total")
-	c.Converged = SumMetric(m, "poise_xds_convergence_seconds_count")
+// countersOf reads the plane's counters from its /metrics.
+func countersOf(m map[string]float64) PlaneCounters {
+	c := PlaneCounters{Responses: SumMetric(m, "poise_xds_pushes_total"), Converged: SumMetric(m, "poise_xds_convergence_seconds_count")}
 	for i, le := range ConvergenceBounds {
 		c.Within[i] = SumMetric(m, "poise_xds_convergence_seconds_bucket", `le="`+le+`"`)
 	}
-	return c, nil
+	return c
 }
 
 // since is what was counted between c0 and c.

@@ -358,11 +358,8 @@ func runPhase(ctx context.Context, cfg Config, ph Phase, parts []part, prev []Pa
 	watch := func() RSSTrace { return RSSTrace{} }
 	profiled := func() error { return nil }
 	if plane != nil {
-		if s0, err = cfg.Plane.Sample(ctx); err != nil {
+		if s0, c0, err = cfg.Plane.SampleAndCount(ctx); err != nil {
 			return pr, fmt.Errorf("read the plane: %w", err)
-		}
-		if c0, err = cfg.Plane.Counters(ctx); err != nil {
-			return pr, fmt.Errorf("read the plane's counters: %w", err)
 		}
 		watch = cfg.Plane.watchRSS(ctx, s0.RSSBytes)
 		if path := profilePath(cfg.ProfileDir, "cpu-"+ph.Name+".pb.gz"); path != "" {
@@ -409,13 +406,9 @@ func runPhase(ctx context.Context, cfg Config, ph Phase, parts []part, prev []Pa
 		if err := profiled(); err != nil {
 			return pr, fmt.Errorf("the plane's CPU profile: %w", err)
 		}
-		s1, err := cfg.Plane.Sample(ctx)
+		s1, c1, err := cfg.Plane.SampleAndCount(ctx)
 		if err != nil {
 			return pr, fmt.Errorf("read the plane: %w", err)
-		}
-		c1, err := cfg.Plane.Counters(ctx)
-		if err != nil {
-			return pr, fmt.Errorf("read the plane's counters: %w", err)
 		}
 		wall := s1.At.Sub(s0.At).Seconds()
 		pp := &PhasePlane{CPUSeconds: s1.CPUSeconds - s0.CPUSeconds, RSSEndBytes: s1.RSSBytes, RSSMaxBytes: max(rss.MaxBytes, s1.RSSBytes), RSS: rss}

@@ -354,6 +354,9 @@ func checkPhases(t *testing.T, rep loadgen.Report, profiles string) {
 		}
 		if ph.Plane == nil || ph.Plane.CPUSeconds <= 0 || ph.Plane.RSSMaxBytes <= 0 {
 			t.Errorf("phase %s: plane figures %+v", ph.Name, ph.Plane)
+		} else if p := ph.Plane; p.Responses < 1 || p.PlaneConverged < 1 || p.PlaneWithin1s > p.PlaneWithin2s || p.PlaneWithin2s > 1 {
+			t.Errorf("phase %s: the plane's counters from its /metrics: %.0f responses, %.0f converged, %.3f within 1 s, %.3f within 2 s",
+				ph.Name, p.Responses, p.PlaneConverged, p.PlaneWithin1s, p.PlaneWithin2s)
 		}
 		if fi, err := os.Stat(filepath.Join(profiles, "cpu-"+ph.Name+".pb.gz")); err != nil || fi.Size() == 0 {
 			t.Errorf("phase %s: no CPU profile (%v)", ph.Name, err)
