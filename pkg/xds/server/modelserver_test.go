@@ -21,6 +21,11 @@ type modelWatch struct {
 	awaiting   bool
 	pendingAll bool            // the next response is the whole scope
 	dirty      map[string]bool // changed in scope since the last response
+	// initial is what a resumed Delta stream's client said it holds, by
+	// name, until the name is next due: a name then at the version held
+	// is not sent (content changed and changed back while a response
+	// awaited its answer is nothing new to it).
+	initial map[string]string
 }
 
 func (s *modelWatch) scope(name string) bool { return s.wildcard || s.names[name] }
@@ -87,8 +92,13 @@ func (c *modelClient) build(typ int) (*modelResponse, bool) {
 		whole()
 	}
 	for _, n := range slices.Sorted(maps.Keys(s.dirty)) {
+		held, resumed := s.initial[n]
+		if resumed && s.scope(n) && !s.pendingAll {
+			delete(s.initial, n)
+		}
 		switch e := cur[n]; {
 		case !s.scope(n):
+		case resumed && !s.pendingAll && e != nil && e.Version == held:
 		case e == nil && c.delta:
 			r.removed = append(r.removed, n)
 		case e != nil && !s.pendingAll:
@@ -157,6 +167,7 @@ func (c *modelClient) serverDelta(typ int, sub, unsub []string, initial map[stri
 			// what it lacks, holds at another version, or holds deleted;
 			// answered even when that is nothing
 			s.first = true
+			s.initial = maps.Clone(initial)
 			for n, v := range initial {
 				if s.scope(n) && (cur[n] == nil || cur[n].Version != v) {
 					s.dirty[n] = true
@@ -188,10 +199,19 @@ func (c *modelClient) serverDelta(typ int, sub, unsub []string, initial map[stri
 		if wildcard && !s.wildcard {
 			s.pendingAll = true
 		}
+		if wildcard != s.wildcard {
+			s.initial = nil
+		}
 		s.wildcard = wildcard
+		for _, n := range unsub {
+			delete(s.initial, n)
+		}
 		for n := range s.names {
-			if !was.scope(n) && cur[n] != nil {
-				s.dirty[n] = true
+			if !was.scope(n) {
+				delete(s.initial, n) // owed whole: what it said it held no longer stands
+				if cur[n] != nil {
+					s.dirty[n] = true
+				}
 			}
 		}
 	}
