@@ -15,11 +15,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // Kind is what a simulated client imitates.
@@ -73,6 +75,15 @@ const maxRecvMsg = 256 << 20
 // maxStrayNames bounds the names of strays a fleet keeps.
 const maxStrayNames = 16
 
+// maxEndReasons bounds the reasons a fleet counts streams' ends by; ends of
+// any further reason are counted under otherEndReason. maxEndReasonLen
+// bounds one reason, in bytes.
+const (
+	maxEndReasons   = 8
+	maxEndReasonLen = 160
+	otherEndReason  = "other"
+)
+
 // Fleet is a set of simulated clients of one plane and what they record:
 // each subscribed resource's content hash and when it last changed, and for
 // each change the flip log holds, when each subscriber received it.
@@ -109,6 +120,9 @@ type Fleet struct {
 	reconnects, resentAfterResume, sotwResentAfterReconnect atomic.Int64
 	strayMu                                                 sync.Mutex
 	strayNames, leakNames                                   []string
+	// streamEnds counts, by reason, the streams that ended and were
+	// opened again (under strayMu).
+	streamEnds map[string]int64
 
 	errOnce sync.Once
 	err     atomic.Pointer[error]
@@ -235,16 +249,81 @@ type Counters struct {
 	Reconnects               int64 `json:"reconnects,omitempty"`
 	ResentAfterResume        int64 `json:"resentAfterResume,omitempty"`
 	SotWResentAfterReconnect int64 `json:"sotwResentAfterReconnect,omitempty"`
+	// StreamEnds counts the reconnects by why the stream before each
+	// ended (the gRPC status, numbers in it written N so that addresses
+	// and ports do not make every end a reason of its own): at most
+	// maxEndReasons reasons, the rest under "other".
+	StreamEnds map[string]int64 `json:"streamEnds,omitempty"`
+}
+
+// addEnds counts n ends of reason in ends, within maxEndReasons reasons
+// besides otherEndReason.
+func addEnds(ends map[string]int64, reason string, n int64) {
+	if _, ok := ends[reason]; !ok && reason != otherEndReason {
+		named := len(ends)
+		if _, ok := ends[otherEndReason]; ok {
+			named--
+		}
+		if named >= maxEndReasons {
+			reason = otherEndReason
+		}
+	}
+	ends[reason] += n
+}
+
+// endReason is why a stream ended, as StreamEnds counts it.
+func endReason(err error) string {
+	if err == nil {
+		return "no error"
+	}
+	msg := err.Error()
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		st := se.GRPCStatus()
+		msg = st.Code().String() + ": " + st.Message()
+	}
+	var b strings.Builder
+	digits := false
+	for _, r := range msg {
+		switch {
+		case r >= '0' && r <= '9':
+			if !digits {
+				b.WriteByte('N')
+			}
+			digits = true
+			continue
+		case r < ' ' || r == utf8.RuneError:
+			r = ' '
+		}
+		digits = false
+		if b.Len()+utf8.RuneLen(r) > maxEndReasonLen {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // Counters is the fleet's counters now.
 func (f *Fleet) Counters() Counters {
 	f.strayMu.Lock()
 	names, leaks := slices.Clone(f.strayNames), slices.Clone(f.leakNames)
+	ends := maps.Clone(f.streamEnds)
 	f.strayMu.Unlock()
-	return Counters{Strays: f.strays.Load(), StrayNames: names, Leaks: f.leaks.Load(), LeakNames: leaks, Unattributed: f.flips.Pending(),
+	return Counters{StreamEnds: ends, Strays: f.strays.Load(), StrayNames: names, Leaks: f.leaks.Load(), LeakNames: leaks, Unattributed: f.flips.Pending(),
 		CDSLosses: f.cdsLosses.Load(), Updates: f.updates.Load(), Resent: f.resent.Load(), Listeners: f.listeners.Load(), Routes: f.routes.Load(),
 		Reconnects: f.reconnects.Load(), ResentAfterResume: f.resentAfterResume.Load(), SotWResentAfterReconnect: f.sotwResentAfterReconnect.Load()}
+}
+
+// ended counts a stream's end by its reason.
+func (f *Fleet) ended(err error) {
+	reason := endReason(err)
+	f.strayMu.Lock()
+	if f.streamEnds == nil {
+		f.streamEnds = map[string]int64{}
+	}
+	addEnds(f.streamEnds, reason, 1)
+	f.strayMu.Unlock()
 }
 
 func (f *Fleet) stray(name []byte, typeURL string) { f.note(&f.strays, &f.strayNames, name, typeURL) }
@@ -424,6 +503,7 @@ func (c *client) run(ctx context.Context) error {
 		c.reconnected, c.brokeAt = true, time.Now().UnixNano()
 		c.mu.Unlock()
 		c.f.reconnects.Add(1)
+		c.f.ended(err)
 		// Envoy's and gRPC's back-off begins near a second and is
 		// jittered; a short one here makes the storm as sharp as it gets
 		t := time.NewTimer(time.Duration(50+rand.IntN(100)) * time.Millisecond)

@@ -1,10 +1,12 @@
 package loadgen
 
 import (
+	"cmp"
 	"fmt"
 	"html"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -78,6 +80,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		row("reconnects", "%d; stream end → first response of the next: p50 %s  p99 %s  max %s", cn.Reconnects, ms(d.P50Us), ms(d.P99Us), ms(d.MaxUs))
 		row("sent again after a reconnect", "Delta, at the version the client held: %d (due: none); SotW, unchanged: %d (due: SotW has no versions per resource)",
 			cn.ResentAfterResume, cn.SotWResentAfterReconnect)
+		for _, e := range sortedEnds(cn.StreamEnds) {
+			row("streams ended", "%d: %s", e.n, e.reason)
+		}
 	}
 	row("generator", "%.2f s CPU, %s RSS", r.GeneratorCPUSeconds, mib(r.GeneratorRSSBytes))
 	return tw.Flush()
@@ -179,4 +184,24 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+type endCount struct {
+	reason string
+	n      int64
+}
+
+// sortedEnds is ends by count, most first, then by reason.
+func sortedEnds(ends map[string]int64) []endCount {
+	out := make([]endCount, 0, len(ends))
+	for r, n := range ends {
+		out = append(out, endCount{r, n})
+	}
+	slices.SortFunc(out, func(a, b endCount) int {
+		if a.n != b.n {
+			return cmp.Compare(b.n, a.n)
+		}
+		return strings.Compare(a.reason, b.reason)
+	})
+	return out
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -496,6 +498,12 @@ func (r *Report) add(p PartResult) {
 	c.Reconnects += p.Counters.Reconnects
 	c.ResentAfterResume += p.Counters.ResentAfterResume
 	c.SotWResentAfterReconnect += p.Counters.SotWResentAfterReconnect
+	for _, reason := range slices.Sorted(maps.Keys(p.Counters.StreamEnds)) {
+		if c.StreamEnds == nil {
+			c.StreamEnds = map[string]int64{}
+		}
+		addEnds(c.StreamEnds, reason, p.Counters.StreamEnds[reason])
+	}
 	var rh Histogram
 	rh.Merge(r.ResumedData)
 	rh.Merge(p.Resumed)

@@ -92,6 +92,14 @@ func TestLoadReconnectAfterRestart(t *testing.T) {
 		"a flip after it reached its %d subscribers in %v; Delta resources sent again at the version held: %d; SotW resent unchanged: %d; resent unchanged otherwise: %d",
 		back.Sub(killed).Round(time.Millisecond), c.Reconnects, resumed.P50Us, resumed.MaxUs, resumed.N, expected, reached.Round(time.Millisecond),
 		c.ResentAfterResume, c.SotWResentAfterReconnect, c.Resent)
+	var ended int64
+	for reason, n := range c.StreamEnds {
+		ended += n
+		t.Logf("streams ended: %d: %s", n, reason)
+	}
+	if ended != c.Reconnects {
+		t.Errorf("stream ends by reason %v sum to %d, reconnects %d: each reconnect's end has its reason", c.StreamEnds, ended, c.Reconnects)
+	}
 	if resumed.N < c.Reconnects {
 		t.Errorf("%d of %d reopened streams were answered: every client must learn it is served", resumed.N, c.Reconnects)
 	}
