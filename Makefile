@@ -122,9 +122,11 @@ bench-scale: build ## The binary at 100k and 1M endpoints with 100 and 1,000 ADS
 
 # One replica under a fleet (hack/bench-fleet.sh): 5,000 upstreams, 5,000
 # Envoy-like and 20,000 gRPC-like clients (two streams a connection), three
-# runs; UPSTREAMS= ENVOY= GRPC= PROCS= RATE= DURATION= RUNS= SERVE_ARGS=
+# runs; UPSTREAMS= ENVOY= GRPC= PROCS= PHASES= RUNS= SERVE_ARGS=
 # change them; STORM=1 kills the replica mid-run and starts it again (a
-# reconnect storm of every client). Reports under bin/bench-fleet/.
+# reconnect storm of every client). Each run then puts ANCHOR (10,000; 0 for
+# none) Envoy-like clients on go-control-plane's LinearCache mirroring the
+# replica (ANCHOR_PHASES=). Reports under bin/bench-fleet/.
 .PHONY: bench-fleet
 bench-fleet: build ## One replica under 25,000 simulated clients, measured with controlplane load (three runs).
 	BIN=$(BIN) GO=$(GO) bash hack/bench-fleet.sh

@@ -36,15 +36,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-waitready() { # URL PID LOG
-	for _ in $(seq 1 600); do
-		curl -fsS "$1/readyz" >/dev/null 2>&1 && return 0
-		kill -0 "$2" 2>/dev/null || { cat "$3"; exit 1; }
-		sleep 0.1
-	done
-	echo "bench-fleet-anchor: $1 not ready" >&2
-	exit 1
-}
+# shellcheck source=hack/waitready.sh
+. "$(dirname "$0")/waitready.sh"
 
 "$cp" load --tree "$tree" --upstreams "$UPSTREAMS" --generate-only
 xds=127.0.0.1:18740 admin=127.0.0.1:18741 axds=127.0.0.1:18742 aadmin=127.0.0.1:18743

@@ -21,6 +21,11 @@
 # reconnects, the time to each one's first answer and what was sent again,
 # while STORM_PHASES keep flipping the hot cluster past the storm (the
 # plane's CPU is not read across the restart).
+# ANCHOR Envoy-like clients (0: none) are then, in each run and on the same
+# tree, run against go-control-plane's own server over LinearCaches
+# (bin/gcpanchor, docs/performance.md "The anchor") mirroring the replica,
+# with ANCHOR_PHASES: the anchor serves CDS and EDS in one rendering, so it
+# has nothing for gRPC-like clients. Its table follows the replica's.
 # A benchmark, not a test: make test runs the same tool at 200 clients
 # (test/scale).
 set -euo pipefail
@@ -42,31 +47,68 @@ RUNS=${RUNS:-3}
 SERVE_ARGS=${SERVE_ARGS:-}
 STORM=${STORM:-0}
 STORM_AFTER=${STORM_AFTER:-5}
+ANCHOR=${ANCHOR:-10000}
+ANCHOR_PHASES=${ANCHOR_PHASES:-hot:hot:0.25:40s tail:share=1:20:20s churn:all:5:30s}
+ANCHOR_PROCS=${ANCHOR_PROCS:-4}
 BIN=${BIN:-bin}
+GO=${GO:-go}
 
 cp=$BIN/controlplane
+anchor=$BIN/gcpanchor
 out=$BIN/bench-fleet
 mkdir -p "$out"
+[ "$STORM" = 1 ] && ANCHOR=0
+[ "$ANCHOR" = 0 ] || "$GO" build -o "$anchor" ./test/scale/cmd/gcpanchor
 base=/dev/shm
 [ -w "$base" ] || base=${TMPDIR:-/tmp}
 tree=$(mktemp -d "$base/poise-fleet.XXXXXX")
-trap 'rm -rf "$tree"' EXIT
+pid= apid=
+cleanup() {
+	for p in $pid $apid; do kill -INT "$p" 2>/dev/null || true; done
+	wait || true
+	rm -rf "$tree"
+}
+trap cleanup EXIT
 
 "$cp" load --tree "$tree" --upstreams "$UPSTREAMS" --generate-only
-xds=127.0.0.1:18700 admin=127.0.0.1:18701
+xds=127.0.0.1:18700 admin=127.0.0.1:18701 axds=127.0.0.1:18702 aadmin=127.0.0.1:18703
+# shellcheck source=hack/waitready.sh
+. "$(dirname "$0")/waitready.sh"
+# run_anchor RUN: the anchor mirroring the replica, under ANCHOR Envoy-like
+# clients with ANCHOR_PHASES.
+run_anchor() {
+	"$anchor" --mirror "$xds" --xds-address "$axds" --admin-address "$aadmin" >"$out/anchor-serve-$1.log" 2>&1 &
+	apid=$!
+	waitready "http://$aadmin" "$apid" "$out/anchor-serve-$1.log"
+	echo "   anchor: go-control-plane's LinearCache under $ANCHOR Envoy-like clients" >&2
+	local aphases=() arc=0
+	for p in $ANCHOR_PHASES; do aphases+=(--phase "$p"); done
+	"$cp" load --xds-address "$axds" --pid "$apid" --churn files --tree "$tree" --upstreams "$UPSTREAMS" \
+		--envoy "$ANCHOR" --envoy-clusters "$ENVOY_CLUSTERS" --grpc 0 --procs "$ANCHOR_PROCS" "${aphases[@]}" \
+		--settle "$SETTLE" --idle "$IDLE" --drain "$DRAIN" \
+		--plot "$out/anchor-convergence-$1.svg" -o json >"$out/anchor-report-$1.json" 2>"$out/anchor-load-$1.log" || arc=$?
+	kill -INT "$apid"; wait "$apid" || true
+	apid=
+	if [ "$arc" != 0 ]; then
+		# the anchor at its limit (a start past --sync-timeout) is a
+		# figure, not the benchmark's failure: the table says so
+		rm -f "$out/anchor-report-$1.json"
+		tail -n 1 "$out/anchor-load-$1.log" >"$out/anchor-failed-$1.txt"
+		echo "   anchor: run $1 failed ($arc): $(cat "$out/anchor-failed-$1.txt")" >&2
+		return 0
+	fi
+	echo "   anchor report: $out/anchor-report-$1.json" >&2
+}
 start_plane() {
 	# shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
 	"$cp" serve -f "$tree/manifests" --xds-address "$xds" --admin-address "$admin" \
 		--xds-max-streams 100000 $SERVE_ARGS >>"$out/serve-$run.log" 2>&1 &
 	pid=$!
-	for _ in $(seq 1 600); do
-		curl -fsS "http://$admin/readyz" >/dev/null 2>&1 && return 0
-		kill -0 "$pid" 2>/dev/null || { cat "$out/serve-$run.log"; exit 1; }
-		sleep 0.1
-	done
+	waitready "http://$admin" "$pid" "$out/serve-$run.log"
 }
 for run in $(seq 1 "$RUNS"); do
 	: >"$out/serve-$run.log"
+	rm -f "$out/anchor-report-$run.json" "$out/anchor-failed-$run.txt"
 	start_plane
 	echo "== run $run of $RUNS: $UPSTREAMS upstreams, $ENVOY Envoy-like and $GRPC gRPC-like clients" >&2
 	rm -f "$out/load-$run.log" # a run before this one's says "synced" already
@@ -101,10 +143,32 @@ for run in $(seq 1 "$RUNS"); do
 	fi
 	rc=0
 	wait "$load" || rc=$?
-	kill -INT "$pid"; wait "$pid" || true
-	[ "$rc" = 0 ] || { cat "$out/load-$run.log" >&2; echo "bench-fleet: run $run failed ($rc)" >&2; exit "$rc"; }
+	if [ "$rc" != 0 ]; then
+		kill -INT "$pid"; wait "$pid" || true
+		cat "$out/load-$run.log" >&2; echo "bench-fleet: run $run failed ($rc)" >&2; exit "$rc"
+	fi
 	echo "   report: $out/report-$run.json, plot: $out/convergence-$run.svg" >&2
+	[ "$ANCHOR" = 0 ] || run_anchor "$run"
+	kill -INT "$pid"; wait "$pid" || true
+	pid=
 done
-reports=()
-for run in $(seq 1 "$RUNS"); do reports+=("$out/report-$run.json"); done
-${GO:-go} run ./test/scale/cmd/fleettable "${reports[@]}" | tee "$out/table.md"
+reports=() areports=()
+for run in $(seq 1 "$RUNS"); do
+	reports+=("$out/report-$run.json")
+	[ ! -f "$out/anchor-report-$run.json" ] || areports+=("$out/anchor-report-$run.json")
+done
+{
+	echo "## The replica: $ENVOY Envoy-like and $GRPC gRPC-like clients"
+	echo
+	"$GO" run ./test/scale/cmd/fleettable "${reports[@]}"
+	if [ "$ANCHOR" != 0 ]; then
+		echo
+		echo "## go-control-plane's LinearCache (the anchor), mirroring the replica: $ANCHOR Envoy-like clients"
+		echo
+		for run in $(seq 1 "$RUNS"); do
+			[ ! -f "$out/anchor-failed-$run.txt" ] || echo "run $run of the anchor failed: $(cat "$out/anchor-failed-$run.txt")"
+		done
+		echo
+		[ "${#areports[@]}" = 0 ] || "$GO" run ./test/scale/cmd/fleettable "${areports[@]}"
+	fi
+} | tee "$out/table.md"
