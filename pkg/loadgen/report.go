@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -80,8 +81,8 @@ func (r *Report) WriteText(w io.Writer) error {
 		row("reconnects", "%d; stream end → first response of the next: p50 %s  p99 %s  max %s", cn.Reconnects, ms(d.P50Us), ms(d.P99Us), ms(d.MaxUs))
 		row("sent again after a reconnect", "Delta, at the version the client held: %d (due: none); SotW, unchanged: %d (due: SotW has no versions per resource)",
 			cn.ResentAfterResume, cn.SotWResentAfterReconnect)
-		for _, e := range sortedEnds(cn.StreamEnds) {
-			row("streams ended", "%d: %s", e.n, e.reason)
+		for _, reason := range sortedEnds(cn.StreamEnds) {
+			row("streams ended", "%d: %s", cn.StreamEnds[reason], reason)
 		}
 	}
 	row("generator", "%.2f s CPU, %s RSS", r.GeneratorCPUSeconds, mib(r.GeneratorRSSBytes))
@@ -186,22 +187,11 @@ func (r *Report) WriteSVG(w io.Writer) error {
 	return err
 }
 
-type endCount struct {
-	reason string
-	n      int64
-}
-
-// sortedEnds is ends by count, most first, then by reason.
-func sortedEnds(ends map[string]int64) []endCount {
-	out := make([]endCount, 0, len(ends))
-	for r, n := range ends {
-		out = append(out, endCount{r, n})
-	}
-	slices.SortFunc(out, func(a, b endCount) int {
-		if a.n != b.n {
-			return cmp.Compare(b.n, a.n)
-		}
-		return strings.Compare(a.reason, b.reason)
+// sortedEnds is the reasons of ends by count, most first, then by reason.
+func sortedEnds(ends map[string]int64) []string {
+	reasons := slices.Collect(maps.Keys(ends))
+	slices.SortFunc(reasons, func(a, b string) int {
+		return cmp.Or(cmp.Compare(ends[b], ends[a]), strings.Compare(a, b))
 	})
-	return out
+	return reasons
 }

@@ -498,10 +498,10 @@ func (r *Report) add(p PartResult) {
 	c.Reconnects += p.Counters.Reconnects
 	c.ResentAfterResume += p.Counters.ResentAfterResume
 	c.SotWResentAfterReconnect += p.Counters.SotWResentAfterReconnect
+	if len(p.Counters.StreamEnds) > 0 && c.StreamEnds == nil {
+		c.StreamEnds = map[string]int64{}
+	}
 	for _, reason := range slices.Sorted(maps.Keys(p.Counters.StreamEnds)) {
-		if c.StreamEnds == nil {
-			c.StreamEnds = map[string]int64{}
-		}
 		addEnds(c.StreamEnds, reason, p.Counters.StreamEnds[reason])
 	}
 	var rh Histogram

@@ -93,12 +93,13 @@ func (c *modelClient) build(typ int) (*modelResponse, bool) {
 	}
 	for _, n := range slices.Sorted(maps.Keys(s.dirty)) {
 		held, resumed := s.initial[n]
-		if resumed && s.scope(n) && !s.pendingAll {
+		settled := resumed && s.scope(n) && !s.pendingAll // due now: it stands no longer
+		if settled {
 			delete(s.initial, n)
 		}
 		switch e := cur[n]; {
 		case !s.scope(n):
-		case resumed && !s.pendingAll && e != nil && e.Version == held:
+		case settled && e != nil && e.Version == held:
 		case e == nil && c.delta:
 			r.removed = append(r.removed, n)
 		case e != nil && !s.pendingAll:
