@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -404,6 +406,9 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 	key := streamKey{protocol, ids.Add(1)}
 	st := x.cache.NewStreamFor(protocol == "delta", aud)
 	defer st.Close()
+	if p, ok := peer.FromContext(ss.Context()); ok && p.Addr != nil {
+		st.SetConnection(maphash.String(x.cache.Seed(), p.Addr.String()))
+	}
 	capped, instance := x.demandCap(ss.Context())
 	st.WeighDemand(weighDemand(capped), instance)
 	if p := placementOf(ss.Context()); p.proven {
@@ -416,28 +421,30 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 
 	hold := &largeHold{x: x, max: largeHoldMax}
 	defer hold.release()
-	// one context for the client leaving, the server draining and reading
-	// failing: a select of two cases is the cheapest wait per response
+	// One context for the client leaving, the server draining and reading
+	// failing; its end wakes the sender too, which therefore waits on one
+	// channel: a plain receive is the cheapest wait per response (a select
+	// of two locks both channels and queues on both).
 	go func() { end(recvEnded{recv(st, key, hold)}) }()
+	defer context.AfterFunc(sctx, st.Interrupt)()
 	var out []xdscache.Response
 	for {
-		select {
-		case <-sctx.Done():
+		<-st.Wake()
+		if sctx.Err() != nil {
 			return whyEnded(sctx)
-		case <-st.Wake():
-			woke := time.Now()
-			out = st.Next(out[:0])
-			for _, r := range out {
-				published, _ := x.cache.PublishedAt(r.Version)
-				// Recorded before sending, so an ACK can never arrive before its nonce is known.
-				x.clients.response(key, r.TypeURL, r.Version, r.Nonce, r.Entries, r.Removed, published)
-				sending := time.Now()
-				if err := x.send(ss, hold, r, envelope); err != nil {
-					return streamEnd(err)
-				}
-				done := time.Now()
-				x.clients.sent(r.TypeURL, done.Sub(woke), done.Sub(sending))
+		}
+		woke := time.Now()
+		out = st.Next(out[:0])
+		for _, r := range out {
+			published, _ := x.cache.PublishedAt(r.Version)
+			// Recorded before sending, so an ACK can never arrive before its nonce is known.
+			x.clients.response(key, r.TypeURL, r.Version, r.Nonce, r.Entries, r.Removed, published)
+			sending := time.Now()
+			if err := x.send(ss, hold, r, envelope); err != nil {
+				return streamEnd(err)
 			}
+			done := time.Now()
+			x.clients.sent(r.TypeURL, done.Sub(woke), done.Sub(sending))
 		}
 	}
 }

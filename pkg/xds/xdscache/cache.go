@@ -1,6 +1,7 @@
 package xdscache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -148,7 +149,9 @@ type Cache struct {
 
 	epoch  uint64    // counts Applies, to notify each stream once per Apply
 	notify []*Stream // streams to wake after the current Apply; reused
-	scope  []string  // scratch for diffs; reused
+	// onSignal, when set (by tests), is called with each stream woken, in order.
+	onSignal func(*Stream)
+	scope    []string // scratch for diffs; reused
 	// last and deduped are scratch for lastOfEach; reused, last is
 	// dropped after an Update larger than maxKeptLast changes.
 	last    map[changeKey]int
@@ -335,8 +338,16 @@ func (c *Cache) Apply(u Update) {
 		c.moved = false
 	}
 	// Signalling never blocks (a stream has a one-slot wake channel), so it
-	// is done under the lock and the list is reused.
+	// is done under the lock and the list is reused. Streams that share a
+	// connection are woken one after another, so that their responses
+	// leave in one write and reach the client in one read.
+	if len(c.notify) > 1 {
+		slices.SortFunc(c.notify, func(a, b *Stream) int { return cmp.Compare(a.conn, b.conn) })
+	}
 	for i, s := range c.notify {
+		if c.onSignal != nil {
+			c.onSignal(s)
+		}
 		s.signal()
 		c.notify[i] = nil
 	}

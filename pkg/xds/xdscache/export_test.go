@@ -35,3 +35,11 @@ func (c *Cache) AudienceCensus() AudienceCensus {
 	}
 	return n
 }
+
+// OnSignal calls f with each stream an Apply wakes, in the order it wakes
+// them (nil: none).
+func (c *Cache) OnSignal(f func(*Stream)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onSignal = f
+}

@@ -39,6 +39,7 @@ type Stream struct {
 	epoch    uint64      // the Apply that last queued this stream for waking
 	nonce    uint64
 	closed   bool
+	conn     uint64 // the connection the stream is on (SetConnection), to wake its streams together
 
 	// weigh reads the demand weight of the stream's node (WeighDemand);
 	// instance is the workload instance it is of, counted once in Demand
@@ -94,6 +95,11 @@ func (c *Cache) NewStreamFor(delta bool, aud Audience) *Stream {
 	return &Stream{c: c, delta: delta, aud: aud, view: c.viewOf(nil), wakeCh: make(chan struct{}, 1)}
 }
 
+// SetConnection says which connection the stream is on (any key equal for
+// the streams of one connection and unlikely to be equal for two), before
+// its first request: the streams of one connection are then woken together.
+func (s *Stream) SetConnection(key uint64) { s.conn = key }
+
 // Audience is the audience the stream was opened for.
 func (s *Stream) Audience() Audience { return s.aud }
 
@@ -123,6 +129,16 @@ func writeName(h *maphash.Hash, n string) {
 
 // Wake is signalled when the stream may have something to send.
 func (s *Stream) Wake() <-chan struct{} { return s.wakeCh }
+
+// Interrupt wakes the stream's sender with nothing new to send, when what
+// it serves is ending: a sender then waits on Wake alone, which costs less
+// per response than a select of Wake and its context.
+func (s *Stream) Interrupt() {
+	select {
+	case s.wakeCh <- struct{}{}:
+	default:
+	}
+}
 
 func (s *Stream) signal() {
 	s.queue()
