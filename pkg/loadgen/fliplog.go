@@ -22,6 +22,13 @@ type FlipLog struct {
 	// pending are, per cluster, the receipts no flip explained yet: the
 	// receiving client's cursor and the earliest such receipt's time.
 	pending map[int32]map[*int32]int64
+	// explained are, per cluster, the last receipt of each client that
+	// logged flips explained: it may reflect a flip written just before it
+	// whose log has not reached this process yet (a flip coalesced with
+	// the one before it into one publication), which is credited to it
+	// when logged. Not counted as unexplained; at most one per
+	// subscription, and a cluster's go with its next flip.
+	explained map[int32]map[*int32]int64
 	// hist counts each delivery's time, seg those since the last Segment;
 	// deliver is told how many arrived.
 	hist, seg *Histogram
@@ -38,7 +45,8 @@ func NewFlipLog(clusters int, subs []int32, h *Histogram, deliver func(n int)) *
 	if deliver == nil {
 		deliver = func(int) {}
 	}
-	return &FlipLog{at: make([][]int64, clusters), subs: subs, pending: map[int32]map[*int32]int64{}, hist: h, seg: new(Histogram), deliver: deliver}
+	return &FlipLog{at: make([][]int64, clusters), subs: subs, pending: map[int32]map[*int32]int64{},
+		explained: map[int32]map[*int32]int64{}, hist: h, seg: new(Histogram), deliver: deliver}
 }
 
 // Add logs a flip of cluster u written at time at (taken before the write
@@ -56,14 +64,16 @@ func (l *FlipLog) Add(u int32, at int64) {
 		l.expected += int64(l.subs[u])
 	}
 	n := 0
-	for cursor, t := range l.pending[u] {
-		// A receipt at or before this flip can explain no later one.
-		if t > at && int(*cursor) == len(l.at[u])-1 {
-			l.record(t - at)
-			*cursor++
-			n++
+	for _, receipts := range []map[*int32]int64{l.pending[u], l.explained[u]} {
+		for cursor, t := range receipts {
+			// A receipt at or before this flip can explain no later one.
+			if t > at && int(*cursor) == len(l.at[u])-1 {
+				l.record(t - at)
+				*cursor++
+				n++
+			}
+			delete(receipts, cursor)
 		}
-		delete(l.pending[u], cursor)
 	}
 	l.mu.Unlock()
 	if n > 0 {
@@ -130,8 +140,16 @@ func (l *FlipLog) credit(u int32, cursor *int32, at int64) {
 		if _, ok := m[cursor]; !ok {
 			m[cursor] = at // the earliest receipt since the last credit
 		}
-	} else if m := l.pending[u]; m != nil {
-		delete(m, cursor)
+	} else {
+		if m := l.pending[u]; m != nil {
+			delete(m, cursor)
+		}
+		m := l.explained[u]
+		if m == nil {
+			m = map[*int32]int64{}
+			l.explained[u] = m
+		}
+		m[cursor] = at
 	}
 	l.mu.Unlock()
 	if n > 0 {

@@ -23,6 +23,10 @@ func TestFlipLogCredit(t *testing.T) {
 		{"receipt before the flip", []step{{false, 500, 0}, {true, 1000, 0}}, 0, 0},
 		{"unexplained", []step{{true, 1000, 0}, {false, 5000, 1}, {false, 6000, 1}}, 1, 4},
 		{"late then in order", []step{{false, 5000, 0}, {true, 1000, 1}, {true, 7000, 1}, {false, 9000, 2}}, 0, 4},
+		// two flips in one publication, the second's log read after the
+		// receipt that holds both: credited when it is logged
+		{"coalesced, the second logged late", []step{{true, 1000, 0}, {false, 5000, 1}, {true, 2000, 2}}, 0, 4},
+		{"explained, then a later flip", []step{{true, 1000, 0}, {false, 5000, 1}, {true, 6000, 1}, {false, 9000, 2}}, 0, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var h Histogram
