@@ -132,29 +132,28 @@ func (l *FlipLog) credit(u int32, cursor *int32, at int64) {
 		n++
 	}
 	if n == 0 {
-		m := l.pending[u]
-		if m == nil {
-			m = map[*int32]int64{}
-			l.pending[u] = m
-		}
+		m := receiptsOf(l.pending, u)
 		if _, ok := m[cursor]; !ok {
 			m[cursor] = at // the earliest receipt since the last credit
 		}
 	} else {
-		if m := l.pending[u]; m != nil {
-			delete(m, cursor)
-		}
-		m := l.explained[u]
-		if m == nil {
-			m = map[*int32]int64{}
-			l.explained[u] = m
-		}
-		m[cursor] = at
+		delete(l.pending[u], cursor)
+		receiptsOf(l.explained, u)[cursor] = at
 	}
 	l.mu.Unlock()
 	if n > 0 {
 		l.deliver(n)
 	}
+}
+
+// receiptsOf is cluster u's receipts in byCluster, made when missing.
+func receiptsOf(byCluster map[int32]map[*int32]int64, u int32) map[*int32]int64 {
+	m := byCluster[u]
+	if m == nil {
+		m = map[*int32]int64{}
+		byCluster[u] = m
+	}
+	return m
 }
 
 // record counts one delivery's time; l.mu is held.

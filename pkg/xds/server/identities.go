@@ -55,10 +55,7 @@ func (c *Clients) refused(ctx context.Context, method string, id identity.Identi
 	if c.metrics != nil {
 		c.metrics.Refused.WithLabelValues(string(reason)).Inc()
 	}
-	addr := ""
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		addr = p.Addr.String()
-	}
+	addr := peerAddr(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
@@ -146,6 +143,14 @@ func claimedNamespace(n *core.Node) string {
 		if s, ok := f[k].GetKind().(*structpb.Value_StringValue); ok {
 			return s.StringValue
 		}
+	}
+	return ""
+}
+
+// peerAddr is the transport address of the client of ctx, or "".
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
 	}
 	return ""
 }

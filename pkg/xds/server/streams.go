@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -406,8 +405,8 @@ func (x *xdsServer) serve(ss grpc.ServerStream, protocol string, recv func(*xdsc
 	key := streamKey{protocol, ids.Add(1)}
 	st := x.cache.NewStreamFor(protocol == "delta", aud)
 	defer st.Close()
-	if p, ok := peer.FromContext(ss.Context()); ok && p.Addr != nil {
-		st.SetConnection(maphash.String(x.cache.Seed(), p.Addr.String()))
+	if addr := peerAddr(ss.Context()); addr != "" {
+		st.SetConnection(maphash.String(x.cache.Seed(), addr))
 	}
 	capped, instance := x.demandCap(ss.Context())
 	st.WeighDemand(weighDemand(capped), instance)

@@ -140,12 +140,10 @@ func (s *Stream) Interrupt() {
 	}
 }
 
+// signal counts the stream among those waiting to be served and wakes it.
 func (s *Stream) signal() {
 	s.queue()
-	select {
-	case s.wakeCh <- struct{}{}:
-	default:
-	}
+	s.Interrupt()
 }
 
 // SetNode chooses the stream's view and zone from the first node it sees,
